@@ -1,0 +1,24 @@
+//! Herald's wire formats, as pure codecs: no I/O, no async, no tokio.
+//!
+//! # Layout
+//! - [`envelope`]: the notification a backend publishes, its field names and
+//!   its validation against configured limits.
+//! - [`utf8`]: [`utf8::Utf8Bytes`], bytes proven to be UTF-8 once (simdutf8)
+//!   and trusted afterwards.
+//! - [`stomp`]: STOMP 1.0/1.1/1.2 frames: incremental decoding with limits,
+//!   encoding with per-version header escaping, heart-beat negotiation.
+//! - [`websocket`]: the server side of RFC 6455 framing: handshake key,
+//!   incremental decoding of masked client frames, unmasked server frame
+//!   headers. Herald writes a MESSAGE as `[frame header + STOMP head]`,
+//!   `[shared body]`, `[NUL]`, so the body bytes are shared by every recipient.
+//!
+//! # Decoder contract
+//! Every decoder takes a `BytesMut` of received bytes and returns `Ok(None)`
+//! when more bytes are needed (consuming nothing), `Ok(Some(_))` after
+//! consuming exactly one item, or an error that says what was wrong. No
+//! decoder lets a buffer grow past its configured limit without an error.
+
+pub mod envelope;
+pub mod stomp;
+pub mod utf8;
+pub mod websocket;
