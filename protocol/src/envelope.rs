@@ -241,13 +241,13 @@ impl Notification {
                 "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
             ));
         }
-        if let Some(topic) = &self.topic {
-            if !is_valid_name(topic) {
-                return Err(FieldError::new(
-                    "topic",
-                    "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
-                ));
-            }
+        if let Some(topic) = &self.topic
+            && !is_valid_name(topic)
+        {
+            return Err(FieldError::new(
+                "topic",
+                "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
+            ));
         }
         let id_bytes = limits.max_identifier_bytes;
         check_identifiers("users", &self.users, limits.max_users, id_bytes)?;
@@ -287,19 +287,22 @@ impl Notification {
                 ),
             ));
         }
-        if let Some(ttl) = self.ttl {
-            if ttl.is_zero() || ttl > limits.max_ttl {
-                return Err(FieldError::new(
-                    "ttl_ms",
-                    format!("must be between 1 and {} ms", limits.max_ttl.as_millis()),
-                ));
-            }
+        if let Some(ttl) = self.ttl
+            && (ttl.is_zero() || ttl > limits.max_ttl)
+        {
+            return Err(FieldError::new(
+                "ttl_ms",
+                format!("must be between 1 and {} ms", limits.max_ttl.as_millis()),
+            ));
         }
         self.payload_is_utf8 = simdutf8::basic::from_utf8(&self.payload).is_ok();
         if !self.payload_is_utf8 && is_text_content_type(&self.content_type) {
             return Err(FieldError::new(
                 "payload",
-                format!("is not valid UTF-8 but content type {} is text", self.content_type),
+                format!(
+                    "is not valid UTF-8 but content type {} is text",
+                    self.content_type
+                ),
             ));
         }
         Ok(())

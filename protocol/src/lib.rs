@@ -17,6 +17,11 @@
 //! when more bytes are needed (consuming nothing), `Ok(Some(_))` after
 //! consuming exactly one item, or an error that says what was wrong. No
 //! decoder lets a buffer grow past its configured limit without an error.
+//! One exception: the WebSocket [`websocket::Decoder`] may consume whole
+//! non-final fragments into its partial message before returning `Ok(None)`;
+//! it never consumes part of a frame.
+
+#![warn(missing_docs)]
 
 pub mod envelope;
 pub mod stomp;

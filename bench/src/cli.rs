@@ -1,0 +1,179 @@
+//! Command-line interface: `herald-bench <command>`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Environment variable through which the parent hands the JWT secret to its workers (not argv,
+/// which every user on the machine can read in `ps`).
+pub(crate) const JWT_SECRET_ENV: &str = "HERALD_BENCH_JWT_SECRET";
+
+/// Load and measurement tool for Herald.
+#[derive(Debug, Parser)]
+#[command(name = "herald-bench", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Open many idle STOMP-over-WebSocket sessions and measure what they cost the gateway
+    /// (connect rate, RSS per session).
+    Connections(ConnectionsArgs),
+    /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConnectionsArgs {
+    /// WebSocket URL of the gateway's STOMP endpoint.
+    #[arg(
+        long,
+        default_value = "ws://127.0.0.1:8080/ws",
+        conflicts_with = "spawn_gateway"
+    )]
+    pub(crate) url: String,
+
+    /// Number of sessions to open.
+    #[arg(long)]
+    pub(crate) sessions: usize,
+
+    /// Worker processes to spread the sessions over [default: ceil(sessions / 9000)]. At most
+    /// 19,000 sessions per process.
+    #[arg(long)]
+    pub(crate) processes: Option<usize>,
+
+    /// HS256 secret the gateway verifies tokens with. Required unless --spawn-gateway (which
+    /// then uses a random one).
+    #[arg(long, env = JWT_SECRET_ENV, hide_env_values = true, required_unless_present = "spawn_gateway")]
+    pub(crate) jwt_secret: Option<String>,
+
+    /// Pid of the running gateway, to measure its RSS. Without it (and without
+    /// --spawn-gateway) only connect figures are reported.
+    #[arg(long, conflicts_with = "spawn_gateway")]
+    pub(crate) gateway_pid: Option<u32>,
+
+    /// Start this herald-gateway binary on a free 127.0.0.1 port, measure it, stop it at the
+    /// end.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) spawn_gateway: Option<PathBuf>,
+
+    /// Where the spawned gateway's stdout and stderr go [default: discarded].
+    #[arg(long, value_name = "PATH", requires = "spawn_gateway")]
+    pub(crate) gateway_log: Option<PathBuf>,
+
+    /// Seconds to wait for a spawned gateway's /healthz to answer 200.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) startup_timeout: u64,
+
+    /// Source addresses to bind sessions to, round-robin over workers [default: worker i uses
+    /// 127.0.0.(2+i) when the target is on loopback].
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) source_addrs: Vec<IpAddr>,
+
+    /// Handshakes in flight per worker.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) concurrency: usize,
+
+    /// Seconds one session may take from TCP connect to RECEIPT.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) handshake_timeout: u64,
+
+    /// Seconds to keep the sessions open after measuring.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) hold: u64,
+
+    /// Print one JSON object instead of the human-readable report.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// This worker's index (user ids are `bench-{index}-{n}`).
+    #[arg(long)]
+    pub(crate) index: usize,
+    #[arg(long)]
+    pub(crate) url: String,
+    #[arg(long)]
+    pub(crate) sessions: usize,
+    #[arg(long)]
+    pub(crate) source: Option<IpAddr>,
+    #[arg(long)]
+    pub(crate) concurrency: usize,
+    /// Seconds.
+    #[arg(long)]
+    pub(crate) handshake_timeout: u64,
+    /// Seconds the tokens stay valid.
+    #[arg(long)]
+    pub(crate) token_ttl: u64,
+    #[arg(long, env = JWT_SECRET_ENV, hide_env_values = true)]
+    pub(crate) jwt_secret: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_connections() {
+        let cli = Cli::try_parse_from([
+            "herald-bench",
+            "connections",
+            "--sessions",
+            "2000",
+            "--jwt-secret",
+            "s",
+            "--source-addrs",
+            "127.0.0.2,127.0.0.3",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Connections(args) = cli.command else {
+            panic!("not connections");
+        };
+        assert_eq!(args.sessions, 2000);
+        assert_eq!(args.url, "ws://127.0.0.1:8080/ws");
+        assert_eq!(args.concurrency, 256);
+        assert_eq!(args.processes, None);
+        assert_eq!(args.source_addrs.len(), 2);
+        assert!(args.json);
+    }
+
+    #[test]
+    fn spawn_gateway_makes_secret_optional_and_conflicts_with_pid() {
+        assert!(
+            Cli::try_parse_from([
+                "herald-bench",
+                "connections",
+                "--sessions",
+                "1",
+                "--spawn-gateway",
+                "/bin/gw"
+            ])
+            .is_ok()
+        );
+        assert!(
+            Cli::try_parse_from([
+                "herald-bench",
+                "connections",
+                "--sessions",
+                "1",
+                "--spawn-gateway",
+                "/bin/gw",
+                "--gateway-pid",
+                "1",
+            ])
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The conversation between the parent and its worker processes.
+//!
+//! Worker to parent: one JSON object per line on the worker's stdout ([`WorkerEvent`]). The
+//! worker writes nothing else there; diagnostics go to stderr.
+//!
+//! Parent to worker: the worker's stdin. A line `close` (or end of file, e.g. because the parent
+//! died) tells the worker to close its sessions and exit.
+//!
+//! ```text
+//! parent                         worker i
+//!   spawn ----------------------->  started
+//!                                   progress ... (every second while connecting)
+//!   <-----------------------------  ready {opened, failed, failures, connect window}
+//!   (measure RSS, hold)
+//!   "close\n" ------------------->  (close sessions)
+//!   <-----------------------------  closed {dropped, frames}
+//!                                   exit 0
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// The line that asks a worker to close its sessions.
+pub(crate) const CLOSE_COMMAND: &str = "close";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub(crate) enum WorkerEvent {
+    /// The worker runs and is about to open `sessions` sessions from `source`.
+    Started {
+        worker: usize,
+        sessions: usize,
+        source: Option<String>,
+        nofile_limit: u64,
+    },
+    /// Handshakes finished so far.
+    Progress {
+        worker: usize,
+        opened: u64,
+        failed: u64,
+    },
+    /// Every session has either opened or failed.
+    Ready {
+        worker: usize,
+        opened: u64,
+        failed: u64,
+        /// Failure counts by reason.
+        failures: BTreeMap<String, u64>,
+        /// Unix time (µs) when the first handshake started and the last one finished.
+        connect_started_us: u64,
+        connect_finished_us: u64,
+    },
+    /// Sessions are closed; the worker is about to exit.
+    Closed {
+        worker: usize,
+        /// Sessions the server (or network) ended before the worker closed them.
+        dropped: u64,
+        /// STOMP frames (including heart-beats) received on open sessions after the handshake.
+        frames_received: u64,
+    },
+    /// The worker cannot go on (bad target, resolver failure...); it exits non-zero.
+    Fatal { worker: usize, message: String },
+}
+
+impl WorkerEvent {
+    pub(crate) fn worker(&self) -> usize {
+        match self {
+            Self::Started { worker, .. }
+            | Self::Progress { worker, .. }
+            | Self::Ready { worker, .. }
+            | Self::Closed { worker, .. }
+            | Self::Fatal { worker, .. } => *worker,
+        }
+    }
+
+    /// Writes the event as one line on stdout. Fails if the parent is gone (broken pipe).
+    pub(crate) fn emit(&self) -> std::io::Result<()> {
+        let line = serde_json::to_string(self).map_err(std::io::Error::other)?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()
+    }
+
+    pub(crate) fn parse(line: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
+/// Microseconds since the Unix epoch: a clock every process on the machine shares, so the
+/// parent can take the connect window across workers.
+pub(crate) fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_as_tagged_json_lines() {
+        let events = [
+            WorkerEvent::Started {
+                worker: 1,
+                sessions: 9000,
+                source: Some("127.0.0.3".into()),
+                nofile_limit: 20_000,
+            },
+            WorkerEvent::Progress {
+                worker: 1,
+                opened: 10,
+                failed: 1,
+            },
+            WorkerEvent::Ready {
+                worker: 1,
+                opened: 8999,
+                failed: 1,
+                failures: BTreeMap::from([("timeout: receipt".to_owned(), 1)]),
+                connect_started_us: 1,
+                connect_finished_us: 2,
+            },
+            WorkerEvent::Closed {
+                worker: 1,
+                dropped: 0,
+                frames_received: 3,
+            },
+            WorkerEvent::Fatal {
+                worker: 1,
+                message: "boom".into(),
+            },
+        ];
+        for event in events {
+            let line = serde_json::to_string(&event).unwrap();
+            assert!(!line.contains('\n'));
+            assert_eq!(WorkerEvent::parse(&line).unwrap(), event);
+            assert_eq!(event.worker(), 1);
+        }
+        let line = serde_json::to_string(&WorkerEvent::Progress {
+            worker: 0,
+            opened: 5,
+            failed: 0,
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            r#"{"event":"progress","worker":0,"opened":5,"failed":0}"#
+        );
+    }
+}

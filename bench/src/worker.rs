@@ -1,0 +1,266 @@
+//! A worker process: opens its share of the sessions, reports on stdout (see [`crate::events`]),
+//! holds the sessions until the parent says `close` (or its stdin ends), then closes them.
+//!
+//! At most `concurrency` handshakes are in flight (a semaphore permit is taken before each
+//! session task is spawned and given back when its handshake ends); open sessions cost no
+//! permit. A failed session is counted under its reason and never stops the others.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::io::AsyncBufReadExt as _;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::WorkerArgs;
+use crate::endpoint::Endpoint;
+use crate::events::{CLOSE_COMMAND, WorkerEvent, unix_micros};
+use crate::session::{self, Counters, Failure, Target};
+use crate::sys;
+use crate::token::{Claims, Minter, now_epoch_secs};
+
+/// How often a connecting worker reports progress.
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// Capacity of the channel session tasks report their handshake outcome on. Tasks wait when it
+/// is full, which only slows handshakes down.
+const OUTCOME_CHANNEL: usize = 1024;
+/// How long closing sessions may take before the worker exits anyway.
+pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(15);
+
+/// What a worker was told to do.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerConfig {
+    pub(crate) index: usize,
+    pub(crate) url: String,
+    pub(crate) sessions: usize,
+    pub(crate) source: Option<IpAddr>,
+    pub(crate) concurrency: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) token_ttl: Duration,
+    pub(crate) jwt_secret: String,
+}
+
+impl From<WorkerArgs> for WorkerConfig {
+    fn from(a: WorkerArgs) -> Self {
+        Self {
+            index: a.index,
+            url: a.url,
+            sessions: a.sessions,
+            source: a.source,
+            concurrency: a.concurrency.max(1),
+            handshake_timeout: Duration::from_secs(a.handshake_timeout),
+            token_ttl: Duration::from_secs(a.token_ttl),
+            jwt_secret: a.jwt_secret,
+        }
+    }
+}
+
+/// Runs the worker; returns the process exit code.
+pub(crate) async fn run(config: WorkerConfig) -> i32 {
+    let worker = config.index;
+    let fatal = |message: String| {
+        eprintln!("herald-bench worker {worker}: {message}");
+        let _ = WorkerEvent::Fatal { worker, message }.emit();
+        1
+    };
+
+    let nofile_limit = match sys::raise_nofile_limit() {
+        Ok(limit) => limit,
+        Err(e) => return fatal(format!("cannot raise RLIMIT_NOFILE: {e}")),
+    };
+    let endpoint = match Endpoint::parse(&config.url) {
+        Ok(e) => e,
+        Err(e) => return fatal(e.to_string()),
+    };
+    let addr = match endpoint.resolve().await {
+        Ok(a) => a,
+        Err(e) => return fatal(e.to_string()),
+    };
+    let started = WorkerEvent::Started {
+        worker,
+        sessions: config.sessions,
+        source: config.source.map(|s| s.to_string()),
+        nofile_limit,
+    };
+    if started.emit().is_err() {
+        return 1; // The parent is gone.
+    }
+
+    let target = Arc::new(Target {
+        url: endpoint.url,
+        addr,
+        source: config.source,
+        handshake_timeout: config.handshake_timeout,
+    });
+    let cancel = CancellationToken::new();
+    spawn_stdin_watcher(cancel.clone());
+
+    let tracker = TaskTracker::new();
+    let counters = Arc::new(Counters::default());
+    let (outcomes_tx, mut outcomes) = mpsc::channel(OUTCOME_CHANNEL);
+    let connect_started_us = unix_micros();
+    tracker.spawn(spawn_sessions(
+        config.clone(),
+        target,
+        outcomes_tx,
+        cancel.clone(),
+        counters.clone(),
+        tracker.clone(),
+    ));
+
+    let mut tally = Tally::default();
+    let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while tally.total() < config.sessions as u64 {
+        tokio::select! {
+            outcome = outcomes.recv() => match outcome {
+                Some(outcome) => tally.add(outcome),
+                None => break,
+            },
+            _ = progress.tick() => {
+                let event = WorkerEvent::Progress { worker, opened: tally.opened, failed: tally.failed };
+                if event.emit().is_err() {
+                    cancel.cancel();
+                }
+            }
+        }
+    }
+    let connect_finished_us = unix_micros();
+    // Every session task reports exactly once; a shortfall would be a bench bug, so make it
+    // visible rather than hang.
+    let missing = (config.sessions as u64).saturating_sub(tally.total());
+    if missing > 0 {
+        tally.failed += missing;
+        *tally
+            .failures
+            .entry("bench: outcome lost".to_owned())
+            .or_default() += missing;
+    }
+    drop(outcomes);
+
+    let ready = WorkerEvent::Ready {
+        worker,
+        opened: tally.opened,
+        failed: tally.failed,
+        failures: tally.failures,
+        connect_started_us,
+        connect_finished_us,
+    };
+    if ready.emit().is_err() {
+        cancel.cancel();
+    }
+
+    cancel.cancelled().await;
+    tracker.close();
+    if tokio::time::timeout(CLOSE_DEADLINE, tracker.wait())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "herald-bench worker {worker}: sessions still closing after {CLOSE_DEADLINE:?}; exiting"
+        );
+    }
+    let _ = WorkerEvent::Closed {
+        worker,
+        dropped: counters.dropped.load(Ordering::Relaxed),
+        frames_received: counters.frames_received.load(Ordering::Relaxed),
+    }
+    .emit();
+    0
+}
+
+/// Spawns one task per session, each after taking a handshake permit.
+async fn spawn_sessions(
+    config: WorkerConfig,
+    target: Arc<Target>,
+    outcomes: mpsc::Sender<Result<(), Failure>>,
+    cancel: CancellationToken,
+    counters: Arc<Counters>,
+    tracker: TaskTracker,
+) {
+    let handshakes = Arc::new(Semaphore::new(config.concurrency));
+    let minter = Minter::new(&config.jwt_secret);
+    let exp = now_epoch_secs() + config.token_ttl.as_secs();
+    for i in 0..config.sessions {
+        // The semaphore is never closed, so this cannot fail; stop cleanly if it ever did.
+        let Ok(slot) = handshakes.clone().acquire_owned().await else {
+            break;
+        };
+        let token = match minter.mint(&Claims::for_session(config.index, i, exp)) {
+            Ok(token) => token,
+            Err(e) => {
+                let _ = outcomes.send(Err(Failure::Token(e.to_string()))).await;
+                continue;
+            }
+        };
+        tracker.spawn(session::run(
+            target.clone(),
+            token,
+            slot,
+            outcomes.clone(),
+            cancel.clone(),
+            counters.clone(),
+            tracker.clone(),
+        ));
+    }
+}
+
+/// Cancels `cancel` when stdin says `close` or ends.
+fn spawn_stdin_watcher(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) if line.trim() == CLOSE_COMMAND => break,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        cancel.cancel();
+    });
+}
+
+/// Handshake outcomes counted so far.
+#[derive(Debug, Default)]
+struct Tally {
+    opened: u64,
+    failed: u64,
+    failures: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: Result<(), Failure>) {
+        match outcome {
+            Ok(()) => self.opened += 1,
+            Err(failure) => {
+                self.failed += 1;
+                *self.failures.entry(failure.reason()).or_default() += 1;
+            }
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.opened + self.failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_counts_by_reason() {
+        let mut t = Tally::default();
+        t.add(Ok(()));
+        t.add(Err(Failure::Http(401)));
+        t.add(Err(Failure::Http(401)));
+        t.add(Err(Failure::Timeout(session::Stage::Receipt)));
+        assert_eq!((t.opened, t.failed, t.total()), (1, 3, 4));
+        assert_eq!(t.failures["upgrade: http 401"], 2);
+        assert_eq!(t.failures["timeout during receipt"], 1);
+    }
+}

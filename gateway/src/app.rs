@@ -1,0 +1,92 @@
+//! What every request and session shares.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::Verifier;
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+
+/// Credentials made up in dev mode.
+#[derive(Debug, Clone)]
+pub struct DevCredentials {
+    /// API key for the publish API.
+    pub api_key: String,
+    /// A token for user `demo` of client `demo-co`.
+    pub token: String,
+}
+
+/// State shared by the HTTP handlers and every session.
+#[derive(Debug)]
+pub struct Shared {
+    /// Configuration.
+    pub config: Arc<Config>,
+    /// The mailboxes.
+    pub hub: Arc<Hub>,
+    /// JWT verification.
+    pub verifier: Verifier,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The registry `/metrics` encodes.
+    pub registry: Registry,
+    /// Fires when shutdown starts.
+    pub shutdown: CancellationToken,
+    /// Tracks sessions so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Dev-mode credentials, when in dev mode.
+    pub dev: Option<DevCredentials>,
+    sessions: AtomicUsize,
+}
+
+impl Shared {
+    /// Assemble.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Arc<Config>,
+        hub: Arc<Hub>,
+        verifier: Verifier,
+        metrics: Arc<Metrics>,
+        registry: Registry,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+        dev: Option<DevCredentials>,
+    ) -> Self {
+        Shared {
+            config,
+            hub,
+            verifier,
+            metrics,
+            registry,
+            shutdown,
+            tracker,
+            dev,
+            sessions: AtomicUsize::new(0),
+        }
+    }
+
+    /// Take a session slot, or None at `session.max_sessions`.
+    pub fn acquire_session(&self) -> Option<()> {
+        let max = self.config.session.max_sessions;
+        self.sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ())
+    }
+
+    /// Give a slot back.
+    pub fn release_session(&self) {
+        self.sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Connections holding a session slot.
+    pub fn session_slots(&self) -> usize {
+        self.sessions.load(Ordering::Acquire)
+    }
+}

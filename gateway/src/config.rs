@@ -1,0 +1,424 @@
+//! Configuration: defaults, then a TOML file, then environment variables and
+//! command-line flags (clap reads both; flags win over the environment).
+//!
+//! Every bound Herald enforces has a key here. [`Config::validate`] lists
+//! every problem at once, so a bad configuration is fixed in one go.
+
+mod cli;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use cli::Cli;
+
+/// What a session does when its outbound queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum WhenFull {
+    /// Close the session with an ERROR "slow consumer" frame (the default):
+    /// the client reconnects and resumes from its last sequence.
+    Disconnect,
+    /// Drop the oldest queued message and send a `herald.gap` marker so the
+    /// application knows it missed something.
+    DropOldest,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// JWT verification settings. Nothing set means dev mode.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// HS256 shared secret (at least 32 bytes).
+    pub jwt_secret: Option<String>,
+    /// PEM file with the RS256 or ES256 public key.
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// `HS256`, `RS256` or `ES256`; defaults to HS256 with a secret.
+    pub jwt_algorithm: Option<String>,
+    /// Clock skew tolerated on `exp`, in seconds.
+    pub leeway_secs: u64,
+}
+
+/// Browser session settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Most concurrent sessions; the next upgrade gets 503.
+    pub max_sessions: usize,
+    /// Time allowed between the upgrade and a valid CONNECT.
+    pub connect_timeout_ms: u64,
+    /// Shortest interval at which the server sends heart-beats (`sx`).
+    pub heartbeat_send_ms: u32,
+    /// Shortest interval at which the server wants heart-beats (`sy`).
+    pub heartbeat_receive_ms: u32,
+    /// Largest inbound STOMP frame (and WebSocket message).
+    pub max_frame_bytes: usize,
+    /// Most headers in an inbound frame.
+    pub max_headers: usize,
+    /// Longest inbound header line.
+    pub max_header_bytes: usize,
+    /// Most subscriptions per session.
+    pub max_subscriptions: usize,
+    /// Most messages queued for one session.
+    pub queue_messages: usize,
+    /// Most payload bytes queued for one session.
+    pub queue_bytes: usize,
+    /// What happens when the queue is full.
+    pub when_full: WhenFull,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            max_sessions: 100_000,
+            connect_timeout_ms: 10_000,
+            heartbeat_send_ms: 10_000,
+            heartbeat_receive_ms: 10_000,
+            max_frame_bytes: 64 * 1024,
+            max_headers: 32,
+            max_header_bytes: 4096,
+            max_subscriptions: 8,
+            queue_messages: 256,
+            queue_bytes: 8 * 1024 * 1024,
+            when_full: WhenFull::Disconnect,
+        }
+    }
+}
+
+/// Mailbox settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MailboxConfig {
+    /// How long a mailbox outlives its user's last session.
+    pub ttl_secs: u64,
+    /// Most messages kept for replay.
+    pub buffer_messages: usize,
+    /// Most payload bytes kept for replay.
+    pub buffer_bytes: usize,
+    /// How often expired mailboxes are removed.
+    pub expiry_tick_ms: u64,
+    /// Most mailboxes removed per tick, so mass expiry makes no spike.
+    pub max_expirations_per_tick: usize,
+}
+
+impl Default for MailboxConfig {
+    fn default() -> Self {
+        MailboxConfig {
+            ttl_secs: 300,
+            buffer_messages: 100,
+            buffer_bytes: 1024 * 1024,
+            expiry_tick_ms: 100,
+            max_expirations_per_tick: 1000,
+        }
+    }
+}
+
+/// Publish API limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PublishConfig {
+    /// Largest payload.
+    pub max_payload_bytes: usize,
+    /// Largest request body (batches included).
+    pub max_body_bytes: usize,
+    /// Most notifications per batch.
+    pub max_batch: usize,
+    /// Most users per publication.
+    pub max_users: usize,
+    /// Most clients per publication.
+    pub max_clients: usize,
+    /// Most sites per publication.
+    pub max_sites: usize,
+    /// Longest `ttl_ms`.
+    pub max_ttl_ms: u64,
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        let limits = herald_protocol::envelope::Limits::default();
+        PublishConfig {
+            max_payload_bytes: limits.max_payload_bytes,
+            max_body_bytes: 8 * 1024 * 1024,
+            max_batch: 1000,
+            max_users: limits.max_users,
+            max_clients: limits.max_clients,
+            max_sites: limits.max_sites,
+            max_ttl_ms: limits.max_ttl.as_millis() as u64,
+        }
+    }
+}
+
+/// The whole gateway configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to serve on.
+    pub listen: SocketAddr,
+    /// Where Herald keeps its files (dev credentials now, the delayed store later).
+    pub data_dir: PathBuf,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// API keys for the publish API.
+    pub api_keys: Vec<String>,
+    /// How long shutdown waits for sessions to drain.
+    pub shutdown_grace_ms: u64,
+    /// JWT verification.
+    pub auth: AuthConfig,
+    /// Sessions.
+    pub session: SessionConfig,
+    /// Mailboxes.
+    pub mailbox: MailboxConfig,
+    /// Publish API.
+    pub publish: PublishConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("herald-data"),
+            log_format: LogFormat::Text,
+            api_keys: Vec::new(),
+            shutdown_grace_ms: 10_000,
+            auth: AuthConfig {
+                leeway_secs: 30,
+                ..AuthConfig::default()
+            },
+            session: SessionConfig::default(),
+            mailbox: MailboxConfig::default(),
+            publish: PublishConfig::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, with every reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct ConfigError {
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    fn one(problem: String) -> Self {
+        ConfigError {
+            problems: vec![problem],
+        }
+    }
+}
+
+impl Config {
+    /// Parse a TOML document.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text)
+            .map_err(|e| ConfigError::one(format!("{}: {}", origin.display(), e.message())))
+    }
+
+    /// Load: defaults, the file named by `--config` (if any), then flags and
+    /// environment. Validated.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let mut config = match &cli.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::one(format!("cannot read {}: {e}", path.display()))
+                })?;
+                Config::from_toml(&text, path)?
+            }
+            None => Config::default(),
+        };
+        cli.apply(&mut config);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Whether no JWT key is configured: the gateway makes its own secret and
+    /// prints a demo token.
+    pub fn dev_mode(&self) -> bool {
+        self.auth.jwt_secret.is_none() && self.auth.jwt_public_key_file.is_none()
+    }
+
+    /// Check every rule; report all violations.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Vec::new();
+        let auth = &self.auth;
+        match (&auth.jwt_secret, &auth.jwt_public_key_file) {
+            (Some(_), Some(_)) => p.push(
+                "auth: set either jwt_secret (HS256) or jwt_public_key_file (RS256/ES256), not both"
+                    .to_owned(),
+            ),
+            (Some(secret), None) => {
+                if secret.len() < 32 {
+                    p.push(format!(
+                        "auth.jwt_secret is {} bytes; HS256 needs at least 32",
+                        secret.len()
+                    ));
+                }
+                if let Some(alg) = &auth.jwt_algorithm {
+                    if alg != "HS256" {
+                        p.push(format!(
+                            "auth.jwt_algorithm is {alg} but a secret is HS256; use jwt_public_key_file for {alg}"
+                        ));
+                    }
+                }
+            }
+            (None, Some(path)) => {
+                match auth.jwt_algorithm.as_deref() {
+                    Some("RS256" | "ES256") => {}
+                    Some(other) => p.push(format!(
+                        "auth.jwt_algorithm {other} is not usable with a public key: use RS256 or ES256"
+                    )),
+                    None => p.push(
+                        "auth.jwt_algorithm is required with jwt_public_key_file: RS256 or ES256"
+                            .to_owned(),
+                    ),
+                }
+                if !path.is_file() {
+                    p.push(format!(
+                        "auth.jwt_public_key_file {} does not exist",
+                        path.display()
+                    ));
+                }
+            }
+            (None, None) => {}
+        }
+        if !self.dev_mode() && self.api_keys.iter().all(|k| k.is_empty()) {
+            p.push(
+                "api_keys is empty: the publish API needs at least one key (HERALD_API_KEYS or --api-key)"
+                    .to_owned(),
+            );
+        }
+        let s = &self.session;
+        let positive = [
+            ("session.max_sessions", s.max_sessions),
+            ("session.max_frame_bytes", s.max_frame_bytes),
+            ("session.max_headers", s.max_headers),
+            ("session.max_header_bytes", s.max_header_bytes),
+            ("session.max_subscriptions", s.max_subscriptions),
+            ("session.queue_messages", s.queue_messages),
+            ("session.queue_bytes", s.queue_bytes),
+            ("session.connect_timeout_ms", s.connect_timeout_ms as usize),
+            ("mailbox.buffer_messages", self.mailbox.buffer_messages),
+            ("mailbox.buffer_bytes", self.mailbox.buffer_bytes),
+            (
+                "mailbox.expiry_tick_ms",
+                self.mailbox.expiry_tick_ms as usize,
+            ),
+            (
+                "mailbox.max_expirations_per_tick",
+                self.mailbox.max_expirations_per_tick,
+            ),
+            ("publish.max_payload_bytes", self.publish.max_payload_bytes),
+            ("publish.max_body_bytes", self.publish.max_body_bytes),
+            ("publish.max_batch", self.publish.max_batch),
+            ("publish.max_users", self.publish.max_users),
+            ("publish.max_clients", self.publish.max_clients),
+            ("publish.max_sites", self.publish.max_sites),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                p.push(format!("{name} must be greater than 0"));
+            }
+        }
+        if s.queue_messages < self.mailbox.buffer_messages {
+            p.push(format!(
+                "session.queue_messages ({}) must be at least mailbox.buffer_messages ({}) so a full replay fits",
+                s.queue_messages, self.mailbox.buffer_messages
+            ));
+        }
+        if s.queue_bytes < self.mailbox.buffer_bytes {
+            p.push(format!(
+                "session.queue_bytes ({}) must be at least mailbox.buffer_bytes ({}) so a full replay fits",
+                s.queue_bytes, self.mailbox.buffer_bytes
+            ));
+        }
+        if self.publish.max_body_bytes < self.publish.max_payload_bytes {
+            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
+        }
+        if self.mailbox.ttl_secs == 0 {
+            p.push("mailbox.ttl_secs must be greater than 0".to_owned());
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems: p })
+        }
+    }
+
+    /// The envelope limits for the publish API.
+    pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
+        herald_protocol::envelope::Limits {
+            max_payload_bytes: self.publish.max_payload_bytes,
+            max_users: self.publish.max_users,
+            max_clients: self.publish.max_clients,
+            max_sites: self.publish.max_sites,
+            max_identifier_bytes: 256,
+            max_ttl: Duration::from_millis(self.publish.max_ttl_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_dev_mode() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert!(c.dev_mode());
+    }
+
+    #[test]
+    fn toml_unknown_keys_are_named() {
+        let err = Config::from_toml("[mailbox]\nttl = 5\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.problems[0].contains("ttl"), "{err}");
+    }
+
+    #[test]
+    fn toml_sets_nested_values() {
+        let c = Config::from_toml(
+            "listen = \"127.0.0.1:9000\"\napi_keys = [\"k\"]\n[session]\nwhen_full = \"drop-oldest\"\n[mailbox]\nttl_secs = 5\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.session.when_full, WhenFull::DropOldest);
+        assert_eq!(c.mailbox.ttl_secs, 5);
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let mut c = Config::default();
+        c.auth.jwt_secret = Some("short".into());
+        c.session.queue_messages = 1;
+        c.publish.max_batch = 0;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.problems.len(), 4, "{err}");
+        assert!(err.to_string().contains("at least 32"));
+        assert!(err.to_string().contains("api_keys"));
+    }
+
+    #[test]
+    fn public_key_needs_an_algorithm() {
+        let mut c = Config::default();
+        c.api_keys = vec!["k".into()];
+        c.auth.jwt_public_key_file = Some(PathBuf::from("/nonexistent.pem"));
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("jwt_algorithm is required"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+}

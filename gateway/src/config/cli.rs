@@ -1,0 +1,132 @@
+//! Command-line flags and environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::{Config, LogFormat, WhenFull};
+
+/// Herald gateway: browser sessions (STOMP over WebSocket) and per-user
+/// mailboxes. With no broker configured it runs standalone: the HTTP publish
+/// API is served on the same port.
+///
+/// Settings come from defaults, then the TOML file given by --config, then
+/// environment variables, then flags. With no JWT key configured the gateway
+/// runs in dev mode: it makes a secret and an API key, prints a demo token
+/// and URL, and serves a demo page at /.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "herald-gateway", version)]
+pub struct Cli {
+    /// TOML configuration file (see deploy/gateway.example.toml).
+    #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Data directory (dev credentials; later the delayed store) [default: herald-data].
+    #[arg(long, env = "HERALD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// HS256 secret for browser JWTs (at least 32 bytes).
+    #[arg(
+        long,
+        env = "HERALD_JWT_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub jwt_secret: Option<String>,
+    /// PEM public key for RS256/ES256 browser JWTs.
+    #[arg(long, env = "HERALD_JWT_PUBLIC_KEY_FILE", value_name = "FILE")]
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// JWT algorithm: HS256, RS256 or ES256.
+    #[arg(long, env = "HERALD_JWT_ALGORITHM", value_name = "ALG")]
+    pub jwt_algorithm: Option<String>,
+    /// API key for the publish API; repeat the flag or separate with commas.
+    #[arg(
+        long = "api-key",
+        env = "HERALD_API_KEYS",
+        value_name = "KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// How long a mailbox outlives its user's last session, in seconds [default: 300].
+    #[arg(long, env = "HERALD_MAILBOX_TTL_SECS", value_name = "SECS")]
+    pub mailbox_ttl_secs: Option<u64>,
+    /// Most concurrent sessions [default: 100000].
+    #[arg(long, env = "HERALD_MAX_SESSIONS", value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// What a full session queue does [default: disconnect].
+    #[arg(long, env = "HERALD_WHEN_FULL", value_name = "POLICY")]
+    pub when_full: Option<WhenFull>,
+    /// Log format [default: text]. Log levels come from RUST_LOG.
+    #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+impl Cli {
+    /// Lay the flags (and the environment, which clap has already read) over
+    /// `config`.
+    pub fn apply(&self, config: &mut Config) {
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = &self.data_dir {
+            config.data_dir = v.clone();
+        }
+        if let Some(v) = &self.jwt_secret {
+            config.auth.jwt_secret = Some(v.clone());
+        }
+        if let Some(v) = &self.jwt_public_key_file {
+            config.auth.jwt_public_key_file = Some(v.clone());
+        }
+        if let Some(v) = &self.jwt_algorithm {
+            config.auth.jwt_algorithm = Some(v.clone());
+        }
+        if !self.api_keys.is_empty() {
+            config.api_keys = self.api_keys.clone();
+        }
+        if let Some(v) = self.mailbox_ttl_secs {
+            config.mailbox.ttl_secs = v;
+        }
+        if let Some(v) = self.max_sessions {
+            config.session.max_sessions = v;
+        }
+        if let Some(v) = self.when_full {
+            config.session.when_full = v;
+        }
+        if let Some(v) = self.log_format {
+            config.log_format = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_values() {
+        let cli = Cli::try_parse_from([
+            "herald-gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--api-key",
+            "a,b",
+            "--when-full",
+            "drop-oldest",
+        ])
+        .unwrap();
+        let mut c = Config::default();
+        cli.apply(&mut c);
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.api_keys, vec!["a", "b"]);
+        assert_eq!(c.session.when_full, WhenFull::DropOldest);
+    }
+
+    #[test]
+    fn bad_flag_values_are_usage_errors() {
+        assert!(Cli::try_parse_from(["herald-gateway", "--listen", "nowhere"]).is_err());
+        assert!(Cli::try_parse_from(["herald-gateway", "--when-full", "explode"]).is_err());
+    }
+}

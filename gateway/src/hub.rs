@@ -1,0 +1,420 @@
+//! The hub: every mailbox on this gateway, and the routing of notifications
+//! to them. This is the one routing core: standalone Herald calls
+//! [`Hub::deliver`] in-process; an edge calls it for what arrives from its
+//! roots.
+//!
+//! Mailboxes are keyed by (site, user) and sharded by user under
+//! `parking_lot` mutexes. A shard also indexes its users by client company,
+//! so client-scope fan-out touches only that company's users. Lock order:
+//! shard, then outbox; nothing else is locked inside.
+
+mod expiry;
+mod mailbox;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use herald_protocol::envelope::{Notification, Scope};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use mailbox::Resume;
+
+use crate::config::MailboxConfig;
+use crate::metrics::{DropReason, Metrics};
+use crate::outbox::{Outbox, Pushed, Subscription};
+use expiry::ExpiryQueue;
+use mailbox::{BufferLimits, Mailbox};
+
+const SHARDS: usize = 64;
+
+/// Who a session is, from its verified token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `sub`.
+    pub user: Arc<str>,
+    /// `client`, the user's company.
+    pub client: Option<Arc<str>>,
+    /// `site`; empty when the token names none.
+    pub site: Arc<str>,
+}
+
+/// What a session learns when it attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attached {
+    /// The mailbox epoch.
+    pub epoch: u64,
+    /// The mailbox's last sequence.
+    pub head: u64,
+}
+
+/// Result of a subscription's replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// No resume point was given.
+    None,
+    /// This many messages were queued.
+    Replayed(usize),
+    /// The buffer did not cover the resume point; a gap marker was queued.
+    Gap,
+}
+
+/// Counts from one delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Mailboxes that took the message.
+    pub mailboxes: usize,
+    /// Sessions it was queued to.
+    pub sessions: usize,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    users: HashMap<Arc<str>, Vec<Mailbox>>,
+    by_client: HashMap<Arc<str>, HashSet<Arc<str>>>,
+    expiry: ExpiryQueue,
+    idle: usize,
+}
+
+/// Every mailbox of this gateway.
+#[derive(Debug)]
+pub struct Hub {
+    shards: Box<[Mutex<Shard>]>,
+    ttl: Duration,
+    buffer: BufferLimits,
+    cursor: AtomicUsize,
+    count: AtomicUsize,
+    metrics: Arc<Metrics>,
+}
+
+fn shard_of(user: &str) -> usize {
+    let mut h = DefaultHasher::new();
+    user.hash(&mut h);
+    (h.finish() as usize) % SHARDS
+}
+
+fn site_ok(n: &Notification, site: &str) -> bool {
+    n.sites.is_empty() || n.sites.iter().any(|s| s == site)
+}
+
+impl Shard {
+    fn unindex_client(&mut self, user: &Arc<str>, client: &Arc<str>) {
+        let still = self
+            .users
+            .get(user)
+            .is_some_and(|ms| ms.iter().any(|m| m.client.as_ref() == Some(client)));
+        if !still {
+            if let Some(set) = self.by_client.get_mut(client) {
+                set.remove(user);
+                if set.is_empty() {
+                    self.by_client.remove(client);
+                }
+            }
+        }
+    }
+}
+
+impl Hub {
+    /// An empty hub.
+    pub fn new(config: &MailboxConfig, metrics: Arc<Metrics>) -> Self {
+        Hub {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            ttl: Duration::from_secs(config.ttl_secs),
+            buffer: BufferLimits {
+                messages: config.buffer_messages,
+                bytes: config.buffer_bytes,
+            },
+            cursor: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
+            metrics,
+        }
+    }
+
+    /// Live mailboxes.
+    pub fn mailbox_count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Join a session to its mailbox, creating the mailbox on first use.
+    pub fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached {
+        let mut shard = self.shards[shard_of(&who.user)].lock();
+        let shard = &mut *shard;
+        let list = shard.users.entry(Arc::clone(&who.user)).or_default();
+        let index = match list.iter().position(|m| m.site == who.site) {
+            Some(i) => i,
+            None => {
+                list.push(Mailbox::new(
+                    Arc::clone(&who.site),
+                    who.client.clone(),
+                    rand::random::<u64>() >> 12,
+                ));
+                self.count.fetch_add(1, Ordering::Relaxed);
+                self.metrics.mailboxes.inc();
+                list.len() - 1
+            }
+        };
+        let mailbox = &mut list[index];
+        if mailbox.idle_deadline.take().is_some() {
+            shard.idle -= 1;
+        }
+        mailbox.sessions.push(Arc::clone(outbox));
+        let attached = Attached {
+            epoch: mailbox.epoch,
+            head: mailbox.head,
+        };
+        let old_client = std::mem::replace(&mut mailbox.client, who.client.clone());
+        if let Some(client) = &who.client {
+            shard
+                .by_client
+                .entry(Arc::clone(client))
+                .or_default()
+                .insert(Arc::clone(&who.user));
+        }
+        if let Some(old) = old_client.filter(|c| Some(c) != who.client.as_ref()) {
+            shard.unindex_client(&who.user, &old);
+        }
+        attached
+    }
+
+    /// Add a subscription to a session, replaying from `resume` when given.
+    /// Replay and subscription happen under the shard lock, so no live
+    /// message is missed or duplicated between them.
+    pub fn subscribe(
+        &self,
+        who: &Identity,
+        outbox: &Arc<Outbox>,
+        sub: Subscription,
+        resume: Option<&Resume>,
+        now: Instant,
+    ) -> Replay {
+        let shard = self.shards[shard_of(&who.user)].lock();
+        let mailbox = shard
+            .users
+            .get(&who.user)
+            .and_then(|ms| ms.iter().find(|m| m.site == who.site));
+        let (Some(mailbox), Some(resume)) = (mailbox, resume) else {
+            outbox.subscribe(sub, []);
+            return Replay::None;
+        };
+        let filter = sub.filter.clone();
+        match mailbox.replay(resume, sub.key, |n| filter.matches(&n.event), now) {
+            Ok(items) => {
+                let count = items.len();
+                outbox.subscribe(sub, items);
+                self.metrics.replayed.inc_by(count as u64);
+                Replay::Replayed(count)
+            }
+            Err(gap) => {
+                outbox.subscribe(sub, [gap]);
+                self.metrics.gaps.inc();
+                Replay::Gap
+            }
+        }
+    }
+
+    /// Take a session out of its mailbox; the last one out starts the TTL.
+    pub fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
+        let mut guard = self.shards[shard_of(&who.user)].lock();
+        let shard = &mut *guard;
+        let Some(mailbox) = shard
+            .users
+            .get_mut(&who.user)
+            .and_then(|ms| ms.iter_mut().find(|m| m.site == who.site))
+        else {
+            return;
+        };
+        if mailbox.detach(outbox) && mailbox.sessions.is_empty() {
+            let deadline = now + self.ttl;
+            mailbox.idle_deadline = Some(deadline);
+            shard.idle += 1;
+            shard
+                .expiry
+                .push(deadline, Arc::clone(&who.user), Arc::clone(&who.site));
+            if shard.expiry.len() > 2 * shard.idle + 1024 {
+                let live: Vec<_> = shard
+                    .users
+                    .iter()
+                    .flat_map(|(u, ms)| {
+                        ms.iter().filter_map(move |m| {
+                            m.idle_deadline
+                                .map(|d| (d, Arc::clone(u), Arc::clone(&m.site)))
+                        })
+                    })
+                    .collect();
+                shard.expiry.rebuild(live);
+            }
+        }
+    }
+
+    fn push_to(&self, mailbox: &mut Mailbox, n: &Arc<Notification>, now: Instant) -> usize {
+        let (seq, evicted) = mailbox.append(n, now, self.buffer);
+        for _ in 0..evicted {
+            self.metrics.drop_one(DropReason::MailboxBufferEvicted);
+        }
+        let mut queued = 0;
+        for outbox in &mailbox.sessions {
+            match outbox.push(seq, n) {
+                Pushed::Queued => queued += 1,
+                Pushed::DroppedOldest(k) => {
+                    queued += 1;
+                    for _ in 0..k {
+                        self.metrics.drop_one(DropReason::QueueFullDropOldest);
+                    }
+                }
+                Pushed::Cut => self.metrics.drop_one(DropReason::SlowConsumer),
+                Pushed::Filtered | Pushed::Closed => {}
+            }
+        }
+        queued
+    }
+
+    /// Route one notification to every mailbox its scope and sites name.
+    pub fn deliver(&self, n: &Arc<Notification>, now: Instant) -> Delivered {
+        let mut out = Delivered::default();
+        let mut take = |hub: &Hub, m: &mut Mailbox| {
+            if site_ok(n, &m.site) {
+                out.mailboxes += 1;
+                out.sessions += hub.push_to(m, n, now);
+            }
+        };
+        match n.scope {
+            Scope::User => {
+                let mut seen: HashSet<&str> = HashSet::new();
+                for user in &n.users {
+                    if !seen.insert(user) {
+                        continue;
+                    }
+                    let mut shard = self.shards[shard_of(user)].lock();
+                    if let Some(list) = shard.users.get_mut(user.as_str()) {
+                        for m in list.iter_mut() {
+                            take(self, m);
+                        }
+                    }
+                }
+            }
+            Scope::Client => {
+                for lock in self.shards.iter() {
+                    let mut guard = lock.lock();
+                    let shard = &mut *guard;
+                    let mut users: Vec<Arc<str>> = Vec::new();
+                    for c in &n.clients {
+                        if let Some(set) = shard.by_client.get(c.as_str()) {
+                            users.extend(set.iter().cloned());
+                        }
+                    }
+                    if n.clients.len() > 1 {
+                        users.sort_unstable();
+                        users.dedup();
+                    }
+                    for user in users {
+                        if let Some(list) = shard.users.get_mut(&user) {
+                            for m in list.iter_mut() {
+                                let wanted = m
+                                    .client
+                                    .as_deref()
+                                    .is_some_and(|c| n.clients.iter().any(|x| x == c));
+                                if wanted {
+                                    take(self, m);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Scope::Global => {
+                for lock in self.shards.iter() {
+                    let mut shard = lock.lock();
+                    for list in shard.users.values_mut() {
+                        for m in list.iter_mut() {
+                            take(self, m);
+                        }
+                    }
+                }
+            }
+        }
+        self.metrics.deliveries.inc_by(out.sessions as u64);
+        out
+    }
+
+    /// Remove up to `budget` mailboxes whose TTL has passed at `now`, taking
+    /// shards in turn so no shard starves. Returns how many were removed.
+    pub fn expire(&self, now: Instant, budget: usize) -> usize {
+        let mut removed = 0;
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        for i in 0..SHARDS {
+            if removed >= budget {
+                break;
+            }
+            let mut guard = self.shards[(start + i) % SHARDS].lock();
+            let shard = &mut *guard;
+            while removed < budget {
+                let Some(entry) = shard.expiry.pop_due(now) else {
+                    break;
+                };
+                let Some(list) = shard.users.get_mut(&entry.user) else {
+                    continue;
+                };
+                let Some(pos) = list
+                    .iter()
+                    .position(|m| m.site == entry.site && m.idle_deadline == Some(entry.deadline))
+                else {
+                    continue;
+                };
+                let gone = list.swap_remove(pos);
+                if list.is_empty() {
+                    shard.users.remove(&entry.user);
+                }
+                shard.idle -= 1;
+                if let Some(client) = &gone.client {
+                    shard.unindex_client(&entry.user, client);
+                }
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.count.fetch_sub(removed, Ordering::Relaxed);
+            self.metrics.mailboxes.dec_by(removed as i64);
+            self.metrics.mailboxes_expired.inc_by(removed as u64);
+        }
+        removed
+    }
+
+    /// The earliest pending expiry deadline (possibly stale).
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.lock().expiry.next_deadline())
+            .min()
+    }
+
+    /// Run expiry every `tick`, at most `budget` removals per tick, until
+    /// `shutdown`.
+    pub async fn run_expiry(
+        self: Arc<Self>,
+        tick: Duration,
+        budget: usize,
+        shutdown: CancellationToken,
+    ) {
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = interval.tick() => {
+                    let removed = self.expire(Instant::now(), budget);
+                    if removed > 0 {
+                        tracing::debug!(removed, "mailboxes expired");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,247 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_protocol::envelope::{Notification, Scope};
+use tokio::time::Instant;
+
+use super::*;
+use crate::config::{MailboxConfig, WhenFull};
+use crate::filter::EventFilter;
+use crate::outbox::{GapReason, Item, QueueLimits};
+
+fn hub(ttl_secs: u64) -> Hub {
+    let config = MailboxConfig {
+        ttl_secs,
+        buffer_messages: 3,
+        ..MailboxConfig::default()
+    };
+    Hub::new(&config, Arc::new(Metrics::default()))
+}
+
+fn who(user: &str, client: Option<&str>, site: &str) -> Identity {
+    Identity {
+        user: user.into(),
+        client: client.map(Into::into),
+        site: site.into(),
+    }
+}
+
+fn outbox() -> Arc<Outbox> {
+    Arc::new(Outbox::new(QueueLimits {
+        messages: 100,
+        bytes: 1 << 20,
+        when_full: WhenFull::Disconnect,
+    }))
+}
+
+fn sub(key: u32) -> Subscription {
+    Subscription {
+        key,
+        id: format!("sub-{key}").into(),
+        filter: EventFilter::default(),
+    }
+}
+
+fn note(scope: Scope, users: &[&str], clients: &[&str], sites: &[&str]) -> Arc<Notification> {
+    Arc::new(Notification {
+        id: "n".into(),
+        scope,
+        users: users.iter().map(|s| s.to_string()).collect(),
+        clients: clients.iter().map(|s| s.to_string()).collect(),
+        sites: sites.iter().map(|s| s.to_string()).collect(),
+        event: "e".into(),
+        topic: None,
+        content_type: "text/plain".into(),
+        payload: Bytes::from_static(b"hi"),
+        payload_is_utf8: true,
+        ttl: None,
+    })
+}
+
+/// A subscribed session of `identity`.
+fn session(h: &Hub, identity: &Identity) -> Arc<Outbox> {
+    session_with_epoch(h, identity).0
+}
+
+fn session_with_epoch(h: &Hub, identity: &Identity) -> (Arc<Outbox>, u64) {
+    let o = outbox();
+    let attached = h.attach(identity, &o);
+    h.subscribe(identity, &o, sub(0), None, Instant::now());
+    (o, attached.epoch)
+}
+
+#[tokio::test]
+async fn scopes_reach_exactly_their_recipients() {
+    let h = hub(300);
+    let alice = who("alice", Some("acme"), "s1");
+    let alice_s2 = who("alice", Some("acme"), "s2");
+    let bob = who("bob", Some("acme"), "s1");
+    let carol = who("carol", Some("globex"), "s1");
+    let a = session(&h, &alice);
+    let a2 = session(&h, &alice_s2);
+    let b = session(&h, &bob);
+    let c = session(&h, &carol);
+    let now = Instant::now();
+
+    let d = h.deliver(&note(Scope::User, &["alice"], &[], &[]), now);
+    assert_eq!(d.sessions, 2);
+    assert_eq!((a.len(), a2.len(), b.len(), c.len()), (1, 1, 0, 0));
+
+    let d = h.deliver(&note(Scope::User, &["alice", "bob"], &[], &["s2"]), now);
+    assert_eq!(d.sessions, 1);
+    assert_eq!((a.len(), a2.len(), b.len(), c.len()), (1, 2, 0, 0));
+
+    let d = h.deliver(&note(Scope::Client, &[], &["acme"], &["s1"]), now);
+    assert_eq!(d.sessions, 2);
+    assert_eq!((a.len(), a2.len(), b.len(), c.len()), (2, 2, 1, 0));
+
+    let d = h.deliver(&note(Scope::Client, &[], &["acme", "globex"], &[]), now);
+    assert_eq!(d.sessions, 4);
+
+    let d = h.deliver(&note(Scope::Global, &[], &[], &[]), now);
+    assert_eq!(d.sessions, 4);
+    assert_eq!((a.len(), a2.len(), b.len(), c.len()), (4, 4, 3, 2));
+}
+
+#[tokio::test]
+async fn sessions_of_one_mailbox_share_the_sequence() {
+    let h = hub(300);
+    let alice = who("alice", None, "");
+    let one = session(&h, &alice);
+    let two = session(&h, &alice);
+    h.deliver(&note(Scope::User, &["alice"], &[], &[]), Instant::now());
+    for o in [one, two] {
+        match o.pop().unwrap().item {
+            Item::Deliver { seq, .. } => assert_eq!(seq, 1),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn resume_replays_then_live_continues_without_duplicates() {
+    let h = hub(300);
+    let alice = who("alice", None, "");
+    let (first, epoch) = session_with_epoch(&h, &alice);
+    let now = Instant::now();
+    for _ in 0..3 {
+        h.deliver(&note(Scope::User, &["alice"], &[], &[]), now);
+    }
+    h.detach(&alice, &first, now);
+
+    let again = outbox();
+    let attached = h.attach(&alice, &again);
+    assert_eq!(attached.head, 3);
+    let replay = h.subscribe(
+        &alice,
+        &again,
+        sub(0),
+        Some(&Resume { epoch, last_seq: 1 }),
+        now,
+    );
+    assert_eq!(replay, Replay::Replayed(2));
+    h.deliver(&note(Scope::User, &["alice"], &[], &[]), now);
+    let seqs: Vec<u64> = std::iter::from_fn(|| again.pop())
+        .map(|p| match p.item {
+            Item::Deliver { seq, .. } => seq,
+            Item::Gap { .. } => 0,
+        })
+        .collect();
+    assert_eq!(seqs, vec![2, 3, 4]);
+}
+
+#[tokio::test]
+async fn resume_past_the_buffer_gets_a_gap() {
+    let h = hub(300);
+    let alice = who("alice", None, "");
+    let (o, epoch) = session_with_epoch(&h, &alice);
+    let now = Instant::now();
+    for _ in 0..5 {
+        h.deliver(&note(Scope::User, &["alice"], &[], &[]), now);
+    }
+    h.detach(&alice, &o, now);
+    let again = outbox();
+    h.attach(&alice, &again);
+    let replay = h.subscribe(
+        &alice,
+        &again,
+        sub(0),
+        Some(&Resume { epoch, last_seq: 0 }),
+        now,
+    );
+    assert_eq!(replay, Replay::Gap);
+    assert!(matches!(
+        again.pop().unwrap().item,
+        Item::Gap {
+            seq: 5,
+            reason: GapReason::BufferExceeded,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_mailbox_expires_after_ttl() {
+    let h = Arc::new(hub(300));
+    let token = CancellationToken::new();
+    tokio::spawn(Arc::clone(&h).run_expiry(Duration::from_millis(100), 1000, token.clone()));
+    let alice = who("alice", Some("acme"), "");
+    let (o, epoch) = session_with_epoch(&h, &alice);
+    h.detach(&alice, &o, Instant::now());
+    assert_eq!(h.mailbox_count(), 1);
+
+    tokio::time::sleep(Duration::from_secs(299)).await;
+    assert_eq!(h.mailbox_count(), 1, "still within the TTL");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.mailbox_count(), 0, "expired after the TTL");
+    // The client index forgot alice too: client fan-out reaches nobody.
+    let d = h.deliver(&note(Scope::Client, &[], &["acme"], &[]), Instant::now());
+    assert_eq!(d.mailboxes, 0);
+
+    // Coming back makes a new mailbox: the old resume point is a gap.
+    let again = outbox();
+    let attached = h.attach(&alice, &again);
+    assert_ne!(attached.epoch, epoch);
+    let replay = h.subscribe(
+        &alice,
+        &again,
+        sub(0),
+        Some(&Resume { epoch, last_seq: 0 }),
+        Instant::now(),
+    );
+    assert_eq!(replay, Replay::Gap);
+    token.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn returning_within_ttl_cancels_expiry() {
+    let h = Arc::new(hub(10));
+    let alice = who("alice", None, "");
+    let o = session(&h, &alice);
+    h.detach(&alice, &o, Instant::now());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let back = session(&h, &alice);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(h.expire(Instant::now(), 100), 0);
+    assert_eq!(h.mailbox_count(), 1);
+    h.detach(&alice, &back, Instant::now());
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(h.expire(Instant::now(), 100), 1);
+}
+
+#[tokio::test]
+async fn expiry_is_rate_limited_per_call() {
+    let h = hub(1);
+    let now = Instant::now();
+    for i in 0..50 {
+        let id = who(&format!("u{i}"), None, "");
+        let o = session(&h, &id);
+        h.detach(&id, &o, now);
+    }
+    let later = now + Duration::from_secs(2);
+    assert_eq!(h.expire(later, 20), 20);
+    assert_eq!(h.expire(later, 20), 20);
+    assert_eq!(h.expire(later, 20), 10);
+    assert_eq!(h.mailbox_count(), 0);
+}

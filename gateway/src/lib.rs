@@ -1,0 +1,153 @@
+//! Herald's edge gateway: browser sessions, per-user mailboxes, and (with no
+//! broker configured) the whole of Herald in one process.
+//!
+//! # Layout
+//! - [`config`]: defaults, TOML file, environment, flags; validation.
+//! - [`server`]: the accept loop (hyper HTTP/1.1 with upgrades).
+//! - [`http`]: routes: `/ws`, `/healthz`, `/metrics`, the demo page, and the
+//!   publish API from `herald-router`.
+//! - [`session`]: STOMP over WebSocket: sans-I/O state machine, the bytes it
+//!   writes, the async shell.
+//! - [`auth`]: JWT verification (HS256, RS256, ES256).
+//! - [`hub`]: mailboxes by (site, user), routing by scope, replay, expiry.
+//! - [`outbox`]: each session's bounded queue and its policy when full.
+//! - [`filter`]: event filters on subscriptions.
+//! - [`link`]: the in-process link from the publish API to the hub.
+//! - [`metrics`], [`dev`], [`app`]: metrics, dev mode, shared state.
+//!
+//! # Data flow
+//! ```text
+//! POST /v1/notifications -> PublishApi (validate once) -> LocalLink -> Hub::deliver
+//!   Hub: scope -> mailboxes -> seq + replay buffer -> Outbox::push (Arc, no copy)
+//!   session task: Outbox::pop -> [ws header + STOMP head][shared payload][NUL] -> writev
+//! ```
+//!
+//! # Shutdown
+//! The token fires (SIGTERM/SIGINT in `main`): accepting stops, `/healthz`
+//! answers 503, each session sends ERROR "server shutting down" and a close
+//! frame, and [`Gateway::serve`] waits up to `shutdown_grace_ms` for them.
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod dev;
+pub mod filter;
+pub mod http;
+pub mod hub;
+pub mod link;
+pub mod metrics;
+pub mod outbox;
+pub mod server;
+pub mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_router::api_key::ApiKeys;
+use herald_router::metrics::PublishMetrics;
+use herald_router::publish::{PublishApi, PublishConfig};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use app::{DevCredentials, Shared};
+use auth::Verifier;
+use config::Config;
+use hub::Hub;
+use metrics::Metrics;
+
+/// A configured gateway, ready to serve.
+#[derive(Debug)]
+pub struct Gateway {
+    shared: Arc<Shared>,
+    publish: PublishApi,
+}
+
+impl Gateway {
+    /// Build from a validated configuration. `shutdown` is the token that
+    /// starts the drain; in dev mode `dev` carries the made-up credentials
+    /// (and its API key is accepted).
+    pub fn new(
+        config: Config,
+        verifier: Verifier,
+        dev: Option<DevCredentials>,
+        shutdown: CancellationToken,
+    ) -> Gateway {
+        let config = Arc::new(config);
+        let metrics = Arc::new(Metrics::default());
+        let publish_metrics = PublishMetrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        publish_metrics.register(&mut registry);
+        let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
+        let mut keys = config.api_keys.clone();
+        if let Some(d) = &dev {
+            keys.push(d.api_key.clone());
+        }
+        let publish = PublishApi::new(
+            PublishConfig {
+                api_keys: ApiKeys::new(keys),
+                limits: config.envelope_limits(),
+                max_body_bytes: config.publish.max_body_bytes,
+                max_batch: config.publish.max_batch,
+            },
+            Arc::new(link::LocalLink::new(Arc::clone(&hub))),
+            publish_metrics,
+        );
+        let shared = Arc::new(Shared::new(
+            config,
+            hub,
+            verifier,
+            metrics,
+            registry,
+            shutdown,
+            TaskTracker::new(),
+            dev,
+        ));
+        Gateway { shared, publish }
+    }
+
+    /// The shared state (tests read metrics and the hub through it).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Serve on `listener` until the shutdown token fires, then drain.
+    pub async fn serve(self, listener: TcpListener) {
+        let shared = self.shared;
+        let cfg = &shared.config;
+        let expiry = tokio::spawn(Arc::clone(&shared.hub).run_expiry(
+            Duration::from_millis(cfg.mailbox.expiry_tick_ms),
+            cfg.mailbox.max_expirations_per_tick,
+            shared.shutdown.clone(),
+        ));
+        let router = http::routes(Arc::clone(&shared), self.publish.routes());
+        server::serve(
+            listener,
+            router,
+            shared.shutdown.clone(),
+            shared.tracker.clone(),
+        )
+        .await;
+        shared.tracker.close();
+        let grace = Duration::from_millis(cfg.shutdown_grace_ms);
+        let open = shared.session_slots();
+        tracing::info!(
+            sessions = open,
+            grace_ms = cfg.shutdown_grace_ms,
+            "draining"
+        );
+        if tokio::time::timeout(grace, shared.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                remaining = shared.tracker.len(),
+                "shutdown grace elapsed with connections still open"
+            );
+        }
+        let _ = expiry.await;
+        tracing::info!("stopped");
+    }
+}

@@ -1,0 +1,250 @@
+//! Prometheus metrics of the gateway (served at `GET /metrics`).
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Browser transports.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Transport {
+    /// STOMP over a raw WebSocket (`/ws`).
+    Websocket,
+}
+
+/// Label values are the snake_case names Prometheus users expect.
+macro_rules! label_value {
+    ($ty:ty { $($variant:ident => $name:literal),* $(,)? }) => {
+        impl $ty {
+            /// The label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(<$ty>::$variant => $name,)*
+                }
+            }
+
+            /// Every value, to pre-create the series at zero.
+            pub const ALL: &'static [$ty] = &[$(<$ty>::$variant),*];
+        }
+
+        impl EncodeLabelValue for $ty {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    };
+}
+
+label_value!(Transport { Websocket => "websocket" });
+label_value!(RefuseReason {
+    BadHandshake => "bad_handshake",
+    SessionLimit => "session_limit",
+    Auth => "auth",
+    ConnectTimeout => "connect_timeout",
+    Version => "version",
+});
+label_value!(DropReason {
+    QueueFullDropOldest => "queue_full_drop_oldest",
+    SlowConsumer => "slow_consumer",
+    MailboxBufferEvicted => "mailbox_buffer_evicted",
+    Expired => "expired",
+});
+label_value!(ProtocolError {
+    MalformedFrame => "malformed_frame",
+    Oversized => "oversized",
+    InvalidUtf8 => "invalid_utf8",
+    Websocket => "websocket",
+    Refused => "refused",
+});
+
+/// Label: transport.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransportLabels {
+    /// Which transport.
+    pub transport: Transport,
+}
+
+/// Why a connection or session was refused.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum RefuseReason {
+    /// Not a valid WebSocket upgrade.
+    BadHandshake,
+    /// `session.max_sessions` reached.
+    SessionLimit,
+    /// Missing, forged, expired or wrong-algorithm token.
+    Auth,
+    /// No CONNECT within `session.connect_timeout_ms`.
+    ConnectTimeout,
+    /// No common STOMP version.
+    Version,
+}
+
+/// Label: reason for a refusal.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefuseLabels {
+    /// Why.
+    pub reason: RefuseReason,
+}
+
+/// Why a message was dropped or a session cut.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum DropReason {
+    /// Queue full, policy `drop-oldest`: the oldest queued message went.
+    QueueFullDropOldest,
+    /// Queue full, policy `disconnect`: the session was closed.
+    SlowConsumer,
+    /// Evicted from a mailbox replay buffer by its count or byte bound.
+    MailboxBufferEvicted,
+    /// The notification's TTL passed before delivery.
+    Expired,
+}
+
+/// Label: drop reason.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    /// Why.
+    pub reason: DropReason,
+}
+
+/// Protocol errors answered with a STOMP ERROR frame or a WebSocket close.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// Malformed STOMP frame.
+    MalformedFrame,
+    /// Frame or message over a size limit.
+    Oversized,
+    /// Invalid UTF-8 in a text message or header.
+    InvalidUtf8,
+    /// WebSocket framing violation.
+    Websocket,
+    /// A well-formed frame that is not allowed here.
+    Refused,
+}
+
+/// Label: protocol error kind.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// Which kind.
+    pub kind: ProtocolError,
+}
+
+/// Every gateway metric.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    /// Live sessions by transport.
+    pub sessions: Family<TransportLabels, Gauge>,
+    /// Sessions opened (CONNECTED sent) by transport.
+    pub sessions_opened: Family<TransportLabels, Counter>,
+    /// Live mailboxes.
+    pub mailboxes: Gauge,
+    /// Mailboxes removed after their TTL.
+    pub mailboxes_expired: Counter,
+    /// Refused connections and sessions.
+    pub refused: Family<RefuseLabels, Counter>,
+    /// Messages queued to sessions (one per session per notification).
+    pub deliveries: Counter,
+    /// Messages replayed from mailbox buffers on resume.
+    pub replayed: Counter,
+    /// Gap markers sent (a resume the buffer could not cover, or drops).
+    pub gaps: Counter,
+    /// Dropped messages and cut sessions.
+    pub dropped: Family<DropLabels, Counter>,
+    /// Protocol errors.
+    pub errors: Family<ErrorLabels, Counter>,
+}
+
+impl Metrics {
+    /// Register every metric.
+    pub fn register(&self, registry: &mut Registry) {
+        self.precreate();
+        registry.register(
+            "herald_sessions",
+            "Live browser sessions",
+            self.sessions.clone(),
+        );
+        registry.register(
+            "herald_sessions_opened",
+            "Browser sessions opened",
+            self.sessions_opened.clone(),
+        );
+        registry.register("herald_mailboxes", "Live mailboxes", self.mailboxes.clone());
+        registry.register(
+            "herald_mailboxes_expired",
+            "Mailboxes removed after their TTL",
+            self.mailboxes_expired.clone(),
+        );
+        registry.register(
+            "herald_connections_refused",
+            "Connections and sessions refused, by reason",
+            self.refused.clone(),
+        );
+        registry.register(
+            "herald_deliveries",
+            "Messages queued to sessions",
+            self.deliveries.clone(),
+        );
+        registry.register(
+            "herald_replayed",
+            "Messages replayed on resume",
+            self.replayed.clone(),
+        );
+        registry.register(
+            "herald_gaps",
+            "Gap markers sent to sessions",
+            self.gaps.clone(),
+        );
+        registry.register(
+            "herald_dropped",
+            "Dropped messages and cut sessions, by reason",
+            self.dropped.clone(),
+        );
+        registry.register(
+            "herald_protocol_errors",
+            "Protocol errors answered with ERROR or a close, by kind",
+            self.errors.clone(),
+        );
+    }
+
+    /// Create every labelled series at zero so dashboards see them before
+    /// the first event.
+    pub fn precreate(&self) {
+        for &transport in Transport::ALL {
+            let _ = self.sessions.get_or_create(&TransportLabels { transport });
+            let _ = self
+                .sessions_opened
+                .get_or_create(&TransportLabels { transport });
+        }
+        for &reason in RefuseReason::ALL {
+            let _ = self.refused.get_or_create(&RefuseLabels { reason });
+        }
+        for &reason in DropReason::ALL {
+            let _ = self.dropped.get_or_create(&DropLabels { reason });
+        }
+        for &kind in ProtocolError::ALL {
+            let _ = self.errors.get_or_create(&ErrorLabels { kind });
+        }
+    }
+
+    /// Count a refusal.
+    pub fn refuse(&self, reason: RefuseReason) {
+        self.refused.get_or_create(&RefuseLabels { reason }).inc();
+    }
+
+    /// Count a drop.
+    pub fn drop_one(&self, reason: DropReason) {
+        self.dropped.get_or_create(&DropLabels { reason }).inc();
+    }
+
+    /// Count a protocol error.
+    pub fn error(&self, kind: ProtocolError) {
+        self.errors.get_or_create(&ErrorLabels { kind }).inc();
+    }
+
+    /// The live-session gauge for a transport.
+    pub fn sessions_gauge(&self, transport: Transport) -> Gauge {
+        self.sessions
+            .get_or_create(&TransportLabels { transport })
+            .clone()
+    }
+}

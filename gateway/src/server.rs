@@ -1,0 +1,75 @@
+//! The accept loop: one hyper HTTP/1.1 connection per socket, upgrades
+//! allowed, graceful shutdown when the token fires.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// Longest time a client may take to send request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after an accept error (e.g. out of file descriptors) before trying again.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Serve `router` on `listener` until `shutdown` fires. Connections are
+/// tracked by `tracker`; on shutdown, idle keep-alive connections close and
+/// in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "set_nodelay failed");
+        }
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                router.clone().oneshot(req.map(axum::body::Body::new))
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                    }
+                }
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    if let Err(e) = conn.await {
+                        tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                    }
+                }
+            }
+        });
+    }
+    tracing::info!("stopped accepting connections");
+}

@@ -1,0 +1,14 @@
+//! Browser sessions.
+//!
+//! # Layout
+//! - [`stomp`]: the STOMP session state machine, sans I/O: frames in,
+//!   actions out (connect, subscribe, unsubscribe, disconnect, fail).
+//! - [`writer`]: the bytes a session writes: STOMP frames in WebSocket
+//!   frames, a MESSAGE as per-recipient head + shared body + NUL.
+//! - [`websocket`]: the async shell for STOMP over a raw WebSocket: owns the
+//!   TCP stream, holds no read buffer while idle, writes vectored from shared
+//!   `Bytes`, heart-beats, shutdown.
+
+pub mod stomp;
+pub mod websocket;
+pub mod writer;

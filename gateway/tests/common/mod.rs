@@ -1,0 +1,243 @@
+//! Test harness: a real gateway on 127.0.0.1:0, clients that speak STOMP
+//! over WebSocket with tokio-tungstenite (an independent implementation),
+//! and a raw client for malformed input.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use herald_gateway::Gateway;
+use herald_gateway::app::Shared;
+use herald_gateway::auth::{Claims, Verifier, sign_hs256};
+use herald_gateway::config::Config;
+use herald_protocol::stomp::{self, Decoded, Frame, Limits, Version};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+pub const SECRET: &str = "test-secret-test-secret-test-secret!";
+pub const API_KEY: &str = "test-api-key";
+/// Upper bound on any wait in these tests; a wait that hits it is a failure.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<()>,
+}
+
+pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestGateway {
+    let mut config = Config::default();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.auth.jwt_secret = Some(SECRET.into());
+    config.api_keys = vec![API_KEY.into()];
+    config.shutdown_grace_ms = 2000;
+    tweak(&mut config);
+    config.validate().expect("test config is valid");
+    let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let verifier = Verifier::hs256(SECRET.as_bytes(), 0);
+    let gateway = Gateway::new(config, verifier, None, shutdown.clone());
+    let shared = Arc::clone(gateway.shared());
+    let task = tokio::spawn(gateway.serve(listener));
+    TestGateway {
+        addr,
+        shared,
+        shutdown,
+        task,
+    }
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+pub fn token(user: &str, client: Option<&str>, site: Option<&str>) -> String {
+    sign_hs256(
+        SECRET.as_bytes(),
+        &Claims {
+            sub: user.into(),
+            client: client.map(Into::into),
+            site: site.map(Into::into),
+            exp: now_secs() + 600,
+        },
+    )
+}
+
+impl TestGateway {
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    pub async fn publish(&self, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let r = reqwest::Client::new()
+            .post(format!("http://{}/v1/notifications", self.addr))
+            .bearer_auth(API_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.addr))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Connect and send CONNECT with `headers`; returns the client and the
+    /// server's answer (CONNECTED or ERROR).
+    pub async fn connect_with(&self, headers: &[(&str, &str)]) -> (StompClient, Frame) {
+        let mut client = StompClient::open(&self.ws_url()).await;
+        let mut h = vec![("accept-version", "1.2"), ("host", "herald")];
+        h.extend_from_slice(headers);
+        client.send(stomp::Command::Connect, &h).await;
+        let answer = client.next_frame().await.expect("an answer to CONNECT");
+        (client, answer)
+    }
+
+    /// A connected, subscribed client for `token`.
+    pub async fn session(&self, token: &str) -> StompClient {
+        let (mut c, answer) = self.connect_with(&[("passcode", token)]).await;
+        assert_eq!(answer.command, stomp::Command::Connected, "{answer:?}");
+        c.connected = Some(answer);
+        c.subscribe("sub-0", &[]).await;
+        c
+    }
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+pub struct StompClient {
+    pub ws: Ws,
+    buf: BytesMut,
+    pub connected: Option<Frame>,
+    pub close_code: Option<u16>,
+}
+
+impl StompClient {
+    pub async fn open(url: &str) -> StompClient {
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+        let (ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+        assert_eq!(
+            resp.headers()
+                .get("Sec-WebSocket-Protocol")
+                .map(|v| v.to_str().unwrap()),
+            Some("v12.stomp")
+        );
+        StompClient {
+            ws,
+            buf: BytesMut::new(),
+            connected: None,
+            close_code: None,
+        }
+    }
+
+    pub async fn send(&mut self, command: stomp::Command, headers: &[(&str, &str)]) {
+        let mut out = BytesMut::new();
+        stomp::encode_frame(command, headers, b"", Version::V1_2, &mut out);
+        self.send_raw_text(std::str::from_utf8(&out).unwrap()).await;
+    }
+
+    pub async fn send_raw_text(&mut self, text: &str) {
+        self.ws.send(Message::text(text)).await.unwrap();
+    }
+
+    pub async fn subscribe(&mut self, id: &str, extra: &[(&str, &str)]) {
+        let receipt = format!("r-{id}");
+        let mut h = vec![
+            ("id", id),
+            ("destination", "/user/notifications"),
+            ("receipt", receipt.as_str()),
+        ];
+        h.extend_from_slice(extra);
+        self.send(stomp::Command::Subscribe, &h).await;
+        let f = self.next_frame().await.expect("RECEIPT");
+        assert_eq!(f.command, stomp::Command::Receipt, "{f:?}");
+        assert_eq!(f.header("receipt-id"), Some(receipt.as_str()));
+    }
+
+    /// The next STOMP frame (heart-beats skipped), or None when the
+    /// connection closed. Panics after [`WAIT`].
+    pub async fn next_frame(&mut self) -> Option<Frame> {
+        tokio::time::timeout(WAIT, self.next_frame_inner())
+            .await
+            .expect("timed out waiting for a frame")
+    }
+
+    async fn next_frame_inner(&mut self) -> Option<Frame> {
+        let limits = Limits {
+            max_frame_bytes: 16 << 20,
+            ..Limits::default()
+        };
+        loop {
+            match stomp::decode(&mut self.buf, Version::V1_2, &limits).unwrap() {
+                Some(Decoded::Frame(f)) => return Some(f),
+                Some(Decoded::Heartbeat) => continue,
+                None => {}
+            }
+            match self.ws.next().await {
+                Some(Ok(Message::Text(t))) => self.buf.extend_from_slice(t.as_bytes()),
+                Some(Ok(Message::Binary(b))) => self.buf.extend_from_slice(&b),
+                Some(Ok(Message::Close(c))) => {
+                    self.close_code = c.map(|c| u16::from(c.code));
+                    return None;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return None,
+            }
+        }
+    }
+
+    /// The next MESSAGE frame; fails on anything else.
+    pub async fn message(&mut self) -> Frame {
+        let f = self.next_frame().await.expect("a MESSAGE");
+        assert_eq!(f.command, stomp::Command::Message, "{f:?}");
+        f
+    }
+
+    /// Read until the server closes; returns the close code.
+    pub async fn closed(&mut self) -> Option<u16> {
+        while self.next_frame().await.is_some() {}
+        self.close_code
+    }
+}
+
+pub fn epoch_of(connected: &Frame) -> String {
+    connected.header("epoch").unwrap().to_owned()
+}
+
+/// Send a message to `user` and return its id.
+pub async fn notify(gw: &TestGateway, user: &str, event: &str) -> String {
+    let (status, body) = gw
+        .publish(serde_json::json!({"users": [user], "event": event, "payload": {"n": 1}}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    body["ids"][0].as_str().unwrap().to_owned()
+}
+
+/// Read a Prometheus sample (`name{labels}` exactly as rendered).
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}

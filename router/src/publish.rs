@@ -1,0 +1,223 @@
+//! `POST /v1/notifications`: the HTTP publish API.
+//!
+//! Authenticated by API key (`Authorization: Bearer KEY` or `X-Api-Key:
+//! KEY`). A JSON body is one notification or an array of them; any other
+//! content type is a raw payload whose envelope fields come from the query
+//! string. Answers 202 `{"ids":[...]}` once the link has taken the batch, or
+//! a JSON error (`400` malformed, `401` key, `413` size, `415` no content
+//! type, `422` a field, `503` link down).
+
+mod error;
+mod parse;
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use herald_protocol::envelope::{Limits, Notification};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Serialize;
+
+pub use error::ApiError;
+
+use crate::api_key::ApiKeys;
+use crate::link::Link;
+use crate::metrics::PublishMetrics;
+
+/// Settings of the publish API.
+#[derive(Debug, Clone)]
+pub struct PublishConfig {
+    /// Accepted API keys.
+    pub api_keys: ApiKeys,
+    /// Envelope limits.
+    pub limits: Limits,
+    /// Largest request body (a batch included).
+    pub max_body_bytes: usize,
+    /// Most notifications in one batch.
+    pub max_batch: usize,
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        PublishConfig {
+            api_keys: ApiKeys::default(),
+            limits: Limits::default(),
+            max_body_bytes: 8 * 1024 * 1024,
+            max_batch: 1000,
+        }
+    }
+}
+
+/// The publish API's shared state.
+#[derive(Clone)]
+pub struct PublishApi {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PublishApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishApi")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: PublishConfig,
+    link: Arc<dyn Link>,
+    metrics: PublishMetrics,
+}
+
+#[derive(Serialize)]
+struct Accepted {
+    ids: Vec<String>,
+}
+
+/// A fresh notification id: 128 random bits, hex.
+pub fn new_id() -> String {
+    let bits: u128 = rand::random();
+    format!("{bits:032x}")
+}
+
+impl PublishApi {
+    /// An API that validates with `config` and hands batches to `link`.
+    pub fn new(config: PublishConfig, link: Arc<dyn Link>, metrics: PublishMetrics) -> Self {
+        PublishApi {
+            inner: Arc::new(Inner {
+                config,
+                link,
+                metrics,
+            }),
+        }
+    }
+
+    /// The routes: `POST /v1/notifications`.
+    pub fn routes(&self) -> Router {
+        Router::new()
+            .route("/v1/notifications", post(publish))
+            .with_state(self.clone())
+    }
+
+    fn authorize(&self, req: &Request) -> Result<(), ApiError> {
+        let headers = req.headers();
+        let bearer = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let key = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+        match key {
+            Some(k) if self.inner.config.api_keys.verify(k.trim()) => Ok(()),
+            _ => Err(ApiError::unauthorized()),
+        }
+    }
+
+    async fn read_body(&self, body: Body, declared: Option<u64>) -> Result<Bytes, ApiError> {
+        let max = self.inner.config.max_body_bytes;
+        let too_large =
+            || ApiError::too_large(None, format!("the request body exceeds {max} bytes"));
+        if declared.is_some_and(|len| len > max as u64) {
+            return Err(too_large());
+        }
+        match Limited::new(body, max).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+            Err(e) => Err(ApiError::malformed(format!(
+                "the request body could not be read: {e}"
+            ))),
+        }
+    }
+
+    async fn handle(&self, req: Request) -> Result<Vec<String>, ApiError> {
+        self.authorize(&req)?;
+        let content_type = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                ApiError::unsupported_media_type(
+                    "Content-Type is required: application/json, or the payload's own type",
+                )
+            })?;
+        let declared = req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let query = req.uri().query().map(str::to_owned);
+        let body = self.read_body(req.into_body(), declared).await?;
+        let essence = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let config = &self.inner.config;
+        let mut notifications = if essence == "application/json" {
+            if query.as_deref().is_some_and(|q| !q.is_empty()) {
+                return Err(ApiError::invalid(
+                    "query",
+                    "a JSON body carries its fields in the body; the query string is for raw payloads",
+                ));
+            }
+            parse::parse_json(&body, config.max_batch, &mut new_id)?
+        } else {
+            vec![parse::parse_raw(
+                query.as_deref(),
+                &content_type,
+                body,
+                &mut new_id,
+            )?]
+        };
+        let batch = notifications.len() > 1;
+        for (i, n) in notifications.iter_mut().enumerate() {
+            validate(n, &config.limits, batch.then_some(i))?;
+        }
+        let ids = notifications.iter().map(|n| n.id.clone()).collect();
+        let batch: Vec<Arc<Notification>> = notifications.into_iter().map(Arc::new).collect();
+        self.inner
+            .link
+            .publish(batch)
+            .await
+            .map_err(|e| ApiError::unavailable(e.to_string()))?;
+        Ok(ids)
+    }
+}
+
+fn validate(n: &mut Notification, limits: &Limits, index: Option<usize>) -> Result<(), ApiError> {
+    n.validate(limits).map_err(|e| {
+        let field = match index {
+            Some(i) => format!("[{i}].{}", e.field),
+            None => e.field.to_owned(),
+        };
+        if e.field == "payload" && n.payload.len() > limits.max_payload_bytes {
+            ApiError::too_large(Some(&field), e.message)
+        } else {
+            ApiError::invalid(field, e.message)
+        }
+    })
+}
+
+async fn publish(State(api): State<PublishApi>, req: Request) -> Response {
+    match api.handle(req).await {
+        Ok(ids) => {
+            api.inner
+                .metrics
+                .accepted
+                .get_or_create(&crate::metrics::SourceLabels { source: "http" })
+                .inc_by(ids.len() as u64);
+            (StatusCode::ACCEPTED, Json(Accepted { ids })).into_response()
+        }
+        Err(e) => {
+            api.inner.metrics.reject("http", e.reason());
+            tracing::debug!(code = e.code, field = ?e.field, message = %e.message, "publication refused");
+            e.into_response()
+        }
+    }
+}

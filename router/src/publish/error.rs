@@ -1,0 +1,129 @@
+//! The JSON error body: `{"error":{"code":..., "message":..., "field":...}}`.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde::Serialize;
+
+use crate::metrics::RejectReason;
+
+/// An error answered to a publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// What went wrong, for a human.
+    pub message: String,
+    /// The offending field, when one is to blame.
+    pub field: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl ApiError {
+    /// 401: no or wrong API key.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "a valid API key is required (Authorization: Bearer KEY or X-Api-Key: KEY)"
+                .into(),
+            field: None,
+        }
+    }
+
+    /// 400: the body is not parseable.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "malformed_json",
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// 422: a field is wrong.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "invalid_field",
+            message: message.into(),
+            field: Some(field.into()),
+        }
+    }
+
+    /// 413: over a size limit.
+    pub fn too_large(field: Option<&str>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+            message: message.into(),
+            field: field.map(str::to_owned),
+        }
+    }
+
+    /// 415: content type missing.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "unsupported_media_type",
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// 503: the link did not take the batch.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "unavailable",
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// The metric reason for this error.
+    pub fn reason(&self) -> RejectReason {
+        match self.status {
+            StatusCode::UNAUTHORIZED => RejectReason::Unauthorized,
+            StatusCode::BAD_REQUEST => RejectReason::MalformedJson,
+            StatusCode::PAYLOAD_TOO_LARGE => RejectReason::TooLarge,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => RejectReason::UnsupportedMediaType,
+            StatusCode::SERVICE_UNAVAILABLE => RejectReason::Unavailable,
+            _ => RejectReason::InvalidField,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+                field: self.field.as_deref(),
+            },
+        };
+        let mut response = (self.status, Json(&body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,303 @@
+//! Turning a request body into notifications.
+//!
+//! JSON (`Content-Type: application/json`): one object, or an array of
+//! objects for a batch. Any other content type: the body is the payload,
+//! and the envelope fields come from the query string.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_protocol::envelope::{Notification, Scope};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::error::ApiError;
+
+/// One publication in the JSON form.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonPublication {
+    id: Option<String>,
+    scope: Option<String>,
+    #[serde(default)]
+    users: Vec<String>,
+    #[serde(default)]
+    clients: Vec<String>,
+    #[serde(default)]
+    sites: Vec<String>,
+    event: String,
+    topic: Option<String>,
+    payload: Option<Box<RawValue>>,
+    ttl_ms: Option<u64>,
+}
+
+/// The envelope fields of a raw-body publication, from the query string.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawParams {
+    id: Option<String>,
+    scope: Option<String>,
+    users: Option<String>,
+    clients: Option<String>,
+    sites: Option<String>,
+    event: Option<String>,
+    topic: Option<String>,
+    ttl_ms: Option<u64>,
+}
+
+fn parse_scope(scope: Option<String>, field: &str) -> Result<Scope, ApiError> {
+    match scope {
+        None => Ok(Scope::User),
+        Some(s) => s
+            .parse::<Scope>()
+            .map_err(|e| ApiError::invalid(field, e.to_string())),
+    }
+}
+
+fn ttl(ms: Option<u64>) -> Option<Duration> {
+    ms.map(Duration::from_millis)
+}
+
+/// Where in a batch a field sits: `users` or `[3].users`.
+fn at(index: Option<usize>, field: &str) -> String {
+    match index {
+        Some(i) => format!("[{i}].{field}"),
+        None => field.to_owned(),
+    }
+}
+
+fn from_json(
+    p: JsonPublication,
+    index: Option<usize>,
+    new_id: &mut dyn FnMut() -> String,
+) -> Result<Notification, ApiError> {
+    let payload = match p.payload {
+        Some(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
+        None => Bytes::from_static(b"null"),
+    };
+    Ok(Notification {
+        id: p.id.unwrap_or_else(new_id),
+        scope: parse_scope(p.scope, &at(index, "scope"))?,
+        users: p.users,
+        clients: p.clients,
+        sites: p.sites,
+        event: p.event,
+        topic: p.topic,
+        content_type: "application/json".into(),
+        payload,
+        payload_is_utf8: true,
+        ttl: ttl(p.ttl_ms),
+    })
+}
+
+fn json_error(err: serde_path_to_error::Error<serde_json::Error>, batch: bool) -> ApiError {
+    let path = err.path().to_string();
+    let inner = err.into_inner();
+    match inner.classify() {
+        serde_json::error::Category::Data => {
+            let field = if path == "." { String::new() } else { path };
+            let field = if batch || field.is_empty() {
+                field
+            } else {
+                field.trim_start_matches('.').to_owned()
+            };
+            let message = inner.to_string();
+            // serde names the missing field only in the message.
+            let field = if field.is_empty() || field.ends_with(']') {
+                missing_field(&message)
+                    .map(|m| format!("{field}{}{m}", if field.is_empty() { "" } else { "." }))
+                    .unwrap_or(field)
+            } else {
+                field
+            };
+            ApiError::invalid(field, message)
+        }
+        _ => ApiError::malformed(format!("the body is not valid JSON: {inner}")),
+    }
+}
+
+fn missing_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split('`').next()
+}
+
+/// Parse a JSON body: one publication object, or an array of them.
+pub(crate) fn parse_json(
+    body: &[u8],
+    max_batch: usize,
+    new_id: &mut dyn FnMut() -> String,
+) -> Result<Vec<Notification>, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    match first {
+        Some(b'[') => {
+            let de = &mut serde_json::Deserializer::from_slice(body);
+            let list: Vec<JsonPublication> =
+                serde_path_to_error::deserialize(de).map_err(|e| json_error(e, true))?;
+            if list.is_empty() {
+                return Err(ApiError::invalid("", "the batch is empty"));
+            }
+            if list.len() > max_batch {
+                return Err(ApiError::too_large(
+                    None,
+                    format!(
+                        "the batch has {} notifications; the limit is {max_batch}",
+                        list.len()
+                    ),
+                ));
+            }
+            list.into_iter()
+                .enumerate()
+                .map(|(i, p)| from_json(p, Some(i), new_id))
+                .collect()
+        }
+        Some(b'{') => {
+            let de = &mut serde_json::Deserializer::from_slice(body);
+            let p: JsonPublication =
+                serde_path_to_error::deserialize(de).map_err(|e| json_error(e, false))?;
+            Ok(vec![from_json(p, None, new_id)?])
+        }
+        Some(_) => Err(ApiError::malformed(
+            "the body must be a JSON object (one notification) or array (a batch)",
+        )),
+        None => Err(ApiError::malformed("the body is empty")),
+    }
+}
+
+fn split_list(v: Option<String>) -> Vec<String> {
+    v.map(|s| {
+        s.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Build a notification from a raw body and its query-string fields.
+pub(crate) fn parse_raw(
+    query: Option<&str>,
+    content_type: &str,
+    body: Bytes,
+    new_id: &mut dyn FnMut() -> String,
+) -> Result<Notification, ApiError> {
+    let params: RawParams = match query {
+        None => RawParams::default(),
+        Some(q) => {
+            let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let field = e.path().to_string();
+                ApiError::invalid(
+                    field.trim_start_matches('.').to_owned(),
+                    format!("bad query string: {}", e.into_inner()),
+                )
+            })?
+        }
+    };
+    let event = params
+        .event
+        .ok_or_else(|| ApiError::invalid("event", "the query parameter event is required"))?;
+    Ok(Notification {
+        id: params.id.unwrap_or_else(new_id),
+        scope: parse_scope(params.scope, "scope")?,
+        users: split_list(params.users),
+        clients: split_list(params.clients),
+        sites: split_list(params.sites),
+        event,
+        topic: params.topic,
+        content_type: content_type.to_owned(),
+        payload: body,
+        payload_is_utf8: false,
+        ttl: ttl(params.ttl_ms),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> impl FnMut() -> String {
+        let mut n = 0;
+        move || {
+            n += 1;
+            format!("gen-{n}")
+        }
+    }
+
+    #[test]
+    fn single_object_keeps_payload_bytes_verbatim() {
+        let body = br#"{"users":["a"],"event":"chat.message","payload": {"b": [1, 2]}}"#;
+        let v = parse_json(body, 10, &mut ids()).unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(&v[0].payload[..], br#"{"b": [1, 2]}"#);
+        assert_eq!(v[0].id, "gen-1");
+        assert_eq!(v[0].scope, Scope::User);
+    }
+
+    #[test]
+    fn batch_errors_name_the_index() {
+        let body = br#"[{"users":["a"],"event":"e"},{"users":"a","event":"e"}]"#;
+        let err = parse_json(body, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.code, "invalid_field");
+        assert_eq!(err.field.as_deref(), Some("[1].users"), "{err:?}");
+    }
+
+    #[test]
+    fn missing_event_is_named() {
+        let err = parse_json(br#"{"users":["a"]}"#, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("event"), "{err:?}");
+        let err = parse_json(br#"[{"users":["a"]}]"#, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("[0].event"), "{err:?}");
+    }
+
+    #[test]
+    fn unknown_field_and_bad_scope_are_422() {
+        let err = parse_json(br#"{"event":"e","userz":[]}"#, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.status, http::StatusCode::UNPROCESSABLE_ENTITY);
+        let err = parse_json(br#"{"event":"e","scope":"all"}"#, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("scope"));
+    }
+
+    #[test]
+    fn syntax_errors_are_400() {
+        for body in [&br#"{"event":"#[..], b"", b"42", br#"[{"event":"e"},"#] {
+            let err = parse_json(body, 10, &mut ids()).unwrap_err();
+            assert_eq!(
+                err.status,
+                http::StatusCode::BAD_REQUEST,
+                "{body:?} {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn batch_limit_is_413() {
+        let err = parse_json(br#"[{"event":"e"},{"event":"e"}]"#, 1, &mut ids()).unwrap_err();
+        assert_eq!(err.status, http::StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn raw_body_takes_fields_from_query() {
+        let n = parse_raw(
+            Some("scope=client&clients=acme,%20beta&event=deploy.reload&ttl_ms=5000"),
+            "text/plain",
+            Bytes::from_static(b"hello"),
+            &mut ids(),
+        )
+        .unwrap();
+        assert_eq!(n.scope, Scope::Client);
+        assert_eq!(n.clients, vec!["acme", "beta"]);
+        assert_eq!(n.ttl, Some(Duration::from_secs(5)));
+        assert_eq!(&n.payload[..], b"hello");
+        let err = parse_raw(
+            Some("ttl_ms=x&event=e"),
+            "text/plain",
+            Bytes::new(),
+            &mut ids(),
+        )
+        .unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("ttl_ms"), "{err:?}");
+        let err = parse_raw(None, "text/plain", Bytes::new(), &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("event"));
+    }
+}
