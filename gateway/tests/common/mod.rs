@@ -113,6 +113,30 @@ impl TestGateway {
         (client, answer)
     }
 
+    /// Like [`Self::session`], over a socket with a 4 KiB receive buffer,
+    /// so a client that stops reading backs up into the gateway quickly.
+    pub async fn slow_session(&self, token: &str) -> StompClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let stream = socket.connect(self.addr).await.unwrap();
+        let mut req = self.ws_url().into_client_request().unwrap();
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+        let (ws, _) = tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(stream))
+            .await
+            .unwrap();
+        let mut c = StompClient::from_ws(ws);
+        c.send(
+            stomp::Command::Connect,
+            &[("accept-version", "1.2"), ("passcode", token)],
+        )
+        .await;
+        let answer = c.next_frame().await.unwrap();
+        assert_eq!(answer.command, stomp::Command::Connected);
+        c.subscribe("s", &[]).await;
+        c
+    }
+
     /// A connected, subscribed client for `token`.
     pub async fn session(&self, token: &str) -> StompClient {
         let (mut c, answer) = self.connect_with(&[("passcode", token)]).await;
@@ -144,6 +168,15 @@ impl StompClient {
                 .map(|v| v.to_str().unwrap()),
             Some("v12.stomp")
         );
+        StompClient {
+            ws,
+            buf: BytesMut::new(),
+            connected: None,
+            close_code: None,
+        }
+    }
+
+    pub fn from_ws(ws: Ws) -> StompClient {
         StompClient {
             ws,
             buf: BytesMut::new(),

@@ -1,0 +1,198 @@
+//! Session lifecycle: heart-beats, timeouts, limits, slow consumers,
+//! graceful shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use herald_protocol::stomp::Command;
+use serde_json::json;
+
+#[tokio::test]
+async fn server_heartbeats_are_negotiated_and_sent() {
+    let gw = start(|c| c.session.heartbeat_send_ms = 50).await;
+    let mut c = StompClient::open(&gw.ws_url()).await;
+    c.send(
+        Command::Connect,
+        &[
+            ("accept-version", "1.2"),
+            ("passcode", &token("a", None, None)),
+            ("heart-beat", "0,100"),
+        ],
+    )
+    .await;
+    let connected = c.next_frame().await.unwrap();
+    // Server sends every max(50, 100) ms; expects nothing from a client that offers 0.
+    assert_eq!(connected.header("heart-beat"), Some("100,0"));
+    // A bare EOL arrives as its own WebSocket text message.
+    let beat = tokio::time::timeout(WAIT, async {
+        use futures_util::StreamExt;
+        loop {
+            match c.ws.next().await {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t)))
+                    if t.as_str() == "\n" =>
+                {
+                    return true;
+                }
+                Some(Ok(_)) => continue,
+                _ => return false,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(beat);
+}
+
+#[tokio::test]
+async fn a_silent_client_is_cut_after_missing_its_heartbeats() {
+    let gw = start(|c| c.session.heartbeat_receive_ms = 50).await;
+    let (mut c, answer) = gw
+        .connect_with(&[
+            ("passcode", &token("a", None, None)),
+            ("heart-beat", "50,0"),
+        ])
+        .await;
+    assert_eq!(answer.header("heart-beat"), Some("0,50"));
+    let e = c.next_frame().await.unwrap();
+    assert_eq!(e.command, Command::Error);
+    assert!(e.header("message").unwrap().contains("heart-beat"));
+}
+
+#[tokio::test]
+async fn no_connect_in_time_closes_the_socket() {
+    let gw = start(|c| c.session.connect_timeout_ms = 100).await;
+    let mut c = StompClient::open(&gw.ws_url()).await;
+    let e = c.next_frame().await.unwrap();
+    assert_eq!(e.command, Command::Error);
+    assert!(e.header("message").unwrap().contains("CONNECT"));
+    let m = gw.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"herald_connections_refused_total{reason="connect_timeout"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn the_session_limit_answers_503() {
+    let gw = start(|c| c.session.max_sessions = 1).await;
+    let _first = gw.session(&token("a", None, None)).await;
+    let mut req =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(gw.ws_url())
+            .unwrap();
+    req.headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+    let err = tokio_tungstenite::connect_async(req).await.unwrap_err();
+    match err {
+        tokio_tungstenite::tungstenite::Error::Http(r) => assert_eq!(r.status().as_u16(), 503),
+        other => panic!("expected HTTP 503, got {other}"),
+    }
+}
+
+/// A client that never reads fills its queue; policy `disconnect` cuts it
+/// and counts it, and a reading client is not affected.
+#[tokio::test]
+async fn slow_consumer_is_cut_and_counted() {
+    let gw = start(|c| {
+        c.session.queue_messages = 4;
+        c.mailbox.buffer_messages = 4;
+        c.publish.max_payload_bytes = 512 * 1024;
+    })
+    .await;
+    // The slow client: a small receive buffer, and it does not read.
+    let mut slow = gw.slow_session(&token("slow", None, None)).await;
+    let mut fast = gw.session(&token("fast", None, None)).await;
+
+    let payload = "x".repeat(256 * 1024);
+    let mut cut = false;
+    for _ in 0..200 {
+        let (s, _) = gw
+            .publish(json!({"users": ["slow", "fast"], "event": "big", "payload": payload}))
+            .await;
+        assert_eq!(s, 202);
+        let m = fast.message().await;
+        assert_eq!(m.body.len(), payload.len() + 2);
+        let metrics = gw.metrics().await;
+        if sample(&metrics, r#"herald_dropped_total{reason="slow_consumer"}"#) == Some(1.0) {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "the slow consumer was never cut");
+    // The cut session's end: ERROR "slow consumer" (if it ever reads it) and a close.
+    let mut saw_error = false;
+    while let Some(f) = slow.next_frame().await {
+        if f.command == Command::Error {
+            assert!(f.header("message").unwrap().contains("slow consumer"));
+            saw_error = true;
+        }
+    }
+    assert!(saw_error);
+    notify(&gw, "fast", "after").await;
+    assert_eq!(fast.message().await.header("event"), Some("after"));
+}
+
+#[tokio::test]
+async fn drop_oldest_policy_sends_a_gap_marker() {
+    let gw = start(|c| {
+        c.session.queue_messages = 4;
+        c.mailbox.buffer_messages = 4;
+        c.session.when_full = herald_gateway::config::WhenFull::DropOldest;
+        c.publish.max_payload_bytes = 512 * 1024;
+    })
+    .await;
+    let mut slow = gw.slow_session(&token("slow", None, None)).await;
+    let payload = "y".repeat(256 * 1024);
+    let mut dropped = false;
+    for _ in 0..200 {
+        let (s, _) = gw
+            .publish(json!({"users": ["slow"], "event": "big", "payload": payload}))
+            .await;
+        assert_eq!(s, 202);
+        let m = gw.metrics().await;
+        if sample(
+            &m,
+            r#"herald_dropped_total{reason="queue_full_drop_oldest"}"#,
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+        {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(dropped);
+    // Reading now: somewhere in the stream is a gap marker with reason queue-overflow.
+    let mut saw_gap = false;
+    for _ in 0..400 {
+        let m = slow.message().await;
+        if m.header("event") == Some("herald.gap") {
+            assert_eq!(m.header("reason"), Some("queue-overflow"));
+            saw_gap = true;
+            break;
+        }
+    }
+    assert!(saw_gap);
+}
+
+#[tokio::test]
+async fn shutdown_sends_error_to_every_session_and_drains() {
+    let gw = start(|_| {}).await;
+    let mut a = gw.session(&token("a", None, None)).await;
+    let mut b = gw.session(&token("b", None, None)).await;
+    gw.shutdown.cancel();
+    for c in [&mut a, &mut b] {
+        let e = c.next_frame().await.unwrap();
+        assert_eq!(e.command, Command::Error);
+        assert_eq!(e.header("message"), Some("server shutting down"));
+        assert_eq!(c.closed().await, Some(1001));
+    }
+    tokio::time::timeout(Duration::from_secs(5), gw.task)
+        .await
+        .expect("serve returns after the drain")
+        .unwrap();
+}
