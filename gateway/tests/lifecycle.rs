@@ -191,7 +191,8 @@ async fn shutdown_sends_error_to_every_session_and_drains() {
         assert_eq!(e.header("message"), Some("server shutting down"));
         assert_eq!(c.closed().await, Some(1001));
     }
-    tokio::time::timeout(Duration::from_secs(5), gw.task)
+    let (_, task) = gw.local.expect("an in-process gateway");
+    tokio::time::timeout(Duration::from_secs(5), task)
         .await
         .expect("serve returns after the drain")
         .unwrap();

@@ -29,9 +29,10 @@ pub const WAIT: Duration = Duration::from_secs(10);
 
 pub struct TestGateway {
     pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
+    /// The in-process gateway's state and task; None for a gateway running
+    /// in another process.
+    pub local: Option<(Arc<Shared>, JoinHandle<()>)>,
     pub shutdown: CancellationToken,
-    pub task: JoinHandle<()>,
 }
 
 pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestGateway {
@@ -51,9 +52,8 @@ pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestGateway {
     let task = tokio::spawn(gateway.serve(listener));
     TestGateway {
         addr,
-        shared,
+        local: Some((shared, task)),
         shutdown,
-        task,
     }
 }
 
@@ -77,6 +77,15 @@ pub fn token(user: &str, client: Option<&str>, site: Option<&str>) -> String {
 }
 
 impl TestGateway {
+    /// A handle on a gateway running in another process.
+    pub fn remote(addr: SocketAddr) -> TestGateway {
+        TestGateway {
+            addr,
+            local: None,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
     pub fn ws_url(&self) -> String {
         format!("ws://{}/ws", self.addr)
     }
