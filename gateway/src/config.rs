@@ -264,12 +264,10 @@ impl Config {
                         secret.len()
                     ));
                 }
-                if let Some(alg) = &auth.jwt_algorithm {
-                    if alg != "HS256" {
-                        p.push(format!(
-                            "auth.jwt_algorithm is {alg} but a secret is HS256; use jwt_public_key_file for {alg}"
-                        ));
-                    }
+                if let Some(alg) = auth.jwt_algorithm.as_ref().filter(|a| *a != "HS256") {
+                    p.push(format!(
+                        "auth.jwt_algorithm is {alg} but a secret is HS256; use jwt_public_key_file for {alg}"
+                    ));
                 }
             }
             (None, Some(path)) => {
@@ -411,8 +409,10 @@ mod tests {
 
     #[test]
     fn public_key_needs_an_algorithm() {
-        let mut c = Config::default();
-        c.api_keys = vec!["k".into()];
+        let mut c = Config {
+            api_keys: vec!["k".into()],
+            ..Config::default()
+        };
         c.auth.jwt_public_key_file = Some(PathBuf::from("/nonexistent.pem"));
         let err = c.validate().unwrap_err();
         assert!(

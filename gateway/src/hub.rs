@@ -108,12 +108,10 @@ impl Shard {
             .users
             .get(user)
             .is_some_and(|ms| ms.iter().any(|m| m.client.as_ref() == Some(client)));
-        if !still {
-            if let Some(set) = self.by_client.get_mut(client) {
-                set.remove(user);
-                if set.is_empty() {
-                    self.by_client.remove(client);
-                }
+        if let Some(set) = self.by_client.get_mut(client).filter(|_| !still) {
+            set.remove(user);
+            if set.is_empty() {
+                self.by_client.remove(client);
             }
         }
     }

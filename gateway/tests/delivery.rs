@@ -203,7 +203,7 @@ async fn reconnect_with_last_seq_replays_what_was_missed() {
         .await;
     assert_eq!(answer.command, Command::Connected);
     again.subscribe("sub-0", &[]).await;
-    let seqs: Vec<String> = vec![again.message().await, again.message().await]
+    let seqs: Vec<String> = [again.message().await, again.message().await]
         .iter()
         .map(|m| m.header("seq").unwrap().to_owned())
         .collect();

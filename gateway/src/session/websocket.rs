@@ -124,11 +124,11 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
 
 impl Session {
     async fn run(mut self) {
-        if !self.inbuf.is_empty() {
-            if let Err(stop) = self.process_input(Instant::now()) {
-                self.finish(stop);
-                return;
-            }
+        if !self.inbuf.is_empty()
+            && let Err(stop) = self.process_input(Instant::now())
+        {
+            self.finish(stop);
+            return;
         }
         let stop = self.event_loop().await;
         self.finish(stop);

@@ -36,11 +36,13 @@ pub struct TestGateway {
 }
 
 pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestGateway {
-    let mut config = Config::default();
-    config.listen = "127.0.0.1:0".parse().unwrap();
+    let mut config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        api_keys: vec![API_KEY.into()],
+        shutdown_grace_ms: 2000,
+        ..Config::default()
+    };
     config.auth.jwt_secret = Some(SECRET.into());
-    config.api_keys = vec![API_KEY.into()];
-    config.shutdown_grace_ms = 2000;
     tweak(&mut config);
     config.validate().expect("test config is valid");
     let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
