@@ -396,6 +396,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_parses_to_the_defaults() {
+        let text = include_str!("../../deploy/gateway.example.toml");
+        let c = Config::from_toml(text, Path::new("gateway.example.toml")).unwrap();
+        let d = Config::default();
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
+
+    #[test]
     fn every_problem_is_reported() {
         let mut c = Config::default();
         c.auth.jwt_secret = Some("short".into());
