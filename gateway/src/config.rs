@@ -221,8 +221,13 @@ impl ConfigError {
 impl Config {
     /// Parse a TOML document.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::one(format!("{}: {}", origin.display(), e.message())))
+        toml::from_str(text).map_err(|e| {
+            ConfigError::one(format!(
+                "{}: {}",
+                origin.display(),
+                e.to_string().trim_end()
+            ))
+        })
     }
 
     /// Load: defaults, the file named by `--config` (if any), then flags and
