@@ -29,6 +29,8 @@ use crate::worker::CLOSE_DEADLINE;
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// Extra time, beyond the workers' own close deadline, before stragglers are killed.
 const EXIT_SLACK: Duration = Duration::from_secs(5);
+/// File descriptors a worker needs beyond one per session (runtime, pipes, std streams).
+const FD_MARGIN: usize = 64;
 /// Tokens stay valid this long beyond the hold.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
 
@@ -310,7 +312,20 @@ fn apply(workers: &mut [WorkerState], msg: FromWorker) {
                 return;
             };
             match event {
-                WorkerEvent::Started { .. } => {}
+                WorkerEvent::Started {
+                    worker,
+                    sessions,
+                    nofile_limit,
+                    ..
+                } => {
+                    let needed = (sessions + FD_MARGIN) as u64;
+                    if nofile_limit < needed {
+                        eprintln!(
+                            "herald-bench: worker {worker} may run out of file descriptors: \
+                             limit {nofile_limit}, needs about {needed}"
+                        );
+                    }
+                }
                 WorkerEvent::Progress { opened, failed, .. } => {
                     w.opened = opened;
                     w.failed = failed;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
-    /// The URL as given, used for the upgrade request (`Host` header, path).
+    /// The URL as given.
     pub(crate) url: String,
     pub(crate) host: String,
     pub(crate) port: u16,
@@ -69,6 +69,15 @@ impl Endpoint {
         })
     }
 
+    /// The `Host` header of the upgrade request: `host:port`, IPv6 literals in brackets.
+    pub(crate) fn host_header(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
     /// Resolves the host once (workers do this before opening sessions, so thousands of
     /// sessions do not each ask the resolver).
     pub(crate) async fn resolve(&self) -> Result<SocketAddr, EndpointError> {
@@ -97,6 +106,7 @@ mod tests {
             (e.host.as_str(), e.port, e.path.as_str()),
             ("127.0.0.1", 8080, "/ws")
         );
+        assert_eq!(e.host_header(), "127.0.0.1:8080");
         let e = Endpoint::parse("ws://localhost").unwrap();
         assert_eq!(
             (e.host.as_str(), e.port, e.path.as_str()),
@@ -107,6 +117,7 @@ mod tests {
             (e.host.as_str(), e.port, e.path.as_str()),
             ("::1", 9000, "/ws?x=1")
         );
+        assert_eq!(e.host_header(), "[::1]:9000");
     }
 
     #[test]

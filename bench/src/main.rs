@@ -5,6 +5,7 @@
 //! - [`connections`]: the parent of a connection benchmark: plan, spawn workers, measure, report.
 //! - [`worker`]: a worker process: opens its share of sessions, reports JSON lines ([`events`]).
 //! - [`session`]: one STOMP-over-WebSocket session (connect, handshake, drain).
+//! - [`upgrade`]: the client side of the WebSocket opening handshake.
 //! - [`stomp_client`]: a tiny client-side STOMP frame encoder/decoder (pure).
 //! - [`token`]: minting the HS256 JWTs sessions log in with.
 //! - [`plan`]: splitting sessions over processes and source addresses (pure).
@@ -29,6 +30,7 @@ mod session;
 mod stomp_client;
 mod sys;
 mod token;
+mod upgrade;
 mod worker;
 
 use std::process::ExitCode;

@@ -91,7 +91,8 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
     }
 
     let target = Arc::new(Target {
-        url: endpoint.url,
+        host_header: endpoint.host_header(),
+        path: endpoint.path.clone(),
         addr,
         source: config.source,
         handshake_timeout: config.handshake_timeout,

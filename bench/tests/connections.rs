@@ -31,6 +31,8 @@ async fn stand_in_gateway() -> std::net::SocketAddr {
                 return;
             };
             tokio::spawn(async move {
+                // The callback's signature is tungstenite's.
+                #[allow(clippy::result_large_err)]
                 let callback = |req: &Request, mut resp: Response| {
                     let offered = req
                         .headers()
