@@ -142,7 +142,11 @@ impl Hub {
     pub fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached {
         let mut shard = self.shards[shard_of(&who.user)].lock();
         let shard = &mut *shard;
-        let list = shard.users.entry(Arc::clone(&who.user)).or_default();
+        // Most users have one site: one mailbox, no spare capacity.
+        let list = shard
+            .users
+            .entry(Arc::clone(&who.user))
+            .or_insert_with(|| Vec::with_capacity(1));
         let index = match list.iter().position(|m| m.site == who.site) {
             Some(i) => i,
             None => {
@@ -160,7 +164,7 @@ impl Hub {
         if mailbox.idle_deadline.take().is_some() {
             shard.idle -= 1;
         }
-        mailbox.sessions.push(Arc::clone(outbox));
+        mailbox.add_session(outbox);
         let attached = Attached {
             epoch: mailbox.epoch,
             head: mailbox.head,

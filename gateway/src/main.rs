@@ -6,7 +6,7 @@ use clap::Parser;
 use herald_gateway::Gateway;
 use herald_gateway::auth::Verifier;
 use herald_gateway::config::{Cli, Config, LogFormat};
-use herald_gateway::dev;
+use herald_gateway::{dev, server};
 use tokio_util::sync::CancellationToken;
 
 /// sysexits.h EX_CONFIG: the configuration is unusable.
@@ -79,7 +79,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        let listener = match server::bind(config.listen) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("herald-gateway: cannot listen on {}: {e}", config.listen);

@@ -213,6 +213,9 @@ impl Outbox {
     /// the mailbox buffer, which configuration keeps within the queue bounds.
     pub fn subscribe(&self, sub: Subscription, replay: impl IntoIterator<Item = Item>) {
         let mut st = self.state.lock();
+        if st.subs.is_empty() {
+            st.subs.reserve_exact(1);
+        }
         st.subs.push(sub);
         let mut any = false;
         for item in replay {

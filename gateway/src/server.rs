@@ -19,6 +19,23 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
+/// Pending connections the kernel queues before `accept`: a burst of
+/// reconnecting browsers must not overflow it (the default of 128 drops
+/// SYNs and costs each client a one-second retransmit).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Bind a listener with SO_REUSEADDR and a [`LISTEN_BACKLOG`] backlog.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
 /// tracked by `tracker`; on shutdown, idle keep-alive connections close and
 /// in-flight requests finish.

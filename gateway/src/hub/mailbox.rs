@@ -63,6 +63,13 @@ impl Mailbox {
         }
     }
 
+    pub(crate) fn add_session(&mut self, outbox: &Arc<Outbox>) {
+        if self.sessions.is_empty() {
+            self.sessions.reserve_exact(1);
+        }
+        self.sessions.push(Arc::clone(outbox));
+    }
+
     /// Assign the next sequence and buffer the message; returns the sequence
     /// and how many old messages the bounds evicted.
     pub(crate) fn append(

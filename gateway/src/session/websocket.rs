@@ -87,6 +87,16 @@ enum Stop {
 pub async fn run(shared: Arc<Shared>, up: Upgraded) {
     let span = tracing::debug_span!("session", peer = %up.peer, transport = "websocket");
     async move {
+        let Upgraded {
+            stream,
+            leftover,
+            http_token,
+            ..
+        } = up;
+        // Copy what hyper read past the handshake and let its buffer go: the
+        // `Bytes` may pin hyper's whole read buffer for the session's life.
+        let inbuf = BytesMut::from(&leftover[..]);
+        drop(leftover);
         let now = Instant::now();
         let cfg = &shared.config.session;
         let session = Session {
@@ -103,9 +113,9 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
                 when_full: cfg.when_full,
             })),
             connect_deadline: Some(now + Duration::from_millis(cfg.connect_timeout_ms)),
-            inbuf: BytesMut::from(&up.leftover[..]),
-            stream: up.stream,
-            http_token: up.http_token,
+            inbuf,
+            stream,
+            http_token,
             stomp_buf: BytesMut::new(),
             out: WriteQueue::default(),
             attachment: None,

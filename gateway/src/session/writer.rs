@@ -70,7 +70,7 @@ impl WriteQueue {
                 Err(e) => return Err(e),
             }
         }
-        if self.chunks.is_empty() && self.chunks.capacity() > 8 {
+        if self.chunks.is_empty() && self.chunks.capacity() > 0 {
             self.chunks = VecDeque::new();
         }
         Ok(written)
