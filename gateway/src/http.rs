@@ -32,7 +32,22 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> Router {
     if shared.dev.is_some() {
         router = router.route("/", get(demo));
     }
-    router.with_state(shared).merge(publish).fallback(not_found)
+    router
+        .with_state(shared)
+        .merge(publish)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(json!({"error": {
+            "code": "method_not_allowed",
+            "message": "this endpoint does not take that method"
+        }})),
+    )
+        .into_response()
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {

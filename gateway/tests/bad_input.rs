@@ -286,3 +286,20 @@ async fn raw_binary_payload_arrives_in_a_binary_frame_intact() {
     assert_eq!(m.header("content-type"), Some("application/octet-stream"));
     assert_eq!(&m.body[..], &payload[..]);
 }
+
+#[tokio::test]
+async fn unknown_paths_and_methods_get_json_errors() {
+    let gw = start(|_| {}).await;
+    let r = reqwest::get(format!("http://{}/v1/notifications", gw.addr))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "method_not_allowed");
+    let r = reqwest::get(format!("http://{}/nope", gw.addr))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "not_found");
+}

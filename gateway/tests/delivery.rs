@@ -263,3 +263,20 @@ async fn disconnect_with_receipt() {
     assert_eq!(r.header("receipt-id"), Some("bye"));
     assert_eq!(c.closed().await, Some(1000));
 }
+
+/// Regression: a burst larger than the session's write batch (64 KiB) used
+/// to stall once the socket drained, until the next wake-up.
+#[tokio::test]
+async fn a_burst_larger_than_one_write_batch_arrives_whole() {
+    let gw = start(|_| {}).await;
+    let mut c = gw.session(&token("alice", None, None)).await;
+    let batch: Vec<_> = (0..200)
+        .map(|i| json!({"users": ["alice"], "event": "bulk", "payload": {"i": i, "pad": "x".repeat(2000)}}))
+        .collect();
+    let (status, body) = gw.publish(json!(batch)).await;
+    assert_eq!(status, 202);
+    for (i, id) in body["ids"].as_array().unwrap().iter().enumerate() {
+        let m = c.message().await;
+        assert_eq!(m.header("message-id"), id.as_str(), "message {i}");
+    }
+}

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,11 +71,6 @@ def token(
     if site is not None:
         claims["site"] = site
     return jwt.encode(claims, secret, algorithm=algorithm)
-
-
-def unique(name: str) -> str:
-    """A user or company id no other test uses."""
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 class Gateway:

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import requests
 
 from conftest import API_KEY, DESTINATION, TIMEOUT, subscribed, token
@@ -147,3 +148,12 @@ def test_subscribing_to_another_users_destination_is_an_error(gateway):
     bob = subscribed(gateway, "bob")
     gateway.publish_one(users=["bob"], event="e", payload={})
     assert bob.message().headers["seq"] == "1"
+
+
+def test_a_burst_larger_than_the_write_queue_arrives_whole(gateway):
+    c = subscribed(gateway, "alice")
+    batch = [{"users": ["alice"], "event": "bulk", "payload": {"i": i, "pad": "x" * 2000}}
+             for i in range(200)]
+    ids = gateway.publish(batch)["ids"]
+    got = [c.message(timeout=3).headers["message-id"] for _ in ids]
+    assert got == ids

@@ -3,6 +3,8 @@ mailbox still buffers; beyond the buffer, a herald.gap MESSAGE says so."""
 
 import json
 
+import pytest
+
 from conftest import subscribed, token
 
 SMALL_BUFFER = """
@@ -111,3 +113,16 @@ def test_last_seq_without_epoch_is_an_error(gateway):
     c.open(token("alice"), headers={"last-seq": "1"})
     error = c.expect("error")
     assert "together" in error.headers["message"]
+
+
+def test_resume_replays_a_full_default_buffer(gateway):
+    epoch = first_session(gateway)
+    missed = gateway.publish([
+        {"users": ["alice"], "event": "e", "payload": {"n": n, "pad": "x" * 2000}}
+        for n in range(2, 101)  # seqs 2..100: the default buffer keeps 100
+    ])["ids"]
+    c = gateway.client()
+    c.connect(token("alice"), headers={"last-seq": "1", "epoch": epoch})
+    c.subscribe()
+    got = [c.message(timeout=3).headers["message-id"] for _ in missed]
+    assert got == missed

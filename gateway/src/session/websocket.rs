@@ -192,6 +192,16 @@ impl Session {
                     return self.linger(deadline).await;
                 }
             }
+            // The socket took everything and the outbox still holds more:
+            // pull again now. Waiting for a notification here would stall,
+            // since the one that woke us was spent on the previous pull.
+            if self.closing.is_none()
+                && self.attachment.is_some()
+                && self.out.len() < PULL_UNTIL
+                && !self.outbox.is_empty()
+            {
+                continue;
+            }
             let deadline = self.next_deadline(now);
             let can_pull =
                 self.attachment.is_some() && self.closing.is_none() && self.out.len() < PULL_UNTIL;

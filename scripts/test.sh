@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Run Herald's whole test suite: the Rust tests of every crate, then the
+# independent-client tests (tests/python: stomp.py against the real
+# herald-gateway binary).
+#
+#   scripts/test.sh
+#
+# Needs a Debian-like machine with Rust (rustup) and Python 3 installed;
+# whatever else is missing is installed here: the Python virtualenv at .venv
+# and its pinned packages. Honours CARGO_TARGET_DIR. Uses cargo-nextest when
+# it is installed, `cargo test` otherwise. Exits non-zero if anything fails.
+#
+# Each prerequisite is one small `ensure_*` function, called from `main`.
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+REQUIREMENTS="$ROOT/tests/python/requirements.txt"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PYTHONDONTWRITEBYTECODE=1
+
+# Summary lines collected for the end, and the stages that failed.
+SUMMARY=()
+FAILED=()
+LOGDIR=$(mktemp -d)
+trap 'rm -rf "$LOGDIR"' EXIT
+
+step() { printf '\n==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Install Debian packages that are not installed yet (no-op when all are).
+ensure_apt_packages() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
+    step "installing Debian packages: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
+ensure_rust() {
+    command -v cargo >/dev/null \
+        || die "cargo not found: install Rust from https://rustup.rs, then run this again"
+}
+
+ensure_python_venv() {
+    command -v python3 >/dev/null || ensure_apt_packages python3
+    if [ ! -x "$VENV/bin/python" ]; then
+        # Debian's python3 keeps venv/ensurepip in a separate package.
+        if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+            ensure_apt_packages python3-venv
+        fi
+        step "creating the Python virtualenv at .venv"
+        python3 -m venv "$VENV"
+    fi
+}
+
+ensure_python_requirements() {
+    # Reinstall only when requirements.txt changed since the last install.
+    local stamp="$VENV/.requirements.sha256" want
+    want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        step "installing tests/python/requirements.txt into .venv"
+        "$VENV/bin/pip" install -q -r "$REQUIREMENTS"
+        echo "$want" >"$stamp"
+    fi
+}
+
+# Where cargo puts its output: CARGO_TARGET_DIR, build.target-dir, or ./target.
+target_dir() {
+    cargo metadata --format-version 1 --no-deps \
+        | "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
+# Run a test stage, keep its output for the summary, and carry on if it fails
+# so that one run shows every failure.
+run_stage() {
+    local name=$1 log="$LOGDIR/$1.log"
+    shift
+    step "$name: $*"
+    set +e
+    "$@" 2>&1 | tee "$log"
+    local status=${PIPESTATUS[0]}
+    set -e
+    [ "$status" -eq 0 ] || FAILED+=("$name (exit $status)")
+    return 0
+}
+
+cargo_tests() {
+    if cargo nextest --version >/dev/null 2>&1; then
+        run_stage cargo-nextest cargo nextest run --workspace --no-fail-fast
+        SUMMARY+=("rust (nextest): $(grep -E '^ *Summary \[' "$LOGDIR/cargo-nextest.log" | tail -n1 | sed 's/^ *//')")
+        # nextest does not run doctests.
+        run_stage cargo-doctests cargo test --workspace --doc
+        SUMMARY+=("rust doctests: $(sum_cargo_results "$LOGDIR/cargo-doctests.log")")
+    else
+        run_stage cargo-test cargo test --workspace --no-fail-fast
+        SUMMARY+=("rust (cargo test): $(sum_cargo_results "$LOGDIR/cargo-test.log")")
+    fi
+}
+
+# Add up cargo test's per-binary "test result:" lines.
+sum_cargo_results() {
+    awk '/^test result:/ {
+            for (i = 1; i <= NF; i++) {
+                if ($(i + 1) ~ /^passed/) p += $i
+                if ($(i + 1) ~ /^failed/) f += $i
+                if ($(i + 1) ~ /^ignored/) g += $i
+            }
+            n++
+         }
+         END { printf "%d passed, %d failed, %d ignored (%d test binaries)", p, f, g, n }' "$1"
+}
+
+python_tests() {
+    local bin
+    bin="$(target_dir)/debug/herald-gateway"
+    [ -x "$bin" ] || die "$bin was not built"
+    HERALD_GATEWAY_BIN="$bin" run_stage pytest "$VENV/bin/python" -m pytest tests/python
+    SUMMARY+=("python (pytest): $(grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$LOGDIR/pytest.log" | tail -n1 | sed -E 's/^=+ //; s/ =+$//')")
+}
+
+main() {
+    ensure_rust
+    ensure_python_venv
+    ensure_python_requirements
+
+    step "building the workspace (all targets)"
+    cargo build --workspace --all-targets
+
+    cargo_tests
+    python_tests
+
+    step "summary"
+    printf '  %s\n' "${SUMMARY[@]}"
+    if [ ${#FAILED[@]} -gt 0 ]; then
+        printf '  FAILED: %s\n' "${FAILED[@]}"
+        exit 1
+    fi
+    echo "  all tests passed"
+}
+
+main "$@"
