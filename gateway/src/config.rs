@@ -124,6 +124,43 @@ impl Default for MailboxConfig {
     }
 }
 
+/// SockJS settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SockjsConfig {
+    /// Interval of SockJS `h` frames when nothing else is sent.
+    pub heartbeat_ms: u64,
+    /// How long a session survives without a receiving request.
+    pub session_timeout_ms: u64,
+    /// Bytes after which an xhr-streaming or EventSource response ends (the
+    /// client opens a new one), so browsers can free what they buffered.
+    pub streaming_limit_bytes: usize,
+    /// Largest `xhr_send` body; 413 beyond.
+    pub max_send_bytes: usize,
+    /// Set a `JSESSIONID` cookie (for load balancers that stick by it) and
+    /// answer `cookie_needed: true` in `/info`.
+    pub jsessionid: bool,
+    /// Offer the websocket transport in `/info`.
+    pub websocket: bool,
+    /// Mount the SockJS protocol test suite's services (`/echo`, `/close`,
+    /// `/disabled_websocket_echo`, `/cookie_needed_echo`). Tests only.
+    pub test_endpoints: bool,
+}
+
+impl Default for SockjsConfig {
+    fn default() -> Self {
+        SockjsConfig {
+            heartbeat_ms: 25_000,
+            session_timeout_ms: 5_000,
+            streaming_limit_bytes: 128 * 1024,
+            max_send_bytes: 64 * 1024,
+            jsessionid: false,
+            websocket: true,
+            test_endpoints: false,
+        }
+    }
+}
+
 /// Publish API limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -179,6 +216,8 @@ pub struct Config {
     pub session: SessionConfig,
     /// Mailboxes.
     pub mailbox: MailboxConfig,
+    /// SockJS.
+    pub sockjs: SockjsConfig,
     /// Publish API.
     pub publish: PublishConfig,
 }
@@ -197,6 +236,7 @@ impl Default for Config {
             },
             session: SessionConfig::default(),
             mailbox: MailboxConfig::default(),
+            sockjs: SockjsConfig::default(),
             publish: PublishConfig::default(),
         }
     }
@@ -321,6 +361,16 @@ impl Config {
                 "mailbox.max_expirations_per_tick",
                 self.mailbox.max_expirations_per_tick,
             ),
+            ("sockjs.heartbeat_ms", self.sockjs.heartbeat_ms as usize),
+            (
+                "sockjs.session_timeout_ms",
+                self.sockjs.session_timeout_ms as usize,
+            ),
+            (
+                "sockjs.streaming_limit_bytes",
+                self.sockjs.streaming_limit_bytes,
+            ),
+            ("sockjs.max_send_bytes", self.sockjs.max_send_bytes),
             ("publish.max_payload_bytes", self.publish.max_payload_bytes),
             ("publish.max_body_bytes", self.publish.max_body_bytes),
             ("publish.max_batch", self.publish.max_batch),

@@ -6,6 +6,8 @@
 //! | `POST /v1/notifications` | publish (from `herald-router`) |
 //! | `GET /healthz` | 200 while serving, 503 once shutdown starts |
 //! | `GET /metrics` | Prometheus text format |
+//! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
+//! | `GET /js/herald.js` | the browser client module |
 //! | `GET /` | the demo page (dev mode only) |
 
 pub mod ws;
@@ -22,19 +24,29 @@ use serde_json::json;
 use crate::app::Shared;
 
 const DEMO_PAGE: &str = include_str!("../assets/demo.html");
+const CLIENT_MODULE: &str = include_str!("../js/src/herald.js");
 
 /// Every route of the gateway, given the publish routes.
 pub fn routes(shared: Arc<Shared>, publish: Router) -> Router {
     let mut router = Router::new()
         .route("/ws", get(ws::upgrade))
+        .route("/js/herald.js", get(client_module))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics));
     if shared.dev.is_some() {
         router = router.route("/", get(demo));
     }
+    let services = crate::sockjs::routes::services(&shared.config.sockjs);
+    let mut router = router.with_state(Arc::clone(&shared)).merge(publish);
+    for (prefix, service) in services {
+        router = router
+            .nest(
+                prefix,
+                crate::sockjs::routes::router(Arc::clone(&shared), service),
+            )
+            .route(&format!("{prefix}/"), get(crate::sockjs::routes::greeting));
+    }
     router
-        .with_state(shared)
-        .merge(publish)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -74,6 +86,17 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         body,
+    )
+        .into_response()
+}
+
+async fn client_module() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        CLIENT_MODULE,
     )
         .into_response()
 }

@@ -8,6 +8,7 @@
 //!   publish API from `herald-router`.
 //! - [`session`]: STOMP over WebSocket: sans-I/O state machine, the bytes it
 //!   writes, the async shell.
+//! - [`sockjs`]: SockJS 0.3 under `/sockjs` (and the test-suite services).
 //! - [`auth`]: JWT verification (HS256, RS256, ES256).
 //! - [`hub`]: mailboxes by (site, user), routing by scope, replay, expiry.
 //! - [`outbox`]: each session's bounded queue and its policy when full.
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod server;
 pub mod session;
+pub mod sockjs;
 
 use std::sync::Arc;
 use std::time::Duration;

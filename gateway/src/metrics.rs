@@ -9,8 +9,16 @@ use prometheus_client::registry::Registry;
 /// Browser transports.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Transport {
-    /// STOMP over a raw WebSocket (`/ws`).
+    /// STOMP over a raw WebSocket (`/ws`, `/sockjs/websocket`).
     Websocket,
+    /// SockJS over WebSocket.
+    SockjsWebsocket,
+    /// SockJS xhr-streaming.
+    XhrStreaming,
+    /// SockJS xhr-polling.
+    XhrPolling,
+    /// SockJS EventSource.
+    Eventsource,
 }
 
 /// Label values are the snake_case names Prometheus users expect.
@@ -36,7 +44,13 @@ macro_rules! label_value {
     };
 }
 
-label_value!(Transport { Websocket => "websocket" });
+label_value!(Transport {
+    Websocket => "websocket",
+    SockjsWebsocket => "sockjs_websocket",
+    XhrStreaming => "xhr_streaming",
+    XhrPolling => "xhr_polling",
+    Eventsource => "eventsource",
+});
 label_value!(RefuseReason {
     BadHandshake => "bad_handshake",
     SessionLimit => "session_limit",

@@ -325,6 +325,7 @@ mod tests {
             payload: Bytes::from(vec![b'x'; size]),
             payload_is_utf8: true,
             ttl: None,
+            encodings: Default::default(),
         })
     }
 

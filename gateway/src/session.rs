@@ -1,6 +1,10 @@
 //! Browser sessions.
 //!
 //! # Layout
+//! - [`core`]: the transport-independent session: STOMP decoding, actions,
+//!   outbox pulls, heart-beat timing; writes through a [`core::Sink`].
+//! - [`sockjs_frame`]: STOMP frames as escaped SockJS strings, the payload
+//!   escaped once per notification.
 //! - [`stomp`]: the STOMP session state machine, sans I/O: frames in,
 //!   actions out (connect, subscribe, unsubscribe, disconnect, fail).
 //! - [`writer`]: the bytes a session writes: STOMP frames in WebSocket
@@ -9,6 +13,8 @@
 //!   TCP stream, holds no read buffer while idle, writes vectored from shared
 //!   `Bytes`, heart-beats, shutdown.
 
+pub mod core;
+pub mod sockjs_frame;
 pub mod stomp;
 pub mod websocket;
 pub mod writer;

@@ -114,7 +114,31 @@ pub struct Notification {
     pub payload_is_utf8: bool,
     /// How long the notification stays worth delivering.
     pub ttl: Option<Duration>,
+    /// Encodings of the payload made once per framing and shared by every
+    /// recipient (see [`Encodings`]).
+    pub encodings: Encodings,
 }
+
+/// Lazily computed encodings of a notification's payload, one per framing.
+///
+/// A framing that must transform the payload (SockJS escapes it into a JSON
+/// string) does so once, the first time a session of that framing needs it,
+/// and every other recipient shares the result. Caches take no part in
+/// equality.
+#[derive(Debug, Clone, Default)]
+pub struct Encodings {
+    /// The payload as SockJS writes it inside a JSON string: escaped UTF-8,
+    /// or base64 for a payload that is not UTF-8.
+    pub sockjs: std::sync::OnceLock<Bytes>,
+}
+
+impl PartialEq for Encodings {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Encodings {}
 
 /// Bounds a publication must respect. Each has a configuration key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,6 +350,7 @@ mod tests {
             payload: Bytes::from_static(b"{}"),
             payload_is_utf8: false,
             ttl: None,
+            encodings: Default::default(),
         }
     }
 

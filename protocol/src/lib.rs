@@ -11,6 +11,10 @@
 //!   incremental decoding of masked client frames, unmasked server frame
 //!   headers. Herald writes a MESSAGE as `[frame header + STOMP head]`,
 //!   `[shared body]`, `[NUL]`, so the body bytes are shared by every recipient.
+//! - [`sockjs`]: SockJS 0.3.3 framing for browsers without a usable
+//!   WebSocket: the `o`, `h`, `a[...]` and `c[...]` frames, JSON string
+//!   escaping with the characters SockJS requires escaped (byte level, so a
+//!   body escaped once is shared), and decoding of what clients send.
 //!
 //! # Decoder contract
 //! Every decoder takes a `BytesMut` of received bytes and returns `Ok(None)`
@@ -19,11 +23,14 @@
 //! decoder lets a buffer grow past its configured limit without an error.
 //! One exception: the WebSocket [`websocket::Decoder`] may consume whole
 //! non-final fragments into its partial message before returning `Ok(None)`;
-//! it never consumes part of a frame.
+//! it never consumes part of a frame. [`sockjs::decode_messages`] is not
+//! incremental: SockJS messages arrive whole (an `xhr_send` body, one
+//! WebSocket message), bounded by the transport's own limit.
 
 #![warn(missing_docs)]
 
 pub mod envelope;
+pub mod sockjs;
 pub mod stomp;
 pub mod utf8;
 pub mod websocket;

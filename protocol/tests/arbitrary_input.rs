@@ -1,13 +1,19 @@
 //! The fuzz targets' properties on stable Rust: arbitrary bytes fed in
 //! arbitrary chunks never make a decoder panic, `Ok(None)` consumes nothing
 //! (WebSocket: nothing but whole fragments), buffers stay within their
-//! limits, and every STOMP 1.2 frame decoded re-encodes to itself.
+//! limits, and every STOMP 1.2 frame decoded re-encodes to itself. SockJS
+//! payloads (`sockjs_decode`): only empty input is `Empty`, decoded
+//! messages re-encode to themselves, and escaped UTF-8 decodes back.
 //!
 //! Besides random bytes, the inputs are frame-shaped "soups" built from
 //! mostly well-formed pieces, so that they get past the first line or the
-//! first two bytes and reach the deeper states.
+//! first two bytes (SockJS: the JSON punctuation) and reach the deeper
+//! states.
 
 use bytes::BytesMut;
+use herald_protocol::sockjs::{
+    self, DecodeError, decode_messages, encode_array, encoded_array_len, escaped_len,
+};
 use herald_protocol::stomp::{self, Decoded, Limits, Version};
 use herald_protocol::websocket::Decoder;
 use proptest::prelude::*;
@@ -111,6 +117,92 @@ fn websocket_soup() -> impl Strategy<Value = Vec<u8>> {
             f
         });
     prop::collection::vec(frame, 0..12).prop_map(|f| f.concat())
+}
+
+const OPENS: &[&[u8]] = &[b"[", b"[", b" [", b"\n[ ", b"", b"[["];
+const QUOTES: &[&[u8]] = &[b"\"", b"\"", b"\"", b"", b"'"];
+const CONTENTS: &[&[u8]] = &[
+    b"a",
+    b"MESSAGE",
+    b"\xc3\xa9",
+    b"\xe2\x80\xa8",
+    b"\xef\xbf\xbf",
+    b"\xf0\x9f\x98\x80",
+    b"\\\"",
+    b"\\\\",
+    b"\\n",
+    b"\\/",
+    b"\\u0000",
+    b"\\u0041",
+    b"\\uD83D\\uDE00",
+    b"\\ud83d",
+    b"\\ude00",
+    b"\\u2028",
+    b"\\u12",
+    b"\\x",
+    b"\"",
+    b"\x01",
+    b"\xc3",
+    b"\xed\xa0\x80",
+];
+const SEPARATORS: &[&[u8]] = &[b",", b",", b" , ", b"", b",,"];
+const CLOSES: &[&[u8]] = &[b"]", b"]", b"] \n", b"", b"]]", b"] x", b",]"];
+const OTHERS: &[&[u8]] = &[b"", b" ", b"null", b"1", b"{}", b"[1]", b"[null]", b"true"];
+
+/// JSON-shaped bytes: an array of strings or a single string, each piece
+/// usually well-formed, sometimes not, sometimes random.
+fn sockjs_soup() -> impl Strategy<Value = Vec<u8>> {
+    let string = (
+        piece(QUOTES),
+        prop::collection::vec(piece(CONTENTS), 0..6),
+        piece(QUOTES),
+    )
+        .prop_map(|(open, content, close)| [open, content.concat(), close].concat());
+    let item = (string.clone(), piece(SEPARATORS)).prop_map(|(s, sep)| [s, sep].concat());
+    let array = (
+        piece(OPENS),
+        prop::collection::vec(item, 0..5),
+        piece(CLOSES),
+    )
+        .prop_map(|(open, items, close)| {
+            // The last separator is usually dropped, as it should be.
+            let mut items = items.concat();
+            if items.last() == Some(&b',') {
+                items.pop();
+            }
+            [open, items, close].concat()
+        });
+    prop_oneof![6 => array, 2 => string, 1 => piece(OTHERS)]
+}
+
+/// The body of the `sockjs_decode` fuzz target.
+fn check_sockjs(data: &[u8]) {
+    let strict = decode_messages(data, false);
+    let loose = decode_messages(data, true);
+    if data.is_empty() {
+        assert_eq!(strict, Err(DecodeError::Empty));
+        assert_eq!(loose, Err(DecodeError::Empty));
+        return;
+    }
+    assert_ne!(strict, Err(DecodeError::Empty));
+    assert_ne!(loose, Err(DecodeError::Empty));
+    if strict.is_ok() {
+        assert_eq!(loose, strict);
+    }
+    if let Ok(messages) = &loose {
+        let refs: Vec<&str> = messages.iter().map(String::as_str).collect();
+        let mut out = BytesMut::new();
+        encode_array(&refs, &mut out);
+        assert_eq!(out.len(), encoded_array_len(&refs));
+        assert_eq!(decode_messages(&out[1..], false).as_ref(), Ok(messages));
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        let mut out = BytesMut::from(&b"\""[..]);
+        sockjs::escape_into(text, &mut out);
+        assert_eq!(out.len() - 1, escaped_len(text));
+        out.extend_from_slice(b"\"");
+        assert_eq!(decode_messages(&out, true), Ok(vec![text.to_owned()]));
+    }
 }
 
 fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
@@ -236,5 +328,15 @@ proptest! {
         sizes in chunk_sizes(),
     ) {
         check_websocket(&data, &sizes, 64);
+    }
+
+    #[test]
+    fn sockjs_never_panics(data in sockjs_soup()) {
+        check_sockjs(&data);
+    }
+
+    #[test]
+    fn sockjs_random_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..300)) {
+        check_sockjs(&data);
     }
 }

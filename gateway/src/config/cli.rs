@@ -59,6 +59,9 @@ pub struct Cli {
     /// What a full session queue does [default: disconnect].
     #[arg(long, env = "HERALD_WHEN_FULL", value_name = "POLICY")]
     pub when_full: Option<WhenFull>,
+    /// Mount the SockJS protocol test suite's services (/echo, /close, ...). Tests only.
+    #[arg(long, env = "HERALD_SOCKJS_TEST_ENDPOINTS")]
+    pub sockjs_test_endpoints: bool,
     /// Log format [default: text]. Log levels come from RUST_LOG.
     #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -94,6 +97,9 @@ impl Cli {
         }
         if let Some(v) = self.when_full {
             config.session.when_full = v;
+        }
+        if self.sockjs_test_endpoints {
+            config.sockjs.test_endpoints = true;
         }
         if let Some(v) = self.log_format {
             config.log_format = v;

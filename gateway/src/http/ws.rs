@@ -14,7 +14,8 @@ use tokio::net::TcpStream;
 
 use crate::app::Shared;
 use crate::metrics::RefuseReason;
-use crate::session::websocket::{self, Upgraded};
+use crate::session::websocket::{self, Framing, Upgraded};
+use crate::sockjs::App;
 
 fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
@@ -44,6 +45,15 @@ fn query_token(req: &Request) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
+/// How the handshake's own errors are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// `/ws`: 426 Upgrade Required for plain HTTP.
+    Stomp,
+    /// SockJS: 400 with the protocol's own messages.
+    Sockjs,
+}
+
 fn refuse(shared: &Shared, status: StatusCode, message: &str) -> Response {
     shared
         .metrics
@@ -62,13 +72,38 @@ fn refuse(shared: &Shared, status: StatusCode, message: &str) -> Response {
     response
 }
 
-/// Validate the upgrade, answer 101, and run the session on the socket.
+/// `GET /ws`: STOMP over a raw WebSocket.
 pub async fn upgrade(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    req: Request,
+) -> Response {
+    accept(shared, peer, req, Framing::Raw, Flavor::Stomp, App::Stomp)
+}
+
+/// Validate the upgrade, answer 101, and run the session on the socket.
+pub(crate) fn accept(
+    shared: Arc<Shared>,
+    peer: std::net::SocketAddr,
     mut req: Request,
+    framing: Framing,
+    flavor: Flavor,
+    app: App,
 ) -> Response {
     let headers = req.headers();
+    if flavor == Flavor::Sockjs {
+        let problem = if !header_has_token(headers, header::UPGRADE, "websocket") {
+            Some("Can \"Upgrade\" only to \"WebSocket\".")
+        } else if !header_has_token(headers, header::CONNECTION, "upgrade") {
+            Some("\"Connection\" must be \"Upgrade\".")
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            shared.metrics.refuse(RefuseReason::BadHandshake);
+            return (StatusCode::BAD_REQUEST, message).into_response();
+        }
+    }
     if !header_has_token(headers, header::UPGRADE, "websocket")
         || !header_has_token(headers, header::CONNECTION, "upgrade")
     {
@@ -145,6 +180,8 @@ pub async fn upgrade(
                     leftover: parts.read_buf,
                     http_token,
                     peer,
+                    framing,
+                    app,
                 };
                 websocket::run(task_shared, up).await;
             }
@@ -161,7 +198,7 @@ pub async fn upgrade(
     if let Ok(v) = HeaderValue::from_str(&accept) {
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
-    if let Some(p) = subprotocol {
+    if let Some(p) = subprotocol.filter(|_| framing == Framing::Raw) {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(p));
     }
     response

@@ -163,6 +163,7 @@ mod tests {
             payload: Bytes::from(vec![0; size]),
             payload_is_utf8: true,
             ttl,
+            encodings: Default::default(),
         })
     }
 

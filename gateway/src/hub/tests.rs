@@ -56,6 +56,7 @@ fn note(scope: Scope, users: &[&str], clients: &[&str], sites: &[&str]) -> Arc<N
         payload: Bytes::from_static(b"hi"),
         payload_is_utf8: true,
         ttl: None,
+        encodings: Default::default(),
     })
 }
 

@@ -1,39 +1,47 @@
-//! STOMP over a raw WebSocket: the async shell around [`StompSession`].
+//! STOMP over a WebSocket: the async shell around [`StompCore`], for the
+//! raw framing (`/ws`, `/sockjs/websocket`) and SockJS framing
+//! (`/sockjs/{server}/{session}/websocket`).
 //!
 //! The session owns its `TcpStream` (taken back from hyper after the
 //! upgrade) and waits for readiness instead of parking a read buffer: an
 //! idle session holds no buffer at all. Reads go through a stack buffer into
 //! a `BytesMut` that exists only while a frame is partial. Writes are
 //! vectored from shared `Bytes`.
-//!
-//! One loop, one task per session: read, decode, act; pull from the outbox
-//! when the write queue is empty; send heart-beats; on shutdown send ERROR
-//! "server shutting down", a close frame, and go.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::stomp::{self, Decoded, HeartBeat, Version, headers, negotiate_heartbeat};
-use herald_protocol::websocket::{self, Message, WsError};
+use herald_protocol::envelope::Notification;
+use herald_protocol::sockjs;
+use herald_protocol::stomp::{Command, Version};
+use herald_protocol::websocket::{self, Message, OpCode, WsError};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::stomp::{Action, Connect, Failure, StompSession, Subscribe};
-use super::writer::WriteQueue;
+use super::core::{Sink, StompCore};
+use super::sockjs_frame;
+use super::writer::{RawStomp, WriteQueue};
 use crate::app::Shared;
-use crate::hub::{Attached, Identity, Resume};
-use crate::metrics::{ProtocolError, RefuseReason, Transport};
-use crate::outbox::{Item, Outbox, QueueLimits, Subscription};
+use crate::metrics::{ProtocolError, Transport};
 
 /// Write queue size at which the session stops pulling from its outbox.
-const PULL_UNTIL: usize = 64 * 1024;
+pub const PULL_UNTIL: usize = 64 * 1024;
 /// How long a closing session may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Bytes read from the socket per `try_read`.
 const READ_CHUNK: usize = 4096;
+
+/// How STOMP frames are wrapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One STOMP frame per WebSocket message.
+    Raw,
+    /// SockJS: `o`, `h`, `a["…"]`, `c[code,"reason"]` in WebSocket messages.
+    Sockjs,
+}
 
 /// What the upgrade handler hands over.
 #[derive(Debug)]
@@ -46,34 +54,60 @@ pub struct Upgraded {
     pub http_token: Option<String>,
     /// Peer address, for the span.
     pub peer: std::net::SocketAddr,
+    /// The framing.
+    pub framing: Framing,
+    /// What runs on it: STOMP, or a SockJS test-suite app.
+    pub app: crate::sockjs::App,
 }
 
-struct Attachment {
-    who: Identity,
-    attached: Attached,
-    /// The resume point for the first SUBSCRIBE: the CONNECT's, or the
-    /// mailbox head at CONNECT, so nothing between CONNECT and SUBSCRIBE is
-    /// lost.
-    first_resume: Option<Resume>,
+/// STOMP frames as SockJS messages inside WebSocket frames.
+struct WsSockjs<'a>(&'a mut WriteQueue);
+
+impl Sink for WsSockjs<'_> {
+    fn frame(&mut self, command: Command, headers: &[(&str, &str)], body: &[u8], v: Version) {
+        let pieces = sockjs_frame::array(&[sockjs_frame::control(command, headers, body, v)]);
+        self.0
+            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+    }
+
+    fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
+        let pieces = sockjs_frame::array(&sockjs_frame::message(subscription, seq, epoch, n, v));
+        self.0
+            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+    }
+
+    fn heartbeat(&mut self) {
+        let pieces = sockjs_frame::array(&[sockjs_frame::HEARTBEAT_ESCAPED]);
+        self.0
+            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+    }
+
+    fn queued(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The SockJS close frame for a WebSocket-style close code.
+pub fn sockjs_close_reason(code: u16) -> &'static str {
+    match code {
+        1000 => "Normal closure",
+        1001 => "Going away",
+        1007 => "Invalid data",
+        1008 => "Policy violation",
+        1009 => "Message too big",
+        _ => "Protocol error",
+    }
 }
 
 struct Session {
-    shared: Arc<Shared>,
+    core: StompCore,
     stream: TcpStream,
-    http_token: Option<String>,
     inbuf: BytesMut,
-    stomp_buf: BytesMut,
     ws: websocket::Decoder,
-    limits: stomp::Limits,
     out: WriteQueue,
-    machine: StompSession,
-    outbox: Arc<Outbox>,
-    attachment: Option<Attachment>,
-    last_recv: Instant,
-    last_send: Instant,
-    send_every: Option<Duration>,
-    recv_within: Option<Duration>,
-    connect_deadline: Option<Instant>,
+    framing: Framing,
+    /// SockJS heart-beat interval (`h` frames), SockJS framing only.
+    sockjs_heartbeat: Option<Duration>,
     /// Set once the session is closing: flush, then go by this instant.
     closing: Option<Instant>,
 }
@@ -85,12 +119,21 @@ enum Stop {
 
 /// Run one session to its end.
 pub async fn run(shared: Arc<Shared>, up: Upgraded) {
-    let span = tracing::debug_span!("session", peer = %up.peer, transport = "websocket");
+    if up.app != crate::sockjs::App::Stomp {
+        crate::sockjs::test_apps::run_websocket(shared, up).await;
+        return;
+    }
+    let transport = match up.framing {
+        Framing::Raw => Transport::Websocket,
+        Framing::Sockjs => Transport::SockjsWebsocket,
+    };
+    let span = tracing::debug_span!("session", peer = %up.peer, transport = transport.as_str());
     async move {
         let Upgraded {
             stream,
             leftover,
             http_token,
+            framing,
             ..
         } = up;
         // Copy what hyper read past the handshake and let its buffer go: the
@@ -98,85 +141,60 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
         let inbuf = BytesMut::from(&leftover[..]);
         drop(leftover);
         let now = Instant::now();
-        let cfg = &shared.config.session;
-        let session = Session {
-            limits: stomp::Limits {
-                max_frame_bytes: cfg.max_frame_bytes,
-                max_headers: cfg.max_headers,
-                max_header_bytes: cfg.max_header_bytes,
-            },
-            ws: websocket::Decoder::new(cfg.max_frame_bytes),
-            machine: StompSession::new(cfg.max_subscriptions),
-            outbox: Arc::new(Outbox::new(QueueLimits {
-                messages: cfg.queue_messages,
-                bytes: cfg.queue_bytes,
-                when_full: cfg.when_full,
-            })),
-            connect_deadline: Some(now + Duration::from_millis(cfg.connect_timeout_ms)),
-            inbuf,
+        let max_frame = shared.config.session.max_frame_bytes;
+        let sockjs_heartbeat = (framing == Framing::Sockjs)
+            .then(|| Duration::from_millis(shared.config.sockjs.heartbeat_ms));
+        let mut session = Session {
+            core: StompCore::new(shared, transport, http_token, now),
             stream,
-            http_token,
-            stomp_buf: BytesMut::new(),
+            inbuf,
+            ws: websocket::Decoder::new(max_frame),
             out: WriteQueue::default(),
-            attachment: None,
-            last_recv: now,
-            last_send: now,
-            send_every: None,
-            recv_within: None,
+            framing,
+            sockjs_heartbeat,
             closing: None,
-            shared,
         };
-        session.run().await;
+        if framing == Framing::Sockjs {
+            session
+                .out
+                .ws_frame(OpCode::Text, &[&Bytes::from_static(sockjs::OPEN)]);
+        }
+        let stop = session.run().await;
+        match stop {
+            Stop::Eof => tracing::debug!("session ended"),
+            Stop::Io(e) => tracing::debug!(error = %e, "session i/o ended"),
+        }
+        session.core.finish();
     }
     .instrument(span)
     .await
 }
 
 impl Session {
-    async fn run(mut self) {
+    fn with_sink<R>(&mut self, f: impl FnOnce(&mut StompCore, &mut dyn Sink) -> R) -> R {
+        match self.framing {
+            Framing::Raw => f(&mut self.core, &mut RawStomp(&mut self.out)),
+            Framing::Sockjs => f(&mut self.core, &mut WsSockjs(&mut self.out)),
+        }
+    }
+
+    async fn run(&mut self) -> Stop {
         if !self.inbuf.is_empty()
             && let Err(stop) = self.process_input(Instant::now())
         {
-            self.finish(stop);
-            return;
+            return stop;
         }
-        let stop = self.event_loop().await;
-        self.finish(stop);
-    }
-
-    fn finish(mut self, stop: Stop) {
-        match stop {
-            Stop::Eof => tracing::debug!("peer closed"),
-            Stop::Io(e) => tracing::debug!(error = %e, "session i/o ended"),
-        }
-        if let Some(a) = self.attachment.take() {
-            self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
-            self.shared
-                .metrics
-                .sessions_gauge(Transport::Websocket)
-                .dec();
-        }
-        self.shared.release_session();
-    }
-
-    async fn event_loop(&mut self) -> Stop {
         loop {
             let now = Instant::now();
             if self.closing.is_none() {
-                if self.outbox.is_cut() {
-                    self.fail(Failure {
-                        message: "slow consumer: the session's queue is full".into(),
-                        receipt: None,
-                        kind: ProtocolError::Refused,
-                        close_code: 1008,
-                    });
-                } else if self.attachment.is_some() {
-                    self.pull_outbox();
+                self.with_sink(|core, sink| core.pull(sink, PULL_UNTIL));
+                if let Some(code) = self.core.close_code() {
+                    self.start_closing(code, now);
                 }
             }
             if !self.out.is_empty() {
                 match self.out.write_to(&self.stream) {
-                    Ok(n) if n > 0 => self.last_send = now,
+                    Ok(n) if n > 0 => self.core.sent(now),
                     Ok(_) => {}
                     Err(e) => return Stop::Io(e),
                 }
@@ -186,34 +204,24 @@ impl Session {
                     return Stop::Eof;
                 }
                 if self.out.is_empty() {
-                    // Everything is written: send FIN, then read and discard
-                    // until the peer closes, so unread input cannot turn the
-                    // close into a reset that loses the last frames.
                     return self.linger(deadline).await;
                 }
             }
             // The socket took everything and the outbox still holds more:
             // pull again now. Waiting for a notification here would stall,
             // since the one that woke us was spent on the previous pull.
-            if self.closing.is_none()
-                && self.attachment.is_some()
-                && self.out.len() < PULL_UNTIL
-                && !self.outbox.is_empty()
-            {
+            if self.closing.is_none() && self.out.len() < PULL_UNTIL && self.core.has_pending() {
                 continue;
             }
             let deadline = self.next_deadline(now);
             let can_pull =
-                self.attachment.is_some() && self.closing.is_none() && self.out.len() < PULL_UNTIL;
+                self.closing.is_none() && self.core.can_pull() && self.out.len() < PULL_UNTIL;
+            let shared = Arc::clone(self.core.shared());
+            let outbox = Arc::clone(self.core.outbox());
             tokio::select! {
                 biased;
-                _ = self.shared.shutdown.cancelled(), if self.closing.is_none() => {
-                    self.fail(Failure {
-                        message: "server shutting down".into(),
-                        receipt: None,
-                        kind: ProtocolError::Refused,
-                        close_code: 1001,
-                    });
+                _ = shared.shutdown.cancelled(), if self.closing.is_none() => {
+                    self.with_sink(|core, sink| core.shutdown(sink));
                 }
                 r = self.stream.readable(), if self.closing.is_none() => {
                     if let Err(e) = r {
@@ -228,19 +236,36 @@ impl Session {
                         return Stop::Io(e);
                     }
                 }
-                _ = self.outbox.notified(), if can_pull => {}
+                _ = outbox.notified(), if can_pull => {}
                 _ = tokio::time::sleep_until(deadline) => self.on_timer(Instant::now()),
             }
         }
     }
 
+    fn start_closing(&mut self, code: u16, now: Instant) {
+        if self.closing.is_some() {
+            return;
+        }
+        if self.framing == Framing::Sockjs {
+            let mut c = BytesMut::new();
+            sockjs::encode_close(code, sockjs_close_reason(code), &mut c);
+            self.out.ws_frame(OpCode::Text, &[&c.freeze()]);
+            self.out.close(1000, "");
+        } else {
+            self.out.close(code, "");
+        }
+        self.closing = Some(now + CLOSE_GRACE);
+    }
+
+    /// Everything is written: send FIN, then read and discard until the
+    /// peer closes, so unread input cannot turn the close into a reset that
+    /// loses the last frames.
     async fn linger(&mut self, deadline: Instant) -> Stop {
         use tokio::io::AsyncWriteExt;
         if let Err(e) = self.stream.shutdown().await {
             return Stop::Io(e);
         }
         self.inbuf = BytesMut::new();
-        self.stomp_buf = BytesMut::new();
         loop {
             tokio::select! {
                 r = self.stream.readable() => {
@@ -261,19 +286,13 @@ impl Session {
     }
 
     fn next_deadline(&self, now: Instant) -> Instant {
-        let far = now + Duration::from_secs(3600);
-        let mut d = far;
         if let Some(c) = self.closing {
             return c;
         }
-        if let Some(c) = self.connect_deadline {
-            d = d.min(c);
-        }
-        if let Some(every) = self.send_every {
-            d = d.min(self.last_send + every);
-        }
-        if let Some(within) = self.recv_within {
-            d = d.min(self.last_recv + within);
+        let far = now + Duration::from_secs(3600);
+        let mut d = self.core.next_deadline().unwrap_or(far);
+        if let Some(h) = self.sockjs_heartbeat {
+            d = d.min(self.core.last_send() + h);
         }
         d
     }
@@ -282,34 +301,13 @@ impl Session {
         if self.closing.is_some() {
             return;
         }
-        if self.connect_deadline.is_some_and(|d| now >= d) {
-            self.shared.metrics.refuse(RefuseReason::ConnectTimeout);
-            self.fail(Failure {
-                message: "no CONNECT frame in time".into(),
-                receipt: None,
-                kind: ProtocolError::Refused,
-                close_code: 1008,
-            });
-            return;
-        }
-        if self
-            .recv_within
-            .is_some_and(|within| now >= self.last_recv + within)
-        {
-            self.fail(Failure {
-                message: "heart-beat timeout: nothing received from the client in time".into(),
-                receipt: None,
-                kind: ProtocolError::Refused,
-                close_code: 1001,
-            });
-            return;
-        }
-        if self
-            .send_every
-            .is_some_and(|every| now >= self.last_send + every)
+        self.with_sink(|core, sink| core.on_timer(now, sink));
+        if let Some(h) = self.sockjs_heartbeat
+            && now >= self.core.last_send() + h
             && self.out.is_empty()
         {
-            self.out.heartbeat();
+            self.out
+                .ws_frame(OpCode::Text, &[&Bytes::from_static(sockjs::HEARTBEAT)]);
         }
     }
 
@@ -322,7 +320,7 @@ impl Session {
             match self.stream.try_read(&mut chunk) {
                 Ok(0) => return Err(Stop::Eof),
                 Ok(n) => {
-                    self.last_recv = now;
+                    self.core.received(now);
                     self.inbuf.extend_from_slice(&chunk[..n]);
                     self.process_input(now)?;
                     if self.closing.is_some() || n < READ_CHUNK {
@@ -337,33 +335,56 @@ impl Session {
     }
 
     fn process_input(&mut self, now: Instant) -> Result<(), Stop> {
-        while self.closing.is_none() {
+        while self.closing.is_none() && self.core.close_code().is_none() {
             match self.ws.decode(&mut self.inbuf) {
                 Ok(None) => break,
-                Ok(Some(Message::Text(t))) => {
-                    self.stomp_buf.extend_from_slice(t.as_bytes());
-                    self.process_stomp(now);
-                }
-                Ok(Some(Message::Binary(b))) => {
-                    self.stomp_buf.extend_from_slice(&b);
-                    self.process_stomp(now);
-                }
+                Ok(Some(Message::Text(t))) => self.on_data(t.as_bytes(), now),
+                Ok(Some(Message::Binary(b))) => self.on_data(&b, now),
                 Ok(Some(Message::Ping(p))) => self.out.pong(&p),
                 Ok(Some(Message::Pong(_))) => {}
                 Ok(Some(Message::Close(_))) => {
+                    self.core.peer_closed();
                     self.out.close(1000, "");
                     self.closing = Some(now + CLOSE_GRACE);
                 }
                 Err(e) => self.ws_error(&e),
             }
         }
+        if let Some(code) = self.core.close_code() {
+            self.start_closing(code, now);
+        }
         if self.inbuf.is_empty() {
             self.inbuf = BytesMut::new();
         }
-        if self.stomp_buf.is_empty() {
-            self.stomp_buf = BytesMut::new();
-        }
         Ok(())
+    }
+
+    fn on_data(&mut self, data: &[u8], now: Instant) {
+        match self.framing {
+            Framing::Raw => self.with_sink(|core, sink| core.on_stomp_bytes(data, now, sink)),
+            Framing::Sockjs => {
+                if data.is_empty() {
+                    return;
+                }
+                match sockjs::decode_messages(data, true) {
+                    Ok(messages) => {
+                        for m in messages {
+                            self.with_sink(|core, sink| {
+                                core.on_stomp_bytes(m.as_bytes(), now, sink)
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        // SockJS: broken framing ends the session.
+                        self.core.shared().metrics.error(ProtocolError::Websocket);
+                        tracing::debug!(error = %e, "broken SockJS framing");
+                        self.core.peer_closed();
+                        self.out.close(1002, "");
+                        self.closing = Some(now + CLOSE_GRACE);
+                    }
+                }
+            }
+        }
     }
 
     fn ws_error(&mut self, e: &WsError) {
@@ -372,201 +393,8 @@ impl Session {
             WsError::MessageTooLarge { .. } => ProtocolError::Oversized,
             _ => ProtocolError::Websocket,
         };
-        self.fail(Failure {
-            message: e.to_string(),
-            receipt: None,
-            kind,
-            close_code: e.close_code(),
-        });
-    }
-
-    fn process_stomp(&mut self, now: Instant) {
-        while self.closing.is_none() {
-            match stomp::decode(&mut self.stomp_buf, self.machine.version(), &self.limits) {
-                Ok(None) => return,
-                Ok(Some(Decoded::Heartbeat)) => {}
-                Ok(Some(Decoded::Frame(frame))) => {
-                    let action = self.machine.on_frame(&frame);
-                    self.act(action, now);
-                }
-                Err(e) => {
-                    let kind = match e {
-                        stomp::DecodeError::FrameTooLarge { .. }
-                        | stomp::DecodeError::TooManyHeaders { .. }
-                        | stomp::DecodeError::HeaderTooLong { .. } => ProtocolError::Oversized,
-                        stomp::DecodeError::InvalidUtf8 { .. } => ProtocolError::InvalidUtf8,
-                        _ => ProtocolError::MalformedFrame,
-                    };
-                    let close_code = if kind == ProtocolError::Oversized {
-                        1009
-                    } else {
-                        1002
-                    };
-                    self.fail(Failure {
-                        message: e.to_string(),
-                        receipt: None,
-                        kind,
-                        close_code,
-                    });
-                }
-            }
-        }
-    }
-
-    fn act(&mut self, action: Action, now: Instant) {
-        let v = self.machine.version();
-        match action {
-            Action::Connect(c) => self.connect(c, now),
-            Action::Subscribe(s) => self.subscribe(s, now),
-            Action::Unsubscribe { id, receipt } => {
-                self.outbox.unsubscribe(&id);
-                if let Some(r) = receipt {
-                    self.out.receipt(&r, v);
-                }
-            }
-            Action::Disconnect { receipt } => {
-                if let Some(r) = receipt {
-                    self.out.receipt(&r, v);
-                }
-                self.out.close(1000, "");
-                self.closing = Some(now + CLOSE_GRACE);
-            }
-            Action::Fail(f) => self.fail(f),
-        }
-    }
-
-    fn connect(&mut self, c: Connect, now: Instant) {
-        let token = c.token.or_else(|| self.http_token.take());
-        let identity = match token {
-            None => Err(crate::auth::AuthError::Missing),
-            Some(t) => self.shared.verifier.verify(&t),
-        };
-        let who = match identity {
-            Ok(who) => who,
-            Err(e) => {
-                self.shared.metrics.refuse(RefuseReason::Auth);
-                tracing::debug!(error = %e, "CONNECT refused");
-                self.fail(Failure {
-                    message: e.to_string(),
-                    receipt: None,
-                    kind: ProtocolError::Refused,
-                    close_code: 1008,
-                });
-                return;
-            }
-        };
-        let cfg = &self.shared.config.session;
-        let server = HeartBeat {
-            cx: cfg.heartbeat_send_ms,
-            cy: cfg.heartbeat_receive_ms,
-        };
-        let (send, recv) = negotiate_heartbeat(c.heartbeat, server);
-        self.send_every = send;
-        // Allow the client's interval twice over before calling it dead.
-        self.recv_within = recv.map(|d| d * 2);
-        self.connect_deadline = None;
-        self.machine.connected(c.version);
-        let attached = self.shared.hub.attach(&who, &self.outbox);
-        let hb = HeartBeat {
-            cx: send.map_or(0, |d| d.as_millis() as u32),
-            cy: recv.map_or(0, |d| d.as_millis() as u32),
-        }
-        .to_header();
-        let session_id = format!("{:016x}", rand::random::<u64>());
-        let epoch = attached.epoch.to_string();
-        let head = attached.head.to_string();
-        self.out.frame(
-            stomp::Command::Connected,
-            &[
-                (headers::VERSION, c.version.as_str()),
-                (headers::HEART_BEAT, &hb),
-                (
-                    headers::SERVER,
-                    concat!("Herald/", env!("CARGO_PKG_VERSION")),
-                ),
-                (headers::SESSION, &session_id),
-                ("user-name", &who.user),
-                (herald_protocol::envelope::names::EPOCH, &epoch),
-                (herald_protocol::envelope::names::SEQ, &head),
-            ],
-            b"",
-            c.version,
-        );
-        let first_resume = c.resume.or(Some(Resume {
-            epoch: attached.epoch,
-            last_seq: attached.head,
-        }));
-        tracing::debug!(user = %who.user, version = c.version.as_str(), "session open");
-        self.shared
-            .metrics
-            .sessions_gauge(Transport::Websocket)
-            .inc();
-        self.shared
-            .metrics
-            .sessions_opened
-            .get_or_create(&crate::metrics::TransportLabels {
-                transport: Transport::Websocket,
-            })
-            .inc();
-        self.attachment = Some(Attachment {
-            who,
-            attached,
-            first_resume,
-        });
-        let _ = now;
-    }
-
-    fn subscribe(&mut self, s: Subscribe, now: Instant) {
-        let v = self.machine.version();
-        let Some(a) = self.attachment.as_mut() else {
-            return;
-        };
-        let resume = s.resume.or_else(|| a.first_resume.take());
-        a.first_resume = None;
-        let sub = Subscription {
-            key: s.key,
-            id: s.id.into(),
-            filter: s.filter,
-        };
-        let result = self
-            .shared
-            .hub
-            .subscribe(&a.who, &self.outbox, sub, resume.as_ref(), now);
-        tracing::debug!(?result, "subscribed");
-        if let Some(r) = s.receipt {
-            self.out.receipt(&r, v);
-        }
-    }
-
-    /// Move queued messages into the write queue until it holds enough.
-    fn pull_outbox(&mut self) {
-        let Some(a) = &self.attachment else {
-            return;
-        };
-        let v = self.machine.version();
-        let epoch = a.attached.epoch;
-        while self.out.len() < PULL_UNTIL {
-            let Some(popped) = self.outbox.pop() else {
-                return;
-            };
-            for sub in &popped.subscriptions {
-                match &popped.item {
-                    Item::Deliver { seq, n, .. } => self.out.message(sub, *seq, epoch, n, v),
-                    Item::Gap { seq, reason, .. } => {
-                        self.out.gap(sub, *seq, epoch, *reason, v);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Send ERROR (and a close frame), then close once flushed.
-    fn fail(&mut self, f: Failure) {
-        self.shared.metrics.error(f.kind);
-        tracing::debug!(message = %f.message, "session error");
-        let v: Version = self.machine.version();
-        self.out.error(&f.message, f.receipt.as_deref(), v);
-        self.out.close(f.close_code, "");
-        self.closing = Some(Instant::now() + CLOSE_GRACE);
+        let message = e.to_string();
+        let code = e.close_code();
+        self.with_sink(|core, sink| core.transport_error(&message, kind, code, sink));
     }
 }

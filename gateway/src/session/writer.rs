@@ -10,12 +10,11 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
 use bytes::{Buf, Bytes, BytesMut};
-use herald_protocol::envelope::{Notification, names};
-use herald_protocol::stomp::{self, Command, Version, headers};
+use herald_protocol::envelope::Notification;
+use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
 
-use super::stomp::DESTINATION;
-use crate::outbox::GapReason;
+use super::core::{Sink, message_headers};
 
 const NUL: Bytes = Bytes::from_static(b"\0");
 /// A STOMP heart-beat (one EOL) in a WebSocket text frame.
@@ -97,36 +96,21 @@ impl WriteQueue {
         self.chunks.iter().flat_map(|c| c.iter().copied()).collect()
     }
 
-    /// A whole STOMP frame in one WebSocket text frame.
-    pub fn frame(&mut self, command: Command, hdrs: &[(&str, &str)], body: &[u8], v: Version) {
-        let mut stomp_bytes = BytesMut::with_capacity(64 + body.len());
-        stomp::encode_frame(command, hdrs, body, v, &mut stomp_bytes);
-        let mut out = BytesMut::with_capacity(10 + stomp_bytes.len());
-        websocket::encode_header(OpCode::Text, stomp_bytes.len(), &mut out);
-        out.extend_from_slice(&stomp_bytes);
-        self.push(out.freeze());
-    }
-
-    /// An ERROR frame (`message` header, detail in the body).
-    pub fn error(&mut self, message: &str, receipt: Option<&str>, v: Version) {
-        let mut hdrs = vec![
-            (headers::MESSAGE, message),
-            (headers::CONTENT_TYPE, "text/plain"),
-        ];
-        if let Some(r) = receipt {
-            hdrs.push((headers::RECEIPT_ID, r));
+    /// One WebSocket frame whose payload is `pieces` in order; the pieces
+    /// are queued as they are (shared, not copied).
+    pub fn ws_frame(&mut self, opcode: OpCode, pieces: &[&Bytes]) {
+        let len = pieces.iter().map(|p| p.len()).sum();
+        let mut header = BytesMut::with_capacity(10);
+        websocket::encode_header(opcode, len, &mut header);
+        self.push(header.freeze());
+        for p in pieces {
+            self.push((*p).clone());
         }
-        self.frame(Command::Error, &hdrs, message.as_bytes(), v);
     }
 
-    /// A RECEIPT frame.
-    pub fn receipt(&mut self, receipt: &str, v: Version) {
-        self.frame(Command::Receipt, &[(headers::RECEIPT_ID, receipt)], b"", v);
-    }
-
-    /// A heart-beat.
-    pub fn heartbeat(&mut self) {
-        self.push(HEARTBEAT);
+    /// Queue bytes as they are.
+    pub fn raw(&mut self, b: Bytes) {
+        self.push(b);
     }
 
     /// A WebSocket close frame.
@@ -142,34 +126,23 @@ impl WriteQueue {
         websocket::encode_frame(OpCode::Pong, payload, &mut out);
         self.push(out.freeze());
     }
+}
 
-    /// A MESSAGE for one subscription: per-recipient head, shared body.
-    pub fn message(
-        &mut self,
-        subscription: &str,
-        seq: u64,
-        epoch: u64,
-        n: &Notification,
-        v: Version,
-    ) {
+/// STOMP frames in WebSocket frames: the raw `/ws` framing.
+pub struct RawStomp<'a>(pub &'a mut WriteQueue);
+
+impl Sink for RawStomp<'_> {
+    fn frame(&mut self, command: Command, hdrs: &[(&str, &str)], body: &[u8], v: Version) {
+        let mut stomp_bytes = BytesMut::with_capacity(64 + body.len());
+        stomp::encode_frame(command, hdrs, body, v, &mut stomp_bytes);
+        self.0.ws_frame(OpCode::Text, &[&stomp_bytes.freeze()]);
+    }
+
+    fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
         let seq = seq.to_string();
         let epoch = epoch.to_string();
         let length = n.payload.len().to_string();
-        let mut hdrs: Vec<(&str, &str)> = Vec::with_capacity(11);
-        hdrs.extend([
-            (headers::SUBSCRIPTION, subscription),
-            (headers::DESTINATION, DESTINATION),
-            (names::MESSAGE_ID, n.id.as_str()),
-            (names::SEQ, &seq),
-            (names::EPOCH, &epoch),
-            (names::EVENT, n.event.as_str()),
-            (names::SCOPE, n.scope.as_str()),
-        ]);
-        if let Some(topic) = &n.topic {
-            hdrs.push((names::TOPIC, topic));
-        }
-        hdrs.push((headers::CONTENT_TYPE, &n.content_type));
-        hdrs.push((headers::CONTENT_LENGTH, &length));
+        let hdrs = message_headers(subscription, &seq, &epoch, &length, n, false);
         let mut head = BytesMut::with_capacity(256);
         stomp::encode_head(Command::Message, &hdrs, v, &mut head);
         let opcode = if n.payload_is_utf8 {
@@ -177,35 +150,15 @@ impl WriteQueue {
         } else {
             OpCode::Binary
         };
-        let mut out = BytesMut::with_capacity(10 + head.len());
-        websocket::encode_header(opcode, head.len() + n.payload.len() + 1, &mut out);
-        out.extend_from_slice(&head);
-        self.push(out.freeze());
-        self.push(n.payload.clone());
-        self.push(NUL);
+        self.0.ws_frame(opcode, &[&head.freeze(), &n.payload, &NUL]);
     }
 
-    /// The gap marker: a MESSAGE with `event:herald.gap`, an empty body, and
-    /// the sequence from which live messages continue.
-    pub fn gap(&mut self, subscription: &str, seq: u64, epoch: u64, reason: GapReason, v: Version) {
-        let seq = seq.to_string();
-        let epoch = epoch.to_string();
-        let id = format!("gap-{epoch}-{seq}");
-        self.frame(
-            Command::Message,
-            &[
-                (headers::SUBSCRIPTION, subscription),
-                (headers::DESTINATION, DESTINATION),
-                (names::MESSAGE_ID, &id),
-                (names::SEQ, &seq),
-                (names::EPOCH, &epoch),
-                (names::EVENT, names::GAP_EVENT),
-                ("reason", reason.as_str()),
-                (headers::CONTENT_LENGTH, "0"),
-            ],
-            b"",
-            v,
-        );
+    fn heartbeat(&mut self) {
+        self.0.push(HEARTBEAT);
+    }
+
+    fn queued(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -252,11 +205,12 @@ mod tests {
             payload: payload.clone(),
             payload_is_utf8: true,
             ttl: None,
+            encodings: Default::default(),
         };
         let mut q = WriteQueue::default();
-        q.message("sub:0", 7, 99, &n, Version::V1_2);
+        RawStomp(&mut q).message("sub:0", 7, 99, &n, Version::V1_2);
         // The payload chunk is the very same allocation.
-        assert_eq!(q.chunks[1].as_ptr(), payload.as_ptr());
+        assert_eq!(q.chunks[2].as_ptr(), payload.as_ptr());
         let frames = decode_server_frames(&q.concat());
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].0, 1, "text frame");
@@ -293,16 +247,17 @@ mod tests {
             payload: Bytes::from_static(b"\xff\x00\xfe"),
             payload_is_utf8: false,
             ttl: None,
+            encodings: Default::default(),
         };
         let mut q = WriteQueue::default();
-        q.message("s", 1, 1, &n, Version::V1_2);
+        RawStomp(&mut q).message("s", 1, 1, &n, Version::V1_2);
         assert_eq!(decode_server_frames(&q.concat())[0].0, 2);
     }
 
     #[test]
     fn control_frames() {
         let mut q = WriteQueue::default();
-        q.heartbeat();
+        RawStomp(&mut q).heartbeat();
         q.close(1000, "bye");
         q.pong(b"p");
         let frames = decode_server_frames(&q.concat());

@@ -1,0 +1,530 @@
+//! The transport-independent part of a browser session: STOMP decoding, the
+//! state machine's actions (auth, hub attachment, subscriptions), the pull
+//! from the outbox, heart-beat timing and the close decision.
+//!
+//! A transport shell (raw WebSocket, SockJS over WebSocket, SockJS over
+//! HTTP) feeds it the STOMP byte stream the client sent and gives it a
+//! [`Sink`] that frames STOMP frames its own way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use herald_protocol::envelope::{Notification, names};
+use herald_protocol::stomp::{
+    self, Command, Decoded, HeartBeat, Version, headers, negotiate_heartbeat,
+};
+use tokio::time::Instant;
+
+use super::stomp::{Action, Connect, Failure, StompSession, Subscribe};
+use crate::app::Shared;
+use crate::hub::{Attached, Identity, Resume};
+use crate::metrics::{ProtocolError, RefuseReason, Transport, TransportLabels};
+use crate::outbox::{GapReason, Item, Outbox, QueueLimits, Subscription};
+
+/// How a transport writes STOMP frames.
+pub trait Sink {
+    /// A whole frame (control frames: CONNECTED, RECEIPT, ERROR, gap markers).
+    fn frame(&mut self, command: Command, headers: &[(&str, &str)], body: &[u8], v: Version);
+    /// A MESSAGE for one subscription: per-recipient head, shared payload.
+    fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version);
+    /// A STOMP heart-beat (one EOL).
+    fn heartbeat(&mut self);
+    /// Bytes written but not yet taken by the socket.
+    fn queued(&self) -> usize;
+}
+
+/// The MESSAGE headers every framing writes, in order.
+pub fn message_headers<'a>(
+    subscription: &'a str,
+    seq: &'a str,
+    epoch: &'a str,
+    length: &'a str,
+    n: &'a Notification,
+    base64: bool,
+) -> Vec<(&'a str, &'a str)> {
+    let mut h: Vec<(&str, &str)> = Vec::with_capacity(12);
+    h.extend([
+        (headers::SUBSCRIPTION, subscription),
+        (headers::DESTINATION, super::stomp::DESTINATION),
+        (names::MESSAGE_ID, n.id.as_str()),
+        (names::SEQ, seq),
+        (names::EPOCH, epoch),
+        (names::EVENT, n.event.as_str()),
+        (names::SCOPE, n.scope.as_str()),
+    ]);
+    if let Some(topic) = &n.topic {
+        h.push((names::TOPIC, topic));
+    }
+    h.push((headers::CONTENT_TYPE, &n.content_type));
+    if base64 {
+        h.push(("content-transfer-encoding", "base64"));
+    }
+    h.push((headers::CONTENT_LENGTH, length));
+    h
+}
+
+fn error(sink: &mut dyn Sink, message: &str, receipt: Option<&str>, v: Version) {
+    let mut hdrs = vec![
+        (headers::MESSAGE, message),
+        (headers::CONTENT_TYPE, "text/plain"),
+    ];
+    if let Some(r) = receipt {
+        hdrs.push((headers::RECEIPT_ID, r));
+    }
+    sink.frame(Command::Error, &hdrs, message.as_bytes(), v);
+}
+
+fn receipt(sink: &mut dyn Sink, id: &str, v: Version) {
+    sink.frame(Command::Receipt, &[(headers::RECEIPT_ID, id)], b"", v);
+}
+
+fn gap(sink: &mut dyn Sink, sub: &str, seq: u64, epoch: u64, reason: GapReason, v: Version) {
+    let seq = seq.to_string();
+    let epoch = epoch.to_string();
+    let id = format!("gap-{epoch}-{seq}");
+    sink.frame(
+        Command::Message,
+        &[
+            (headers::SUBSCRIPTION, sub),
+            (headers::DESTINATION, super::stomp::DESTINATION),
+            (names::MESSAGE_ID, &id),
+            (names::SEQ, &seq),
+            (names::EPOCH, &epoch),
+            (names::EVENT, names::GAP_EVENT),
+            ("reason", reason.as_str()),
+            (headers::CONTENT_LENGTH, "0"),
+        ],
+        b"",
+        v,
+    );
+}
+
+struct Attachment {
+    who: Identity,
+    attached: Attached,
+    /// The resume point for the first SUBSCRIBE: the CONNECT's, or the
+    /// mailbox head at CONNECT, so nothing between CONNECT and SUBSCRIBE is
+    /// lost.
+    first_resume: Option<Resume>,
+}
+
+/// The STOMP side of one session.
+pub struct StompCore {
+    shared: Arc<Shared>,
+    transport: Transport,
+    http_token: Option<String>,
+    stomp_buf: BytesMut,
+    limits: stomp::Limits,
+    machine: StompSession,
+    outbox: Arc<Outbox>,
+    attachment: Option<Attachment>,
+    last_recv: Instant,
+    last_send: Instant,
+    send_every: Option<Duration>,
+    recv_within: Option<Duration>,
+    connect_deadline: Option<Instant>,
+    /// Set when the session must end; the value is the WebSocket close code
+    /// (SockJS maps it to its own close frame).
+    close: Option<u16>,
+}
+
+impl StompCore {
+    /// A session that waits for CONNECT. `http_token` is a token that came
+    /// with the HTTP request (`?token=` or `Authorization`).
+    pub fn new(
+        shared: Arc<Shared>,
+        transport: Transport,
+        http_token: Option<String>,
+        now: Instant,
+    ) -> Self {
+        let cfg = &shared.config.session;
+        StompCore {
+            limits: stomp::Limits {
+                max_frame_bytes: cfg.max_frame_bytes,
+                max_headers: cfg.max_headers,
+                max_header_bytes: cfg.max_header_bytes,
+            },
+            machine: StompSession::new(cfg.max_subscriptions),
+            outbox: Arc::new(Outbox::new(QueueLimits {
+                messages: cfg.queue_messages,
+                bytes: cfg.queue_bytes,
+                when_full: cfg.when_full,
+            })),
+            connect_deadline: Some(now + Duration::from_millis(cfg.connect_timeout_ms)),
+            transport,
+            http_token,
+            stomp_buf: BytesMut::new(),
+            attachment: None,
+            last_recv: now,
+            last_send: now,
+            send_every: None,
+            recv_within: None,
+            close: None,
+            shared,
+        }
+    }
+
+    /// The shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The session's outbox (to wait on its notifications).
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+
+    /// The close code once the session must end.
+    pub fn close_code(&self) -> Option<u16> {
+        self.close
+    }
+
+    /// Whether pulling from the outbox makes sense now.
+    pub fn can_pull(&self) -> bool {
+        self.attachment.is_some() && self.close.is_none()
+    }
+
+    /// Whether the outbox holds something to pull.
+    pub fn has_pending(&self) -> bool {
+        self.can_pull() && !self.outbox.is_empty()
+    }
+
+    /// The client sent something (any byte counts for heart-beats).
+    pub fn received(&mut self, now: Instant) {
+        self.last_recv = now;
+    }
+
+    /// Bytes went out.
+    pub fn sent(&mut self, now: Instant) {
+        self.last_send = now;
+    }
+
+    /// When bytes last went out.
+    pub fn last_send(&self) -> Instant {
+        self.last_send
+    }
+
+    /// Feed bytes of the client's STOMP stream.
+    pub fn on_stomp_bytes(&mut self, data: &[u8], now: Instant, sink: &mut dyn Sink) {
+        self.last_recv = now;
+        self.stomp_buf.extend_from_slice(data);
+        while self.close.is_none() {
+            match stomp::decode(&mut self.stomp_buf, self.machine.version(), &self.limits) {
+                Ok(None) => break,
+                Ok(Some(Decoded::Heartbeat)) => {}
+                Ok(Some(Decoded::Frame(frame))) => {
+                    let action = self.machine.on_frame(&frame);
+                    self.act(action, now, sink);
+                }
+                Err(e) => {
+                    let kind = match e {
+                        stomp::DecodeError::FrameTooLarge { .. }
+                        | stomp::DecodeError::TooManyHeaders { .. }
+                        | stomp::DecodeError::HeaderTooLong { .. } => ProtocolError::Oversized,
+                        stomp::DecodeError::InvalidUtf8 { .. } => ProtocolError::InvalidUtf8,
+                        _ => ProtocolError::MalformedFrame,
+                    };
+                    let close_code = if kind == ProtocolError::Oversized {
+                        1009
+                    } else {
+                        1002
+                    };
+                    self.fail(
+                        Failure {
+                            message: e.to_string(),
+                            receipt: None,
+                            kind,
+                            close_code,
+                        },
+                        sink,
+                    );
+                }
+            }
+        }
+        if self.stomp_buf.is_empty() {
+            self.stomp_buf = BytesMut::new();
+        }
+    }
+
+    fn act(&mut self, action: Action, now: Instant, sink: &mut dyn Sink) {
+        let v = self.machine.version();
+        match action {
+            Action::Connect(c) => self.connect(c, sink),
+            Action::Subscribe(s) => self.subscribe(s, now, sink),
+            Action::Unsubscribe { id, receipt: r } => {
+                self.outbox.unsubscribe(&id);
+                if let Some(r) = r {
+                    receipt(sink, &r, v);
+                }
+            }
+            Action::Disconnect { receipt: r } => {
+                if let Some(r) = r {
+                    receipt(sink, &r, v);
+                }
+                self.close = Some(1000);
+            }
+            Action::Fail(f) => self.fail(f, sink),
+        }
+    }
+
+    fn connect(&mut self, c: Connect, sink: &mut dyn Sink) {
+        let token = c.token.or_else(|| self.http_token.take());
+        let identity = match token {
+            None => Err(crate::auth::AuthError::Missing),
+            Some(t) => self.shared.verifier.verify(&t),
+        };
+        let who = match identity {
+            Ok(who) => who,
+            Err(e) => {
+                self.shared.metrics.refuse(RefuseReason::Auth);
+                tracing::debug!(error = %e, "CONNECT refused");
+                self.fail(
+                    Failure {
+                        message: e.to_string(),
+                        receipt: None,
+                        kind: ProtocolError::Refused,
+                        close_code: 1008,
+                    },
+                    sink,
+                );
+                return;
+            }
+        };
+        let cfg = &self.shared.config.session;
+        let server = HeartBeat {
+            cx: cfg.heartbeat_send_ms,
+            cy: cfg.heartbeat_receive_ms,
+        };
+        let (send, recv) = negotiate_heartbeat(c.heartbeat, server);
+        self.send_every = send;
+        // Allow the client's interval twice over before calling it dead.
+        self.recv_within = recv.map(|d| d * 2);
+        self.connect_deadline = None;
+        self.machine.connected(c.version);
+        let attached = self.shared.hub.attach(&who, &self.outbox);
+        let hb = HeartBeat {
+            cx: send.map_or(0, |d| d.as_millis() as u32),
+            cy: recv.map_or(0, |d| d.as_millis() as u32),
+        }
+        .to_header();
+        let session_id = format!("{:016x}", rand::random::<u64>());
+        let epoch = attached.epoch.to_string();
+        let head = attached.head.to_string();
+        sink.frame(
+            Command::Connected,
+            &[
+                (headers::VERSION, c.version.as_str()),
+                (headers::HEART_BEAT, &hb),
+                (
+                    headers::SERVER,
+                    concat!("Herald/", env!("CARGO_PKG_VERSION")),
+                ),
+                (headers::SESSION, &session_id),
+                ("user-name", &who.user),
+                (names::EPOCH, &epoch),
+                (names::SEQ, &head),
+            ],
+            b"",
+            c.version,
+        );
+        let first_resume = c.resume.or(Some(Resume {
+            epoch: attached.epoch,
+            last_seq: attached.head,
+        }));
+        tracing::debug!(user = %who.user, version = c.version.as_str(), "session open");
+        let labels = TransportLabels {
+            transport: self.transport,
+        };
+        self.shared.metrics.sessions.get_or_create(&labels).inc();
+        self.shared
+            .metrics
+            .sessions_opened
+            .get_or_create(&labels)
+            .inc();
+        self.attachment = Some(Attachment {
+            who,
+            attached,
+            first_resume,
+        });
+    }
+
+    fn subscribe(&mut self, s: Subscribe, now: Instant, sink: &mut dyn Sink) {
+        let v = self.machine.version();
+        let Some(a) = self.attachment.as_mut() else {
+            return;
+        };
+        let resume = s.resume.or_else(|| a.first_resume.take());
+        a.first_resume = None;
+        let sub = Subscription {
+            key: s.key,
+            id: s.id.into(),
+            filter: s.filter,
+        };
+        let result = self
+            .shared
+            .hub
+            .subscribe(&a.who, &self.outbox, sub, resume.as_ref(), now);
+        tracing::debug!(?result, "subscribed");
+        if let Some(r) = s.receipt {
+            receipt(sink, &r, v);
+        }
+    }
+
+    /// Move queued messages into the sink until it holds `limit` bytes.
+    pub fn pull(&mut self, sink: &mut dyn Sink, limit: usize) {
+        if self.close.is_some() {
+            return;
+        }
+        if self.outbox.is_cut() {
+            self.fail(
+                Failure {
+                    message: "slow consumer: the session's queue is full".into(),
+                    receipt: None,
+                    kind: ProtocolError::Refused,
+                    close_code: 1008,
+                },
+                sink,
+            );
+            return;
+        }
+        let Some(a) = &self.attachment else {
+            return;
+        };
+        let v = self.machine.version();
+        let epoch = a.attached.epoch;
+        while sink.queued() < limit {
+            let Some(popped) = self.outbox.pop() else {
+                return;
+            };
+            for sub in &popped.subscriptions {
+                match &popped.item {
+                    Item::Deliver { seq, n, .. } => sink.message(sub, *seq, epoch, n, v),
+                    Item::Gap { seq, reason, .. } => gap(sink, sub, *seq, epoch, *reason, v),
+                }
+            }
+        }
+    }
+
+    /// The next instant [`Self::on_timer`] has work, if any.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if self.close.is_some() {
+            return None;
+        }
+        [
+            self.connect_deadline,
+            self.send_every.map(|e| self.last_send + e),
+            self.recv_within.map(|w| self.last_recv + w),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Connect timeout, heart-beat timeout, heart-beats due.
+    pub fn on_timer(&mut self, now: Instant, sink: &mut dyn Sink) {
+        if self.close.is_some() {
+            return;
+        }
+        if self.connect_deadline.is_some_and(|d| now >= d) {
+            self.shared.metrics.refuse(RefuseReason::ConnectTimeout);
+            self.fail(
+                Failure {
+                    message: "no CONNECT frame in time".into(),
+                    receipt: None,
+                    kind: ProtocolError::Refused,
+                    close_code: 1008,
+                },
+                sink,
+            );
+            return;
+        }
+        if self
+            .recv_within
+            .is_some_and(|within| now >= self.last_recv + within)
+        {
+            self.fail(
+                Failure {
+                    message: "heart-beat timeout: nothing received from the client in time".into(),
+                    receipt: None,
+                    kind: ProtocolError::Refused,
+                    close_code: 1001,
+                },
+                sink,
+            );
+            return;
+        }
+        if self
+            .send_every
+            .is_some_and(|every| now >= self.last_send + every)
+            && sink.queued() == 0
+        {
+            sink.heartbeat();
+            self.last_send = now;
+        }
+    }
+
+    /// Send ERROR and mark the session for closing.
+    pub fn fail(&mut self, f: Failure, sink: &mut dyn Sink) {
+        if self.close.is_some() {
+            return;
+        }
+        self.shared.metrics.error(f.kind);
+        tracing::debug!(message = %f.message, "session error");
+        error(
+            sink,
+            &f.message,
+            f.receipt.as_deref(),
+            self.machine.version(),
+        );
+        self.close = Some(f.close_code);
+    }
+
+    /// Shutdown: ERROR "server shutting down", close 1001.
+    pub fn shutdown(&mut self, sink: &mut dyn Sink) {
+        if self.close.is_some() {
+            return;
+        }
+        error(sink, "server shutting down", None, self.machine.version());
+        self.close = Some(1001);
+    }
+
+    /// The transport failed underneath (a protocol error of the framing).
+    pub fn transport_error(
+        &mut self,
+        message: &str,
+        kind: ProtocolError,
+        code: u16,
+        sink: &mut dyn Sink,
+    ) {
+        self.fail(
+            Failure {
+                message: message.to_owned(),
+                receipt: None,
+                kind,
+                close_code: code,
+            },
+            sink,
+        );
+    }
+
+    /// Mark for closing without a frame (the peer closed).
+    pub fn peer_closed(&mut self) {
+        self.close.get_or_insert(1000);
+    }
+
+    /// Leave the mailbox and give the session slot back.
+    pub fn finish(mut self) {
+        if let Some(a) = self.attachment.take() {
+            self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
+            self.shared
+                .metrics
+                .sessions
+                .get_or_create(&TransportLabels {
+                    transport: self.transport,
+                })
+                .dec();
+        }
+        self.shared.release_session();
+    }
+}

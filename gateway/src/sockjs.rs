@@ -1,0 +1,46 @@
+//! SockJS 0.3 under `/sockjs`: the fallbacks for browsers and proxies that
+//! break WebSocket. STOMP runs over every transport unchanged.
+//!
+//! # Layout
+//! - [`routes`]: the HTTP surface of one SockJS service (`/info`, the
+//!   greeting, `/{server}/{session}/{transport}`, `/websocket`), CORS and
+//!   cache headers.
+//! - [`session`]: a session of the HTTP transports: its registry, its
+//!   driver task (the STOMP core or a test app), and the receiver slot that
+//!   xhr-streaming, xhr-polling and EventSource requests take in turn.
+//! - [`test_apps`]: the echo and close apps of the test-suite services over
+//!   WebSocket (test mode only).
+//!
+//! The SockJS WebSocket transport is [`crate::session::websocket`] with SockJS
+//! framing: it needs no session registry, the socket is the session.
+//!
+//! # Services
+//! `/sockjs` carries STOMP. With `sockjs.test_endpoints`, the services the
+//! SockJS protocol test suite expects are mounted too: `/echo`, `/close`,
+//! `/disabled_websocket_echo`, `/cookie_needed_echo`.
+
+pub mod routes;
+pub mod session;
+pub mod test_apps;
+
+/// What a SockJS service runs on its sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum App {
+    /// Herald: STOMP.
+    Stomp,
+    /// Test suite: echo every message back.
+    Echo,
+    /// Test suite: close every session at once with `c[3000,"Go away!"]`.
+    Close,
+}
+
+/// One SockJS service: where it is mounted and how it behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Service {
+    /// The application.
+    pub app: App,
+    /// Whether the websocket transport is offered.
+    pub websocket: bool,
+    /// Whether `/info` says `cookie_needed` and a `JSESSIONID` cookie is set.
+    pub cookie_needed: bool,
+}

@@ -1,0 +1,393 @@
+//! The HTTP surface of a SockJS service, per the SockJS 0.3 protocol:
+//! greeting, `/info`, the transports, CORS, cache headers, and the
+//! protocol's error answers (404 unknown session or bad id, 405 wrong
+//! method, 500 "Payload expected." / "Broken JSON encoding.", 413 oversized
+//! send).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use herald_protocol::sockjs;
+use http_body_util::BodyExt;
+
+use super::session::{Attach, Kind, Registry};
+use super::{App, Service};
+use crate::app::Shared;
+use crate::http::ws::{self, Flavor};
+use crate::metrics::RefuseReason;
+use crate::session::websocket::Framing;
+
+/// Bytes of `h` before the first frame of xhr-streaming: browsers deliver a
+/// streaming XHR's progress only after a first chunk of some size.
+const XHR_STREAMING_PRELUDE: usize = 2048;
+/// One year, for cacheable preflight answers.
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// State of one mounted service.
+#[derive(Clone)]
+pub struct SockjsState {
+    shared: Arc<Shared>,
+    service: Service,
+    registry: Arc<Registry>,
+}
+
+/// The routes of one service, to be nested under its prefix.
+pub fn router(shared: Arc<Shared>, service: Service) -> Router {
+    let state = SockjsState {
+        shared,
+        service,
+        registry: Arc::new(Registry::default()),
+    };
+    Router::new()
+        .route("/", get(greeting))
+        .route("/info", get(info).options(preflight_get))
+        .route("/websocket", get(raw_websocket))
+        .route("/{server}/{session}/websocket", get(sockjs_websocket))
+        .route("/{server}/{session}/xhr", post(xhr).options(preflight_post))
+        .route(
+            "/{server}/{session}/xhr_streaming",
+            post(xhr_streaming).options(preflight_post),
+        )
+        .route("/{server}/{session}/eventsource", get(eventsource))
+        .route(
+            "/{server}/{session}/xhr_send",
+            post(xhr_send).options(preflight_post),
+        )
+        .with_state(state)
+}
+
+const NO_CACHE: &str = "no-store, no-cache, no-transform, must-revalidate, max-age=0";
+
+/// CORS as the SockJS protocol wants it: echo the origin with credentials.
+fn cors(request: &HeaderMap, response: &mut HeaderMap) {
+    let origin = request
+        .get(header::ORIGIN)
+        .filter(|o| o.as_bytes() != b"null")
+        .cloned()
+        .unwrap_or(HeaderValue::from_static("*"));
+    response.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    response.insert(
+        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
+    if let Some(h) = request.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
+        response.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, h.clone());
+    }
+}
+
+/// `JSESSIONID` for services that need the cookie.
+fn cookie(service: &Service, request: &HeaderMap, response: &mut HeaderMap) {
+    if !service.cookie_needed {
+        return;
+    }
+    let value = request
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix("JSESSIONID="))
+        .unwrap_or("dummy");
+    if let Ok(v) = HeaderValue::from_str(&format!("JSESSIONID={value}; path=/")) {
+        response.insert(header::SET_COOKIE, v);
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=UTF-8")],
+        text,
+    )
+        .into_response()
+}
+
+/// `GET {prefix}` and `{prefix}/`: the SockJS greeting.
+pub async fn greeting() -> Response {
+    plain(StatusCode::OK, "Welcome to SockJS!\n")
+}
+
+async fn info(State(s): State<SockjsState>, headers: HeaderMap) -> Response {
+    let body = serde_json::json!({
+        "websocket": s.service.websocket,
+        "cookie_needed": s.service.cookie_needed,
+        "origins": ["*:*"],
+        "entropy": rand::random::<u32>(),
+    });
+    let mut r = (
+        [
+            (header::CONTENT_TYPE, "application/json; charset=UTF-8"),
+            (header::CACHE_CONTROL, NO_CACHE),
+        ],
+        body.to_string(),
+    )
+        .into_response();
+    cors(&headers, r.headers_mut());
+    r
+}
+
+fn preflight(headers: &HeaderMap, methods: &'static str) -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(SystemTime::now() + YEAR)) {
+        h.insert(header::EXPIRES, v);
+    }
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("31536000"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(methods),
+    );
+    cors(headers, h);
+    r
+}
+
+async fn preflight_get(headers: HeaderMap) -> Response {
+    preflight(&headers, "OPTIONS, GET")
+}
+
+async fn preflight_post(State(s): State<SockjsState>, headers: HeaderMap) -> Response {
+    let mut r = preflight(&headers, "OPTIONS, POST");
+    cookie(&s.service, &headers, r.headers_mut());
+    r
+}
+
+async fn raw_websocket(
+    State(s): State<SockjsState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    req: Request,
+) -> Response {
+    if !s.service.websocket {
+        return plain(StatusCode::NOT_FOUND, "Not found");
+    }
+    ws::accept(
+        s.shared,
+        peer,
+        req,
+        Framing::Raw,
+        Flavor::Sockjs,
+        s.service.app,
+    )
+}
+
+async fn sockjs_websocket(
+    State(s): State<SockjsState>,
+    Path((server, session)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    req: Request,
+) -> Response {
+    if !s.service.websocket || !sockjs::is_valid_id(&server) || !sockjs::is_valid_id(&session) {
+        return plain(StatusCode::NOT_FOUND, "Not found");
+    }
+    ws::accept(
+        s.shared,
+        peer,
+        req,
+        Framing::Sockjs,
+        Flavor::Sockjs,
+        s.service.app,
+    )
+}
+
+fn query_token(req: &Request) -> Option<String> {
+    let query = req.uri().query()?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// A receiving request: take the session's receiver slot and stream.
+fn receive(s: SockjsState, server: &str, session: &str, req: Request, kind: Kind) -> Response {
+    if !sockjs::is_valid_id(server) || !sockjs::is_valid_id(session) {
+        return plain(StatusCode::NOT_FOUND, "Not found");
+    }
+    let headers = req.headers().clone();
+    let token = query_token(&req);
+    let Some(sess) = s
+        .registry
+        .get_or_create(session, s.service.app, kind, &s.shared, token)
+    else {
+        s.shared.metrics.refuse(RefuseReason::SessionLimit);
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many sessions on this gateway; retry another\n",
+        );
+    };
+    let prelude = match kind {
+        Kind::XhrStreaming => {
+            let mut p = vec![b'h'; XHR_STREAMING_PRELUDE];
+            p.push(b'\n');
+            Some(Bytes::from(p))
+        }
+        Kind::Eventsource => Some(Bytes::from_static(b"\r\n")),
+        Kind::XhrPolling => None,
+    };
+    let frames = match sess.attach(kind) {
+        Attach::Stream(rx) => futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|frame| (frame, rx))
+        })
+        .flat_map(futures_util::stream::iter)
+        .boxed(),
+        Attach::Refused(close) => {
+            let line: Vec<Bytes> = match kind {
+                Kind::Eventsource => vec![
+                    Bytes::from_static(b"data: "),
+                    close,
+                    Bytes::from_static(b"\r\n\r\n"),
+                ],
+                _ => vec![close, Bytes::from_static(b"\n")],
+            };
+            futures_util::stream::iter(line).boxed()
+        }
+    };
+    let body = futures_util::stream::iter(prelude)
+        .chain(frames)
+        .map(Ok::<Bytes, Infallible>);
+    let content_type = match kind {
+        Kind::Eventsource => "text/event-stream; charset=UTF-8",
+        _ => "application/javascript; charset=UTF-8",
+    };
+    let mut r = Response::new(Body::from_stream(body));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(NO_CACHE));
+    cors(&headers, h);
+    cookie(&s.service, &headers, h);
+    r
+}
+
+async fn xhr(
+    State(s): State<SockjsState>,
+    Path((server, session)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    receive(s, &server, &session, req, Kind::XhrPolling)
+}
+
+async fn xhr_streaming(
+    State(s): State<SockjsState>,
+    Path((server, session)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    receive(s, &server, &session, req, Kind::XhrStreaming)
+}
+
+async fn eventsource(
+    State(s): State<SockjsState>,
+    Path((server, session)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    receive(s, &server, &session, req, Kind::Eventsource)
+}
+
+async fn xhr_send(
+    State(s): State<SockjsState>,
+    Path((server, session)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    if !sockjs::is_valid_id(&server) || !sockjs::is_valid_id(&session) {
+        return plain(StatusCode::NOT_FOUND, "Not found");
+    }
+    let Some(sess) = s.registry.get(&session) else {
+        return plain(StatusCode::NOT_FOUND, "Not found");
+    };
+    let headers = req.headers().clone();
+    let limit = s.shared.config.sockjs.max_send_bytes;
+    let body = match http_body_util::Limited::new(req.into_body(), limit)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return plain(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large.");
+        }
+        Err(_) => return plain(StatusCode::BAD_REQUEST, "Broken request body."),
+    };
+    let messages = match sockjs::decode_messages(&body, false) {
+        Ok(m) => m,
+        Err(sockjs::DecodeError::Empty) => {
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "Payload expected.");
+        }
+        Err(_) => {
+            s.shared
+                .metrics
+                .error(crate::metrics::ProtocolError::MalformedFrame);
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "Broken JSON encoding.");
+        }
+    };
+    if !sess.send(messages) {
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the session's inbound queue is full; retry later",
+        );
+    }
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=UTF-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(NO_CACHE));
+    cors(&headers, h);
+    cookie(&s.service, &headers, h);
+    r
+}
+
+/// Every SockJS service this gateway mounts, by prefix.
+pub fn services(config: &crate::config::SockjsConfig) -> Vec<(&'static str, Service)> {
+    let mut v = vec![(
+        "/sockjs",
+        Service {
+            app: App::Stomp,
+            websocket: config.websocket,
+            cookie_needed: config.jsessionid,
+        },
+    )];
+    if config.test_endpoints {
+        let echo = Service {
+            app: App::Echo,
+            websocket: true,
+            cookie_needed: false,
+        };
+        v.push(("/echo", echo));
+        v.push((
+            "/close",
+            Service {
+                app: App::Close,
+                ..echo
+            },
+        ));
+        v.push((
+            "/disabled_websocket_echo",
+            Service {
+                websocket: false,
+                ..echo
+            },
+        ));
+        v.push((
+            "/cookie_needed_echo",
+            Service {
+                cookie_needed: true,
+                ..echo
+            },
+        ));
+    }
+    v
+}

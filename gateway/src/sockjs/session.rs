@@ -1,0 +1,462 @@
+//! Sessions of the SockJS HTTP transports.
+//!
+//! A session lives in its service's registry from the first receiving
+//! request until it closes or has had no receiver for
+//! `sockjs.session_timeout_ms`. One driver task per session owns the
+//! application (the STOMP core, or a test app), takes what `xhr_send`
+//! queued, pulls notifications, and writes SockJS frames to whichever
+//! receiver holds the slot: a streaming response (xhr-streaming,
+//! EventSource, closed after `sockjs.streaming_limit_bytes`) or a polling
+//! response (one frame, then done). A second receiver while one is active
+//! gets `c[2010,"Another connection still open"]`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::envelope::Notification;
+use herald_protocol::sockjs;
+use herald_protocol::stomp::{Command, Version};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+
+use super::App;
+use crate::app::Shared;
+use crate::metrics::Transport;
+use crate::session::core::{Sink, StompCore};
+use crate::session::sockjs_frame;
+use crate::session::websocket::{PULL_UNTIL, sockjs_close_reason};
+
+/// Most messages `xhr_send` may queue ahead of the driver; beyond, 503.
+pub const MAX_INBOUND_MESSAGES: usize = 1024;
+/// SockJS frames a receiver's response channel holds; the driver keeps one
+/// more and waits for room (backpressure from a slow receiver).
+const RECEIVER_CHANNEL: usize = 4;
+
+/// The receiving transports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Streaming lines: `frame\n`.
+    XhrStreaming,
+    /// Server-sent events: `data: frame\r\n\r\n`.
+    Eventsource,
+    /// One frame per request.
+    XhrPolling,
+}
+
+impl Kind {
+    fn transport(self) -> Transport {
+        match self {
+            Kind::XhrStreaming => Transport::XhrStreaming,
+            Kind::Eventsource => Transport::Eventsource,
+            Kind::XhrPolling => Transport::XhrPolling,
+        }
+    }
+
+    /// Wrap one SockJS frame (given as pieces) for this transport.
+    fn wrap(self, pieces: Vec<Bytes>) -> Vec<Bytes> {
+        let mut out = Vec::with_capacity(pieces.len() + 2);
+        if self == Kind::Eventsource {
+            out.push(Bytes::from_static(b"data: "));
+        }
+        out.extend(pieces);
+        out.push(Bytes::from_static(if self == Kind::Eventsource {
+            b"\r\n\r\n"
+        } else {
+            b"\n"
+        }));
+        out
+    }
+}
+
+/// Escaped SockJS messages waiting for a receiver, each as pieces.
+#[derive(Debug, Default)]
+struct Pending {
+    messages: VecDeque<Vec<Bytes>>,
+    bytes: usize,
+}
+
+impl Pending {
+    fn push(&mut self, pieces: Vec<Bytes>) {
+        self.bytes += pieces.iter().map(Bytes::len).sum::<usize>();
+        self.messages.push_back(pieces);
+    }
+
+    /// All pending messages as one `a[...]` frame.
+    fn take_frame(&mut self) -> Option<Vec<Bytes>> {
+        if self.messages.is_empty() {
+            return None;
+        }
+        let mut out = vec![Bytes::from_static(b"a[")];
+        for (i, m) in self.messages.drain(..).enumerate() {
+            out.push(Bytes::from_static(if i == 0 { b"\"" } else { b",\"" }));
+            out.extend(m);
+            out.push(Bytes::from_static(b"\""));
+        }
+        out.push(Bytes::from_static(b"]"));
+        self.bytes = 0;
+        self.messages = VecDeque::new();
+        Some(out)
+    }
+}
+
+impl Sink for Pending {
+    fn frame(&mut self, command: Command, headers: &[(&str, &str)], body: &[u8], v: Version) {
+        self.push(vec![sockjs_frame::control(command, headers, body, v)]);
+    }
+
+    fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
+        self.push(sockjs_frame::message(subscription, seq, epoch, n, v).to_vec());
+    }
+
+    fn heartbeat(&mut self) {
+        self.push(vec![sockjs_frame::HEARTBEAT_ESCAPED]);
+    }
+
+    fn queued(&self) -> usize {
+        self.bytes
+    }
+}
+
+struct Receiver {
+    tx: mpsc::Sender<Vec<Bytes>>,
+    kind: Kind,
+    sent: usize,
+}
+
+#[derive(Default)]
+struct Inbox {
+    inbound: VecDeque<String>,
+    receiver: Option<Receiver>,
+    /// The driver ended: new receivers get this close frame.
+    closed: Option<(u16, &'static str)>,
+}
+
+/// One SockJS session of the HTTP transports.
+pub struct HttpSession {
+    inbox: Mutex<Inbox>,
+    wake: Notify,
+}
+
+/// What a receiving request gets.
+pub enum Attach {
+    /// The response body: frames (as chunks) until the driver drops the sender.
+    Stream(mpsc::Receiver<Vec<Bytes>>),
+    /// Another receiver holds the slot, or the session is closed: this frame.
+    Refused(Bytes),
+}
+
+impl HttpSession {
+    /// Queue messages from `xhr_send`; false when the inbox is full.
+    pub fn send(&self, messages: Vec<String>) -> bool {
+        let mut inbox = self.inbox.lock();
+        if inbox.inbound.len() + messages.len() > MAX_INBOUND_MESSAGES {
+            return false;
+        }
+        inbox.inbound.extend(messages);
+        drop(inbox);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Take the receiver slot.
+    pub fn attach(&self, kind: Kind) -> Attach {
+        let mut inbox = self.inbox.lock();
+        if let Some((code, reason)) = inbox.closed {
+            let mut c = BytesMut::new();
+            sockjs::encode_close(code, reason, &mut c);
+            return Attach::Refused(c.freeze());
+        }
+        if inbox.receiver.as_ref().is_some_and(|r| !r.tx.is_closed()) {
+            let (code, reason) = sockjs::close::ANOTHER_CONNECTION;
+            let mut c = BytesMut::new();
+            sockjs::encode_close(code, reason, &mut c);
+            return Attach::Refused(c.freeze());
+        }
+        let (tx, rx) = mpsc::channel(RECEIVER_CHANNEL);
+        inbox.receiver = Some(Receiver { tx, kind, sent: 0 });
+        drop(inbox);
+        self.wake.notify_one();
+        Attach::Stream(rx)
+    }
+}
+
+/// The sessions of one SockJS service.
+#[derive(Default)]
+pub struct Registry {
+    sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+}
+
+impl Registry {
+    /// An existing session.
+    pub fn get(&self, id: &str) -> Option<Arc<HttpSession>> {
+        self.sessions.lock().get(id).cloned()
+    }
+
+    /// The session `id`, created (with its driver) if new. None when the
+    /// gateway is at `session.max_sessions`.
+    pub fn get_or_create(
+        self: &Arc<Self>,
+        id: &str,
+        app: App,
+        kind: Kind,
+        shared: &Arc<Shared>,
+        http_token: Option<String>,
+    ) -> Option<Arc<HttpSession>> {
+        let mut map = self.sessions.lock();
+        if let Some(s) = map.get(id) {
+            return Some(Arc::clone(s));
+        }
+        shared.acquire_session()?;
+        let session = Arc::new(HttpSession {
+            inbox: Mutex::new(Inbox::default()),
+            wake: Notify::new(),
+        });
+        map.insert(id.to_owned(), Arc::clone(&session));
+        drop(map);
+        let driver = Driver {
+            id: id.to_owned(),
+            registry: Arc::clone(self),
+            session: Arc::clone(&session),
+            app: match app {
+                App::Stomp => AppState::Stomp(Box::new(StompCore::new(
+                    Arc::clone(shared),
+                    kind.transport(),
+                    http_token,
+                    Instant::now(),
+                ))),
+                App::Echo => AppState::Echo,
+                App::Close => AppState::Close,
+            },
+            shared: Arc::clone(shared),
+            pending: Pending::default(),
+            opened: false,
+            close: None,
+            last_send: Instant::now(),
+            receiver_left: Some(Instant::now()),
+            held: None,
+        };
+        shared.tracker.spawn(driver.run());
+        Some(session)
+    }
+
+    fn remove(&self, id: &str) {
+        self.sessions.lock().remove(id);
+    }
+}
+
+enum AppState {
+    Stomp(Box<StompCore>),
+    Echo,
+    Close,
+}
+
+struct Driver {
+    id: String,
+    registry: Arc<Registry>,
+    session: Arc<HttpSession>,
+    app: AppState,
+    shared: Arc<Shared>,
+    pending: Pending,
+    opened: bool,
+    close: Option<(u16, &'static str)>,
+    last_send: Instant,
+    /// When the last receiver left; None while one is attached.
+    receiver_left: Option<Instant>,
+    /// A frame the receiver's channel had no room for, and whether the
+    /// receiver is released once it is sent.
+    held: Option<(Vec<Bytes>, bool)>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let cfg = self.shared.config.sockjs.clone();
+        let timeout = Duration::from_millis(cfg.session_timeout_ms);
+        let heartbeat = Duration::from_millis(cfg.heartbeat_ms);
+        loop {
+            let now = Instant::now();
+            self.take_inbound(now);
+            if let AppState::Stomp(core) = &mut self.app {
+                if self.close.is_none() {
+                    core.pull(&mut self.pending, PULL_UNTIL);
+                    if let Some(code) = core.close_code() {
+                        self.close = Some((code, sockjs_close_reason(code)));
+                    }
+                }
+            }
+            self.deliver(now, cfg.streaming_limit_bytes);
+            let attached = self.session.inbox.lock().receiver.is_some();
+            if attached {
+                self.receiver_left = None;
+            } else if self.receiver_left.is_none() {
+                self.receiver_left = Some(now);
+            }
+            if let Some(close) = self.close
+                && self.pending.messages.is_empty()
+                && self.held.is_none()
+            {
+                // From now on every receiving request gets the close frame,
+                // until the session times out of the registry.
+                self.session.inbox.lock().closed = Some(close);
+            }
+            if let Some(left) = self.receiver_left
+                && now >= left + timeout
+            {
+                break;
+            }
+            let mut deadline = now + Duration::from_secs(3600);
+            if let Some(left) = self.receiver_left {
+                deadline = deadline.min(left + timeout);
+            }
+            if attached {
+                deadline = deadline.min(self.last_send + heartbeat);
+            }
+            if let AppState::Stomp(core) = &self.app
+                && let Some(d) = core.next_deadline()
+            {
+                deadline = deadline.min(d);
+            }
+            let receiver_tx = {
+                let inbox = self.session.inbox.lock();
+                inbox.receiver.as_ref().map(|r| r.tx.clone())
+            };
+            let held = self.held.is_some();
+            let shared = Arc::clone(&self.shared);
+            let outbox = match &self.app {
+                AppState::Stomp(core) if core.can_pull() && self.pending.bytes < PULL_UNTIL => {
+                    Some(Arc::clone(core.outbox()))
+                }
+                _ => None,
+            };
+            tokio::select! {
+                _ = shared.shutdown.cancelled(), if self.close.is_none() => {
+                    if let AppState::Stomp(core) = &mut self.app {
+                        core.shutdown(&mut self.pending);
+                    }
+                    self.close = Some((1001, "Going away"));
+                }
+                _ = self.session.wake.notified() => {}
+                _ = async { outbox.as_ref().unwrap().notified().await }, if outbox.is_some() => {}
+                permit = async { receiver_tx.as_ref().unwrap().reserve().await }, if held && receiver_tx.is_some() => {
+                    match (permit, self.held.take()) {
+                        (Ok(permit), Some((frame, release))) => {
+                            permit.send(frame);
+                            if release {
+                                self.session.inbox.lock().receiver = None;
+                            }
+                        }
+                        _ => {
+                            self.held = None;
+                            self.session.inbox.lock().receiver = None;
+                        }
+                    }
+                }
+                _ = async { receiver_tx.as_ref().unwrap().closed().await }, if !held && receiver_tx.is_some() => {
+                    self.session.inbox.lock().receiver = None;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let now = Instant::now();
+                    if let AppState::Stomp(core) = &mut self.app {
+                        core.on_timer(now, &mut self.pending);
+                    }
+                    if attached && now >= self.last_send + heartbeat {
+                        self.send_to_receiver(vec![Bytes::from_static(sockjs::HEARTBEAT)], now, usize::MAX);
+                    }
+                }
+            }
+        }
+        self.finish();
+    }
+
+    fn take_inbound(&mut self, now: Instant) {
+        let inbound = std::mem::take(&mut self.session.inbox.lock().inbound);
+        for m in inbound {
+            match &mut self.app {
+                AppState::Stomp(core) => core.on_stomp_bytes(m.as_bytes(), now, &mut self.pending),
+                AppState::Echo => {
+                    let mut e = BytesMut::with_capacity(sockjs::escaped_len(&m));
+                    sockjs::escape_into(&m, &mut e);
+                    self.pending.push(vec![e.freeze()]);
+                }
+                AppState::Close => {}
+            }
+        }
+        if let AppState::Stomp(core) = &self.app
+            && let Some(code) = core.close_code()
+        {
+            self.close.get_or_insert((code, sockjs_close_reason(code)));
+        }
+    }
+
+    /// Write what is pending to the receiver, if there is one.
+    fn deliver(&mut self, now: Instant, limit: usize) {
+        let has_receiver = self.session.inbox.lock().receiver.is_some();
+        if !has_receiver {
+            // Whatever was held for a receiver that left is lost with it, as
+            // with any SockJS server; STOMP resume recovers it by sequence.
+            self.held = None;
+            return;
+        }
+        if self.held.is_some() {
+            return;
+        }
+        if !self.opened {
+            self.opened = true;
+            self.send_to_receiver(vec![Bytes::from_static(sockjs::OPEN)], now, limit);
+            if matches!(self.app, AppState::Close) {
+                self.close = Some(sockjs::close::GO_AWAY);
+            }
+            if self.held.is_some() || self.session.inbox.lock().receiver.is_none() {
+                return;
+            }
+        }
+        if let Some(frame) = self.pending.take_frame() {
+            self.send_to_receiver(frame, now, limit);
+        }
+        if let Some((code, reason)) = self.close
+            && self.pending.messages.is_empty()
+            && self.held.is_none()
+            && self.session.inbox.lock().receiver.is_some()
+        {
+            let mut c = BytesMut::new();
+            sockjs::encode_close(code, reason, &mut c);
+            self.session.inbox.lock().closed = Some((code, reason));
+            self.send_to_receiver(vec![c.freeze()], now, 0);
+        }
+    }
+
+    /// Send one SockJS frame; polling receivers and streams past their
+    /// byte limit are released afterwards.
+    fn send_to_receiver(&mut self, frame: Vec<Bytes>, now: Instant, limit: usize) {
+        let mut inbox = self.session.inbox.lock();
+        let Some(r) = inbox.receiver.as_mut() else {
+            return;
+        };
+        let frame = r.kind.wrap(frame);
+        r.sent += frame.iter().map(Bytes::len).sum::<usize>();
+        let release = r.kind == Kind::XhrPolling || r.sent >= limit;
+        match r.tx.try_send(frame) {
+            Ok(()) => {
+                if release {
+                    inbox.receiver = None;
+                }
+            }
+            Err(mpsc::error::TrySendError::Full(frame)) => self.held = Some((frame, release)),
+            Err(mpsc::error::TrySendError::Closed(_)) => inbox.receiver = None,
+        }
+        self.last_send = now;
+        if let AppState::Stomp(core) = &mut self.app {
+            core.sent(now);
+        }
+    }
+
+    fn finish(self) {
+        self.registry.remove(&self.id);
+        match self.app {
+            AppState::Stomp(core) => core.finish(),
+            _ => self.shared.release_session(),
+        }
+    }
+}

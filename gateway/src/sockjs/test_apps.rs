@@ -1,0 +1,113 @@
+//! The SockJS protocol test suite's apps over WebSocket: `/echo` echoes
+//! every message, `/close` closes every session with `c[3000,"Go away!"]`.
+//! Mounted only with `sockjs.test_endpoints`; the HTTP transports run the
+//! same apps in [`super::session`].
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use herald_protocol::sockjs;
+use herald_protocol::websocket::{self, Message, OpCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::App;
+use crate::app::Shared;
+use crate::session::websocket::{Framing, Upgraded};
+
+/// Run an echo or close app on an upgraded socket.
+pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded) {
+    let Upgraded {
+        mut stream,
+        leftover,
+        framing,
+        app,
+        ..
+    } = up;
+    let mut input = BytesMut::from(&leftover[..]);
+    let mut decoder = websocket::Decoder::new(shared.config.session.max_frame_bytes);
+    let mut out = BytesMut::new();
+    let mut done = false;
+    if framing == Framing::Sockjs {
+        websocket::encode_frame(OpCode::Text, sockjs::OPEN, &mut out);
+    }
+    if app == App::Close {
+        if framing == Framing::Sockjs {
+            let mut c = BytesMut::new();
+            let (code, reason) = sockjs::close::GO_AWAY;
+            sockjs::encode_close(code, reason, &mut c);
+            websocket::encode_frame(OpCode::Text, &c, &mut out);
+        }
+        websocket::encode_close(3000, "Go away!", &mut out);
+        done = true;
+    }
+    loop {
+        if !out.is_empty() && stream.write_all(&out).await.is_err() {
+            break;
+        }
+        out.clear();
+        if done {
+            break;
+        }
+        loop {
+            match decoder.decode(&mut input) {
+                Ok(None) => break,
+                Ok(Some(Message::Text(t))) => {
+                    echo(framing, t.as_bytes(), true, &mut out, &mut done)
+                }
+                Ok(Some(Message::Binary(b))) => echo(framing, &b, false, &mut out, &mut done),
+                Ok(Some(Message::Ping(p))) => websocket::encode_frame(OpCode::Pong, &p, &mut out),
+                Ok(Some(Message::Pong(_))) => {}
+                Ok(Some(Message::Close(_))) => {
+                    websocket::encode_close(1000, "", &mut out);
+                    done = true;
+                }
+                Err(e) => {
+                    websocket::encode_close(e.close_code(), "", &mut out);
+                    done = true;
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        if !out.is_empty() {
+            continue;
+        }
+        let read = tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            r = stream.read_buf(&mut input) => r,
+        };
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let _ = stream.shutdown().await;
+    shared.release_session();
+}
+
+fn echo(framing: Framing, data: &[u8], text: bool, out: &mut BytesMut, done: &mut bool) {
+    match framing {
+        Framing::Raw => {
+            let op = if text { OpCode::Text } else { OpCode::Binary };
+            websocket::encode_frame(op, data, out);
+        }
+        Framing::Sockjs => {
+            if data.is_empty() {
+                return;
+            }
+            match sockjs::decode_messages(data, true) {
+                Ok(messages) => {
+                    let refs: Vec<&str> = messages.iter().map(String::as_str).collect();
+                    let mut frame = BytesMut::new();
+                    sockjs::encode_array(&refs, &mut frame);
+                    websocket::encode_frame(OpCode::Text, &frame, out);
+                }
+                Err(_) => {
+                    websocket::encode_close(1002, "", out);
+                    *done = true;
+                }
+            }
+        }
+    }
+}
