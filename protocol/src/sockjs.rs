@@ -6,8 +6,8 @@
 //!   [`encode_array`], [`encode_close`], the [`ARRAY_OPEN`]/[`ARRAY_CLOSE`]
 //!   pieces for a shared body) and the usual [`close`] codes.
 //! - `escape`: [`escape_into`] and [`escaped_len`], JSON string escaping
-//!   with the characters SockJS requires escaped (the set is in the
-//!   module's source docs).
+//!   with the characters SockJS requires escaped (the set and its source
+//!   are in [`escape_into`]'s docs).
 //! - `decode`: [`decode_messages`], what a client sends, and
 //!   [`DecodeError`].
 //! - `path`: [`is_valid_id`] for the server and session path segments.

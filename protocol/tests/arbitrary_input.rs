@@ -120,7 +120,7 @@ fn websocket_soup() -> impl Strategy<Value = Vec<u8>> {
 }
 
 const OPENS: &[&[u8]] = &[b"[", b"[", b" [", b"\n[ ", b"", b"[["];
-const QUOTES: &[&[u8]] = &[b"\"", b"\"", b"\"", b"", b"'"];
+const QUOTES: &[&[u8]] = &[b"\"", b"\"", b"\"", b"\"", b"\"", b"\"", b"", b"'"];
 const CONTENTS: &[&[u8]] = &[
     b"a",
     b"MESSAGE",
@@ -149,16 +149,20 @@ const SEPARATORS: &[&[u8]] = &[b",", b",", b" , ", b"", b",,"];
 const CLOSES: &[&[u8]] = &[b"]", b"]", b"] \n", b"", b"]]", b"] x", b",]"];
 const OTHERS: &[&[u8]] = &[b"", b" ", b"null", b"1", b"{}", b"[1]", b"[null]", b"true"];
 
-/// JSON-shaped bytes: an array of strings or a single string, each piece
-/// usually well-formed, sometimes not, sometimes random.
-fn sockjs_soup() -> impl Strategy<Value = Vec<u8>> {
-    let string = (
+/// A JSON string, usually.
+fn json_string() -> impl Strategy<Value = Vec<u8>> {
+    (
         piece(QUOTES),
         prop::collection::vec(piece(CONTENTS), 0..6),
         piece(QUOTES),
     )
-        .prop_map(|(open, content, close)| [open, content.concat(), close].concat());
-    let item = (string.clone(), piece(SEPARATORS)).prop_map(|(s, sep)| [s, sep].concat());
+        .prop_map(|(open, content, close)| [open, content.concat(), close].concat())
+}
+
+/// JSON-shaped bytes: an array of strings or a single string, each piece
+/// usually well-formed, sometimes not, sometimes random.
+fn sockjs_soup() -> impl Strategy<Value = Vec<u8>> {
+    let item = (json_string(), piece(SEPARATORS)).prop_map(|(s, sep)| [s, sep].concat());
     let array = (
         piece(OPENS),
         prop::collection::vec(item, 0..5),
@@ -172,7 +176,7 @@ fn sockjs_soup() -> impl Strategy<Value = Vec<u8>> {
             }
             [open, items, close].concat()
         });
-    prop_oneof![6 => array, 2 => string, 1 => piece(OTHERS)]
+    prop_oneof![6 => array, 2 => json_string(), 1 => piece(OTHERS)]
 }
 
 /// The body of the `sockjs_decode` fuzz target.

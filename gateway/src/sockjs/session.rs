@@ -278,12 +278,12 @@ impl Driver {
         loop {
             let now = Instant::now();
             self.take_inbound(now);
-            if let AppState::Stomp(core) = &mut self.app {
-                if self.close.is_none() {
-                    core.pull(&mut self.pending, PULL_UNTIL);
-                    if let Some(code) = core.close_code() {
-                        self.close = Some((code, sockjs_close_reason(code)));
-                    }
+            if let AppState::Stomp(core) = &mut self.app
+                && self.close.is_none()
+            {
+                core.pull(&mut self.pending, PULL_UNTIL);
+                if let Some(code) = core.close_code() {
+                    self.close = Some((code, sockjs_close_reason(code)));
                 }
             }
             self.deliver(now, cfg.streaming_limit_bytes);

@@ -45,10 +45,17 @@ const CANDIDATE: [bool; 256] = {
 };
 
 /// Append the JSON-string escaping of `text`, without the surrounding
-/// quotes: the characters of the escape set (see the module docs) escaped,
-/// everything else copied as raw UTF-8 bytes in runs.
+/// quotes, scanning bytes and copying unescaped runs as raw UTF-8.
 ///
-/// The output between two `"` is a JSON string that parses back to `text`.
+/// Escaped: `"` and `\` (as `\"`, `\\`); U+0000..=U+001F (as `\b` `\t`
+/// `\n` `\f` `\r` where JSON has a short form, `\u00xx` otherwise, like
+/// `JSON.stringify`); U+200C..=U+200F, U+2028..=U+202F, U+2060..=U+206F and
+/// U+FFF0..=U+FFFF (as `\uxxxx`, lowercase), sockjs-protocol's
+/// `escapable_by_server`. Everything else, characters outside the BMP
+/// included, is copied raw.
+///
+/// The output between two `"` is a JSON string that parses back to `text`,
+/// so a body escaped once can be shared by every recipient's frame.
 pub fn escape_into(text: &str, out: &mut BytesMut) {
     let mut rest = text.as_bytes();
     out.reserve(rest.len());
