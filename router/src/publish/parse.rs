@@ -87,6 +87,7 @@ fn from_json(
         payload,
         payload_is_utf8: true,
         ttl: ttl(p.ttl_ms),
+        encodings: Default::default(),
     })
 }
 
@@ -209,6 +210,7 @@ pub(crate) fn parse_raw(
         payload: body,
         payload_is_utf8: false,
         ttl: ttl(params.ttl_ms),
+        encodings: Default::default(),
     })
 }
 
