@@ -22,12 +22,15 @@ use axum::routing::get;
 use serde_json::json;
 
 use crate::app::Shared;
+use crate::sockjs::native::Native;
+use crate::sockjs::session::Registry;
 
 const DEMO_PAGE: &str = include_str!("../assets/demo.html");
 const CLIENT_MODULE: &str = include_str!("../js/src/herald.js");
 
-/// Every route of the gateway, given the publish routes.
-pub fn routes(shared: Arc<Shared>, publish: Router) -> Router {
+/// Every route of the gateway, given the publish routes, and the native
+/// streaming path of the `/sockjs` service (see [`crate::sockjs::native`]).
+pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Native>>) {
     let mut router = Router::new()
         .route("/ws", get(ws::upgrade))
         .route("/js/herald.js", get(client_module))
@@ -38,17 +41,28 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> Router {
     }
     let services = crate::sockjs::routes::services(&shared.config.sockjs);
     let mut router = router.with_state(Arc::clone(&shared)).merge(publish);
+    let mut native = None;
     for (prefix, service) in services {
+        let registry = Arc::new(Registry::default());
+        if service.app == crate::sockjs::App::Stomp {
+            native = Some(Arc::new(Native::new(
+                Arc::clone(&shared),
+                Arc::clone(&registry),
+                service,
+                prefix,
+            )));
+        }
         router = router
             .nest(
                 prefix,
-                crate::sockjs::routes::router(Arc::clone(&shared), service),
+                crate::sockjs::routes::router(Arc::clone(&shared), service, registry),
             )
             .route(&format!("{prefix}/"), get(crate::sockjs::routes::greeting));
     }
-    router
+    let router = router
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(method_not_allowed);
+    (router, native)
 }
 
 async fn method_not_allowed() -> Response {

@@ -124,10 +124,11 @@ impl Gateway {
             cfg.mailbox.max_expirations_per_tick,
             shared.shutdown.clone(),
         ));
-        let router = http::routes(Arc::clone(&shared), self.publish.routes());
+        let (router, native) = http::routes(Arc::clone(&shared), self.publish.routes());
         server::serve(
             listener,
             router,
+            native,
             shared.shutdown.clone(),
             shared.tracker.clone(),
         )

@@ -9,10 +9,14 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
+
+use crate::sockjs::native::Native;
 
 /// Longest time a client may take to send request headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,6 +46,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    native: Option<Arc<Native>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -62,7 +67,15 @@ pub async fn serve(
         }
         let router = router.clone();
         let shutdown = shutdown.clone();
+        let native = native.clone();
         tracker.spawn(async move {
+            let stream = match native {
+                Some(native) => match native.try_serve(stream, HEADER_READ_TIMEOUT).await {
+                    Some(stream) => stream,
+                    None => return,
+                },
+                None => stream,
+            };
             let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 router.clone().oneshot(req.map(axum::body::Body::new))

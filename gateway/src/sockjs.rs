@@ -8,6 +8,8 @@
 //! - [`session`]: a session of the HTTP transports: its registry, its
 //!   driver task (the STOMP core or a test app), and the receiver slot that
 //!   xhr-streaming, xhr-polling and EventSource requests take in turn.
+//! - [`native`]: xhr-streaming and EventSource receivers served straight on
+//!   the socket (no hyper buffers) when they open a connection.
 //! - [`test_apps`]: the echo and close apps of the test-suite services over
 //!   WebSocket (test mode only).
 //!
@@ -19,6 +21,7 @@
 //! SockJS protocol test suite expects are mounted too: `/echo`, `/close`,
 //! `/disabled_websocket_echo`, `/cookie_needed_echo`.
 
+pub mod native;
 pub mod routes;
 pub mod session;
 pub mod test_apps;

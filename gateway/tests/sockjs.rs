@@ -481,6 +481,8 @@ async fn stomp_over_each_http_transport() {
                 collect(&post(&format!("{url}/xhr"), "").await.2, &mut received);
             }
         } else {
+            // A fresh connection: served natively, outside hyper.
+            assert_eq!(opened.headers()["connection"], "close", "{transport}");
             let mut stream = opened.bytes_stream();
             let mut published = false;
             let mut partial = String::new();
@@ -581,4 +583,38 @@ async fn stomp_over_sockjs_websocket() {
         }
     }
     assert!(saw_error && saw_close);
+}
+
+/// A streaming request on a reused keep-alive connection goes through
+/// hyper (the native path only sees a connection's first request) and
+/// works the same.
+#[tokio::test]
+async fn streaming_on_a_reused_connection_is_served_by_hyper() {
+    let gw = start(|_| {}).await;
+    let http = client();
+    let info = http.get(base(&gw, "/sockjs/info")).send().await.unwrap();
+    assert_eq!(info.status(), 200);
+    info.bytes().await.unwrap();
+    let url = format!("{}/000/reuse", base(&gw, "/sockjs"));
+    let r = http
+        .post(format!("{url}/xhr_streaming"))
+        .send()
+        .await
+        .unwrap();
+    assert!(!r.headers().contains_key("connection"));
+    let t = token("reuser", None, None);
+    let frames = [stomp_frame(
+        Command::Connect,
+        &[("accept-version", "1.2"), ("passcode", &t)],
+    )];
+    let send = tokio::spawn(async move {
+        post(
+            &format!("{url}/xhr_send"),
+            &serde_json::to_string(&frames).unwrap(),
+        )
+        .await
+    });
+    let text = read_stream(r, |t| t.contains("CONNECTED")).await;
+    assert_eq!(send.await.unwrap().0, 204);
+    assert!(text.contains("\no\n"));
 }

@@ -160,6 +160,8 @@ export declare class HeraldClient {
   /** DISCONNECT, then close; no reconnect. Settles once the transport is closed. */
   close(): Promise<void>;
 
+  /** Counters for tests and debugging, over every transport so far. */
+  readonly _stats: { heartbeatsReceived: number; heartbeatsSent: number; connects: number };
   /** Test hook: drop the transport without DISCONNECT; `hold` waits for `_release()` before reconnecting. */
   _dropTransport(options?: { hold?: boolean }): void;
   /** Test hook: end a held drop and reconnect now. */

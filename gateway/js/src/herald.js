@@ -22,6 +22,8 @@
  * `message-id`, `seq`, `epoch`, `event`, `scope`, `content-type`; a MESSAGE
  * with `event:herald.gap` means the replay could not cover the reconnect: the
  * app reloads its state, and the stream goes on from the marker's `seq`.
+ * Over SockJS (text only) a binary payload comes base64-encoded with
+ * `content-transfer-encoding: base64`; `msg.bytes` is always the original.
  *
  * @module @herald/client
  */
@@ -403,6 +405,9 @@ export class HeraldMessage {
     /** @type {string} */ this.contentType = headers['content-type'] ?? '';
     /** @type {Record<string, string>} every header of the MESSAGE frame */
     this.headers = headers;
+    // SockJS carries text only: the gateway sends a binary payload there in
+    // base64, saying so with `content-transfer-encoding: base64`.
+    if ((headers['content-transfer-encoding'] || '').toLowerCase() === 'base64') bytes = fromBase64(bytes);
     /** @type {Uint8Array} the payload, byte for byte */
     this.bytes = bytes;
     /** @type {string} the payload decoded as UTF-8 */
@@ -475,6 +480,8 @@ export class HeraldClient {
     this._epoch = null;
     /** @type {string | null} */
     this._userName = null;
+    /** Counters for tests and debugging (every transport so far). */
+    this._stats = { heartbeatsReceived: 0, heartbeatsSent: 0, connects: 0 };
     this._attempt = 0;
     this._everConnected = false;
     this._closed = false;
@@ -689,8 +696,10 @@ export class HeraldClient {
       if (sock !== this._sock) return;
       s.lastRecv = this._now();
       let frames;
+      const beats = s.decoder.heartbeats;
       try {
         frames = s.decoder.push(ev.data);
+        this._stats.heartbeatsReceived += s.decoder.heartbeats - beats;
       } catch (e) {
         this._error('protocol error: ' + e.message, { cause: e });
         this._lose('protocol error', false);
@@ -721,6 +730,7 @@ export class HeraldClient {
     switch (f.command) {
       case 'CONNECTED': {
         s.stomp = true;
+        this._stats.connects++;
         if (h['user-name'] !== undefined) this._userName = h['user-name'];
         if (this._epoch === null && h.epoch !== undefined && h.seq !== undefined) {
           // First session: live from the mailbox head. Later sessions resume
@@ -793,6 +803,7 @@ export class HeraldClient {
     if (out > 0) {
       const beat = () => {
         if (this._session !== s) return;
+        this._stats.heartbeatsSent++;
         this._send('\n');
         s.beatTimer = this._setTimeout(beat, out);
       };
@@ -860,6 +871,18 @@ export class HeraldClient {
   _cancelRetry() {
     if (this._retryTimer !== null) this._clearTimeout(this._retryTimer);
     this._retryTimer = null;
+  }
+}
+
+/** Base64 text (as bytes) to bytes; input that is not base64 is kept as is. */
+function fromBase64(bytes) {
+  try {
+    const bin = atob(decoder.decode(bytes).replace(/\s+/g, ''));
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  } catch {
+    return bytes;
   }
 }
 

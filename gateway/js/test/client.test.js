@@ -111,6 +111,18 @@ test('a binary WebSocket message (ArrayBuffer) is decoded; bytes are kept as is'
   assert.equal(rec.messages[0].contentType, 'application/octet-stream');
 });
 
+test('a base64 payload (SockJS carries text only) is decoded into bytes', async () => {
+  const { rec } = await client();
+  const sock = FakeSocket.last;
+  sock.handshake();
+  sock.message(1, {
+    event: 'file.ready', body: Buffer.from([0xff, 0x00, 0xfe, 0x41]).toString('base64'),
+    'content-type': 'application/octet-stream', 'content-transfer-encoding': 'base64',
+  });
+  assert.deepEqual([...rec.messages[0].bytes], [0xff, 0x00, 0xfe, 0x41]);
+  assert.equal(rec.messages[0].contentType, 'application/octet-stream');
+});
+
 test('a thrown handler does not break dispatch', async () => {
   const { h, rec } = await client();
   const sock = FakeSocket.last;
@@ -347,6 +359,7 @@ test('heart-beats: EOLs at the negotiated interval; a silent server is cut and t
   clock.advance(2000);
   assert.equal(sock.sent.filter((d) => d === '\n').length, 2);
   assert.equal(h.state, 'connected');
+  assert.deepEqual(h._stats, { heartbeatsReceived: 1, heartbeatsSent: 2, connects: 1 });
   // Silent since t=2000: cut at t=8000, once 2 x 3000 ms have passed.
   clock.advance(3900);
   assert.equal(h.state, 'connected');

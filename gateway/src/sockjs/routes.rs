@@ -40,12 +40,13 @@ pub struct SockjsState {
     registry: Arc<Registry>,
 }
 
-/// The routes of one service, to be nested under its prefix.
-pub fn router(shared: Arc<Shared>, service: Service) -> Router {
+/// The routes of one service, to be nested under its prefix; sessions live
+/// in `registry`, shared with the service's native streaming path.
+pub fn router(shared: Arc<Shared>, service: Service, registry: Arc<Registry>) -> Router {
     let state = SockjsState {
         shared,
         service,
-        registry: Arc::new(Registry::default()),
+        registry,
     };
     Router::new()
         .route("/", get(greeting))
