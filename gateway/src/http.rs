@@ -6,6 +6,7 @@
 //! | `POST /v1/notifications` | publish (from `herald-router`) |
 //! | `GET /healthz` | 200 while serving, 503 once shutdown starts |
 //! | `GET /metrics` | Prometheus text format |
+//! | `GET /v1/stats` | live counts as JSON, cacheable for 15 s |
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
 //! | `GET /js/herald.js` | the browser client module |
 //! | `GET /` | the demo page (dev mode only) |
@@ -35,7 +36,8 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Nativ
         .route("/ws", get(ws::upgrade))
         .route("/js/herald.js", get(client_module))
         .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics));
+        .route("/metrics", get(metrics))
+        .route("/v1/stats", get(stats));
     if shared.dev.is_some() {
         router = router.route("/", get(demo));
     }
@@ -111,6 +113,35 @@ async fn client_module() -> Response {
             (header::CACHE_CONTROL, "no-cache"),
         ],
         CLIENT_MODULE,
+    )
+        .into_response()
+}
+
+/// `GET /v1/stats`: live counts as JSON, cacheable for 15 s (Varnish sits
+/// in front of it in the distributed deployment).
+async fn stats(State(shared): State<Arc<Shared>>) -> Response {
+    use crate::metrics::{Transport, TransportLabels};
+    let m = &shared.metrics;
+    let mut sessions = serde_json::Map::new();
+    let mut total = 0;
+    for &transport in Transport::ALL {
+        let n = m
+            .sessions
+            .get_or_create(&TransportLabels { transport })
+            .get();
+        total += n;
+        sessions.insert(transport.as_str().to_owned(), json!(n));
+    }
+    let body = json!({
+        "sessions": {"total": total, "by_transport": sessions},
+        "mailboxes": shared.hub.mailbox_count(),
+        "deliveries": m.deliveries.get(),
+        "replayed": m.replayed.get(),
+        "gaps": m.gaps.get(),
+    });
+    (
+        [(header::CACHE_CONTROL, "public, max-age=15")],
+        axum::Json(body),
     )
         .into_response()
 }

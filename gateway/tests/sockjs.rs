@@ -618,3 +618,33 @@ async fn streaming_on_a_reused_connection_is_served_by_hyper() {
     assert_eq!(send.await.unwrap().0, 204);
     assert!(text.contains("\no\n"));
 }
+
+#[tokio::test]
+async fn stats_count_sessions_per_transport() {
+    let gw = start(|_| {}).await;
+    let _raw = gw.session(&token("raw", None, None)).await;
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/sockjs/000/st/websocket", gw.addr))
+            .await
+            .unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("o"));
+    let t = token("sj", None, None);
+    let connect = [stomp_frame(
+        Command::Connect,
+        &[("accept-version", "1.2"), ("passcode", &t)],
+    )];
+    ws.send(Message::text(serde_json::to_string(&connect).unwrap()))
+        .await
+        .unwrap();
+    let Message::Text(reply) = ws.next().await.unwrap().unwrap() else {
+        panic!()
+    };
+    assert!(reply.contains("CONNECTED"));
+    let r = reqwest::get(base(&gw, "/v1/stats")).await.unwrap();
+    assert_eq!(r.headers()["cache-control"], "public, max-age=15");
+    let stats: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(stats["sessions"]["total"], 2, "{stats}");
+    assert_eq!(stats["sessions"]["by_transport"]["websocket"], 1);
+    assert_eq!(stats["sessions"]["by_transport"]["sockjs_websocket"], 1);
+    assert_eq!(stats["mailboxes"], 2);
+}
