@@ -648,3 +648,27 @@ async fn stats_count_sessions_per_transport() {
     assert_eq!(stats["sessions"]["by_transport"]["sockjs_websocket"], 1);
     assert_eq!(stats["mailboxes"], 2);
 }
+
+/// A session with no receiving request for `sockjs.session_timeout_ms`
+/// is gone: its sends get 404. (Sends do not keep a session alive.)
+#[tokio::test]
+async fn sessions_time_out_without_a_receiver() {
+    let gw = start(|c| {
+        c.sockjs.test_endpoints = true;
+        c.sockjs.session_timeout_ms = 200;
+    })
+    .await;
+    let url = base(&gw, "/echo/000/timeout");
+    assert_eq!(post(&format!("{url}/xhr"), "").await.2, "o\n");
+    let started = std::time::Instant::now();
+    loop {
+        let status = post(&format!("{url}/xhr_send"), r#"["x"]"#).await.0;
+        if status == 404 {
+            break;
+        }
+        assert_eq!(status, 204);
+        assert!(started.elapsed() < WAIT, "the session never timed out");
+        tokio::task::yield_now().await;
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+}
