@@ -70,8 +70,13 @@ impl Native {
     }
 
     /// Serve `stream` if it opens with a streaming receiver request;
-    /// otherwise give it back for hyper.
-    pub async fn try_serve(&self, stream: TcpStream, timeout: Duration) -> Option<TcpStream> {
+    /// otherwise give it back for hyper. The stream is served from a task of
+    /// its own, so it does not carry the (larger) connection task's state.
+    pub async fn try_serve(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        timeout: Duration,
+    ) -> Option<TcpStream> {
         let sniffed = match tokio::time::timeout(timeout, self.sniff(&stream)).await {
             Ok(Ok(s)) => s,
             // Slow or broken: hyper answers (and times out) as usual.
@@ -80,7 +85,10 @@ impl Native {
         match sniffed {
             Sniffed::Hyper => Some(stream),
             Sniffed::Stream(kind, session, head_len) => {
-                self.serve(stream, kind, session, head_len).await;
+                let this = Arc::clone(self);
+                self.shared.tracker.spawn(async move {
+                    this.serve(stream, kind, session, head_len).await;
+                });
                 None
             }
         }
