@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Run Herald's whole test suite: the Rust tests of every crate, then the
 # independent-client tests (tests/python: stomp.py against the real
-# herald-gateway binary).
+# herald-gateway binary), then the JavaScript client's unit and type tests
+# (gateway/js) and the real-browser tests (tests/browser: chromium).
 #
 #   scripts/test.sh
 #
 # Needs a Debian-like machine with Rust (rustup) and Python 3 installed;
 # whatever else is missing is installed here: the Python virtualenv at .venv
-# and its pinned packages. Honours CARGO_TARGET_DIR. Uses cargo-nextest when
-# it is installed, `cargo test` otherwise. Exits non-zero if anything fails.
+# and its pinned packages, node and npm (node >= 20), Debian's chromium, and
+# the pinned npm packages of gateway/js and tests/browser (npm ci). Honours
+# CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
+# otherwise. Exits non-zero if anything fails.
 #
 # Each prerequisite is one small `ensure_*` function, called from `main`.
 
@@ -132,16 +135,86 @@ python_tests() {
     SUMMARY+=("python (pytest): $(grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$LOGDIR/pytest.log" | tail -n1 | sed -E 's/^=+ //; s/ =+$//')")
 }
 
+# ---- JavaScript: the browser client (gateway/js) and the real-browser tests
+# (tests/browser: Debian chromium driven by playwright-core; no browser is
+# ever downloaded).
+
+JS_DIRS=(gateway/js tests/browser)
+
+ensure_node() {
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        ensure_apt_packages nodejs npm
+    fi
+    # playwright-core needs node 20 (Debian 13 has it; Debian 12 has 18).
+    local major
+    major=$(node -p 'process.versions.node.split(".")[0]')
+    [ "$major" -ge 20 ] || die "node $(node --version) is too old: the browser tests need node >= 20"
+}
+
+ensure_chromium() {
+    # tests/browser uses $HERALD_CHROMIUM, default /usr/bin/chromium (Debian's).
+    [ -n "${HERALD_CHROMIUM:-}" ] && [ -x "$HERALD_CHROMIUM" ] && return 0
+    [ -x /usr/bin/chromium ] || ensure_apt_packages chromium
+}
+
+ensure_node_deps() {
+    # `npm ci` in each JS directory only when its package-lock.json changed
+    # since the last install (or node_modules is gone).
+    local dir stamp want
+    for dir in "${JS_DIRS[@]}"; do
+        stamp="$ROOT/$dir/node_modules/.package-lock.sha256"
+        want=$(sha256sum "$ROOT/$dir/package-lock.json" | cut -d' ' -f1)
+        if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+            step "installing $dir/package-lock.json into $dir/node_modules"
+            (cd "$ROOT/$dir" && npm ci --no-audit --no-fund --loglevel=error)
+            echo "$want" >"$stamp"
+        fi
+    done
+}
+
+# "N passed, N failed, ..." from node --test's spec reporter summary.
+sum_node_results() {
+    awk '/^ℹ (tests|pass|fail|cancelled|skipped|todo) / { v[$2] = $3 }
+         END {
+            if (!("tests" in v)) { print "no summary (see the log above)"; exit }
+            printf "%d passed, %d failed, %d cancelled, %d skipped, %d todo (%d tests)",
+                   v["pass"], v["fail"], v["cancelled"], v["skipped"], v["todo"], v["tests"]
+         }' "$1"
+}
+
+js_tests() {
+    run_stage js-unit node --test --test-reporter=spec gateway/js/test/
+    SUMMARY+=("js client (node --test): $(sum_node_results "$LOGDIR/js-unit.log")")
+    # The published types against a usage file, and the module's own JSDoc.
+    run_stage js-types npm --prefix gateway/js run --silent typecheck
+    local types=ok f
+    for f in "${FAILED[@]}"; do [[ $f == js-types* ]] && types="failed, see above"; done
+    SUMMARY+=("js client types (tsc --noEmit): $types")
+}
+
+browser_tests() {
+    local bin
+    bin="$(target_dir)/debug/herald-gateway"
+    [ -x "$bin" ] || die "$bin was not built"
+    HERALD_GATEWAY_BIN="$bin" run_stage browser node --test --test-reporter=spec tests/browser/
+    SUMMARY+=("browser (chromium, node --test): $(sum_node_results "$LOGDIR/browser.log")")
+}
+
 main() {
     ensure_rust
     ensure_python_venv
     ensure_python_requirements
+    ensure_node
+    ensure_chromium
+    ensure_node_deps
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
 
     cargo_tests
     python_tests
+    js_tests
+    browser_tests
 
     step "summary"
     printf '  %s\n' "${SUMMARY[@]}"

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::transport::Transport;
+
 /// Environment variable through which the parent hands the JWT secret to its workers (not argv,
 /// which every user on the machine can read in `ps`).
 pub(crate) const JWT_SECRET_ENV: &str = "HERALD_BENCH_JWT_SECRET";
@@ -19,8 +21,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Open many idle STOMP-over-WebSocket sessions and measure what they cost the gateway
-    /// (connect rate, RSS per session).
+    /// Open many idle STOMP sessions (over WebSocket or SockJS) and measure what they cost the
+    /// gateway (connect rate, RSS per session).
     Connections(ConnectionsArgs),
     /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
     #[command(hide = true)]
@@ -29,13 +31,14 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct ConnectionsArgs {
-    /// WebSocket URL of the gateway's STOMP endpoint.
-    #[arg(
-        long,
-        default_value = "ws://127.0.0.1:8080/ws",
-        conflicts_with = "spawn_gateway"
-    )]
-    pub(crate) url: String,
+    /// How sessions reach the gateway.
+    #[arg(long, value_enum, default_value_t = Transport::WebSocket)]
+    pub(crate) transport: Transport,
+
+    /// The gateway's STOMP WebSocket endpoint (websocket), or its SockJS service (sockjs-*)
+    /// [default: ws://127.0.0.1:8080/ws, or http://127.0.0.1:8080/sockjs].
+    #[arg(long, conflicts_with = "spawn_gateway")]
+    pub(crate) url: Option<String>,
 
     /// Number of sessions to open.
     #[arg(long)]
@@ -91,6 +94,15 @@ pub(crate) struct ConnectionsArgs {
     pub(crate) json: bool,
 }
 
+impl ConnectionsArgs {
+    /// `--url`, or the default for the transport.
+    pub(crate) fn url(&self) -> String {
+        self.url
+            .clone()
+            .unwrap_or_else(|| self.transport.url("127.0.0.1:8080"))
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct WorkerArgs {
     /// This worker's index (user ids are `bench-{index}-{n}`).
@@ -98,6 +110,8 @@ pub(crate) struct WorkerArgs {
     pub(crate) index: usize,
     #[arg(long)]
     pub(crate) url: String,
+    #[arg(long, value_enum)]
+    pub(crate) transport: Transport,
     #[arg(long)]
     pub(crate) sessions: usize,
     #[arg(long)]
@@ -142,11 +156,50 @@ mod tests {
             panic!("not connections");
         };
         assert_eq!(args.sessions, 2000);
-        assert_eq!(args.url, "ws://127.0.0.1:8080/ws");
+        assert_eq!(args.transport, Transport::WebSocket);
+        assert_eq!(args.url(), "ws://127.0.0.1:8080/ws");
         assert_eq!(args.concurrency, 256);
         assert_eq!(args.processes, None);
         assert_eq!(args.source_addrs.len(), 2);
         assert!(args.json);
+    }
+
+    #[test]
+    fn sockjs_transports_default_to_the_sockjs_service() {
+        for (name, transport) in [
+            ("sockjs-websocket", Transport::SockJsWebSocket),
+            ("xhr-streaming", Transport::XhrStreaming),
+        ] {
+            let cli = Cli::try_parse_from([
+                "herald-bench",
+                "connections",
+                "--sessions",
+                "1",
+                "--jwt-secret",
+                "s",
+                "--transport",
+                name,
+            ])
+            .unwrap();
+            let Command::Connections(args) = cli.command else {
+                panic!("not connections");
+            };
+            assert_eq!(args.transport, transport);
+            assert_eq!(args.url(), "http://127.0.0.1:8080/sockjs");
+        }
+        assert!(
+            Cli::try_parse_from([
+                "herald-bench",
+                "connections",
+                "--sessions",
+                "1",
+                "--jwt-secret",
+                "s",
+                "--transport",
+                "jsonp",
+            ])
+            .is_err()
+        );
     }
 
     #[test]

@@ -29,7 +29,8 @@ use crate::worker::CLOSE_DEADLINE;
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// Extra time, beyond the workers' own close deadline, before stragglers are killed.
 const EXIT_SLACK: Duration = Duration::from_secs(5);
-/// File descriptors a worker needs beyond one per session (runtime, pipes, std streams).
+/// File descriptors a worker needs beyond one per session (runtime, pipes, std streams, the
+/// xhr_send connections).
 const FD_MARGIN: usize = 64;
 /// Tokens stay valid this long beyond the hold.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
@@ -110,7 +111,7 @@ pub(crate) async fn run(args: ConnectionsArgs) -> Result<Outcome, BenchError> {
         Some(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         None => {
             let endpoint =
-                Endpoint::parse(&args.url).map_err(|e| BenchError::Usage(e.to_string()))?;
+                Endpoint::parse(&args.url()).map_err(|e| BenchError::Usage(e.to_string()))?;
             endpoint
                 .resolve()
                 .await
@@ -155,7 +156,7 @@ async fn measure(
     jwt_secret: &str,
     gateway: Option<&SpawnedGateway>,
 ) -> Result<Outcome, BenchError> {
-    let url = gateway.map_or_else(|| args.url.clone(), SpawnedGateway::ws_url);
+    let url = gateway.map_or_else(|| args.url(), |gw| gw.url(args.transport));
     let gateway_pid = gateway.map(SpawnedGateway::pid).or(args.gateway_pid);
 
     let baseline = match gateway_pid {
@@ -234,6 +235,7 @@ async fn measure(
 
     let report = ConnectionsReport {
         command: "connections",
+        transport: args.transport.name(),
         url,
         processes: plans.len(),
         sessions_requested: args.sessions as u64,
@@ -381,6 +383,8 @@ fn spawn_worker(
         .arg(plan.index.to_string())
         .arg("--url")
         .arg(url)
+        .arg("--transport")
+        .arg(args.transport.name())
         .arg("--sessions")
         .arg(plan.sessions.to_string())
         .arg("--concurrency")

@@ -1,8 +1,11 @@
-//! The WebSocket endpoint the bench dials: a `ws://host[:port]/path` URL, split into the parts
-//! the TCP connect (host, port) and the upgrade request (the URL itself) need.
+//! The endpoint the bench dials: a `ws://host[:port]/path` or `http://host[:port]/path` URL
+//! (the STOMP WebSocket endpoint, or a SockJS service's base URL), split into the parts the TCP
+//! connect (host, port) and the requests (the path) need. Both schemes mean the same plain TCP
+//! connection; the transport decides what is said on it.
 //!
-//! Only plain `ws://` is supported: TLS would measure the bench's TLS stack, not the gateway,
-//! and a TLS-terminating proxy in front of the gateway is measured without the bench's help.
+//! Only plain `ws://` and `http://` are supported: TLS would measure the bench's TLS stack, not
+//! the gateway, and a TLS-terminating proxy in front of the gateway is measured without the
+//! bench's help.
 
 use std::net::SocketAddr;
 
@@ -17,7 +20,7 @@ pub(crate) struct Endpoint {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum EndpointError {
-    #[error("{url:?}: only ws:// URLs are supported")]
+    #[error("{url:?}: only ws:// and http:// URLs are supported")]
     Scheme { url: String },
     #[error("{url:?}: no host")]
     NoHost { url: String },
@@ -35,6 +38,7 @@ impl Endpoint {
     pub(crate) fn parse(url: &str) -> Result<Self, EndpointError> {
         let rest = url
             .strip_prefix("ws://")
+            .or_else(|| url.strip_prefix("http://"))
             .ok_or_else(|| EndpointError::Scheme { url: url.into() })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -118,12 +122,18 @@ mod tests {
             ("::1", 9000, "/ws?x=1")
         );
         assert_eq!(e.host_header(), "[::1]:9000");
+        let e = Endpoint::parse("http://127.0.0.1:8080/sockjs").unwrap();
+        assert_eq!((e.port, e.path.as_str()), (8080, "/sockjs"));
     }
 
     #[test]
     fn rejects_bad_urls() {
         assert!(matches!(
             Endpoint::parse("wss://h/ws"),
+            Err(EndpointError::Scheme { .. })
+        ));
+        assert!(matches!(
+            Endpoint::parse("https://h/sockjs"),
             Err(EndpointError::Scheme { .. })
         ));
         assert!(matches!(

@@ -17,6 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::sys;
+use crate::transport::Transport;
 
 /// Time between two `/healthz` probes.
 const HEALTH_POLL: Duration = Duration::from_millis(50);
@@ -129,8 +130,9 @@ impl SpawnedGateway {
         self.pid
     }
 
-    pub(crate) fn ws_url(&self) -> String {
-        format!("ws://{}/ws", self.addr)
+    /// The URL sessions of `transport` use on this gateway.
+    pub(crate) fn url(&self, transport: Transport) -> String {
+        transport.url(&self.addr.to_string())
     }
 
     async fn wait_healthy(&mut self, timeout: Duration) -> Result<(), GatewayError> {

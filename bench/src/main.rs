@@ -4,9 +4,13 @@
 //! - [`cli`]: the command line (`connections`, and the hidden `worker`).
 //! - [`connections`]: the parent of a connection benchmark: plan, spawn workers, measure, report.
 //! - [`worker`]: a worker process: opens its share of sessions, reports JSON lines ([`events`]).
-//! - [`session`]: one STOMP-over-WebSocket session (connect, handshake, drain).
+//! - [`session`]: one STOMP session over a [`transport`] (connect, handshake, hold).
+//! - [`transport`]: raw WebSocket, SockJS websocket, SockJS xhr-streaming.
 //! - [`upgrade`]: the client side of the WebSocket opening handshake.
 //! - [`stomp_client`]: a tiny client-side STOMP frame encoder/decoder (pure).
+//! - [`sockjs`]: SockJS framing, client side (pure).
+//! - [`http`]: the HTTP/1.1 client bits xhr-streaming needs: request, response head, chunked
+//!   body (pure).
 //! - [`token`]: minting the HS256 JWTs sessions log in with.
 //! - [`plan`]: splitting sessions over processes and source addresses (pure).
 //! - [`rss`]: reading and settling a process's VmRSS.
@@ -23,13 +27,16 @@ mod connections;
 mod endpoint;
 mod events;
 mod gateway;
+mod http;
 mod plan;
 mod report;
 mod rss;
 mod session;
+mod sockjs;
 mod stomp_client;
 mod sys;
 mod token;
+mod transport;
 mod upgrade;
 mod worker;
 

@@ -44,6 +44,8 @@ impl Memory {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct ConnectionsReport {
     pub(crate) command: &'static str,
+    /// `websocket`, `sockjs-websocket` or `xhr-streaming`.
+    pub(crate) transport: &'static str,
     pub(crate) url: String,
     pub(crate) processes: usize,
     pub(crate) sessions_requested: u64,
@@ -76,6 +78,7 @@ impl ConnectionsReport {
     pub(crate) fn to_text(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
+        let _ = writeln!(out, "transport    {} ({})", self.transport, self.url);
         let _ = writeln!(
             out,
             "sessions     {} opened, {} failed (of {}, over {} process{})",
@@ -133,6 +136,7 @@ mod tests {
     fn report(memory: Option<Memory>) -> ConnectionsReport {
         ConnectionsReport {
             command: "connections",
+            transport: "websocket",
             url: "ws://127.0.0.1:8080/ws".into(),
             processes: 1,
             sessions_requested: 2000,
@@ -160,6 +164,7 @@ mod tests {
         let r = report(Some(Memory::new(42, 1024, 2048 + 1024, false, 1998)));
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(v["command"], "connections");
+        assert_eq!(v["transport"], "websocket");
         assert_eq!(v["sessions_opened"], 1998);
         assert_eq!(v["sessions_failed"], 2);
         assert_eq!(v["failures"]["timeout during receipt"], 2);
@@ -177,6 +182,7 @@ mod tests {
     #[test]
     fn text_report() {
         let text = report(Some(Memory::new(42, 10 << 20, 30 << 20, true, 1998))).to_text();
+        assert!(text.starts_with("transport    websocket (ws://127.0.0.1:8080/ws)\n"));
         assert!(text.contains("1998 opened, 2 failed (of 2000, over 1 process)"));
         assert!(text.contains("1.25 s, 1598 sessions/s"));
         assert!(text.contains("10.0 MiB before, 30.0 MiB after (pid 42)"));

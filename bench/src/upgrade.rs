@@ -6,9 +6,13 @@
 //! bench that holds 19,000 idle sessions per process, that is 4 KiB per session for nothing.
 //! Doing the (small) HTTP exchange ourselves and building the stream with
 //! `WebSocketStream::from_raw_socket` gives each session exactly
-//! [`crate::session::READ_BUFFER_BYTES`].
+//! [`crate::session::websocket::READ_BUFFER_BYTES`].
 //!
 //! The response check is pure ([`parse_response`]) and tested on raw bytes.
+//!
+//! STOMP over WebSocket offers the `v1x.stomp` subprotocols and wants one chosen; the SockJS
+//! websocket transport offers none (the STOMP frames travel inside SockJS frames) and then
+//! accepts none.
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -47,24 +51,28 @@ pub(crate) enum UpgradeError {
 pub(crate) struct Upgraded {
     /// Bytes of the response head, including the blank line.
     pub(crate) head_len: usize,
-    pub(crate) subprotocol: String,
+    /// The subprotocol the server chose (always one of those offered; `None` if none was).
+    pub(crate) subprotocol: Option<String>,
 }
 
-/// The upgrade request for `path` on `host` (the `Host` header value, with port).
-pub(crate) fn request(host: &str, path: &str, key: &str, subprotocols: &str) -> String {
+/// The upgrade request for `path` on `host` (the `Host` header value, with port), offering
+/// `subprotocols` (comma-separated) if any.
+pub(crate) fn request(host: &str, path: &str, key: &str, subprotocols: Option<&str>) -> String {
+    let offer = subprotocols
+        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+        .unwrap_or_default();
     format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\
-         Sec-WebSocket-Protocol: {subprotocols}\r\n\r\n"
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{offer}\r\n"
     )
 }
 
 /// Checks the response to an upgrade request sent with `key` offering `subprotocols`
-/// (comma-separated). `Ok(None)`: the head is not complete yet.
+/// (comma-separated; `None`: no offer). `Ok(None)`: the head is not complete yet.
 pub(crate) fn parse_response(
     input: &[u8],
     key: &str,
-    subprotocols: &str,
+    subprotocols: Option<&str>,
 ) -> Result<Option<Upgraded>, UpgradeError> {
     let Some(end) = input.windows(4).position(|w| w == b"\r\n\r\n") else {
         if input.len() > MAX_RESPONSE_HEAD {
@@ -120,14 +128,17 @@ pub(crate) fn parse_response(
     if !accept_ok {
         return Err(UpgradeError::Header("Sec-WebSocket-Accept"));
     }
-    let subprotocol = subprotocol.ok_or(UpgradeError::NoSubprotocol)?;
-    if !subprotocols.split(',').any(|p| p.trim() == subprotocol) {
-        return Err(UpgradeError::UnofferedSubprotocol(subprotocol));
+    match (subprotocols, subprotocol) {
+        (Some(_), None) => Err(UpgradeError::NoSubprotocol),
+        (Some(offer), Some(chosen)) if !offer.split(',').any(|p| p.trim() == chosen) => {
+            Err(UpgradeError::UnofferedSubprotocol(chosen))
+        }
+        (None, Some(chosen)) => Err(UpgradeError::UnofferedSubprotocol(chosen)),
+        (_, subprotocol) => Ok(Some(Upgraded {
+            head_len,
+            subprotocol,
+        })),
     }
-    Ok(Some(Upgraded {
-        head_len,
-        subprotocol,
-    }))
 }
 
 /// Upgrades `tcp` to a WebSocket: sends the request, checks the response, and builds the stream
@@ -136,7 +147,7 @@ pub(crate) async fn upgrade(
     mut tcp: TcpStream,
     host: &str,
     path: &str,
-    subprotocols: &str,
+    subprotocols: Option<&str>,
     config: WebSocketConfig,
 ) -> Result<WebSocketStream<TcpStream>, UpgradeError> {
     let io = |e: std::io::Error| UpgradeError::Io(e.kind());
@@ -174,7 +185,7 @@ mod tests {
     use super::*;
 
     const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-    const OFFER: &str = "v12.stomp, v11.stomp, v10.stomp";
+    const OFFER: Option<&str> = Some("v12.stomp, v11.stomp, v10.stomp");
 
     fn response(extra: &str) -> String {
         format!(
@@ -202,8 +213,30 @@ mod tests {
             parse_response(&bytes, KEY, OFFER),
             Ok(Some(Upgraded {
                 head_len: r.len(),
-                subprotocol: "v12.stomp".into()
+                subprotocol: Some("v12.stomp".into())
             }))
+        );
+    }
+
+    #[test]
+    fn without_an_offer_no_subprotocol_is_accepted() {
+        let r = request("127.0.0.1:8080", "/sockjs/000/abc/websocket", KEY, None);
+        assert!(!r.contains("Sec-WebSocket-Protocol"));
+        assert!(r.ends_with("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
+        assert_eq!(
+            parse_response(response("").as_bytes(), KEY, None),
+            Ok(Some(Upgraded {
+                head_len: response("").len(),
+                subprotocol: None
+            }))
+        );
+        assert_eq!(
+            parse_response(
+                response("Sec-WebSocket-Protocol: v12.stomp\r\n").as_bytes(),
+                KEY,
+                None
+            ),
+            Err(UpgradeError::UnofferedSubprotocol("v12.stomp".into()))
         );
     }
 

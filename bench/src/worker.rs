@@ -19,9 +19,11 @@ use tokio_util::task::TaskTracker;
 use crate::cli::WorkerArgs;
 use crate::endpoint::Endpoint;
 use crate::events::{CLOSE_COMMAND, WorkerEvent, unix_micros};
+use crate::session::xhr_streaming::{SEND_CONNECTIONS, SendPool};
 use crate::session::{self, Counters, Failure, Target};
 use crate::sys;
 use crate::token::{Claims, Minter, now_epoch_secs};
+use crate::transport::Transport;
 
 /// How often a connecting worker reports progress.
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -36,6 +38,7 @@ pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(15);
 pub(crate) struct WorkerConfig {
     pub(crate) index: usize,
     pub(crate) url: String,
+    pub(crate) transport: Transport,
     pub(crate) sessions: usize,
     pub(crate) source: Option<IpAddr>,
     pub(crate) concurrency: usize,
@@ -49,6 +52,7 @@ impl From<WorkerArgs> for WorkerConfig {
         Self {
             index: a.index,
             url: a.url,
+            transport: a.transport,
             sessions: a.sessions,
             source: a.source,
             concurrency: a.concurrency.max(1),
@@ -90,12 +94,21 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
         return 1; // The parent is gone.
     }
 
+    let path = match config.transport {
+        Transport::WebSocket => endpoint.path.clone(),
+        // Session URLs are appended to the service's base path.
+        Transport::SockJsWebSocket | Transport::XhrStreaming => {
+            endpoint.path.trim_end_matches('/').to_owned()
+        }
+    };
     let target = Arc::new(Target {
+        transport: config.transport,
         host_header: endpoint.host_header(),
-        path: endpoint.path.clone(),
+        path,
         addr,
         source: config.source,
         handshake_timeout: config.handshake_timeout,
+        xhr_sends: SendPool::new(SEND_CONNECTIONS),
     });
     let cancel = CancellationToken::new();
     spawn_stdin_watcher(cancel.clone());
