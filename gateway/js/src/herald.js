@@ -452,9 +452,11 @@ export class HeraldClient {
     /** The URL the transport opens (with the uid hint). */
     this.url = withUserHint(raw ? rawWebSocketUrl(url) : url, o.user);
     if (raw) {
+      /** @type {any} */
       this._WebSocket = o.WebSocket ?? globalThis.WebSocket;
       if (typeof this._WebSocket !== 'function') throw new TypeError('no WebSocket constructor: pass options.WebSocket');
     } else {
+      /** @type {any} */
       this._SockJS = o.SockJS ?? globalThis.SockJS;
       if (typeof this._SockJS !== 'function') {
         throw new TypeError(`${url} is a SockJS URL: pass options.SockJS (import SockJS from 'sockjs-client'), or a ws:// URL`);
