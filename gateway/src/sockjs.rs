@@ -46,4 +46,6 @@ pub struct Service {
     pub websocket: bool,
     /// Whether `/info` says `cookie_needed` and a `JSESSIONID` cookie is set.
     pub cookie_needed: bool,
+    /// Bytes after which a streaming response ends.
+    pub streaming_limit_bytes: usize,
 }

@@ -672,3 +672,115 @@ async fn sessions_time_out_without_a_receiver() {
     }
     assert!(started.elapsed() >= std::time::Duration::from_millis(150));
 }
+
+#[tokio::test]
+async fn invalid_paths_are_404_and_wrong_methods_bare_405() {
+    let gw = test_gateway().await;
+    for path in [
+        "/echo///xhr",
+        "/echo/a./a/xhr",
+        "/echo/a/a./xhr",
+        "/echo/././xhr",
+    ] {
+        for method in [reqwest::Method::GET, reqwest::Method::POST] {
+            let r = client()
+                .request(method.clone(), base(&gw, path))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 404, "{method} {path}");
+        }
+    }
+    for (method, path, allow) in [
+        (reqwest::Method::POST, "/echo/0/0/websocket", "GET"),
+        (reqwest::Method::GET, "/echo/0/0/xhr_send", "OPTIONS, POST"),
+        (reqwest::Method::PUT, "/echo/0/0/xhr", "OPTIONS, POST"),
+    ] {
+        let r = client()
+            .request(method, base(&gw, path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{path}");
+        assert_eq!(r.headers()["allow"], allow);
+        assert!(!r.headers().contains_key("content-type"));
+        assert!(r.bytes().await.unwrap().is_empty());
+    }
+}
+
+/// A receiver that goes away before the frame that ends it closes the
+/// session: every later request gets c[1002] at once.
+#[tokio::test]
+async fn an_aborted_receiver_interrupts_the_session() {
+    let gw = test_gateway().await;
+    let url = base(&gw, "/echo/000/abort");
+    assert_eq!(post(&format!("{url}/xhr"), "").await.2, "o\n");
+    // A poll with nothing to answer waits (its head arrives, its body
+    // does not); the client gives up on it and drops the connection.
+    let waiting = client().post(format!("{url}/xhr")).send().await.unwrap();
+    drop(waiting);
+    let mut answer = String::new();
+    for _ in 0..100 {
+        answer = post(&format!("{url}/xhr"), "").await.2;
+        if answer.starts_with("c[1002") {
+            break;
+        }
+        // The server had not seen the abort yet and gave this poll the slot:
+        // it is answered by the echo of this send.
+        post(&format!("{url}/xhr_send"), r#"["x"]"#).await;
+    }
+    assert_eq!(answer, "c[1002,\"Connection interrupted\"]\n");
+}
+
+#[tokio::test]
+async fn hybi_draft_websocket_versions_are_accepted() {
+    let gw = test_gateway().await;
+    for version in ["7", "8", "13"] {
+        let mut req =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                format!("ws://{}/echo/000/v{version}/websocket", gw.addr),
+            )
+            .unwrap();
+        req.headers_mut()
+            .insert("Sec-WebSocket-Version", version.parse().unwrap());
+        let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+        assert_eq!(resp.status(), 101);
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("o"));
+    }
+}
+
+/// Shutdown does not wait out `sockjs.session_timeout_ms` for HTTP-transport
+/// sessions that were told.
+#[tokio::test]
+async fn shutdown_ends_http_transport_sessions_promptly() {
+    let gw = start(|c| {
+        c.sockjs.session_timeout_ms = 60_000;
+        c.shutdown_grace_ms = 60_000;
+    })
+    .await;
+    let url = format!("{}/000/down", base(&gw, "/sockjs"));
+    let stream = client()
+        .post(format!("{url}/xhr_streaming"))
+        .send()
+        .await
+        .unwrap();
+    let t = token("down", None, None);
+    let connect = [stomp_frame(
+        Command::Connect,
+        &[("accept-version", "1.2"), ("passcode", &t)],
+    )];
+    let sent = serde_json::to_string(&connect).unwrap();
+    assert_eq!(post(&format!("{url}/xhr_send"), &sent).await.0, 204);
+    gw.shutdown.cancel();
+    let body = stream.text().await.unwrap();
+    assert!(body.contains("server shutting down"), "{body}");
+    assert!(
+        body.trim_end().ends_with("c[1001,\"Going away\"]"),
+        "{body}"
+    );
+    let (_, task) = gw.local.expect("in-process gateway");
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("shutdown waited for the SockJS session timeout")
+        .unwrap();
+}

@@ -113,9 +113,11 @@ pub(crate) fn accept(
             "this endpoint speaks STOMP over WebSocket: send Connection: Upgrade and Upgrade: websocket",
         );
     }
+    // 13 is RFC 6455; 7 and 8 are the hybi drafts some browsers shipped,
+    // framed the same way.
     if headers
         .get(header::SEC_WEBSOCKET_VERSION)
-        .is_none_or(|v| v.as_bytes() != b"13")
+        .is_none_or(|v| !matches!(v.as_bytes(), b"13" | b"8" | b"7"))
     {
         return refuse(
             &shared,

@@ -166,7 +166,7 @@ impl Native {
         };
         let Some(sess) = self.registry.get_or_create(
             &session,
-            self.service.app,
+            self.service,
             kind,
             &self.shared,
             head.token.clone(),
@@ -183,7 +183,9 @@ impl Native {
             Kind::Eventsource => "text/event-stream; charset=UTF-8",
             _ => "application/javascript; charset=UTF-8",
         });
-        response.push_str("\r\nCache-Control: no-store, no-cache, no-transform, must-revalidate, max-age=0\r\nAccess-Control-Allow-Origin: ");
+        response.push_str("\r\nCache-Control: ");
+        response.push_str(super::routes::NO_CACHE);
+        response.push_str("\r\nAccess-Control-Allow-Origin: ");
         response.push_str(
             head.origin
                 .as_deref()
@@ -241,7 +243,7 @@ impl Native {
                 tokio::select! {
                     frame = rx.recv() => {
                         let Some(frame) = frame else { break };
-                        for chunk in frame {
+                        for chunk in frame.iter() {
                             if stream.write_all(&chunk).await.is_err() {
                                 return;
                             }

@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use herald_protocol::sockjs;
@@ -51,22 +51,56 @@ pub fn router(shared: Arc<Shared>, service: Service, registry: Arc<Registry>) ->
     Router::new()
         .route("/", get(greeting))
         .route("/info", get(info).options(preflight_get))
-        .route("/websocket", get(raw_websocket))
-        .route("/{server}/{session}/websocket", get(sockjs_websocket))
-        .route("/{server}/{session}/xhr", post(xhr).options(preflight_post))
-        .route(
-            "/{server}/{session}/xhr_streaming",
-            post(xhr_streaming).options(preflight_post),
-        )
-        .route("/{server}/{session}/eventsource", get(eventsource))
-        .route(
-            "/{server}/{session}/xhr_send",
-            post(xhr_send).options(preflight_post),
-        )
+        .route("/websocket", any(raw_websocket))
+        .route("/{server}/{session}/{transport}", any(dispatch))
         .with_state(state)
 }
 
-const NO_CACHE: &str = "no-store, no-cache, no-transform, must-revalidate, max-age=0";
+/// Session paths: ids are checked before the method, as the protocol wants
+/// (an invalid path is 404 whatever the method), then the transport and
+/// method pick the handler; a wrong method is a bare 405.
+async fn dispatch(
+    State(s): State<SockjsState>,
+    Path((server, session, transport)): Path<(String, String, String)>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    req: Request,
+) -> Response {
+    if !sockjs::is_valid_id(&server) || !sockjs::is_valid_id(&session) {
+        return plain(StatusCode::NOT_FOUND, "Not found");
+    }
+    let method = req.method().clone();
+    match (transport.as_str(), method) {
+        ("websocket", Method::GET) => {
+            if !s.service.websocket {
+                return plain(StatusCode::NOT_FOUND, "Not found");
+            }
+            ws::accept(
+                s.shared,
+                peer,
+                req,
+                Framing::Sockjs,
+                Flavor::Sockjs,
+                s.service.app,
+            )
+        }
+        ("xhr", Method::POST) => receive(s, &session, req, Kind::XhrPolling),
+        ("xhr_streaming", Method::POST) => receive(s, &session, req, Kind::XhrStreaming),
+        ("eventsource", Method::GET) => receive(s, &session, req, Kind::Eventsource),
+        ("xhr_send", Method::POST) => xhr_send(s, &session, req).await,
+        ("xhr" | "xhr_streaming" | "xhr_send", Method::OPTIONS) => {
+            let headers = req.headers().clone();
+            let mut r = preflight(&headers, "OPTIONS, POST");
+            cookie(&s.service, &headers, r.headers_mut());
+            r
+        }
+        ("websocket" | "eventsource", _) => method_not_allowed("GET"),
+        ("xhr" | "xhr_streaming" | "xhr_send", _) => method_not_allowed("OPTIONS, POST"),
+        _ => plain(StatusCode::NOT_FOUND, "Not found"),
+    }
+}
+
+/// The cache header of every dynamic answer, as SockJS 0.3.3 spells it.
+pub(crate) const NO_CACHE: &str = "no-store, no-cache, must-revalidate, max-age=0";
 
 /// CORS as the SockJS protocol wants it: echo the origin with credentials.
 fn cors(request: &HeaderMap, response: &mut HeaderMap) {
@@ -100,6 +134,14 @@ fn cookie(service: &Service, request: &HeaderMap, response: &mut HeaderMap) {
     if let Ok(v) = HeaderValue::from_str(&format!("JSESSIONID={value}; path=/")) {
         response.insert(header::SET_COOKIE, v);
     }
+}
+
+/// A bare 405 with `Allow`, no body, no content type (as the protocol wants).
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut r = StatusCode::METHOD_NOT_ALLOWED.into_response();
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response {
@@ -161,17 +203,14 @@ async fn preflight_get(headers: HeaderMap) -> Response {
     preflight(&headers, "OPTIONS, GET")
 }
 
-async fn preflight_post(State(s): State<SockjsState>, headers: HeaderMap) -> Response {
-    let mut r = preflight(&headers, "OPTIONS, POST");
-    cookie(&s.service, &headers, r.headers_mut());
-    r
-}
-
 async fn raw_websocket(
     State(s): State<SockjsState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     req: Request,
 ) -> Response {
+    if req.method() != Method::GET {
+        return method_not_allowed("GET");
+    }
     if !s.service.websocket {
         return plain(StatusCode::NOT_FOUND, "Not found");
     }
@@ -185,25 +224,6 @@ async fn raw_websocket(
     )
 }
 
-async fn sockjs_websocket(
-    State(s): State<SockjsState>,
-    Path((server, session)): Path<(String, String)>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
-    req: Request,
-) -> Response {
-    if !s.service.websocket || !sockjs::is_valid_id(&server) || !sockjs::is_valid_id(&session) {
-        return plain(StatusCode::NOT_FOUND, "Not found");
-    }
-    ws::accept(
-        s.shared,
-        peer,
-        req,
-        Framing::Sockjs,
-        Flavor::Sockjs,
-        s.service.app,
-    )
-}
-
 fn query_token(req: &Request) -> Option<String> {
     let query = req.uri().query()?;
     form_urlencoded::parse(query.as_bytes())
@@ -212,15 +232,12 @@ fn query_token(req: &Request) -> Option<String> {
 }
 
 /// A receiving request: take the session's receiver slot and stream.
-fn receive(s: SockjsState, server: &str, session: &str, req: Request, kind: Kind) -> Response {
-    if !sockjs::is_valid_id(server) || !sockjs::is_valid_id(session) {
-        return plain(StatusCode::NOT_FOUND, "Not found");
-    }
+fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
     let headers = req.headers().clone();
     let token = query_token(&req);
     let Some(sess) = s
         .registry
-        .get_or_create(session, s.service.app, kind, &s.shared, token)
+        .get_or_create(session, s.service, kind, &s.shared, token)
     else {
         s.shared.metrics.refuse(RefuseReason::SessionLimit);
         return plain(
@@ -238,10 +255,12 @@ fn receive(s: SockjsState, server: &str, session: &str, req: Request, kind: Kind
         Kind::XhrPolling => None,
     };
     let frames = match sess.attach(kind) {
+        // One HTTP chunk per SockJS frame: clients (and the protocol suite)
+        // read a chunk as a frame. This copies a frame's pieces together;
+        // the native path (`super::native`) writes them without a copy.
         Attach::Stream(rx) => futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|frame| (frame, rx))
+            rx.recv().await.map(|frame| (join(&frame), rx))
         })
-        .flat_map(futures_util::stream::iter)
         .boxed(),
         Attach::Refused(close) => {
             let line: Vec<Bytes> = match kind {
@@ -252,7 +271,7 @@ fn receive(s: SockjsState, server: &str, session: &str, req: Request, kind: Kind
                 ],
                 _ => vec![close, Bytes::from_static(b"\n")],
             };
-            futures_util::stream::iter(line).boxed()
+            futures_util::stream::iter([join(&line)]).boxed()
         }
     };
     let body = futures_util::stream::iter(prelude)
@@ -271,39 +290,8 @@ fn receive(s: SockjsState, server: &str, session: &str, req: Request, kind: Kind
     r
 }
 
-async fn xhr(
-    State(s): State<SockjsState>,
-    Path((server, session)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    receive(s, &server, &session, req, Kind::XhrPolling)
-}
-
-async fn xhr_streaming(
-    State(s): State<SockjsState>,
-    Path((server, session)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    receive(s, &server, &session, req, Kind::XhrStreaming)
-}
-
-async fn eventsource(
-    State(s): State<SockjsState>,
-    Path((server, session)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    receive(s, &server, &session, req, Kind::Eventsource)
-}
-
-async fn xhr_send(
-    State(s): State<SockjsState>,
-    Path((server, session)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    if !sockjs::is_valid_id(&server) || !sockjs::is_valid_id(&session) {
-        return plain(StatusCode::NOT_FOUND, "Not found");
-    }
-    let Some(sess) = s.registry.get(&session) else {
+async fn xhr_send(s: SockjsState, session: &str, req: Request) -> Response {
+    let Some(sess) = s.registry.get(session) else {
         return plain(StatusCode::NOT_FOUND, "Not found");
     };
     let headers = req.headers().clone();
@@ -351,6 +339,14 @@ async fn xhr_send(
     r
 }
 
+fn join(pieces: &[Bytes]) -> Bytes {
+    let mut out = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for p in pieces {
+        out.extend_from_slice(p);
+    }
+    out.freeze()
+}
+
 /// Every SockJS service this gateway mounts, by prefix.
 pub fn services(config: &crate::config::SockjsConfig) -> Vec<(&'static str, Service)> {
     let mut v = vec![(
@@ -359,13 +355,16 @@ pub fn services(config: &crate::config::SockjsConfig) -> Vec<(&'static str, Serv
             app: App::Stomp,
             websocket: config.websocket,
             cookie_needed: config.jsessionid,
+            streaming_limit_bytes: config.streaming_limit_bytes,
         },
     )];
     if config.test_endpoints {
+        // The suite expects its test server to end streams after 4096 bytes.
         let echo = Service {
             app: App::Echo,
             websocket: true,
             cookie_needed: false,
+            streaming_limit_bytes: 4096,
         };
         v.push(("/echo", echo));
         v.push((

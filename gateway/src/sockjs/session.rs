@@ -120,8 +120,11 @@ impl Sink for Pending {
     }
 }
 
+/// One SockJS frame, as chunks, boxed so a channel slot is one pointer.
+pub type Frame = Box<Vec<Bytes>>;
+
 struct Receiver {
-    tx: mpsc::Sender<Vec<Bytes>>,
+    tx: mpsc::Sender<Frame>,
     kind: Kind,
     sent: usize,
 }
@@ -143,7 +146,7 @@ pub struct HttpSession {
 /// What a receiving request gets.
 pub enum Attach {
     /// The response body: frames (as chunks) until the driver drops the sender.
-    Stream(mpsc::Receiver<Vec<Bytes>>),
+    Stream(mpsc::Receiver<Frame>),
     /// Another receiver holds the slot, or the session is closed: this frame.
     Refused(Bytes),
 }
@@ -200,7 +203,7 @@ impl Registry {
     pub fn get_or_create(
         self: &Arc<Self>,
         id: &str,
-        app: App,
+        service: super::Service,
         kind: Kind,
         shared: &Arc<Shared>,
         http_token: Option<String>,
@@ -220,7 +223,8 @@ impl Registry {
             id: id.to_owned(),
             registry: Arc::clone(self),
             session: Arc::clone(&session),
-            app: match app {
+            streaming_limit: service.streaming_limit_bytes,
+            app: match service.app {
                 App::Stomp => AppState::Stomp(Box::new(StompCore::new(
                     Arc::clone(shared),
                     kind.transport(),
@@ -255,6 +259,7 @@ enum AppState {
 
 struct Driver {
     id: String,
+    streaming_limit: usize,
     registry: Arc<Registry>,
     session: Arc<HttpSession>,
     app: AppState,
@@ -267,7 +272,7 @@ struct Driver {
     receiver_left: Option<Instant>,
     /// A frame the receiver's channel had no room for, and whether the
     /// receiver is released once it is sent.
-    held: Option<(Vec<Bytes>, bool)>,
+    held: Option<(Frame, bool)>,
 }
 
 impl Driver {
@@ -286,7 +291,7 @@ impl Driver {
                     self.close = Some((code, sockjs_close_reason(code)));
                 }
             }
-            self.deliver(now, cfg.streaming_limit_bytes);
+            self.deliver(now, self.streaming_limit);
             let attached = self.session.inbox.lock().receiver.is_some();
             if attached {
                 self.receiver_left = None;
@@ -304,6 +309,11 @@ impl Driver {
             if let Some(left) = self.receiver_left
                 && now >= left + timeout
             {
+                break;
+            }
+            // Shutting down: once the close went out (or nobody is there to
+            // take it), there is nothing to wait for.
+            if self.shared.shutdown.is_cancelled() && self.close.is_some() && !attached {
                 break;
             }
             let mut deadline = now + Duration::from_secs(3600);
@@ -347,14 +357,11 @@ impl Driver {
                                 self.session.inbox.lock().receiver = None;
                             }
                         }
-                        _ => {
-                            self.held = None;
-                            self.session.inbox.lock().receiver = None;
-                        }
+                        _ => self.interrupted(),
                     }
                 }
                 _ = async { receiver_tx.as_ref().unwrap().closed().await }, if !held && receiver_tx.is_some() => {
-                    self.session.inbox.lock().receiver = None;
+                    self.interrupted();
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
@@ -434,7 +441,7 @@ impl Driver {
         let Some(r) = inbox.receiver.as_mut() else {
             return;
         };
-        let frame = r.kind.wrap(frame);
+        let frame = Box::new(r.kind.wrap(frame));
         r.sent += frame.iter().map(Bytes::len).sum::<usize>();
         let release = r.kind == Kind::XhrPolling || r.sent >= limit;
         match r.tx.try_send(frame) {
@@ -444,11 +451,33 @@ impl Driver {
                 }
             }
             Err(mpsc::error::TrySendError::Full(frame)) => self.held = Some((frame, release)),
-            Err(mpsc::error::TrySendError::Closed(_)) => inbox.receiver = None,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                drop(inbox);
+                self.interrupted();
+            }
         }
         self.last_send = now;
         if let AppState::Stomp(core) = &mut self.app {
             core.sent(now);
+        }
+    }
+
+    /// The receiver went away before the frame that ends it: SockJS closes
+    /// the session with `c[1002,"Connection interrupted"]` (the client opens
+    /// a new one; STOMP resume recovers what it missed).
+    fn interrupted(&mut self) {
+        let close = sockjs::close::INTERRUPTED;
+        let mut inbox = self.session.inbox.lock();
+        inbox.receiver = None;
+        inbox.closed.get_or_insert(close);
+        drop(inbox);
+        self.held = None;
+        self.pending = Pending::default();
+        if self.close.is_none() {
+            self.close = Some(close);
+            if let AppState::Stomp(core) = &mut self.app {
+                core.peer_closed();
+            }
         }
     }
 
