@@ -244,7 +244,7 @@ impl Native {
                     frame = rx.recv() => {
                         let Some(frame) = frame else { break };
                         for chunk in frame.iter() {
-                            if stream.write_all(&chunk).await.is_err() {
+                            if stream.write_all(chunk).await.is_err() {
                                 return;
                             }
                         }
