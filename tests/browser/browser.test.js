@@ -392,14 +392,10 @@ describe('gateway restart', () => {
 });
 
 describe('shutdown with SockJS sessions', () => {
-  // Pinned as a TODO (runs, reported, does not fail the suite) until the
-  // gateway's drain stops waiting for SockJS sessions that are already closed.
-  // Session timeout 60 s and grace 8 s: a drain that waits for the closed
-  // HTTP-transport sessions lasts the whole grace; one that does not ends in
-  // milliseconds, as it does with WebSocket sessions.
-  const todo = 'herald-gateway: SIGTERM waits sockjs.session_timeout_ms (bounded by shutdown_grace_ms) ' +
-    'for xhr-streaming / xhr-polling / eventsource sessions that were told and closed';
-  test('SIGTERM ends as soon as every SockJS session was told', { todo }, async () => {
+  // Session timeout 60 s and grace 8 s: a drain that waited for the closed
+  // HTTP-transport sessions would last the whole grace; the gateway ends them
+  // as soon as they were told, as it does WebSocket sessions.
+  test('SIGTERM ends as soon as every SockJS session was told', async () => {
     requireSockJS();
     const g = new Gateway('shutdown_grace_ms = 8000\n\n[sockjs]\nsession_timeout_ms = 60000\n');
     await g.start();
