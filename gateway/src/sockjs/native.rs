@@ -222,7 +222,10 @@ impl Native {
         if stream.write_all(response.as_bytes()).await.is_err() {
             return;
         }
+        // Nothing of the request is needed while the stream lives.
         drop(response);
+        drop(head);
+        drop(session);
         match sess.attach(kind) {
             Attach::Refused(close) => {
                 let frame: Vec<Bytes> = match kind {
@@ -239,9 +242,9 @@ impl Native {
                     }
                 }
             }
-            Attach::Stream(mut rx) => loop {
+            Attach::Stream(handle) => loop {
                 tokio::select! {
-                    frame = rx.recv() => {
+                    frame = handle.next() => {
                         let Some(frame) = frame else { break };
                         for chunk in frame.iter() {
                             if stream.write_all(chunk).await.is_err() {

@@ -258,8 +258,9 @@ fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response 
         // One HTTP chunk per SockJS frame: clients (and the protocol suite)
         // read a chunk as a frame. This copies a frame's pieces together;
         // the native path (`super::native`) writes them without a copy.
-        Attach::Stream(rx) => futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|frame| (join(&frame), rx))
+        Attach::Stream(handle) => futures_util::stream::unfold(handle, |handle| async move {
+            let frame = handle.next().await?;
+            Some((join(&frame), handle))
         })
         .boxed(),
         Attach::Refused(close) => {

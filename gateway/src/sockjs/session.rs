@@ -19,7 +19,7 @@ use herald_protocol::envelope::Notification;
 use herald_protocol::sockjs;
 use herald_protocol::stomp::{Command, Version};
 use parking_lot::Mutex;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::App;
@@ -31,9 +31,9 @@ use crate::session::websocket::{PULL_UNTIL, sockjs_close_reason};
 
 /// Most messages `xhr_send` may queue ahead of the driver; beyond, 503.
 pub const MAX_INBOUND_MESSAGES: usize = 1024;
-/// SockJS frames a receiver's response channel holds; the driver keeps one
-/// more and waits for room (backpressure from a slow receiver).
-const RECEIVER_CHANNEL: usize = 4;
+/// SockJS frames queued for a receiver; the driver keeps one more and waits
+/// for room (backpressure from a slow receiver).
+const RECEIVER_QUEUE: usize = 4;
 
 /// The receiving transports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,19 +120,26 @@ impl Sink for Pending {
     }
 }
 
-/// One SockJS frame, as chunks, boxed so a channel slot is one pointer.
-pub type Frame = Box<Vec<Bytes>>;
+/// One SockJS frame, as chunks (wrapped for the receiver's transport).
+pub type Frame = Vec<Bytes>;
 
+/// The receiver slot: frames queued for the current receiving request.
 struct Receiver {
-    tx: mpsc::Sender<Frame>,
+    generation: u64,
     kind: Kind,
     sent: usize,
+    frames: VecDeque<Frame>,
+    /// No more frames will come: the receiver ends once the queue is empty.
+    released: bool,
 }
 
 #[derive(Default)]
 struct Inbox {
     inbound: VecDeque<String>,
     receiver: Option<Receiver>,
+    generation: u64,
+    /// A receiver went away before it was released.
+    interrupted: bool,
     /// The driver ended: new receivers get this close frame.
     closed: Option<(u16, &'static str)>,
 }
@@ -140,13 +147,66 @@ struct Inbox {
 /// One SockJS session of the HTTP transports.
 pub struct HttpSession {
     inbox: Mutex<Inbox>,
+    /// Wakes the driver: inbound messages, a receiver came, took a frame or left.
     wake: Notify,
+    /// Wakes the receiver: frames queued or released.
+    out: Notify,
+}
+
+/// A receiving request's hold on the slot. Dropping it before the stream
+/// was released (the client went away) interrupts the session.
+pub struct ReceiverHandle {
+    session: Arc<HttpSession>,
+    generation: u64,
+}
+
+impl ReceiverHandle {
+    /// The next frame, or None when the stream is over.
+    pub async fn next(&self) -> Option<Frame> {
+        loop {
+            {
+                let mut inbox = self.session.inbox.lock();
+                let r = inbox
+                    .receiver
+                    .as_mut()
+                    .filter(|r| r.generation == self.generation)?;
+                if let Some(frame) = r.frames.pop_front() {
+                    drop(inbox);
+                    self.session.wake.notify_one();
+                    return Some(frame);
+                }
+                if r.released {
+                    inbox.receiver = None;
+                    drop(inbox);
+                    self.session.wake.notify_one();
+                    return None;
+                }
+            }
+            self.session.out.notified().await;
+        }
+    }
+}
+
+impl Drop for ReceiverHandle {
+    fn drop(&mut self) {
+        let mut inbox = self.session.inbox.lock();
+        if inbox
+            .receiver
+            .as_ref()
+            .is_some_and(|r| r.generation == self.generation)
+        {
+            inbox.receiver = None;
+            inbox.interrupted = true;
+            drop(inbox);
+            self.session.wake.notify_one();
+        }
+    }
 }
 
 /// What a receiving request gets.
 pub enum Attach {
-    /// The response body: frames (as chunks) until the driver drops the sender.
-    Stream(mpsc::Receiver<Frame>),
+    /// The response body: frames until the stream is released.
+    Stream(ReceiverHandle),
     /// Another receiver holds the slot, or the session is closed: this frame.
     Refused(Bytes),
 }
@@ -165,31 +225,41 @@ impl HttpSession {
     }
 
     /// Take the receiver slot.
-    pub fn attach(&self, kind: Kind) -> Attach {
+    pub fn attach(self: &Arc<Self>, kind: Kind) -> Attach {
         let mut inbox = self.inbox.lock();
         if let Some((code, reason)) = inbox.closed {
             let mut c = BytesMut::new();
             sockjs::encode_close(code, reason, &mut c);
             return Attach::Refused(c.freeze());
         }
-        if inbox.receiver.as_ref().is_some_and(|r| !r.tx.is_closed()) {
+        if inbox.receiver.is_some() {
             let (code, reason) = sockjs::close::ANOTHER_CONNECTION;
             let mut c = BytesMut::new();
             sockjs::encode_close(code, reason, &mut c);
             return Attach::Refused(c.freeze());
         }
-        let (tx, rx) = mpsc::channel(RECEIVER_CHANNEL);
-        inbox.receiver = Some(Receiver { tx, kind, sent: 0 });
+        inbox.generation += 1;
+        let generation = inbox.generation;
+        inbox.receiver = Some(Receiver {
+            generation,
+            kind,
+            sent: 0,
+            frames: VecDeque::new(),
+            released: false,
+        });
         drop(inbox);
         self.wake.notify_one();
-        Attach::Stream(rx)
+        Attach::Stream(ReceiverHandle {
+            session: Arc::clone(self),
+            generation,
+        })
     }
 }
 
 /// The sessions of one SockJS service.
 #[derive(Default)]
 pub struct Registry {
-    sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+    sessions: Mutex<HashMap<Arc<str>, Arc<HttpSession>>>,
 }
 
 impl Registry {
@@ -216,11 +286,13 @@ impl Registry {
         let session = Arc::new(HttpSession {
             inbox: Mutex::new(Inbox::default()),
             wake: Notify::new(),
+            out: Notify::new(),
         });
-        map.insert(id.to_owned(), Arc::clone(&session));
+        let id: Arc<str> = id.into();
+        map.insert(Arc::clone(&id), Arc::clone(&session));
         drop(map);
         let driver = Driver {
-            id: id.to_owned(),
+            id,
             registry: Arc::clone(self),
             session: Arc::clone(&session),
             streaming_limit: service.streaming_limit_bytes,
@@ -258,7 +330,7 @@ enum AppState {
 }
 
 struct Driver {
-    id: String,
+    id: Arc<str>,
     streaming_limit: usize,
     registry: Arc<Registry>,
     session: Arc<HttpSession>,
@@ -291,8 +363,17 @@ impl Driver {
                     self.close = Some((code, sockjs_close_reason(code)));
                 }
             }
+            if std::mem::take(&mut self.session.inbox.lock().interrupted) {
+                self.interrupted();
+            }
             self.deliver(now, self.streaming_limit);
-            let attached = self.session.inbox.lock().receiver.is_some();
+            let attached = self
+                .session
+                .inbox
+                .lock()
+                .receiver
+                .as_ref()
+                .is_some_and(|r| !r.released);
             if attached {
                 self.receiver_left = None;
             } else if self.receiver_left.is_none() {
@@ -328,11 +409,6 @@ impl Driver {
             {
                 deadline = deadline.min(d);
             }
-            let receiver_tx = {
-                let inbox = self.session.inbox.lock();
-                inbox.receiver.as_ref().map(|r| r.tx.clone())
-            };
-            let held = self.held.is_some();
             let shared = Arc::clone(&self.shared);
             let outbox = match &self.app {
                 AppState::Stomp(core) if core.can_pull() && self.pending.bytes < PULL_UNTIL => {
@@ -349,20 +425,6 @@ impl Driver {
                 }
                 _ = self.session.wake.notified() => {}
                 _ = async { outbox.as_ref().unwrap().notified().await }, if outbox.is_some() => {}
-                permit = async { receiver_tx.as_ref().unwrap().reserve().await }, if held && receiver_tx.is_some() => {
-                    match (permit, self.held.take()) {
-                        (Ok(permit), Some((frame, release))) => {
-                            permit.send(frame);
-                            if release {
-                                self.session.inbox.lock().receiver = None;
-                            }
-                        }
-                        _ => self.interrupted(),
-                    }
-                }
-                _ = async { receiver_tx.as_ref().unwrap().closed().await }, if !held && receiver_tx.is_some() => {
-                    self.interrupted();
-                }
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
                     if let AppState::Stomp(core) = &mut self.app {
@@ -399,14 +461,22 @@ impl Driver {
 
     /// Write what is pending to the receiver, if there is one.
     fn deliver(&mut self, now: Instant, limit: usize) {
-        let has_receiver = self.session.inbox.lock().receiver.is_some();
+        let has_receiver = self
+            .session
+            .inbox
+            .lock()
+            .receiver
+            .as_ref()
+            .is_some_and(|r| !r.released);
         if !has_receiver {
             // Whatever was held for a receiver that left is lost with it, as
             // with any SockJS server; STOMP resume recovers it by sequence.
             self.held = None;
             return;
         }
-        if self.held.is_some() {
+        if let Some((frame, release)) = self.held.take()
+            && !self.queue(frame, release)
+        {
             return;
         }
         if !self.opened {
@@ -415,7 +485,15 @@ impl Driver {
             if matches!(self.app, AppState::Close) {
                 self.close = Some(sockjs::close::GO_AWAY);
             }
-            if self.held.is_some() || self.session.inbox.lock().receiver.is_none() {
+            if self.held.is_some()
+                || self
+                    .session
+                    .inbox
+                    .lock()
+                    .receiver
+                    .as_ref()
+                    .is_none_or(|r| r.released)
+            {
                 return;
             }
         }
@@ -425,7 +503,13 @@ impl Driver {
         if let Some((code, reason)) = self.close
             && self.pending.messages.is_empty()
             && self.held.is_none()
-            && self.session.inbox.lock().receiver.is_some()
+            && self
+                .session
+                .inbox
+                .lock()
+                .receiver
+                .as_ref()
+                .is_some_and(|r| !r.released)
         {
             let mut c = BytesMut::new();
             sockjs::encode_close(code, reason, &mut c);
@@ -437,29 +521,38 @@ impl Driver {
     /// Send one SockJS frame; polling receivers and streams past their
     /// byte limit are released afterwards.
     fn send_to_receiver(&mut self, frame: Vec<Bytes>, now: Instant, limit: usize) {
-        let mut inbox = self.session.inbox.lock();
-        let Some(r) = inbox.receiver.as_mut() else {
-            return;
+        let (frame, release) = {
+            let mut inbox = self.session.inbox.lock();
+            let Some(r) = inbox.receiver.as_mut().filter(|r| !r.released) else {
+                return;
+            };
+            let frame = r.kind.wrap(frame);
+            r.sent += frame.iter().map(Bytes::len).sum::<usize>();
+            (frame, r.kind == Kind::XhrPolling || r.sent >= limit)
         };
-        let frame = Box::new(r.kind.wrap(frame));
-        r.sent += frame.iter().map(Bytes::len).sum::<usize>();
-        let release = r.kind == Kind::XhrPolling || r.sent >= limit;
-        match r.tx.try_send(frame) {
-            Ok(()) => {
-                if release {
-                    inbox.receiver = None;
-                }
-            }
-            Err(mpsc::error::TrySendError::Full(frame)) => self.held = Some((frame, release)),
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                drop(inbox);
-                self.interrupted();
-            }
-        }
+        self.queue(frame, release);
         self.last_send = now;
         if let AppState::Stomp(core) = &mut self.app {
             core.sent(now);
         }
+    }
+
+    /// Queue a wrapped frame for the receiver; when its queue is full, hold
+    /// it (and return false) until the receiver takes one.
+    fn queue(&mut self, frame: Frame, release: bool) -> bool {
+        let mut inbox = self.session.inbox.lock();
+        let Some(r) = inbox.receiver.as_mut() else {
+            return true;
+        };
+        if r.frames.len() >= RECEIVER_QUEUE {
+            self.held = Some((frame, release));
+            return false;
+        }
+        r.frames.push_back(frame);
+        r.released |= release;
+        drop(inbox);
+        self.session.out.notify_one();
+        true
     }
 
     /// The receiver went away before the frame that ends it: SockJS closes
@@ -469,6 +562,7 @@ impl Driver {
         let close = sockjs::close::INTERRUPTED;
         let mut inbox = self.session.inbox.lock();
         inbox.receiver = None;
+        inbox.interrupted = false;
         inbox.closed.get_or_insert(close);
         drop(inbox);
         self.held = None;
@@ -483,6 +577,11 @@ impl Driver {
 
     fn finish(self) {
         self.registry.remove(&self.id);
+        // A receiver still attached ends once it has what was queued.
+        if let Some(r) = self.session.inbox.lock().receiver.as_mut() {
+            r.released = true;
+        }
+        self.session.out.notify_one();
         match self.app {
             AppState::Stomp(core) => core.finish(),
             _ => self.shared.release_session(),
