@@ -147,6 +147,15 @@ async fn xhr_polling_opens_echoes_and_validates_sends() {
         204
     );
     assert_eq!(post(&format!("{url}/xhr"), "").await.2, "a[\"still\"]\n");
+    let m = gw.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"herald_protocol_errors_total{kind="malformed_frame"}"#
+        ),
+        Some(3.0),
+        "every refused send is counted\n{m}"
+    );
     // Unknown session, bad ids, wrong method.
     assert_eq!(
         post(&base(&gw, "/echo/000/nope/xhr_send"), r#"["x"]"#)

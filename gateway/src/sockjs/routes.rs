@@ -306,6 +306,9 @@ async fn xhr_send(s: SockjsState, session: &str, req: Request) -> Response {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
+            s.shared
+                .metrics
+                .error(crate::metrics::ProtocolError::Oversized);
             return plain(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large.");
         }
         Err(_) => return plain(StatusCode::BAD_REQUEST, "Broken request body."),
@@ -313,6 +316,9 @@ async fn xhr_send(s: SockjsState, session: &str, req: Request) -> Response {
     let messages = match sockjs::decode_messages(&body, false) {
         Ok(m) => m,
         Err(sockjs::DecodeError::Empty) => {
+            s.shared
+                .metrics
+                .error(crate::metrics::ProtocolError::MalformedFrame);
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "Payload expected.");
         }
         Err(_) => {
