@@ -161,6 +161,47 @@ impl Default for SockjsConfig {
     }
 }
 
+/// Edge mode: consume from root brokers instead of running standalone.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EdgeConfig {
+    /// This edge's stable id: its queue on every root is `herald.edge.<id>`,
+    /// so it must survive restarts.
+    pub id: Option<String>,
+    /// AMQP URLs of every root broker. Empty means standalone.
+    pub roots: Vec<String>,
+    /// The fanout exchange routers publish to on each root.
+    pub exchange: String,
+    /// Unacknowledged deliveries per root link.
+    pub prefetch: u16,
+    /// How long a root keeps this edge's queue once the edge is gone.
+    pub queue_expires_secs: u64,
+    /// Window in which a repeated notification id reaches no mailbox.
+    pub dedup_window_secs: u64,
+    /// Most ids remembered for deduplication (oldest forgotten first).
+    pub dedup_max: usize,
+    /// First reconnect delay after a broker connection fails.
+    pub reconnect_min_ms: u64,
+    /// Longest reconnect delay.
+    pub reconnect_max_ms: u64,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        EdgeConfig {
+            id: None,
+            roots: Vec::new(),
+            exchange: "herald.edges".into(),
+            prefetch: 256,
+            queue_expires_secs: 600,
+            dedup_window_secs: 120,
+            dedup_max: 1_000_000,
+            reconnect_min_ms: 100,
+            reconnect_max_ms: 10_000,
+        }
+    }
+}
+
 /// Publish API limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -218,6 +259,8 @@ pub struct Config {
     pub mailbox: MailboxConfig,
     /// SockJS.
     pub sockjs: SockjsConfig,
+    /// Edge mode.
+    pub edge: EdgeConfig,
     /// Publish API.
     pub publish: PublishConfig,
 }
@@ -237,6 +280,7 @@ impl Default for Config {
             session: SessionConfig::default(),
             mailbox: MailboxConfig::default(),
             sockjs: SockjsConfig::default(),
+            edge: EdgeConfig::default(),
             publish: PublishConfig::default(),
         }
     }
@@ -285,6 +329,11 @@ impl Config {
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
+    }
+
+    /// Whether root brokers are configured: this gateway is an edge.
+    pub fn edge_mode(&self) -> bool {
+        !self.edge.roots.is_empty()
     }
 
     /// Whether no JWT key is configured: the gateway makes its own secret and
@@ -394,6 +443,31 @@ impl Config {
                 "session.queue_bytes ({}) must be at least mailbox.buffer_bytes ({}) so a full replay fits",
                 s.queue_bytes, self.mailbox.buffer_bytes
             ));
+        }
+        if !self.edge.roots.is_empty() {
+            match &self.edge.id {
+                None => p.push(
+                    "edge.id is required with edge.roots: the edge's queue on each root is named after it"
+                        .to_owned(),
+                ),
+                Some(id) if !herald_protocol::envelope::is_valid_name(id) => p.push(format!(
+                    "edge.id {id:?} must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -"
+                )),
+                Some(_) => {}
+            }
+            for root in &self.edge.roots {
+                if !(root.starts_with("amqp://") || root.starts_with("amqps://")) {
+                    p.push(format!("edge.roots: {root:?} is not an amqp:// URL"));
+                }
+            }
+            if self.edge.prefetch == 0 || self.edge.dedup_max == 0 {
+                p.push("edge.prefetch and edge.dedup_max must be greater than 0".to_owned());
+            }
+            if self.edge.reconnect_min_ms == 0
+                || self.edge.reconnect_max_ms < self.edge.reconnect_min_ms
+            {
+                p.push("edge.reconnect_min_ms must be > 0 and <= edge.reconnect_max_ms".to_owned());
+            }
         }
         if self.publish.max_body_bytes < self.publish.max_payload_bytes {
             p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());

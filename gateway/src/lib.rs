@@ -31,6 +31,7 @@
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod dedup;
 pub mod dev;
 pub mod filter;
 pub mod http;

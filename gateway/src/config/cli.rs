@@ -59,6 +59,18 @@ pub struct Cli {
     /// What a full session queue does [default: disconnect].
     #[arg(long, env = "HERALD_WHEN_FULL", value_name = "POLICY")]
     pub when_full: Option<WhenFull>,
+    /// Edge mode: this edge's stable id (names its queue on every root).
+    #[arg(long, env = "HERALD_EDGE_ID", value_name = "ID")]
+    pub edge_id: Option<String>,
+    /// Edge mode: a root broker's AMQP URL; repeat for every root (or comma-separate).
+    #[arg(
+        long = "root",
+        env = "HERALD_ROOTS",
+        value_name = "AMQP_URL",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub roots: Vec<String>,
     /// Mount the SockJS protocol test suite's services (/echo, /close, ...). Tests only.
     #[arg(long, env = "HERALD_SOCKJS_TEST_ENDPOINTS")]
     pub sockjs_test_endpoints: bool,
@@ -97,6 +109,12 @@ impl Cli {
         }
         if let Some(v) = self.when_full {
             config.session.when_full = v;
+        }
+        if let Some(v) = &self.edge_id {
+            config.edge.id = Some(v.clone());
+        }
+        if !self.roots.is_empty() {
+            config.edge.roots = self.roots.clone();
         }
         if self.sockjs_test_endpoints {
             config.sockjs.test_endpoints = true;

@@ -1,0 +1,109 @@
+//! Duplicate suppression by notification id within a time window.
+//!
+//! An edge can receive the same notification twice: a backend that
+//! publishes to two roots for redundancy, or a router that forwarded a
+//! publication and crashed before acking it, so the broker redelivered it.
+//! The uplink asks [`Dedup::first_seen`] before routing; a repeat within
+//! the window reaches no mailbox.
+//!
+//! Bounded: at most `max` ids are remembered; when full, the oldest is
+//! forgotten early (policy `evict-oldest`, counted by the caller), which
+//! only narrows the window for the oldest ids.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Remembered ids, oldest first.
+#[derive(Debug)]
+pub struct Dedup {
+    window: Duration,
+    max: usize,
+    seen: HashSet<Arc<str>>,
+    order: VecDeque<(Instant, Arc<str>)>,
+    evicted_early: u64,
+}
+
+impl Dedup {
+    /// Remember ids for `window`, at most `max` at once.
+    pub fn new(window: Duration, max: usize) -> Self {
+        Dedup {
+            window,
+            max: max.max(1),
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+            evicted_early: 0,
+        }
+    }
+
+    /// Whether `id` was not seen within the window; remembers it.
+    pub fn first_seen(&mut self, id: &str, now: Instant) -> bool {
+        while let Some((at, old)) = self.order.front() {
+            if now.duration_since(*at) < self.window {
+                break;
+            }
+            self.seen.remove(old);
+            self.order.pop_front();
+        }
+        if self.seen.contains(id) {
+            return false;
+        }
+        if self.order.len() >= self.max
+            && let Some((_, old)) = self.order.pop_front()
+        {
+            self.seen.remove(&old);
+            self.evicted_early += 1;
+        }
+        let id: Arc<str> = id.into();
+        self.seen.insert(Arc::clone(&id));
+        self.order.push_back((now, id));
+        true
+    }
+
+    /// Ids forgotten before their window ended because the set was full.
+    pub fn evicted_early(&self) -> u64 {
+        self.evicted_early
+    }
+
+    /// Ids remembered now.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_within_the_window_are_refused() {
+        let t0 = Instant::now();
+        let mut d = Dedup::new(Duration::from_secs(10), 100);
+        assert!(d.first_seen("a", t0));
+        assert!(!d.first_seen("a", t0 + Duration::from_secs(9)));
+        assert!(d.first_seen("b", t0 + Duration::from_secs(9)));
+        // After the window the id is new again.
+        assert!(d.first_seen("a", t0 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn the_bound_evicts_the_oldest_and_counts_it() {
+        let t0 = Instant::now();
+        let mut d = Dedup::new(Duration::from_secs(60), 2);
+        assert!(d.first_seen("a", t0));
+        assert!(d.first_seen("b", t0));
+        assert!(d.first_seen("c", t0));
+        assert_eq!(d.len(), 2);
+        assert_eq!(d.evicted_early(), 1);
+        // "a" was forgotten early; "b" and "c" are still known.
+        assert!(d.first_seen("a", t0));
+        assert!(!d.first_seen("c", t0));
+    }
+}
