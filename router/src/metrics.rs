@@ -20,6 +20,9 @@ pub enum RejectReason {
     UnsupportedMediaType,
     /// The link refused the batch.
     Unavailable,
+    /// A feature the publication asks for does not exist yet (AMQP
+    /// delayed-delivery headers).
+    Unsupported,
 }
 
 impl RejectReason {
@@ -32,6 +35,7 @@ impl RejectReason {
             RejectReason::TooLarge => "too_large",
             RejectReason::UnsupportedMediaType => "unsupported_media_type",
             RejectReason::Unavailable => "unavailable",
+            RejectReason::Unsupported => "unsupported",
         }
     }
 }

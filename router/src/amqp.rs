@@ -1,0 +1,47 @@
+//! The AMQP side of the router (lapin, RabbitMQ).
+//!
+//! ```text
+//!  backend --publish--> [herald] --#--> (herald.publications)
+//!                                              | ingest: basic.qos(prefetch), consume
+//!                                              v
+//!                     envelope::from_amqp (validate once)
+//!                         | valid                         | invalid
+//!                         v                               v
+//!   HTTP API --AmqpLink--> publisher (confirm mode)   [herald.dead] + x-herald-error
+//!                         v
+//!                  [herald.edges] --> every edge's queue
+//!                         |
+//!           confirm --> ack the delivery (never before)
+//! ```
+//!
+//! - [`topology`]: the names and their idempotent declaration.
+//! - [`envelope`]: headers and properties to and from a
+//!   [`herald_protocol::envelope::Notification`] (pure, no I/O). Edges read
+//!   what the router forwards with the same [`envelope::from_amqp`].
+//! - [`supervisor`]: one connection kept alive: connect with backoff and
+//!   jitter, run a session, reconnect when it fails, until shutdown.
+//! - [`ingest`]: the router's session: consume, validate, forward or
+//!   dead-letter, ack after the confirm.
+//! - [`publisher`]: the confirm-mode channel forwards go through.
+//! - [`link`]: [`link::AmqpLink`], the [`crate::link::Link`] the HTTP API
+//!   publishes through; it follows reconnects through a
+//!   [`link::PublisherSlot`].
+//! - [`metrics`]: connection and forward counters.
+//!
+//! The contract for publishers is in `router/AMQP.md`.
+
+pub mod envelope;
+pub mod ingest;
+pub mod link;
+pub mod metrics;
+pub mod publisher;
+pub mod supervisor;
+pub mod topology;
+
+pub use envelope::{Rejection, from_amqp, from_amqp_bytes, to_amqp};
+pub use ingest::{Ingest, IngestConfig};
+pub use link::{AmqpLink, PublisherSlot};
+pub use metrics::AmqpMetrics;
+pub use publisher::Publisher;
+pub use supervisor::{Backoff, SessionError, Supervisor, SupervisorConfig};
+pub use topology::Topology;

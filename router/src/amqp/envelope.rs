@@ -1,0 +1,373 @@
+//! The AMQP form of a notification: headers and properties to and from a
+//! [`Notification`]. Pure: no I/O, tested without a broker.
+//!
+//! | AMQP | type | notification |
+//! |---|---|---|
+//! | body | bytes | `payload` |
+//! | property `message_id` | short string | `id` (generated when absent) |
+//! | property `content_type` | short string | `content_type` (default `application/octet-stream`) |
+//! | header `scope` | string | `scope`: `user` (default), `client`, `global` |
+//! | header `users`, `clients`, `sites` | array of strings | recipients and site filter |
+//! | header `event` | string, required | `event` |
+//! | header `topic` | string | `topic` |
+//! | header `ttl-ms` | integer | `ttl` |
+//!
+//! A string is a long string (`S`), or a byte array (`x`, what some clients
+//! make of a byte string) holding UTF-8. An integer is any of the signed or
+//! unsigned integer types. Any other type is refused, naming the header.
+//! Headers Herald does not know are ignored, except the delayed-delivery
+//! headers (`delay-ms`, `deliver-at`, `when-online`), which are refused until
+//! delayed delivery exists rather than silently delivered at once.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_protocol::envelope::{Limits, Notification, Scope, names};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+
+use crate::metrics::RejectReason;
+
+/// Content type assumed when a publication has none.
+pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+
+/// Delivery mode 2: the broker writes the message to disk in durable queues.
+pub const PERSISTENT: u8 = 2;
+
+/// Header names of the AMQP contract beyond the envelope's own
+/// ([`names`]).
+pub mod headers {
+    /// Delayed delivery: milliseconds from now (not supported yet).
+    pub const DELAY_MS: &str = "delay-ms";
+    /// Delayed delivery: epoch milliseconds (not supported yet).
+    pub const DELIVER_AT: &str = "deliver-at";
+    /// Hold until the user is online (not supported yet).
+    pub const WHEN_ONLINE: &str = "when-online";
+    /// Dead letters: why the publication was refused.
+    pub const ERROR: &str = "x-herald-error";
+    /// Dead letters: the header or property at fault.
+    pub const FIELD: &str = "x-herald-field";
+    /// Dead letters: the routing key the publication was sent with.
+    pub const ROUTING_KEY: &str = "x-herald-routing-key";
+    /// Field name for the `message_id` property.
+    pub const MESSAGE_ID_PROPERTY: &str = "message_id";
+    /// Field name for the `content_type` property.
+    pub const CONTENT_TYPE_PROPERTY: &str = "content_type";
+    /// Field name for the message body.
+    pub const BODY: &str = "body";
+}
+
+/// Reason given for the delayed-delivery headers until they are supported.
+pub const DELAYED_UNSUPPORTED: &str = "delayed delivery is not supported yet";
+
+/// Why a publication was refused. It goes to the dead-letter exchange with
+/// `reason` in `x-herald-error` and `field` in `x-herald-field`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Rejection {
+    /// What is wrong, starting with the header's name
+    /// (`users: must be an array of strings`).
+    pub reason: String,
+    /// The header or property at fault (`users`, `message_id`, `body`).
+    pub field: &'static str,
+    /// The metric label.
+    pub kind: RejectReason,
+}
+
+/// Longest `reason`: it may quote the publisher's input (an unknown scope),
+/// and it travels in a header of the dead letter, which must still fit the
+/// broker's frame size.
+pub const MAX_REASON_BYTES: usize = 512;
+
+impl Rejection {
+    fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {
+        let mut reason = format!("{field}: {message}");
+        if reason.len() > MAX_REASON_BYTES {
+            let mut end = MAX_REASON_BYTES - 3;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+            reason.push_str("...");
+        }
+        Rejection {
+            reason,
+            field,
+            kind: RejectReason::InvalidField,
+        }
+    }
+}
+
+/// Parse and validate a publication: `properties` and `body` as delivered;
+/// `new_id` makes the id when the publisher set no `message_id`. The body is
+/// copied once; [`from_amqp_bytes`] takes it without a copy.
+pub fn from_amqp(
+    properties: &BasicProperties,
+    body: &[u8],
+    limits: &Limits,
+    new_id: impl FnOnce() -> String,
+) -> Result<Notification, Rejection> {
+    from_amqp_bytes(properties, Bytes::copy_from_slice(body), limits, new_id)
+}
+
+/// [`from_amqp`] for a body already in [`Bytes`] (a delivery's `Vec<u8>`
+/// converts without a copy: `Bytes::from(delivery.data)`). The notification
+/// shares it.
+pub fn from_amqp_bytes(
+    properties: &BasicProperties,
+    body: Bytes,
+    limits: &Limits,
+    new_id: impl FnOnce() -> String,
+) -> Result<Notification, Rejection> {
+    let empty = FieldTable::default();
+    let table = properties.headers().as_ref().unwrap_or(&empty);
+    for delayed in [headers::DELAY_MS, headers::DELIVER_AT, headers::WHEN_ONLINE] {
+        if table.contains_key(delayed) {
+            return Err(Rejection {
+                reason: format!("{delayed}: {DELAYED_UNSUPPORTED}"),
+                field: delayed,
+                kind: RejectReason::Unsupported,
+            });
+        }
+    }
+    let get = |name: &str| table.inner().get(name);
+    let scope = match get(names::SCOPE) {
+        None => Scope::User,
+        Some(v) => string(names::SCOPE, v)?
+            .parse::<Scope>()
+            .map_err(|e| Rejection::invalid(names::SCOPE, e))?,
+    };
+    let users = list(names::USERS, get(names::USERS), limits.max_users)?;
+    let clients = list(names::CLIENTS, get(names::CLIENTS), limits.max_clients)?;
+    let sites = list(names::SITES, get(names::SITES), limits.max_sites)?;
+    let event = match get(names::EVENT) {
+        Some(v) => string(names::EVENT, v)?,
+        None => return Err(Rejection::invalid(names::EVENT, "the header is required")),
+    };
+    let topic = get(names::TOPIC)
+        .map(|v| string(names::TOPIC, v))
+        .transpose()?;
+    let ttl = get(names::TTL_MS).map(|v| ttl_ms(v, limits)).transpose()?;
+    let id = match properties.message_id() {
+        Some(id) => id.as_str().to_owned(),
+        None => new_id(),
+    };
+    let content_type = properties
+        .content_type()
+        .as_ref()
+        .map_or(DEFAULT_CONTENT_TYPE, ShortString::as_str)
+        .to_owned();
+    let mut n = Notification {
+        id,
+        scope,
+        users,
+        clients,
+        sites,
+        event,
+        topic,
+        content_type,
+        payload: body,
+        payload_is_utf8: false,
+        ttl,
+        encodings: Default::default(),
+    };
+    n.validate(limits).map_err(|e| {
+        let field = match e.field {
+            "id" => headers::MESSAGE_ID_PROPERTY,
+            "content_type" => headers::CONTENT_TYPE_PROPERTY,
+            "payload" => headers::BODY,
+            "ttl_ms" => names::TTL_MS,
+            other => other,
+        };
+        let mut rejection = Rejection::invalid(field, e.message);
+        if field == headers::BODY && n.payload.len() > limits.max_payload_bytes {
+            rejection.kind = RejectReason::TooLarge;
+        }
+        rejection
+    })?;
+    Ok(n)
+}
+
+/// The properties and body that carry `n` to the edges: the same headers a
+/// backend would send, so an edge reads it back with [`from_amqp`].
+pub fn to_amqp(n: &Notification) -> (BasicProperties, Bytes) {
+    let mut table = FieldTable::default();
+    let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+    let array = |values: &[String]| {
+        AMQPValue::FieldArray(FieldArray::from(
+            values.iter().map(|v| text(v)).collect::<Vec<_>>(),
+        ))
+    };
+    table.insert(names::SCOPE.into(), text(n.scope.as_str()));
+    for (name, values) in [
+        (names::USERS, &n.users),
+        (names::CLIENTS, &n.clients),
+        (names::SITES, &n.sites),
+    ] {
+        if !values.is_empty() {
+            table.insert(name.into(), array(values));
+        }
+    }
+    table.insert(names::EVENT.into(), text(&n.event));
+    if let Some(topic) = &n.topic {
+        table.insert(names::TOPIC.into(), text(topic));
+    }
+    if let Some(ttl) = n.ttl {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        table.insert(names::TTL_MS.into(), AMQPValue::LongLongInt(ms));
+    }
+    // Validated: the id and the content type are at most 200 ASCII bytes,
+    // within a short string's 255.
+    let properties = BasicProperties::default()
+        .with_message_id(short(&n.id))
+        .with_content_type(short(&n.content_type))
+        .with_delivery_mode(PERSISTENT)
+        .with_headers(table);
+    (properties, n.payload.clone())
+}
+
+/// The properties of a dead letter: the publication's own, plus
+/// `x-herald-error`, `x-herald-field` and `x-herald-routing-key`.
+pub fn dead_letter_properties(
+    original: &BasicProperties,
+    rejection: &Rejection,
+    routing_key: &str,
+) -> BasicProperties {
+    let mut table = original.headers().clone().unwrap_or_default();
+    table.insert(
+        headers::ERROR.into(),
+        AMQPValue::LongString(rejection.reason.as_str().into()),
+    );
+    table.insert(
+        headers::FIELD.into(),
+        AMQPValue::LongString(rejection.field.into()),
+    );
+    table.insert(
+        headers::ROUTING_KEY.into(),
+        AMQPValue::LongString(routing_key.into()),
+    );
+    original.clone().with_headers(table)
+}
+
+/// A short string from text known to fit; longer text is cut at a character
+/// boundary rather than panicking.
+pub(crate) fn short(s: &str) -> ShortString {
+    let mut end = s.len().min(lapin::types::MAX_SHORT_STRING_LENGTH);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    ShortString::from(&s[..end])
+}
+
+/// The AMQP type name of a value, for error messages.
+fn type_name(v: &AMQPValue) -> &'static str {
+    match v {
+        AMQPValue::Boolean(_) => "a boolean",
+        AMQPValue::ShortShortInt(_)
+        | AMQPValue::ShortShortUInt(_)
+        | AMQPValue::ShortInt(_)
+        | AMQPValue::ShortUInt(_)
+        | AMQPValue::LongInt(_)
+        | AMQPValue::LongUInt(_)
+        | AMQPValue::LongLongInt(_) => "an integer",
+        AMQPValue::Float(_) | AMQPValue::Double(_) => "a floating-point number",
+        AMQPValue::DecimalValue(_) => "a decimal",
+        AMQPValue::ShortString(_) | AMQPValue::LongString(_) => "a string",
+        AMQPValue::ByteArray(_) => "a byte array",
+        AMQPValue::FieldArray(_) => "an array",
+        AMQPValue::Timestamp(_) => "a timestamp",
+        AMQPValue::FieldTable(_) => "a table",
+        AMQPValue::Void => "void",
+    }
+}
+
+/// The UTF-8 text of a string value, `None` for other types.
+fn as_text(v: &AMQPValue) -> Option<Result<&str, std::str::Utf8Error>> {
+    match v {
+        AMQPValue::LongString(s) => Some(std::str::from_utf8(s.as_bytes())),
+        AMQPValue::ShortString(s) => Some(Ok(s.as_str())),
+        AMQPValue::ByteArray(b) => Some(std::str::from_utf8(b.as_slice())),
+        _ => None,
+    }
+}
+
+fn string(field: &'static str, v: &AMQPValue) -> Result<String, Rejection> {
+    match as_text(v) {
+        Some(Ok(s)) => Ok(s.to_owned()),
+        Some(Err(_)) => Err(Rejection::invalid(field, "must be UTF-8 text")),
+        None => Err(Rejection::invalid(
+            field,
+            format!("must be a string, not {}", type_name(v)),
+        )),
+    }
+}
+
+fn list(field: &'static str, v: Option<&AMQPValue>, max: usize) -> Result<Vec<String>, Rejection> {
+    let items = match v {
+        None => return Ok(Vec::new()),
+        Some(AMQPValue::FieldArray(a)) => a.as_slice(),
+        Some(other) => {
+            return Err(Rejection::invalid(
+                field,
+                format!("must be an array of strings, not {}", type_name(other)),
+            ));
+        }
+    };
+    // Count first: a huge array is refused before anything is copied.
+    if items.len() > max {
+        return Err(Rejection::invalid(
+            field,
+            format!("has {} entries; the limit is {max}", items.len()),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match as_text(item) {
+            Some(Ok(s)) => Ok(s.to_owned()),
+            Some(Err(_)) => Err(Rejection::invalid(
+                field,
+                format!("entry {i} is not UTF-8 text"),
+            )),
+            None => Err(Rejection::invalid(
+                field,
+                format!(
+                    "must be an array of strings; entry {i} is {}",
+                    type_name(item)
+                ),
+            )),
+        })
+        .collect()
+}
+
+fn ttl_ms(v: &AMQPValue, limits: &Limits) -> Result<Duration, Rejection> {
+    let ms: i128 = match v {
+        AMQPValue::ShortShortInt(n) => (*n).into(),
+        AMQPValue::ShortShortUInt(n) => (*n).into(),
+        AMQPValue::ShortInt(n) => (*n).into(),
+        AMQPValue::ShortUInt(n) => (*n).into(),
+        AMQPValue::LongInt(n) => (*n).into(),
+        AMQPValue::LongUInt(n) => (*n).into(),
+        AMQPValue::LongLongInt(n) => (*n).into(),
+        other => {
+            return Err(Rejection::invalid(
+                names::TTL_MS,
+                format!(
+                    "must be an integer (milliseconds), not {}",
+                    type_name(other)
+                ),
+            ));
+        }
+    };
+    let max = limits.max_ttl.as_millis();
+    match u64::try_from(ms) {
+        Ok(ms) if ms >= 1 && u128::from(ms) <= max => Ok(Duration::from_millis(ms)),
+        _ => Err(Rejection::invalid(
+            names::TTL_MS,
+            format!("must be between 1 and {max} ms"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

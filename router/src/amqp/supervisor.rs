@@ -1,0 +1,299 @@
+//! One broker connection, kept alive: connect, run a session, and when the
+//! connection or a channel fails, back off and do it again, until shutdown.
+//!
+//! lapin does not reconnect by itself (its auto-recovery is off here on
+//! purpose): the [`Supervisor`] owns recovery, so every reconnect goes
+//! through the same path as the first connect, including the idempotent
+//! topology declaration the session starts with.
+//!
+//! ```text
+//!   connect --ok--> session(conn, shutdown) --Ok (shutdown)--> close, return
+//!      |                |
+//!      | error/timeout  | error, or an error event on the connection
+//!      v                v
+//!   backoff <------- close (unacked deliveries go back to their queue)
+//! ```
+//!
+//! The backoff grows exponentially from `initial` to `max`, with jitter
+//! (each delay is drawn from the upper half of its step), and starts over
+//! once a session has run for at least `max`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::{Connection, ConnectionProperties, Event};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::AmqpMetrics;
+
+/// How long closing a connection may take before it is dropped.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Reconnect delays: exponential from `initial` to `max`, with jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// Delay before the first retry (before jitter).
+    pub initial: Duration,
+    /// Longest delay.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after `failures` consecutive failures (0 for the first
+    /// retry): `step = min(max, initial * 2^failures)`, and the delay is
+    /// `step/2 + jitter * step/2` for `jitter` in `[0, 1]`, so retries from
+    /// many routers spread out but never hammer the broker.
+    pub fn delay(&self, failures: u32, jitter: f64) -> Duration {
+        let factor = 1u32.checked_shl(failures.min(31)).unwrap_or(u32::MAX);
+        let step = self.initial.saturating_mul(factor).min(self.max);
+        let half = step / 2;
+        half + half.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    /// `amqp://user:pass@host:port/vhost` (or `amqps://`); add
+    /// `?heartbeat=10` to notice a dead peer within seconds.
+    pub url: String,
+    /// Connection name shown by the broker (management UI, `rabbitmqctl`).
+    pub connection_name: String,
+    /// Reconnect delays.
+    pub backoff: Backoff,
+    /// Longest a connection attempt (TCP, TLS, AMQP handshake) may take.
+    pub connect_timeout: Duration,
+}
+
+/// Why a session ended other than by shutdown.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SessionError {
+    /// The broker or the connection reported an error.
+    #[error(transparent)]
+    Amqp(#[from] lapin::Error),
+    /// The session gave up for a reason of its own.
+    #[error("{0}")]
+    Lost(String),
+}
+
+/// Keeps one connection to one broker alive. See the module docs.
+#[derive(Debug)]
+pub struct Supervisor {
+    config: SupervisorConfig,
+    metrics: AmqpMetrics,
+    connected: watch::Sender<bool>,
+}
+
+impl Supervisor {
+    /// A supervisor for `config`, counting into `metrics`.
+    pub fn new(config: SupervisorConfig, metrics: AmqpMetrics) -> Self {
+        Supervisor {
+            config,
+            metrics,
+            connected: watch::Sender::new(false),
+        }
+    }
+
+    /// Whether a connection is up, and its changes.
+    pub fn connected(&self) -> watch::Receiver<bool> {
+        self.connected.subscribe()
+    }
+
+    /// The broker URL without its password, for logs.
+    pub fn broker(&self) -> String {
+        redact(&self.config.url)
+    }
+
+    /// Connect, run `session` on each connection, reconnect when it fails,
+    /// until `shutdown` fires.
+    ///
+    /// `session` gets the connection and the shutdown token. It returns
+    /// `Ok(())` once shutdown has fired and it has wound down (cancel
+    /// consumers, finish in-flight work), or an error when the connection
+    /// or one of its channels failed. The supervisor also watches the
+    /// connection's events: on an error event the session future is dropped.
+    /// After every session the connection is closed, which hands every
+    /// unacknowledged delivery back to its queue.
+    pub async fn run<F, Fut>(&self, shutdown: CancellationToken, mut session: F)
+    where
+        F: FnMut(Arc<Connection>, CancellationToken) -> Fut,
+        Fut: Future<Output = Result<(), SessionError>>,
+    {
+        let broker = self.broker();
+        let mut failures: u32 = 0;
+        let mut connected_before = false;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let attempt = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = tokio::time::timeout(self.config.connect_timeout, self.connect()) => r,
+            };
+            let connection = match attempt {
+                Ok(Ok(c)) => Arc::new(c),
+                Ok(Err(e)) => {
+                    self.metrics.connect_failures.inc();
+                    let delay = self.config.backoff.delay(failures, rand::random());
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(%broker, error = %e, failures, retry_in_ms = delay.as_millis() as u64, "cannot connect to the broker");
+                    if sleep_or_shutdown(delay, &shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    self.metrics.connect_failures.inc();
+                    let delay = self.config.backoff.delay(failures, rand::random());
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(%broker, timeout_ms = self.config.connect_timeout.as_millis() as u64, failures, retry_in_ms = delay.as_millis() as u64, "connecting to the broker timed out");
+                    if sleep_or_shutdown(delay, &shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if connected_before {
+                self.metrics.reconnects.inc();
+            }
+            connected_before = true;
+            self.metrics.connected.set(1);
+            self.connected.send_replace(true);
+            tracing::info!(%broker, name = %self.config.connection_name, "connected to the broker");
+            let started = Instant::now();
+            let events = connection.events_listener();
+            let outcome = tokio::select! {
+                r = session(Arc::clone(&connection), shutdown.clone()) => r,
+                e = first_error(events) => Err(SessionError::Amqp(e)),
+            };
+            self.metrics.connected.set(0);
+            self.connected.send_replace(false);
+            if connection.status().connected() {
+                match tokio::time::timeout(CLOSE_TIMEOUT, connection.close(200, "OK".into())).await
+                {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(%broker, error = %e, "closing the connection"),
+                    Err(_) => tracing::debug!(%broker, "closing the connection timed out"),
+                }
+            }
+            drop(connection);
+            match outcome {
+                Ok(()) if shutdown.is_cancelled() => {
+                    tracing::info!(%broker, "closed the broker connection");
+                    break;
+                }
+                Ok(()) => tracing::info!(%broker, "session ended; reconnecting"),
+                Err(e) => {
+                    self.metrics.disconnects.inc();
+                    tracing::warn!(%broker, error = %e, uptime_ms = started.elapsed().as_millis() as u64, "lost the broker connection");
+                }
+            }
+            if started.elapsed() >= self.config.backoff.max {
+                failures = 0;
+            }
+            let delay = self.config.backoff.delay(failures, rand::random());
+            failures = failures.saturating_add(1);
+            tracing::info!(%broker, retry_in_ms = delay.as_millis() as u64, "reconnecting");
+            if sleep_or_shutdown(delay, &shutdown).await {
+                break;
+            }
+        }
+    }
+
+    async fn connect(&self) -> lapin::Result<Connection> {
+        let properties = ConnectionProperties::default()
+            .with_connection_name(self.config.connection_name.as_str().into());
+        Connection::connect(&self.config.url, properties).await
+    }
+}
+
+/// Sleep `delay`; true if shutdown fired first.
+async fn sleep_or_shutdown(delay: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => true,
+        _ = tokio::time::sleep(delay) => false,
+    }
+}
+
+/// The first error event of a connection; other events are logged. Pending
+/// forever if the stream ends without one.
+async fn first_error(events: impl futures_util::Stream<Item = Event>) -> lapin::Error {
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Event::Error(e) => return e,
+            Event::ConnectionBlocked(reason) => {
+                tracing::warn!(%reason, "the broker blocked the connection; publishing waits")
+            }
+            Event::ConnectionUnblocked => tracing::info!("the broker unblocked the connection"),
+            other => tracing::debug!(event = ?other, "connection event"),
+        }
+    }
+    std::future::pending().await
+}
+
+/// `url` with the password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_bound_with_jitter_in_the_upper_half() {
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+        };
+        assert_eq!(b.delay(0, 0.0), Duration::from_millis(50));
+        assert_eq!(b.delay(0, 1.0), Duration::from_millis(100));
+        assert_eq!(b.delay(1, 1.0), Duration::from_millis(200));
+        assert_eq!(b.delay(3, 0.5), Duration::from_millis(600));
+        assert_eq!(b.delay(5, 1.0), Duration::from_secs(2));
+        assert_eq!(b.delay(u32::MAX, 1.0), Duration::from_secs(2));
+        assert_eq!(b.delay(u32::MAX, 7.0), Duration::from_secs(2));
+        for failures in 0..40 {
+            let d = b.delay(failures, rand::random());
+            assert!(d <= b.max && d >= Duration::from_millis(50), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            redact("amqps://u:p@ss@host/v?heartbeat=10"),
+            "amqps://u:***@host/v?heartbeat=10"
+        );
+        assert_eq!(redact("amqp://host:5672"), "amqp://host:5672");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+}

@@ -1,0 +1,217 @@
+//! Exchange and queue names, and their declaration.
+//!
+//! ```text
+//!  backends --> [herald] topic, durable
+//!                  | binding "#"
+//!                  v
+//!             (herald.publications) durable --> router --valid--> [herald.edges] fanout, durable
+//!                                                  |                   --> one queue per edge
+//!                                                  +--invalid--> [herald.dead] fanout, durable
+//!                                                                      --> (herald.dead) durable
+//! ```
+//!
+//! Declarations are idempotent and repeated on every (re)connect, so a broker
+//! that lost its definitions gets them back. A name declared earlier with
+//! other settings makes the broker close the channel (PRECONDITION_FAILED):
+//! the supervisor logs it and retries with backoff.
+
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, ExchangeKind};
+
+/// The names the router declares and uses. Every one is configurable, so
+/// tests (and several Herald installations on one broker) do not collide.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topology {
+    /// Topic exchange backends publish to.
+    pub exchange: String,
+    /// Durable queue bound to `exchange` with `#`: the router consumes it.
+    pub queue: String,
+    /// Fanout exchange for publications that fail validation.
+    pub dead_exchange: String,
+    /// Durable queue bound to `dead_exchange`, where dead letters wait for a
+    /// human.
+    pub dead_queue: String,
+    /// Fanout exchange every edge binds its own queue to.
+    pub edges_exchange: String,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology {
+            exchange: "herald".into(),
+            queue: "herald.publications".into(),
+            dead_exchange: "herald.dead".into(),
+            dead_queue: "herald.dead".into(),
+            edges_exchange: "herald.edges".into(),
+        }
+    }
+}
+
+impl Topology {
+    /// The default names, each followed by `suffix` (tests use a random one).
+    pub fn with_suffix(suffix: &str) -> Self {
+        let d = Topology::default();
+        Topology {
+            exchange: format!("{}{suffix}", d.exchange),
+            queue: format!("{}{suffix}", d.queue),
+            dead_exchange: format!("{}{suffix}", d.dead_exchange),
+            dead_queue: format!("{}{suffix}", d.dead_queue),
+            edges_exchange: format!("{}{suffix}", d.edges_exchange),
+        }
+    }
+
+    /// Every name with its configuration key, for validation.
+    pub fn names(&self) -> [(&'static str, &str); 5] {
+        [
+            ("exchange", &self.exchange),
+            ("queue", &self.queue),
+            ("dead_exchange", &self.dead_exchange),
+            ("dead_queue", &self.dead_queue),
+            ("edges_exchange", &self.edges_exchange),
+        ]
+    }
+
+    /// Problems with the names: AMQP names are 1 to 255 bytes, and the
+    /// default exchange (the empty name) and `amq.*` are the broker's.
+    pub fn problems(&self, prefix: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        for (key, name) in self.names() {
+            if name.is_empty() || name.len() > lapin::types::MAX_SHORT_STRING_LENGTH {
+                p.push(format!("{prefix}{key} must be 1 to 255 bytes long"));
+            } else if name.starts_with("amq.") {
+                p.push(format!(
+                    "{prefix}{key} {name:?}: names starting with amq. belong to the broker"
+                ));
+            }
+        }
+        let exchanges = [&self.exchange, &self.dead_exchange, &self.edges_exchange];
+        if exchanges[0] == exchanges[1]
+            || exchanges[0] == exchanges[2]
+            || exchanges[1] == exchanges[2]
+        {
+            p.push(format!(
+                "{prefix}exchange, dead_exchange and edges_exchange must be three different exchanges"
+            ));
+        }
+        if self.queue == self.dead_queue {
+            p.push(format!(
+                "{prefix}queue and dead_queue must be different queues"
+            ));
+        }
+        p
+    }
+
+    /// Declare the exchanges, queues and bindings (idempotent).
+    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        let durable_exchange = ExchangeDeclareOptions {
+            durable: true,
+            ..ExchangeDeclareOptions::default()
+        };
+        let durable_queue = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        let none = FieldTable::default;
+        channel
+            .exchange_declare(
+                self.exchange.as_str().into(),
+                ExchangeKind::Topic,
+                durable_exchange,
+                none(),
+            )
+            .await?;
+        channel
+            .queue_declare(self.queue.as_str().into(), durable_queue, none())
+            .await?;
+        channel
+            .queue_bind(
+                self.queue.as_str().into(),
+                self.exchange.as_str().into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                none(),
+            )
+            .await?;
+        channel
+            .exchange_declare(
+                self.dead_exchange.as_str().into(),
+                ExchangeKind::Fanout,
+                durable_exchange,
+                none(),
+            )
+            .await?;
+        channel
+            .queue_declare(self.dead_queue.as_str().into(), durable_queue, none())
+            .await?;
+        channel
+            .queue_bind(
+                self.dead_queue.as_str().into(),
+                self.dead_exchange.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                none(),
+            )
+            .await?;
+        channel
+            .exchange_declare(
+                self.edges_exchange.as_str().into(),
+                ExchangeKind::Fanout,
+                durable_exchange,
+                none(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Delete everything [`Topology::declare`] made, messages included.
+    /// For tests and teardown scripts.
+    pub async fn delete(&self, channel: &Channel) -> lapin::Result<()> {
+        for queue in [&self.queue, &self.dead_queue] {
+            channel
+                .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                .await?;
+        }
+        for exchange in [&self.exchange, &self.dead_exchange, &self.edges_exchange] {
+            channel
+                .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_names() {
+        let t = Topology::default();
+        assert_eq!(t.exchange, "herald");
+        assert_eq!(t.queue, "herald.publications");
+        assert_eq!(t.dead_exchange, "herald.dead");
+        assert_eq!(t.dead_queue, "herald.dead");
+        assert_eq!(t.edges_exchange, "herald.edges");
+        assert!(t.problems("amqp.").is_empty());
+        assert!(Topology::with_suffix(".t1").problems("").is_empty());
+    }
+
+    #[test]
+    fn bad_names_are_reported() {
+        let t = Topology {
+            exchange: "amq.topic".into(),
+            queue: String::new(),
+            dead_exchange: "x".into(),
+            dead_queue: "q".repeat(256),
+            edges_exchange: "x".into(),
+        };
+        let p = t.problems("amqp.");
+        assert_eq!(p.len(), 4, "{p:#?}");
+        assert!(p[0].starts_with("amqp.exchange"), "{p:#?}");
+    }
+}

@@ -1,0 +1,363 @@
+//! Configuration of `herald-router`: defaults, then a TOML file, then
+//! environment variables (`HERALD_ROUTER_*`) and flags (clap reads both;
+//! flags win over the environment).
+//!
+//! Every bound has a key here. [`Config::validate`] lists every problem at
+//! once, so a bad configuration is fixed in one go. `router.example.toml`
+//! next to this crate's `Cargo.toml` has every key with its default.
+
+mod cli;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use cli::Cli;
+
+use crate::amqp::{Backoff, IngestConfig, SupervisorConfig, Topology};
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The broker connection and the intake.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AmqpConfig {
+    /// Broker URL, `amqp://user:pass@host:port/vhost` or `amqps://…`.
+    pub url: String,
+    /// Connection name the broker shows.
+    pub connection_name: String,
+    /// Most unacknowledged publications in flight (`basic.qos`).
+    pub prefetch: u16,
+    /// First reconnect delay (grows exponentially, with jitter).
+    pub reconnect_initial_ms: u64,
+    /// Longest reconnect delay.
+    pub reconnect_max_ms: u64,
+    /// Longest a connection attempt may take.
+    pub connect_timeout_ms: u64,
+    /// Longest the HTTP API waits for the broker's confirms (then 503).
+    pub publish_timeout_ms: u64,
+    /// Exchange and queue names.
+    pub topology: Topology,
+}
+
+impl Default for AmqpConfig {
+    fn default() -> Self {
+        let backoff = Backoff::default();
+        AmqpConfig {
+            url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            connection_name: "herald-router".into(),
+            prefetch: 256,
+            reconnect_initial_ms: backoff.initial.as_millis() as u64,
+            reconnect_max_ms: backoff.max.as_millis() as u64,
+            connect_timeout_ms: 10_000,
+            publish_timeout_ms: 5_000,
+            topology: Topology::default(),
+        }
+    }
+}
+
+/// Publication limits (HTTP and AMQP alike).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PublishConfig {
+    /// Largest payload.
+    pub max_payload_bytes: usize,
+    /// Largest HTTP request body (batches included).
+    pub max_body_bytes: usize,
+    /// Most notifications per HTTP batch.
+    pub max_batch: usize,
+    /// Most users per publication.
+    pub max_users: usize,
+    /// Most clients per publication.
+    pub max_clients: usize,
+    /// Most sites per publication.
+    pub max_sites: usize,
+    /// Longest `ttl-ms`.
+    pub max_ttl_ms: u64,
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        let limits = herald_protocol::envelope::Limits::default();
+        let http = crate::publish::PublishConfig::default();
+        PublishConfig {
+            max_payload_bytes: limits.max_payload_bytes,
+            max_body_bytes: http.max_body_bytes,
+            max_batch: http.max_batch,
+            max_users: limits.max_users,
+            max_clients: limits.max_clients,
+            max_sites: limits.max_sites,
+            max_ttl_ms: limits.max_ttl.as_millis() as u64,
+        }
+    }
+}
+
+/// The whole router configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the HTTP API (`/v1/notifications`, `/healthz`, `/metrics`).
+    pub listen: SocketAddr,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// API keys for the HTTP publish API.
+    pub api_keys: Vec<String>,
+    /// How long shutdown waits for HTTP requests and in-flight forwards.
+    pub shutdown_grace_ms: u64,
+    /// Broker and intake.
+    pub amqp: AmqpConfig,
+    /// Publication limits.
+    pub publish: PublishConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+            log_format: LogFormat::Text,
+            api_keys: Vec::new(),
+            shutdown_grace_ms: 10_000,
+            amqp: AmqpConfig::default(),
+            publish: PublishConfig::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, with every reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct ConfigError {
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    fn one(problem: String) -> Self {
+        ConfigError {
+            problems: vec![problem],
+        }
+    }
+}
+
+impl Config {
+    /// Parse a TOML document.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            ConfigError::one(format!(
+                "{}: {}",
+                origin.display(),
+                e.to_string().trim_end()
+            ))
+        })
+    }
+
+    /// Load: defaults, the file named by `--config` (if any), then flags and
+    /// environment. Validated.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let mut config = match &cli.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::one(format!("cannot read {}: {e}", path.display()))
+                })?;
+                Config::from_toml(&text, path)?
+            }
+            None => Config::default(),
+        };
+        cli.apply(&mut config);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Check every rule; report all violations.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Vec::new();
+        if self.api_keys.iter().all(|k| k.is_empty()) {
+            p.push(
+                "api_keys is empty: the HTTP publish API needs at least one key (HERALD_ROUTER_API_KEYS or --api-key)"
+                    .to_owned(),
+            );
+        }
+        let a = &self.amqp;
+        if let Err(e) = a.url.parse::<lapin::uri::AMQPUri>() {
+            p.push(format!(
+                "amqp.url {}: {e}",
+                crate::amqp::supervisor::redact(&a.url)
+            ));
+        }
+        if a.connection_name.is_empty() || a.connection_name.len() > 255 {
+            p.push("amqp.connection_name must be 1 to 255 bytes long".to_owned());
+        }
+        if a.reconnect_initial_ms > a.reconnect_max_ms {
+            p.push(format!(
+                "amqp.reconnect_initial_ms ({}) must not exceed amqp.reconnect_max_ms ({})",
+                a.reconnect_initial_ms, a.reconnect_max_ms
+            ));
+        }
+        p.extend(a.topology.problems("amqp.topology."));
+        let positive = [
+            ("amqp.prefetch", a.prefetch as u64),
+            ("amqp.reconnect_initial_ms", a.reconnect_initial_ms),
+            ("amqp.reconnect_max_ms", a.reconnect_max_ms),
+            ("amqp.connect_timeout_ms", a.connect_timeout_ms),
+            ("amqp.publish_timeout_ms", a.publish_timeout_ms),
+            (
+                "publish.max_payload_bytes",
+                self.publish.max_payload_bytes as u64,
+            ),
+            ("publish.max_body_bytes", self.publish.max_body_bytes as u64),
+            ("publish.max_batch", self.publish.max_batch as u64),
+            ("publish.max_users", self.publish.max_users as u64),
+            ("publish.max_clients", self.publish.max_clients as u64),
+            ("publish.max_sites", self.publish.max_sites as u64),
+            ("publish.max_ttl_ms", self.publish.max_ttl_ms),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                p.push(format!("{name} must be greater than 0"));
+            }
+        }
+        if self.publish.max_body_bytes < self.publish.max_payload_bytes {
+            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems: p })
+        }
+    }
+
+    /// The envelope limits.
+    pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
+        herald_protocol::envelope::Limits {
+            max_payload_bytes: self.publish.max_payload_bytes,
+            max_users: self.publish.max_users,
+            max_clients: self.publish.max_clients,
+            max_sites: self.publish.max_sites,
+            max_identifier_bytes: herald_protocol::envelope::Limits::default().max_identifier_bytes,
+            max_ttl: Duration::from_millis(self.publish.max_ttl_ms),
+        }
+    }
+
+    /// Settings of the HTTP publish API.
+    pub fn publish_api(&self) -> crate::publish::PublishConfig {
+        crate::publish::PublishConfig {
+            api_keys: crate::api_key::ApiKeys::new(&self.api_keys),
+            limits: self.envelope_limits(),
+            max_body_bytes: self.publish.max_body_bytes,
+            max_batch: self.publish.max_batch,
+        }
+    }
+
+    /// Settings of the connection supervisor.
+    pub fn supervisor(&self) -> SupervisorConfig {
+        SupervisorConfig {
+            url: self.amqp.url.clone(),
+            connection_name: self.amqp.connection_name.clone(),
+            backoff: Backoff {
+                initial: Duration::from_millis(self.amqp.reconnect_initial_ms),
+                max: Duration::from_millis(self.amqp.reconnect_max_ms),
+            },
+            connect_timeout: Duration::from_millis(self.amqp.connect_timeout_ms),
+        }
+    }
+
+    /// Settings of the AMQP intake.
+    pub fn ingest(&self) -> IngestConfig {
+        IngestConfig {
+            topology: self.amqp.topology.clone(),
+            prefetch: self.amqp.prefetch,
+            limits: self.envelope_limits(),
+            drain_timeout: self.shutdown_grace(),
+        }
+    }
+
+    /// How long shutdown waits.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_key() -> Config {
+        Config {
+            api_keys: vec!["k".into()],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn defaults_need_only_an_api_key() {
+        let err = Config::default().validate().unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(err.problems[0].contains("api_keys"), "{err}");
+        with_key().validate().unwrap();
+        let c = Config::default();
+        assert_eq!(c.listen.port(), 8090);
+        assert_eq!(c.amqp.prefetch, 256);
+        assert_eq!(c.amqp.url, "amqp://guest:guest@127.0.0.1:5672/%2f");
+    }
+
+    #[test]
+    fn toml_unknown_keys_are_named() {
+        let err = Config::from_toml("[amqp]\nprefech = 5\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.problems[0].contains("prefech"), "{err}");
+    }
+
+    #[test]
+    fn toml_sets_nested_values() {
+        let c = Config::from_toml(
+            "listen = \"127.0.0.1:9000\"\napi_keys = [\"k\"]\n[amqp]\nprefetch = 16\n[amqp.topology]\nexchange = \"h2\"\n[publish]\nmax_users = 5\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.amqp.prefetch, 16);
+        assert_eq!(c.amqp.topology.exchange, "h2");
+        assert_eq!(c.amqp.topology.queue, "herald.publications");
+        assert_eq!(c.envelope_limits().max_users, 5);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn the_example_file_parses_to_the_defaults() {
+        let text = include_str!("../router.example.toml");
+        let c = Config::from_toml(text, Path::new("router.example.toml")).unwrap();
+        let d = Config::default();
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let mut c = with_key();
+        c.amqp.url = "http://nowhere".into();
+        c.amqp.prefetch = 0;
+        c.amqp.reconnect_initial_ms = 20_000;
+        c.amqp.topology.edges_exchange = "herald".into();
+        c.publish.max_body_bytes = 1;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.problems.len(), 5, "{err}");
+        assert!(err.to_string().contains("amqp.url"), "{err}");
+        assert!(err.to_string().contains("amqp.prefetch"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_url_is_shown_without_its_password() {
+        let mut c = with_key();
+        c.amqp.url = "amqp://user:secret@host:notaport/".into();
+        let err = c.validate().unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+}

@@ -1,0 +1,147 @@
+//! Command-line flags and environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::{Config, LogFormat};
+
+/// Herald router: the root layer. Consumes publications from the AMQP
+/// exchange `herald` and the HTTP API (`POST /v1/notifications`), validates
+/// them once, and forwards them to every edge through the `herald.edges`
+/// exchange; invalid AMQP publications go to `herald.dead` with the reason.
+///
+/// Settings come from defaults, then the TOML file given by --config, then
+/// environment variables, then flags.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "herald-router", version)]
+pub struct Cli {
+    /// TOML configuration file (see router/router.example.toml).
+    #[arg(long, env = "HERALD_ROUTER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address of the HTTP API [default: 127.0.0.1:8090].
+    #[arg(long, env = "HERALD_ROUTER_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Broker URL (`amqp://` or `amqps://`).
+    #[arg(
+        long,
+        help = "Broker URL [default: amqp://guest:guest@127.0.0.1:5672/%2f]",
+        env = "HERALD_ROUTER_AMQP_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub amqp_url: Option<String>,
+    /// API key for the HTTP publish API; repeat the flag or separate with commas.
+    #[arg(
+        long = "api-key",
+        env = "HERALD_ROUTER_API_KEYS",
+        value_name = "KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// Most unacknowledged AMQP publications in flight [default: 256].
+    #[arg(long, env = "HERALD_ROUTER_PREFETCH", value_name = "N")]
+    pub prefetch: Option<u16>,
+    /// First reconnect delay in ms; doubles per failure, with jitter [default: 100].
+    #[arg(long, env = "HERALD_ROUTER_RECONNECT_INITIAL_MS", value_name = "MS")]
+    pub reconnect_initial_ms: Option<u64>,
+    /// Longest reconnect delay in ms [default: 10000].
+    #[arg(long, env = "HERALD_ROUTER_RECONNECT_MAX_MS", value_name = "MS")]
+    pub reconnect_max_ms: Option<u64>,
+    /// Largest payload in bytes [default: 1048576].
+    #[arg(long, env = "HERALD_ROUTER_MAX_PAYLOAD_BYTES", value_name = "BYTES")]
+    pub max_payload_bytes: Option<usize>,
+    /// Most users (and clients, and sites) per publication [default: 50].
+    #[arg(long, env = "HERALD_ROUTER_MAX_RECIPIENTS", value_name = "N")]
+    pub max_recipients: Option<usize>,
+    /// Log format [default: text]. Log levels come from RUST_LOG.
+    #[arg(long, env = "HERALD_ROUTER_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+impl Cli {
+    /// Lay the flags (and the environment, which clap has already read) over
+    /// `config`.
+    pub fn apply(&self, config: &mut Config) {
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = &self.amqp_url {
+            config.amqp.url = v.clone();
+        }
+        if !self.api_keys.is_empty() {
+            config.api_keys = self.api_keys.clone();
+        }
+        if let Some(v) = self.prefetch {
+            config.amqp.prefetch = v;
+        }
+        if let Some(v) = self.reconnect_initial_ms {
+            config.amqp.reconnect_initial_ms = v;
+        }
+        if let Some(v) = self.reconnect_max_ms {
+            config.amqp.reconnect_max_ms = v;
+        }
+        if let Some(v) = self.max_payload_bytes {
+            config.publish.max_payload_bytes = v;
+        }
+        if let Some(v) = self.max_recipients {
+            config.publish.max_users = v;
+            config.publish.max_clients = v;
+            config.publish.max_sites = v;
+        }
+        if let Some(v) = self.log_format {
+            config.log_format = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_values() {
+        let cli = Cli::try_parse_from([
+            "herald-router",
+            "--listen",
+            "127.0.0.1:0",
+            "--amqp-url",
+            "amqp://u:p@broker:5672/%2f",
+            "--api-key",
+            "a,b",
+            "--prefetch",
+            "32",
+            "--reconnect-initial-ms",
+            "50",
+            "--reconnect-max-ms",
+            "500",
+            "--max-payload-bytes",
+            "1000",
+            "--max-recipients",
+            "10",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        let mut c = Config::default();
+        cli.apply(&mut c);
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.amqp.url, "amqp://u:p@broker:5672/%2f");
+        assert_eq!(c.api_keys, vec!["a", "b"]);
+        assert_eq!(c.amqp.prefetch, 32);
+        assert_eq!(c.supervisor().backoff.max.as_millis(), 500);
+        assert_eq!(c.envelope_limits().max_payload_bytes, 1000);
+        assert_eq!(c.envelope_limits().max_sites, 10);
+        assert_eq!(c.log_format, LogFormat::Json);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_flag_values_are_usage_errors() {
+        assert!(Cli::try_parse_from(["herald-router", "--listen", "nowhere"]).is_err());
+        assert!(Cli::try_parse_from(["herald-router", "--prefetch", "70000"]).is_err());
+        assert!(Cli::try_parse_from(["herald-router", "--log-format", "xml"]).is_err());
+    }
+}

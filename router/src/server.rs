@@ -1,0 +1,150 @@
+//! The `herald-router` process: the HTTP API and the supervised AMQP intake,
+//! wired together, with one shutdown path.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/notifications` | the publish API ([`crate::publish`]) over [`AmqpLink`] |
+//! | `GET /healthz` | 200 while connected to the broker (topology declared), else 503 |
+//! | `GET /metrics` | Prometheus text format |
+//!
+//! # Shutdown
+//! When the token fires: the HTTP server stops accepting and finishes its
+//! requests (their forwards still go out); then the intake cancels its
+//! consumer, waits for in-flight forwards to be confirmed and acked, and the
+//! connection closes. Each phase waits at most `shutdown_grace_ms`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::amqp::{AmqpLink, AmqpMetrics, Ingest, PublisherSlot, Supervisor};
+use crate::config::Config;
+use crate::metrics::PublishMetrics;
+use crate::publish::PublishApi;
+
+#[derive(Clone)]
+struct Ops {
+    slot: PublisherSlot,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+}
+
+/// Run the router on `listener` until `shutdown` fires, then wind down (see
+/// the module docs). Returns once the broker connection is closed.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) {
+    let mut registry = Registry::default();
+    let publish_metrics = PublishMetrics::default();
+    let amqp_metrics = AmqpMetrics::default();
+    publish_metrics.register(&mut registry);
+    amqp_metrics.register(&mut registry);
+    let registry = Arc::new(registry);
+
+    let slot = PublisherSlot::new();
+    let link = AmqpLink::new(
+        slot.clone(),
+        std::time::Duration::from_millis(config.amqp.publish_timeout_ms),
+    );
+    let api = PublishApi::new(
+        config.publish_api(),
+        Arc::new(link),
+        publish_metrics.clone(),
+    );
+    let ops = Ops {
+        slot: slot.clone(),
+        registry,
+        shutdown: shutdown.clone(),
+    };
+    let routes = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(ops)
+        .merge(api.routes())
+        .fallback(not_found);
+
+    let ingest = Ingest::new(config.ingest(), slot, publish_metrics, amqp_metrics.clone());
+    let supervisor = Supervisor::new(config.supervisor(), amqp_metrics);
+    let amqp_shutdown = CancellationToken::new();
+    let amqp = tokio::spawn({
+        let amqp_shutdown = amqp_shutdown.clone();
+        async move {
+            supervisor
+                .run(amqp_shutdown, move |connection, shutdown| {
+                    let ingest = ingest.clone();
+                    async move { ingest.run(connection, shutdown).await }
+                })
+                .await;
+        }
+    });
+
+    let grace = config.shutdown_grace();
+    let server =
+        axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = server => if let Err(e) = r {
+            tracing::error!(error = %e, "the HTTP server failed");
+        },
+        _ = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "HTTP requests still running at the end of the grace period"),
+    }
+    tracing::info!("HTTP server stopped; stopping the AMQP intake");
+    amqp_shutdown.cancel();
+    // The intake waits up to `grace` for its forwards; closing takes a little more.
+    match tokio::time::timeout(grace + std::time::Duration::from_secs(5), amqp).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "the AMQP task failed"),
+        Err(_) => tracing::warn!("the AMQP intake did not stop in time"),
+    }
+}
+
+async fn healthz(State(ops): State<Ops>) -> Response {
+    if ops.shutdown.is_cancelled() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "shutting down"})),
+        )
+            .into_response()
+    } else if ops.slot.is_ready() {
+        axum::Json(json!({"status": "ok", "broker": "connected"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "unavailable", "broker": "disconnected"})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(ops): State<Ops>) -> Response {
+    let mut body = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &ops.registry) {
+        tracing::error!(error = %e, "metrics encoding failed");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"error": {"code": "not_found", "message": "no such endpoint"}})),
+    )
+        .into_response()
+}

@@ -1,0 +1,993 @@
+//! The router against the real RabbitMQ (127.0.0.1:5672, guest/guest, or
+//! `HERALD_TEST_AMQP_URL`). No mocks: a backend publishes with lapin, an
+//! edge stand-in reads the edges exchange through its own queue.
+//!
+//! Every test uses its own exchange and queue names (a random suffix) and
+//! deletes them at the end, so tests run in parallel with each other and
+//! with other suites on the same broker.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use herald_protocol::envelope::Limits;
+use herald_router::amqp::Topology;
+use herald_router::amqp::envelope::{DELAYED_UNSUPPORTED, from_amqp, headers};
+use herald_router::config::Config;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions,
+    ConfirmSelectOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use tokio_util::sync::CancellationToken;
+
+const API_KEY: &str = "test-key";
+
+fn amqp_url() -> String {
+    std::env::var("HERALD_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+fn suffix() -> String {
+    format!(".test-{:012x}", rand::random::<u64>() >> 16)
+}
+
+fn text(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+fn strings(values: &[&str]) -> AMQPValue {
+    AMQPValue::FieldArray(values.iter().map(|v| text(v)).collect::<Vec<_>>().into())
+}
+
+fn header_text(p: &BasicProperties, name: &str) -> Option<String> {
+    match p.headers().as_ref()?.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        _ => None,
+    }
+}
+
+/// A test's connection to the broker: a backend publishing to the router's
+/// exchange, and an edge reading the edges exchange through `edge_queue`.
+struct Broker {
+    connection: Connection,
+    channel: Channel,
+    topology: Topology,
+    edge_queue: String,
+    cleaned: bool,
+}
+
+impl Broker {
+    async fn connect(topology: Topology) -> Broker {
+        let connection = Connection::connect(
+            &amqp_url(),
+            ConnectionProperties::default().with_connection_name("herald-router-tests".into()),
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "RabbitMQ is not reachable at {} ({e}); start it with `rabbitmq-server -detached`",
+                amqp_url()
+            )
+        });
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        // Declare what the router will declare (idempotent), so the edge
+        // queue can be bound before the router is up.
+        topology.declare(&channel).await.unwrap();
+        let edge_queue = format!("{}.edge", topology.edges_exchange);
+        channel
+            .queue_declare(
+                edge_queue.as_str().into(),
+                QueueDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        channel
+            .queue_bind(
+                edge_queue.as_str().into(),
+                topology.edges_exchange.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        Broker {
+            connection,
+            channel,
+            topology,
+            edge_queue,
+            cleaned: false,
+        }
+    }
+
+    /// Publish as a backend would, and wait for the broker's confirm.
+    async fn publish(&self, routing_key: &str, properties: BasicProperties, body: &[u8]) -> bool {
+        let confirm = self
+            .channel
+            .basic_publish(
+                self.topology.exchange.as_str().into(),
+                routing_key.into(),
+                BasicPublishOptions::default(),
+                body,
+                properties,
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        confirm.is_ack()
+    }
+
+    /// Take `n` messages from `queue`, waiting up to `timeout` for them.
+    async fn take(
+        &self,
+        queue: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<lapin::message::Delivery> {
+        let deadline = Instant::now() + timeout;
+        let mut got = Vec::new();
+        while got.len() < n {
+            match self
+                .channel
+                .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap()
+            {
+                Some(m) => got.push(m.delivery),
+                None if Instant::now() > deadline => {
+                    panic!("{queue}: got {} of {n} messages in {timeout:?}", got.len())
+                }
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        got
+    }
+
+    /// Messages ready in `queue` (after the router has closed its
+    /// connection, unacked ones are ready again, so 0 means all were acked).
+    async fn ready(&self, queue: &str) -> u32 {
+        self.channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count()
+    }
+
+    /// Delete the test's queues and exchanges.
+    async fn cleanup(mut self) {
+        delete(&self.channel, &self.topology, &self.edge_queue)
+            .await
+            .unwrap();
+        self.cleaned = true;
+        let _ = self.connection.close(200, "OK".into()).await;
+    }
+}
+
+async fn delete(channel: &Channel, topology: &Topology, edge_queue: &str) -> lapin::Result<()> {
+    channel
+        .queue_delete(edge_queue.into(), QueueDeleteOptions::default())
+        .await?;
+    topology.delete(channel).await
+}
+
+impl Drop for Broker {
+    /// A test that failed still removes its names from the shared broker
+    /// (on a connection of its own: the test's runtime is unwinding).
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        let topology = self.topology.clone();
+        let edge_queue = self.edge_queue.clone();
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let c = Connection::connect(&amqp_url(), ConnectionProperties::default()).await?;
+                let channel = c.create_channel().await?;
+                delete(&channel, &topology, &edge_queue).await?;
+                let _ = c.close(200, "OK".into()).await;
+                Ok::<_, lapin::Error>(())
+            })
+        });
+        if let Ok(Err(e)) = cleanup.join() {
+            eprintln!("cleanup of {:?} failed: {e}", self.topology);
+        }
+    }
+}
+
+/// An in-process router (`herald_router::server::run`) on 127.0.0.1:0.
+struct Router {
+    addr: SocketAddr,
+    connection_name: String,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+    http: reqwest::Client,
+}
+
+impl Drop for Router {
+    /// A failed test stops its router at once, before the topology is
+    /// deleted (a running router would declare it again).
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Router {
+    async fn start(topology: &Topology, tune: impl FnOnce(&mut Config)) -> Router {
+        let connection_name = format!("herald-router{}", topology.exchange);
+        let mut config = Config {
+            api_keys: vec![API_KEY.into()],
+            shutdown_grace_ms: 5_000,
+            ..Config::default()
+        };
+        config.amqp.url = amqp_url();
+        config.amqp.connection_name = connection_name.clone();
+        config.amqp.topology = topology.clone();
+        config.amqp.reconnect_initial_ms = 50;
+        config.amqp.reconnect_max_ms = 500;
+        tune(&mut config);
+        config.validate().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(herald_router::server::run(
+            config,
+            listener,
+            shutdown.clone(),
+        ));
+        Router {
+            addr,
+            connection_name,
+            shutdown,
+            task: Some(task),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn health(&self) -> u16 {
+        match self.http.get(self.url("/healthz")).send().await {
+            Ok(r) => r.status().as_u16(),
+            Err(_) => 0,
+        }
+    }
+
+    async fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.health().await != 200 {
+            assert!(Instant::now() < deadline, "the router never connected");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The value of the metric line starting with `series`.
+    async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        let task = self.task.take().expect("running");
+        tokio::time::timeout(Duration::from_secs(15), task)
+            .await
+            .expect("the router stops within its grace period")
+            .unwrap();
+    }
+}
+
+/// Close the router's connection from the broker side, as a broker restart
+/// or a network failure would (only this router's: other suites share the
+/// broker).
+async fn close_connection_from_broker(connection_name: &str) {
+    let needle = format!("{{\"connection_name\",\"{connection_name}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = tokio::process::Command::new("rabbitmqctl")
+            .args([
+                "list_connections",
+                "-q",
+                "--no-table-headers",
+                "pid",
+                "client_properties",
+            ])
+            .output()
+            .await
+            .expect("rabbitmqctl (run the tests as root on the broker's machine)");
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let pids: Vec<&str> = listing
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        if !pids.is_empty() {
+            for pid in pids {
+                let status = tokio::process::Command::new("rabbitmqctl")
+                    .args(["close_connection", pid, "test"])
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(status.status.success(), "{status:?}");
+            }
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection named {connection_name}: {listing}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A publication the router must refuse, and what it must say.
+struct Invalid<'a> {
+    id: &'a str,
+    headers: FieldTable,
+    content_type: &'a str,
+    body: &'a [u8],
+    field: &'a str,
+    words: &'a str,
+}
+
+fn publication(id: &str, headers: FieldTable) -> BasicProperties {
+    BasicProperties::default()
+        .with_message_id(id.into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
+        .with_headers(headers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_publication_reaches_the_edges_and_is_acked() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let router = Router::start(&topology, |_| {}).await;
+    router.wait_healthy().await;
+
+    // Headers of the types the router forwards with: forwarded unchanged.
+    let mut full = FieldTable::default();
+    full.insert("scope".into(), text("client"));
+    full.insert("clients".into(), strings(&["acme", "beta"]));
+    full.insert("sites".into(), strings(&["eu"]));
+    full.insert("event".into(), text("deploy.reload"));
+    full.insert("topic".into(), text("ops"));
+    full.insert("ttl-ms".into(), AMQPValue::LongLongInt(60_000));
+    let body = br#"{"reload":true,"text":"caf\u00e9 \u00e9t\u00e9"}"#;
+    assert!(
+        broker
+            .publish("ops.deploy", publication("n-full", full.clone()), body)
+            .await
+    );
+    // A minimal one: no scope, an `I` (32-bit) TTL, no message_id, binary.
+    let mut minimal = FieldTable::default();
+    minimal.insert("users".into(), strings(&["alice"]));
+    minimal.insert("event".into(), text("file.ready"));
+    minimal.insert("ttl-ms".into(), AMQPValue::LongInt(5000));
+    let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    let minimal_props = BasicProperties::default().with_headers(minimal);
+    assert!(broker.publish("", minimal_props.clone(), &binary).await);
+
+    let got = broker
+        .take(&broker.edge_queue, 2, Duration::from_secs(10))
+        .await;
+    let first = &got[0];
+    assert_eq!(first.data, body);
+    assert_eq!(first.properties.headers().as_ref(), Some(&full));
+    assert_eq!(
+        first.properties.message_id().as_ref().unwrap().as_str(),
+        "n-full"
+    );
+    assert_eq!(
+        first.properties.content_type().as_ref().unwrap().as_str(),
+        "application/json"
+    );
+    assert_eq!(first.routing_key.as_str(), "deploy.reload");
+
+    let second = &got[1];
+    assert_eq!(second.data, binary);
+    let limits = Limits::default();
+    let expected = from_amqp(&minimal_props, &binary, &limits, || "x".into()).unwrap();
+    let forwarded = from_amqp(&second.properties, &second.data, &limits, || {
+        panic!("the router gives every forward an id")
+    })
+    .unwrap();
+    assert!(!forwarded.id.is_empty());
+    assert_eq!(forwarded.id.len(), 32, "a generated id: {}", forwarded.id);
+    assert_eq!(
+        herald_protocol::envelope::Notification {
+            id: "x".into(),
+            ..forwarded.clone()
+        },
+        expected
+    );
+    assert_eq!(forwarded.content_type, "application/octet-stream");
+
+    let m = router.metrics().await;
+    assert!(
+        m.contains("herald_notifications_accepted_total{source=\"amqp\"} 2"),
+        "{m}"
+    );
+    router.stop().await;
+    assert_eq!(
+        broker.ready(&topology.queue).await,
+        0,
+        "every delivery acked"
+    );
+    assert_eq!(broker.ready(&broker.edge_queue).await, 0);
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_publications_are_dead_lettered_with_the_reason() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let router = Router::start(&topology, |c| c.publish.max_payload_bytes = 1024).await;
+    router.wait_healthy().await;
+
+    let base = || {
+        let mut t = FieldTable::default();
+        t.insert("users".into(), strings(&["alice"]));
+        t.insert("event".into(), text("chat.message"));
+        t
+    };
+    let with = |name: &str, value: AMQPValue| {
+        let mut t = base();
+        t.insert(name.into(), value);
+        t
+    };
+    let without = |name: &str| {
+        let mut t = base().inner().clone();
+        t.remove(name);
+        FieldTable::from(t)
+    };
+    let many: Vec<String> = (0..51).map(|i| format!("u{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let big = vec![b'x'; 2000];
+    // (message id, headers, content type, body, field, words in the reason)
+    // Each case: message id, headers, the field named, words in the reason.
+    let json = |id, headers, field, words| Invalid {
+        id,
+        headers,
+        content_type: "application/json",
+        body: b"{}",
+        field,
+        words,
+    };
+    let cases = vec![
+        json(
+            "users-string",
+            with("users", text("alice")),
+            "users",
+            "array of strings",
+        ),
+        json(
+            "users-int",
+            with(
+                "users",
+                AMQPValue::FieldArray(vec![text("a"), AMQPValue::LongInt(7)].into()),
+            ),
+            "users",
+            "entry 1 is an integer",
+        ),
+        json(
+            "too-many-users",
+            with("users", strings(&many)),
+            "users",
+            "the limit is 50",
+        ),
+        json(
+            "unknown-scope",
+            with("scope", text("everyone")),
+            "scope",
+            "everyone",
+        ),
+        json("missing-event", without("event"), "event", "required"),
+        Invalid {
+            content_type: "application/octet-stream",
+            body: &big,
+            ..json("oversized", base(), "body", "the limit is 1024")
+        },
+        Invalid {
+            content_type: "text/plain",
+            body: b"caf\xe9",
+            ..json("not-utf8", base(), "body", "UTF-8")
+        },
+        json(
+            "ttl-string",
+            with("ttl-ms", text("5000")),
+            "ttl-ms",
+            "integer",
+        ),
+        json(
+            "delay",
+            with("delay-ms", AMQPValue::LongInt(1000)),
+            "delay-ms",
+            DELAYED_UNSUPPORTED,
+        ),
+        json(
+            "deliver-at",
+            with("deliver-at", AMQPValue::LongLongInt(1_900_000_000_000)),
+            "deliver-at",
+            DELAYED_UNSUPPORTED,
+        ),
+        json(
+            "when-online",
+            with("when-online", AMQPValue::Boolean(true)),
+            "when-online",
+            DELAYED_UNSUPPORTED,
+        ),
+        json("bad id", base(), "message_id", "characters"),
+    ];
+    for c in &cases {
+        let props = publication(c.id, c.headers.clone()).with_content_type(c.content_type.into());
+        assert!(broker.publish("chat.room.1", props, c.body).await);
+    }
+    // A valid one after them still flows.
+    assert!(
+        broker
+            .publish("chat.room.1", publication("fine", base()), b"{}")
+            .await
+    );
+
+    let dead = broker
+        .take(&topology.dead_queue, cases.len(), Duration::from_secs(10))
+        .await;
+    let dead: HashMap<String, &lapin::message::Delivery> = dead
+        .iter()
+        .map(|d| (d.properties.message_id().as_ref().unwrap().to_string(), d))
+        .collect();
+    for Invalid {
+        id,
+        headers: sent,
+        content_type,
+        body,
+        field,
+        words,
+    } in &cases
+    {
+        let d = dead
+            .get(*id)
+            .unwrap_or_else(|| panic!("{id} not dead-lettered"));
+        let reason = header_text(&d.properties, headers::ERROR).unwrap();
+        assert_eq!(
+            header_text(&d.properties, headers::FIELD).as_deref(),
+            Some(*field),
+            "{id}: {reason}"
+        );
+        assert!(reason.starts_with(&format!("{field}: ")), "{id}: {reason}");
+        assert!(reason.contains(words), "{id}: {reason}");
+        assert_eq!(
+            header_text(&d.properties, headers::ROUTING_KEY).as_deref(),
+            Some("chat.room.1")
+        );
+        // The original is kept: body, content type, headers.
+        assert_eq!(&d.data[..], *body, "{id}");
+        assert_eq!(
+            d.properties.content_type().as_ref().unwrap().as_str(),
+            *content_type
+        );
+        let kept = d.properties.headers().as_ref().unwrap().inner();
+        for (name, value) in sent.inner() {
+            assert_eq!(kept.get(name), Some(value), "{id}: header {name}");
+        }
+    }
+    let fine = broker
+        .take(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        fine[0].properties.message_id().as_ref().unwrap().as_str(),
+        "fine"
+    );
+
+    let m = router.metrics().await;
+    for line in [
+        "herald_notifications_rejected_total{source=\"amqp\",reason=\"invalid_field\"} 8",
+        "herald_notifications_rejected_total{source=\"amqp\",reason=\"too_large\"} 1",
+        "herald_notifications_rejected_total{source=\"amqp\",reason=\"unsupported\"} 3",
+        "herald_notifications_accepted_total{source=\"amqp\"} 1",
+    ] {
+        assert!(m.contains(line), "{line}\n{m}");
+    }
+    router.stop().await;
+    assert_eq!(
+        broker.ready(&topology.queue).await,
+        0,
+        "every delivery acked"
+    );
+    assert_eq!(broker.ready(&topology.dead_queue).await, 0);
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_publishes_to_the_edges() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let router = Router::start(&topology, |_| {}).await;
+    router.wait_healthy().await;
+
+    let response = router
+        .http
+        .post(router.url("/v1/notifications"))
+        .bearer_auth(API_KEY)
+        .json(&serde_json::json!([
+            {"id": "h-1", "users": ["alice", "bob"], "event": "chat.message", "payload": {"text": "hi"}, "ttl_ms": 30000},
+            {"id": "h-2", "scope": "global", "sites": ["eu"], "event": "deploy.reload", "topic": "ops"}
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let ids: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(ids, serde_json::json!({"ids": ["h-1", "h-2"]}));
+
+    let raw = router
+        .http
+        .post(router.url("/v1/notifications?id=h-3&users=carol&event=file.ready"))
+        .header("authorization", format!("Bearer {API_KEY}"))
+        .header("content-type", "image/png")
+        .body(vec![0x89, b'P', b'N', b'G', 0xff])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 202);
+
+    let got = broker
+        .take(&broker.edge_queue, 3, Duration::from_secs(10))
+        .await;
+    let limits = Limits::default();
+    let parsed: BTreeMap<String, _> = got
+        .iter()
+        .map(|d| {
+            let n = from_amqp(&d.properties, &d.data, &limits, || panic!("no id")).unwrap();
+            (n.id.clone(), n)
+        })
+        .collect();
+    let h1 = &parsed["h-1"];
+    assert_eq!(h1.users, ["alice", "bob"]);
+    assert_eq!(&h1.payload[..], br#"{"text":"hi"}"#);
+    assert_eq!(h1.ttl, Some(Duration::from_secs(30)));
+    assert_eq!(h1.content_type, "application/json");
+    let h2 = &parsed["h-2"];
+    assert_eq!(h2.scope, herald_protocol::envelope::Scope::Global);
+    assert_eq!(h2.sites, ["eu"]);
+    assert_eq!(h2.topic.as_deref(), Some("ops"));
+    assert_eq!(&h2.payload[..], b"null");
+    let h3 = &parsed["h-3"];
+    assert_eq!(&h3.payload[..], &[0x89, b'P', b'N', b'G', 0xff]);
+    assert_eq!(h3.content_type, "image/png");
+
+    let m = router.metrics().await;
+    assert!(
+        m.contains("herald_notifications_accepted_total{source=\"http\"} 3"),
+        "{m}"
+    );
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_broker_health_and_publish_answer_503() {
+    let topology = Topology::with_suffix(&suffix());
+    // Nothing listens on port 1.
+    let router = Router::start(&topology, |c| {
+        c.amqp.url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(router.health().await, 503);
+    let response = router
+        .http
+        .post(router.url("/v1/notifications"))
+        .bearer_auth(API_KEY)
+        .json(&serde_json::json!({"users": ["a"], "event": "e"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    assert!(router.metric("herald_amqp_connect_failures_total").await >= 1.0);
+    assert_eq!(router.metric("herald_amqp_connected").await, 0.0);
+    router.stop().await;
+}
+
+/// Someone deletes the publications queue, the edges exchange, the dead
+/// queue: the router notices (the broker cancels its consumer; a publish
+/// fails; a dead letter is unroutable), and declares everything again on its
+/// next connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_names_are_declared_again() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let router = Router::start(&topology, |_| {}).await;
+    router.wait_healthy().await;
+    let mut h = FieldTable::default();
+    h.insert("users".into(), strings(&["alice"]));
+    h.insert("event".into(), text("chat.message"));
+
+    broker
+        .channel
+        .queue_delete(
+            topology.queue.as_str().into(),
+            QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    // Back within the reconnect delay: the queue exists and is consumed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while router.metric("herald_amqp_reconnects_total").await < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no reconnect after the queue went"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    router.wait_healthy().await;
+    assert!(
+        broker
+            .publish("", publication("after-queue", h.clone()), b"1")
+            .await
+    );
+    let got = broker
+        .take(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        got[0].properties.message_id().as_ref().unwrap().as_str(),
+        "after-queue"
+    );
+
+    broker
+        .channel
+        .exchange_delete(
+            topology.edges_exchange.as_str().into(),
+            lapin::options::ExchangeDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    // The first publish to the missing exchange fails (the broker closes
+    // the channel: 404); the delivery is not acked, so it is forwarded again
+    // once the router has reconnected and declared the exchange.
+    assert!(
+        broker
+            .publish("", publication("after-exchange", h.clone()), b"2")
+            .await
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while router.metric("herald_amqp_reconnects_total").await < 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no reconnect after the exchange went"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    router.wait_healthy().await;
+    // Deleting the exchange removed the edge's binding: bind again.
+    broker
+        .channel
+        .queue_bind(
+            broker.edge_queue.as_str().into(),
+            topology.edges_exchange.as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        broker
+            .publish("", publication("bound-again", h), b"3")
+            .await
+    );
+    let got = broker
+        .take(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    let id = got[0].properties.message_id().as_ref().unwrap().to_string();
+    // "after-exchange" may have been forwarded while no queue was bound.
+    assert!(id == "bound-again" || id == "after-exchange", "{id}");
+
+    // The dead queue goes: a refused publication is not acked into the void
+    // but comes back once the queue is declared again.
+    broker
+        .channel
+        .queue_delete(
+            topology.dead_queue.as_str().into(),
+            QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut bad = FieldTable::default();
+    bad.insert("users".into(), text("alice"));
+    bad.insert("event".into(), text("chat.message"));
+    assert!(broker.publish("", publication("refused", bad), b"4").await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while router.metric("herald_amqp_reconnects_total").await < 3.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no reconnect after the dead queue went"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    router.wait_healthy().await;
+    let got = broker
+        .take(&topology.dead_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        got[0].properties.message_id().as_ref().unwrap().as_str(),
+        "refused"
+    );
+    router.stop().await;
+    assert_eq!(
+        broker.ready(&topology.queue).await,
+        0,
+        "every delivery acked"
+    );
+    broker.cleanup().await;
+}
+
+/// While publications stream in, the broker closes the router's connection
+/// (twice). Every publication the broker confirmed to the backend reaches the
+/// edges at least once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publications_survive_the_router_losing_its_connection() {
+    const WINDOW: usize = 20;
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let router = Router::start(&topology, |c| c.amqp.prefetch = 64).await;
+    router.wait_healthy().await;
+
+    // The edge: report what arrives, by id.
+    let edge_channel = broker.connection.create_channel().await.unwrap();
+    let mut consumer = edge_channel
+        .basic_consume(
+            broker.edge_queue.as_str().into(),
+            "edge".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let edge = tokio::spawn(async move {
+        while let Some(Ok(d)) = consumer.next().await {
+            let id = d.properties.message_id().as_ref().unwrap().to_string();
+            d.ack(BasicAckOptions::default()).await.unwrap();
+            if seen_tx.send(id).is_err() {
+                break;
+            }
+        }
+    });
+
+    // The backend: a steady stream on its own channel, in windows of
+    // confirms, until told to stop; it returns the ids the broker confirmed.
+    let backend_channel = broker.connection.create_channel().await.unwrap();
+    backend_channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let backend = tokio::spawn({
+        let stop = stop.clone();
+        let exchange = topology.exchange.clone();
+        async move {
+            let mut confirmed = HashSet::new();
+            let mut sent = 0usize;
+            while !stop.is_cancelled() {
+                let mut confirms = Vec::new();
+                for _ in 0..WINDOW {
+                    let id = format!("s-{sent}");
+                    let mut h = FieldTable::default();
+                    h.insert("users".into(), strings(&[&format!("u{}", sent % 7)]));
+                    h.insert("event".into(), text("stream.tick"));
+                    let confirm = backend_channel
+                        .basic_publish(
+                            exchange.as_str().into(),
+                            "stream".into(),
+                            BasicPublishOptions::default(),
+                            format!("{{\"n\":{sent}}}").as_bytes(),
+                            publication(&id, h),
+                        )
+                        .await
+                        .unwrap();
+                    confirms.push((id, confirm));
+                    sent += 1;
+                }
+                for (id, confirm) in confirms {
+                    if confirm.await.is_ok_and(|c| c.is_ack()) {
+                        confirmed.insert(id);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (sent, confirmed)
+        }
+    });
+
+    // Cut the router's connection twice while the stream flows; the second
+    // cut only once the router is back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    close_connection_from_broker(&router.connection_name).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    router.wait_healthy().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    close_connection_from_broker(&router.connection_name).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.cancel();
+    let (sent, confirmed) = backend.await.unwrap();
+    assert_eq!(
+        confirmed.len(),
+        sent,
+        "the backend's own connection was not cut"
+    );
+    assert!(
+        sent > 500,
+        "the stream was too thin to test anything: {sent}"
+    );
+
+    let mut received: HashMap<String, usize> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !confirmed.iter().all(|id| received.contains_key(id)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, seen_rx.recv()).await {
+            Ok(Some(id)) => *received.entry(id).or_default() += 1,
+            _ => {
+                let missing = confirmed
+                    .iter()
+                    .filter(|id| !received.contains_key(*id))
+                    .count();
+                panic!("{missing} of {sent} confirmed publications never reached the edge");
+            }
+        }
+    }
+    let duplicates: usize = received.values().map(|n| n - 1).sum();
+    eprintln!("{sent} publications, {duplicates} delivered twice (at-least-once)");
+    assert!(router.metric("herald_amqp_reconnects_total").await >= 2.0);
+    assert!(router.metric("herald_amqp_disconnects_total").await >= 2.0);
+    router.wait_healthy().await;
+    router.stop().await;
+    edge.abort();
+    assert_eq!(
+        broker.ready(&topology.queue).await,
+        0,
+        "every delivery acked"
+    );
+    let _ = edge_channel.close(200, "OK".into()).await;
+    broker.cleanup().await;
+}
