@@ -384,7 +384,13 @@ impl Config {
             }
             (None, None) => {}
         }
-        if !self.dev_mode() && self.api_keys.iter().all(|k| k.is_empty()) {
+        if self.edge_mode() && self.dev_mode() {
+            p.push(
+                "edge mode needs auth.jwt_secret or auth.jwt_public_key_file: dev mode is standalone only"
+                    .to_owned(),
+            );
+        }
+        if !self.dev_mode() && !self.edge_mode() && self.api_keys.iter().all(|k| k.is_empty()) {
             p.push(
                 "api_keys is empty: the publish API needs at least one key (HERALD_API_KEYS or --api-key)"
                     .to_owned(),

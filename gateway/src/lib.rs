@@ -14,6 +14,8 @@
 //! - [`outbox`]: each session's bounded queue and its policy when full.
 //! - [`filter`]: event filters on subscriptions.
 //! - [`link`]: the in-process link from the publish API to the hub.
+//! - [`uplink`]: edge mode: a link to every root broker, feeding the same
+//!   hub; [`dedup`] drops repeated notification ids.
 //! - [`metrics`], [`dev`], [`app`]: metrics, dev mode, shared state.
 //!
 //! # Data flow
@@ -42,6 +44,7 @@ pub mod outbox;
 pub mod server;
 pub mod session;
 pub mod sockjs;
+pub mod uplink;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,7 +128,23 @@ impl Gateway {
             cfg.mailbox.max_expirations_per_tick,
             shared.shutdown.clone(),
         ));
-        let (router, native) = http::routes(Arc::clone(&shared), self.publish.routes());
+        // An edge takes notifications from its roots; publishing goes through
+        // a router, so the publish API is served only standalone.
+        let publish_routes = if cfg.edge_mode() {
+            axum::Router::new()
+        } else {
+            self.publish.routes()
+        };
+        let uplink = cfg.edge_mode().then(|| {
+            let uplink = Arc::new(uplink::Uplink::new(
+                cfg.edge.clone(),
+                Arc::clone(&shared.hub),
+                cfg.envelope_limits(),
+                Arc::clone(&shared.metrics),
+            ));
+            tokio::spawn(uplink.run(shared.shutdown.clone()))
+        });
+        let (router, native) = http::routes(Arc::clone(&shared), publish_routes);
         server::serve(
             listener,
             router,
@@ -152,6 +171,9 @@ impl Gateway {
             );
         }
         let _ = expiry.await;
+        if let Some(uplink) = uplink {
+            let _ = uplink.await;
+        }
         tracing::info!("stopped");
     }
 }

@@ -97,7 +97,12 @@ fn main() -> ExitCode {
             }
             println!("{}", dev::banner(addr, &config.data_dir, creds));
         }
-        tracing::info!(%addr, mode = "standalone", dev = dev_creds.is_some(), "herald-gateway listening");
+        let mode = if config.edge_mode() {
+            "edge"
+        } else {
+            "standalone"
+        };
+        tracing::info!(%addr, mode, dev = dev_creds.is_some(), "herald-gateway listening");
         let shutdown = CancellationToken::new();
         let gateway = Gateway::new(config, verifier, dev_creds, shutdown.clone());
         let signals = tokio::spawn(async move {

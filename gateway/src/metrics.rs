@@ -166,6 +166,16 @@ pub struct Metrics {
     pub dropped: Family<DropLabels, Counter>,
     /// Protocol errors.
     pub errors: Family<ErrorLabels, Counter>,
+    /// Edge mode: root links currently connected.
+    pub root_links: Gauge,
+    /// Edge mode: root link failures (each followed by a reconnect).
+    pub root_reconnects: Counter,
+    /// Edge mode: deliveries received from roots.
+    pub uplink_received: Counter,
+    /// Edge mode: deliveries from roots that failed validation (dropped).
+    pub uplink_rejected: Counter,
+    /// Edge mode: deliveries dropped as duplicates of a recent id.
+    pub duplicates: Counter,
 }
 
 impl Metrics {
@@ -212,6 +222,31 @@ impl Metrics {
             "herald_dropped",
             "Dropped messages and cut sessions, by reason",
             self.dropped.clone(),
+        );
+        registry.register(
+            "herald_root_links",
+            "Root broker links connected (edge mode)",
+            self.root_links.clone(),
+        );
+        registry.register(
+            "herald_root_reconnects",
+            "Root broker link failures, each followed by a reconnect",
+            self.root_reconnects.clone(),
+        );
+        registry.register(
+            "herald_uplink_received",
+            "Deliveries received from root brokers",
+            self.uplink_received.clone(),
+        );
+        registry.register(
+            "herald_uplink_rejected",
+            "Deliveries from roots that failed validation and were dropped",
+            self.uplink_rejected.clone(),
+        );
+        registry.register(
+            "herald_duplicates",
+            "Deliveries dropped as duplicates of a recent notification id",
+            self.duplicates.clone(),
         );
         registry.register(
             "herald_protocol_errors",

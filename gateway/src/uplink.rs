@@ -1,0 +1,251 @@
+//! Edge mode: one link to every root broker.
+//!
+//! Each link declares this edge's queue `herald.edge.<id>` on its root
+//! (durable, so it survives a short edge restart; `x-expires`, so a root
+//! forgets an edge that is gone for long), binds it to the routers'
+//! fanout exchange, and consumes with a bounded prefetch. A delivery is
+//! parsed with the router's own AMQP envelope code, deduplicated by id, and
+//! routed by [`Hub::deliver`], the same routing core standalone mode uses;
+//! it is acknowledged after that. A link that fails reconnects with
+//! exponential backoff and full jitter, forever, until shutdown. Roots are
+//! independent: one down does not stop the others.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use herald_protocol::envelope::Limits;
+use herald_router::amqp::envelope::from_amqp_bytes;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::EdgeConfig;
+use crate::dedup::Dedup;
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+
+/// The links of this edge to its roots.
+pub struct Uplink {
+    config: EdgeConfig,
+    hub: Arc<Hub>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    dedup: Mutex<Dedup>,
+}
+
+/// Why a link ended.
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error("amqp: {0}")]
+    Amqp(#[from] lapin::Error),
+    #[error("the broker ended the consumer")]
+    ConsumerEnded,
+}
+
+/// Where a root's URL is logged: without credentials.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Uplink {
+    /// Links for `config.roots`, delivering into `hub`.
+    pub fn new(config: EdgeConfig, hub: Arc<Hub>, limits: Limits, metrics: Arc<Metrics>) -> Self {
+        let dedup = Dedup::new(
+            Duration::from_secs(config.dedup_window_secs),
+            config.dedup_max,
+        );
+        Uplink {
+            config,
+            hub,
+            limits,
+            metrics,
+            dedup: Mutex::new(dedup),
+        }
+    }
+
+    /// This edge's queue name on every root.
+    pub fn queue_name(&self) -> String {
+        format!(
+            "herald.edge.{}",
+            self.config.id.as_deref().unwrap_or("unnamed")
+        )
+    }
+
+    /// Run a supervised link per root until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for root in self.config.roots.clone() {
+            let this = Arc::clone(&self);
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move { this.supervise(root, shutdown).await });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    async fn supervise(&self, root: String, shutdown: CancellationToken) {
+        let min = Duration::from_millis(self.config.reconnect_min_ms);
+        let max = Duration::from_millis(self.config.reconnect_max_ms);
+        let mut attempt: u32 = 0;
+        let shown = redact(&root);
+        loop {
+            let result = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = self.link(&root, &shutdown) => r,
+            };
+            self.metrics.root_links.dec();
+            match result {
+                Ok(()) => return,
+                Err(e) => {
+                    self.metrics.root_reconnects.inc();
+                    tracing::warn!(root = %shown, error = %e, "root link down; reconnecting");
+                }
+            }
+            // Full jitter: uniform in [0, min(max, min * 2^attempt)].
+            let cap = min.saturating_mul(1u32 << attempt.min(16)).min(max);
+            let delay = cap.mul_f64(rand::random::<f64>());
+            attempt = attempt.saturating_add(1);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            if attempt > 30 {
+                attempt = 30;
+            }
+        }
+    }
+
+    /// One connection's life: declare, consume, route, ack.
+    async fn link(&self, root: &str, shutdown: &CancellationToken) -> Result<(), LinkError> {
+        // Named, so operators (and tests) can find this link on the broker.
+        let properties = ConnectionProperties::default()
+            .with_connection_name(format!("herald-edge {}", self.queue_name()).into());
+        let conn = Connection::connect(root, properties).await;
+        // Counted up front so every exit path of this function is matched by
+        // the decrement in `supervise`.
+        self.metrics.root_links.inc();
+        let conn = conn?;
+        let channel = conn.create_channel().await?;
+        let exchange = self.config.exchange.as_str();
+        channel
+            .exchange_declare(
+                exchange.into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        let queue = self.queue_name();
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-expires".into(),
+            AMQPValue::LongLongInt((self.config.queue_expires_secs * 1000) as i64),
+        );
+        channel
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                args,
+            )
+            .await?;
+        channel
+            .queue_bind(
+                queue.as_str().into(),
+                exchange.into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .basic_qos(self.config.prefetch, BasicQosOptions::default())
+            .await?;
+        let mut consumer = channel
+            .basic_consume(
+                queue.as_str().into(),
+                format!("{queue}.consumer").as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        tracing::info!(root = %redact(root), queue = %queue, "root link up");
+        loop {
+            let delivery = tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let _ = conn.close(200, "edge shutting down".into()).await;
+                    return Ok(());
+                }
+                d = consumer.next() => d,
+            };
+            let mut delivery = match delivery {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(LinkError::ConsumerEnded),
+            };
+            // The body becomes the notification's shared payload, uncopied.
+            let body = Bytes::from(std::mem::take(&mut delivery.data));
+            self.route(&delivery.properties, body);
+            delivery.ack(BasicAckOptions::default()).await?;
+        }
+    }
+
+    /// Parse, deduplicate and deliver one notification.
+    fn route(&self, properties: &lapin::BasicProperties, body: Bytes) {
+        self.metrics.uplink_received.inc();
+        let n = match from_amqp_bytes(
+            properties,
+            body,
+            &self.limits,
+            herald_router::publish::new_id,
+        ) {
+            Ok(n) => n,
+            Err(e) => {
+                // Routers validate before forwarding; a delivery that fails
+                // here came from elsewhere. It is acknowledged (redelivering
+                // it would fail the same way), counted and logged.
+                self.metrics.uplink_rejected.inc();
+                tracing::warn!(reason = %e, "invalid delivery from a root dropped");
+                return;
+            }
+        };
+        let now = Instant::now();
+        if !self.dedup.lock().first_seen(&n.id, now) {
+            self.metrics.duplicates.inc();
+            tracing::debug!(id = %n.id, "duplicate dropped");
+            return;
+        }
+        self.hub.deliver(&Arc::new(n), now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_logged_without_credentials() {
+        assert_eq!(
+            redact("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://…@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(redact("amqp://127.0.0.1"), "amqp://127.0.0.1");
+    }
+}

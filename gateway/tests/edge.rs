@@ -1,0 +1,180 @@
+//! Edge mode against the real RabbitMQ on 127.0.0.1:5672: a root link
+//! delivers into the same hub standalone uses, drops duplicate ids, and
+//! comes back after the broker closes its connection.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use herald_protocol::envelope::{Notification, Scope};
+use lapin::options::BasicPublishOptions;
+use lapin::options::ConfirmSelectOptions;
+use lapin::{Connection, ConnectionProperties};
+
+const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+fn note(id: &str, user: &str, event: &str) -> Notification {
+    Notification {
+        id: id.into(),
+        scope: Scope::User,
+        users: vec![user.into()],
+        clients: vec![],
+        sites: vec![],
+        event: event.into(),
+        topic: None,
+        content_type: "application/json".into(),
+        payload: Bytes::from_static(b"{\"via\":\"amqp\"}"),
+        payload_is_utf8: true,
+        ttl: None,
+        encodings: Default::default(),
+    }
+}
+
+/// A router stand-in: publishes validated notifications to the edges
+/// exchange with confirms, exactly as `herald-router` forwards them.
+struct Root {
+    channel: lapin::Channel,
+    exchange: String,
+}
+
+impl Root {
+    async fn connect(exchange: &str) -> Root {
+        let conn = Connection::connect(AMQP, ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ on 127.0.0.1:5672 (scripts/test.sh starts it)");
+        let channel = conn.create_channel().await.unwrap();
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        Root {
+            channel,
+            exchange: exchange.to_owned(),
+        }
+    }
+
+    /// Remove the test's exchange from the shared broker.
+    async fn cleanup(self) {
+        let _ = self
+            .channel
+            .exchange_delete(
+                self.exchange.as_str().into(),
+                lapin::options::ExchangeDeleteOptions::default(),
+            )
+            .await;
+    }
+
+    async fn forward(&self, n: &Notification) {
+        let (properties, body) = herald_router::amqp::envelope::to_amqp(n);
+        self.channel
+            .basic_publish(
+                self.exchange.as_str().into(),
+                "".into(),
+                BasicPublishOptions::default(),
+                &body,
+                properties,
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}
+
+/// Close the broker connection whose client-given name is `name`.
+fn close_connection(name: &str) {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(["list_connections", "--silent", "pid", "client_properties"])
+        .output()
+        .expect("rabbitmqctl");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let pid = listing
+        .lines()
+        .find(|l| l.contains(name))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no connection named {name:?} in:\n{listing}"))
+        .to_owned();
+    let status = std::process::Command::new("rabbitmqctl")
+        .args(["close_connection", &pid, "herald test: drop the link"])
+        .status()
+        .expect("rabbitmqctl");
+    assert!(status.success());
+}
+
+async fn edge(exchange: &str) -> (TestGateway, String) {
+    let id = format!("test-{}", rand::random::<u32>());
+    let edge_id = id.clone();
+    let exchange = exchange.to_owned();
+    let gw = start(move |c| {
+        c.edge.roots = vec![AMQP.into()];
+        c.edge.id = Some(id);
+        c.edge.exchange = exchange;
+        c.edge.queue_expires_secs = 60;
+        c.edge.reconnect_min_ms = 50;
+        c.edge.reconnect_max_ms = 200;
+    })
+    .await;
+    (gw, edge_id)
+}
+
+/// Wait until the metric reaches `value` (the link state is only visible
+/// there), failing after [`WAIT`].
+async fn until_metric(gw: &TestGateway, series: &str, value: f64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if sample(&gw.metrics().await, series) == Some(value) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} never reached {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn notifications_from_a_root_reach_sessions_once() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, _) = edge(&exchange).await;
+    until_metric(&gw, "herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    let mut alice = gw.session(&token("alice", None, None)).await;
+
+    root.forward(&note("n-1", "alice", "first")).await;
+    // The same id again (a redelivery, or a second root): dropped.
+    root.forward(&note("n-1", "alice", "first")).await;
+    root.forward(&note("n-2", "alice", "second")).await;
+    assert_eq!(alice.message().await.header("message-id"), Some("n-1"));
+    let m = alice.message().await;
+    assert_eq!(m.header("message-id"), Some("n-2"));
+    assert_eq!(m.header("seq"), Some("2"));
+    assert_eq!(&m.body[..], b"{\"via\":\"amqp\"}");
+    until_metric(&gw, "herald_duplicates_total", 1.0).await;
+
+    // The publish API is a router's job in a distributed deployment.
+    let (status, _) = gw
+        .publish(serde_json::json!({"users": ["alice"], "event": "x"}))
+        .await;
+    assert_eq!(status, 404);
+    root.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_link_comes_back_after_the_broker_drops_it() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, id) = edge(&exchange).await;
+    until_metric(&gw, "herald_root_links", 1.0).await;
+    let mut bob = gw.session(&token("bob", None, None)).await;
+    // Close this edge's connection from the broker side (only this one:
+    // other tests share the broker).
+    close_connection(&format!("herald-edge herald.edge.{id}"));
+    until_metric(&gw, "herald_root_reconnects_total", 1.0).await;
+    until_metric(&gw, "herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    root.forward(&note("after-drop", "bob", "again")).await;
+    assert_eq!(bob.message().await.header("message-id"), Some("after-drop"));
+    root.cleanup().await;
+}
