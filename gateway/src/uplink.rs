@@ -32,6 +32,11 @@ use crate::dedup::Dedup;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 
+/// A link that stayed up this long resets the reconnect backoff.
+const STABLE_LINK: Duration = Duration::from_secs(10);
+/// Longest time one connection attempt (TCP and AMQP handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The links of this edge to its roots.
 pub struct Uplink {
     config: EdgeConfig,
@@ -48,6 +53,8 @@ enum LinkError {
     Amqp(#[from] lapin::Error),
     #[error("the broker ended the consumer")]
     ConsumerEnded,
+    #[error("no AMQP handshake within {0:?}")]
+    ConnectTimeout(Duration),
 }
 
 /// Where a root's URL is logged: without credentials.
@@ -101,11 +108,19 @@ impl Uplink {
         let mut attempt: u32 = 0;
         let shown = redact(&root);
         loop {
+            let started = Instant::now();
+            let mut up = false;
             let result = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = self.link(&root, &shutdown) => r,
+                r = self.link(&root, &shutdown, &mut up) => r,
             };
-            self.metrics.root_links.dec();
+            if up {
+                self.metrics.root_links.dec();
+            }
+            // A link that held for a while starts its backoff over.
+            if started.elapsed() >= STABLE_LINK {
+                attempt = 0;
+            }
             match result {
                 Ok(()) => return,
                 Err(e) => {
@@ -121,22 +136,22 @@ impl Uplink {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
             }
-            if attempt > 30 {
-                attempt = 30;
-            }
         }
     }
 
     /// One connection's life: declare, consume, route, ack.
-    async fn link(&self, root: &str, shutdown: &CancellationToken) -> Result<(), LinkError> {
+    async fn link(
+        &self,
+        root: &str,
+        shutdown: &CancellationToken,
+        up: &mut bool,
+    ) -> Result<(), LinkError> {
         // Named, so operators (and tests) can find this link on the broker.
         let properties = ConnectionProperties::default()
             .with_connection_name(format!("herald-edge {}", self.queue_name()).into());
-        let conn = Connection::connect(root, properties).await;
-        // Counted up front so every exit path of this function is matched by
-        // the decrement in `supervise`.
-        self.metrics.root_links.inc();
-        let conn = conn?;
+        let conn =
+            tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(root, properties)).await;
+        let conn = conn.map_err(|_| LinkError::ConnectTimeout(CONNECT_TIMEOUT))??;
         let channel = conn.create_channel().await?;
         let exchange = self.config.exchange.as_str();
         channel
@@ -187,6 +202,9 @@ impl Uplink {
             )
             .await?;
         tracing::info!(root = %redact(root), queue = %queue, "root link up");
+        // Up means consuming; `supervise` takes it back down when this ends.
+        self.metrics.root_links.inc();
+        *up = true;
         loop {
             let delivery = tokio::select! {
                 _ = shutdown.cancelled() => {

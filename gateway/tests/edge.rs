@@ -142,6 +142,17 @@ async fn notifications_from_a_root_reach_sessions_once() {
     until_metric(&gw, "herald_root_links", 1.0).await;
     let root = Root::connect(&exchange).await;
     let mut alice = gw.session(&token("alice", None, None)).await;
+    let server = alice
+        .connected
+        .as_ref()
+        .unwrap()
+        .header("server")
+        .unwrap()
+        .to_owned();
+    assert!(
+        server.starts_with("Herald/") && server.contains(" test-"),
+        "{server}"
+    );
 
     root.forward(&note("n-1", "alice", "first")).await;
     // The same id again (a redelivery, or a second root): dropped.

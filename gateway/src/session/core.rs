@@ -311,15 +311,18 @@ impl StompCore {
         let session_id = format!("{:016x}", rand::random::<u64>());
         let epoch = attached.epoch.to_string();
         let head = attached.head.to_string();
+        // Name the edge, so a client (and an operator) can tell where a
+        // session landed behind the proxy.
+        let server = match (&self.shared.config.edge.id, self.shared.config.edge_mode()) {
+            (Some(id), true) => format!("Herald/{} {id}", env!("CARGO_PKG_VERSION")),
+            _ => concat!("Herald/", env!("CARGO_PKG_VERSION")).to_owned(),
+        };
         sink.frame(
             Command::Connected,
             &[
                 (headers::VERSION, c.version.as_str()),
                 (headers::HEART_BEAT, &hb),
-                (
-                    headers::SERVER,
-                    concat!("Herald/", env!("CARGO_PKG_VERSION")),
-                ),
+                (headers::SERVER, &server),
                 (headers::SESSION, &session_id),
                 ("user-name", &who.user),
                 (names::EPOCH, &epoch),
