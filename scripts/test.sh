@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Run Herald's whole test suite: the Rust tests of every crate, then the
 # independent-client tests (tests/python: stomp.py against the real
-# herald-gateway binary), then the JavaScript client's unit and type tests
+# herald-gateway binary), the distributed end-to-end tests
+# (tests/distributed: a whole deployment from deploy/up, driven with pika and
+# stomp.py through HAProxy), then the JavaScript client's unit and type tests
 # (gateway/js) and the real-browser tests (tests/browser: chromium).
 #
 #   scripts/test.sh
 #
 # Needs a Debian-like machine with Rust (rustup) and Python 3 installed;
 # whatever else is missing is installed here: the Python virtualenv at .venv
-# and its pinned packages, node and npm (node >= 20), Debian's chromium, and
+# and its pinned packages, Debian's haproxy and rabbitmq-server (for
+# deploy/up), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js and tests/browser (npm ci). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
@@ -21,7 +24,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 VENV="$ROOT/.venv"
-REQUIREMENTS="$ROOT/tests/python/requirements.txt"
+# tests/distributed's file includes tests/python's (-r) and adds pika.
+REQUIREMENTS=("$ROOT/tests/python/requirements.txt" "$ROOT/tests/distributed/requirements.txt")
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONDONTWRITEBYTECODE=1
@@ -71,14 +75,42 @@ ensure_python_venv() {
 }
 
 ensure_python_requirements() {
-    # Reinstall only when requirements.txt changed since the last install.
-    local stamp="$VENV/.requirements.sha256" want
-    want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
+    # Reinstall only when a requirements file changed since the last install.
+    local stamp="$VENV/.requirements.sha256" want f args=()
+    want=$(cat "${REQUIREMENTS[@]}" | sha256sum | cut -d' ' -f1)
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-        step "installing tests/python/requirements.txt into .venv"
-        "$VENV/bin/pip" install -q -r "$REQUIREMENTS"
+        step "installing tests/python and tests/distributed requirements into .venv"
+        for f in "${REQUIREMENTS[@]}"; do args+=(-r "$f"); done
+        "$VENV/bin/pip" install -q "${args[@]}"
         echo "$want" >"$stamp"
     fi
+}
+
+ensure_deploy_tools() {
+    # deploy/up runs the root brokers and the proxy from Debian's packages.
+    local pkgs=()
+    command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || pkgs+=(haproxy)
+    [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null \
+        || pkgs+=(rabbitmq-server)
+    command -v curl >/dev/null || pkgs+=(curl)
+    [ ${#pkgs[@]} -eq 0 ] || ensure_apt_packages "${pkgs[@]}"
+}
+
+ensure_rabbitmq() {
+    # The router's and the edge's tests talk to a real broker on
+    # 127.0.0.1:5672 (guest/guest): start the default node when it is down.
+    if ! rabbitmqctl -q status >/dev/null 2>&1; then
+        step "starting RabbitMQ on 127.0.0.1:5672"
+        as_root rabbitmq-server -detached
+        as_root rabbitmqctl -q await_startup --timeout 120 >/dev/null
+    fi
+}
+
+# The HAProxy configuration against fake edges: hashing by user, consistent
+# moves when an edge leaves, per-transport counts, no-delay streaming.
+haproxy_tests() {
+    run_stage haproxy bash deploy/test-haproxy.sh
+    SUMMARY+=("haproxy config: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGDIR/haproxy.log" | tail -n1)")
 }
 
 # Where cargo puts its output: CARGO_TARGET_DIR, build.target-dir, or ./target.
@@ -133,6 +165,23 @@ python_tests() {
     [ -x "$bin" ] || die "$bin was not built"
     HERALD_GATEWAY_BIN="$bin" run_stage pytest "$VENV/bin/python" -m pytest tests/python
     SUMMARY+=("python (pytest): $(grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$LOGDIR/pytest.log" | tail -n1 | sed -E 's/^=+ //; s/ =+$//')")
+}
+
+# The last "N passed, M failed ..." line of a pytest log.
+sum_pytest_results() {
+    grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$1" | tail -n1 | sed -E 's/^=+ //; s/ =+$//'
+}
+
+distributed_tests() {
+    # A whole deployment (deploy/up: two RabbitMQ roots, two routers, three
+    # edges, HAProxy; on its own --port-offset) from the debug binaries just
+    # built, torn down with deploy/down --purge at the end.
+    local dir
+    dir="$(target_dir)/debug"
+    [ -x "$dir/herald-router" ] && [ -x "$dir/herald-gateway" ] \
+        || die "$dir/herald-router and herald-gateway were not built"
+    HERALD_DIST_BIN_DIR="$dir" run_stage distributed "$VENV/bin/python" -m pytest tests/distributed
+    SUMMARY+=("distributed (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed.log")")
 }
 
 # ---- JavaScript: the browser client (gateway/js) and the real-browser tests
@@ -204,6 +253,8 @@ main() {
     ensure_rust
     ensure_python_venv
     ensure_python_requirements
+    ensure_deploy_tools
+    ensure_rabbitmq
     ensure_node
     ensure_chromium
     ensure_node_deps
@@ -213,6 +264,8 @@ main() {
 
     cargo_tests
     python_tests
+    haproxy_tests
+    distributed_tests
     js_tests
     browser_tests
 
