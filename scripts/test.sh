@@ -172,6 +172,13 @@ sum_pytest_results() {
     grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$1" | tail -n1 | sed -E 's/^=+ //; s/ =+$//'
 }
 
+# pika (an independent AMQP client) against the router binary.
+router_pika_tests() {
+    HERALD_ROUTER_BIN="$(target_dir)/debug/herald-router" \
+        run_stage router-pika "$VENV/bin/python" -m pytest router/tests/pika
+    SUMMARY+=("router (pika, pytest): $(sum_pytest_results "$LOGDIR/router-pika.log")")
+}
+
 distributed_tests() {
     # A whole deployment (deploy/up: two RabbitMQ roots, two routers, three
     # edges, HAProxy; on its own --port-offset) from the debug binaries just
@@ -264,6 +271,7 @@ main() {
 
     cargo_tests
     python_tests
+    router_pika_tests
     haproxy_tests
     distributed_tests
     js_tests
