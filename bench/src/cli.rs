@@ -24,6 +24,13 @@ pub(crate) enum Command {
     /// Open many idle STOMP sessions (over WebSocket or SockJS) and measure what they cost the
     /// gateway (connect rate, RSS per session).
     Connections(ConnectionsArgs),
+    /// Start a herald-router on a fresh topology, publish N publications to its exchange as
+    /// fast as the broker confirms them, and measure how fast the router forwards them to an
+    /// edges queue, and the CPU it uses doing so.
+    RouterThroughput(RouterThroughputArgs),
+    /// Start a herald-router and an edge herald-gateway, open STOMP sessions on the gateway,
+    /// publish at a fixed rate, and measure the latency from AMQP publish to STOMP MESSAGE.
+    Latency(LatencyArgs),
     /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -101,6 +108,144 @@ impl ConnectionsArgs {
             .clone()
             .unwrap_or_else(|| self.transport.url("127.0.0.1:8080"))
     }
+}
+
+/// Environment variable for `--amqp-url`.
+pub(crate) const AMQP_URL_ENV: &str = "HERALD_BENCH_AMQP_URL";
+
+#[derive(Debug, Args)]
+pub(crate) struct RouterThroughputArgs {
+    /// The herald-router binary to start.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) router_bin: PathBuf,
+
+    /// The broker (the router, the publishers and the edges consumer all use it).
+    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::amqp::DEFAULT_URL)]
+    pub(crate) amqp_url: String,
+
+    /// Publications to publish.
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) messages: u64,
+
+    /// Size of each publication's JSON body.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) payload_bytes: usize,
+
+    /// Publisher connections publishing in parallel.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) publishers: usize,
+
+    /// Publications a publisher hands to the broker at once.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) batch: usize,
+
+    /// Most unconfirmed publications per publisher.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) confirm_window: usize,
+
+    /// The router's `amqp.prefetch` [default: the router's, 256].
+    #[arg(long)]
+    pub(crate) prefetch: Option<u16>,
+
+    /// Prefetch of the bench's consumer of the edges queue (it acks every prefetch/4 messages
+    /// at once, `multiple`).
+    #[arg(long, default_value_t = 8_000)]
+    pub(crate) consumer_prefetch: u16,
+
+    /// Publish every publication before starting the router (to its queue, declared by the
+    /// bench as the router would), and run the clock from the router's start: the router's
+    /// drain rate, without publishers competing for the broker.
+    #[arg(long)]
+    pub(crate) prefill: bool,
+
+    /// Publish transient publications (delivery mode 1) and make the edges queue non-durable,
+    /// so the broker writes nothing to disk (the router still forwards persistent messages).
+    #[arg(long)]
+    pub(crate) transient: bool,
+
+    /// Pid of the broker (beam.smp), to report the CPU it used too.
+    #[arg(long)]
+    pub(crate) broker_pid: Option<u32>,
+
+    /// Give up when nothing is forwarded for this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) stall_timeout: u64,
+
+    /// Seconds to wait for the router's /healthz to answer 200.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) startup_timeout: u64,
+
+    /// Where the router's stdout and stderr go [default: discarded].
+    #[arg(long, value_name = "PATH")]
+    pub(crate) router_log: Option<PathBuf>,
+
+    /// Print one JSON object instead of the human-readable report.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LatencyArgs {
+    /// The herald-router binary to start.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) router_bin: PathBuf,
+
+    /// The herald-gateway binary to start in edge mode.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) gateway_bin: PathBuf,
+
+    /// The broker (root of the edge, the router's, and the publisher's).
+    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::amqp::DEFAULT_URL)]
+    pub(crate) amqp_url: String,
+
+    /// Publications per second.
+    #[arg(long, default_value_t = 25_000)]
+    pub(crate) rate: u64,
+
+    /// How long to publish.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) seconds: u64,
+
+    /// STOMP sessions on the gateway, one user each; publication k goes to user k % sessions.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) sessions: usize,
+
+    /// Size of each publication's JSON body.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) payload_bytes: usize,
+
+    /// The router's `amqp.prefetch` [default: the router's, 256].
+    #[arg(long)]
+    pub(crate) prefetch: Option<u16>,
+
+    /// After the last publication, wait at most this many seconds without a new MESSAGE for
+    /// the missing ones.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) drain_timeout: u64,
+
+    /// Seconds one session may take from TCP connect to RECEIPT.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) handshake_timeout: u64,
+
+    /// Pid of the broker (beam.smp), to report the CPU it used too.
+    #[arg(long)]
+    pub(crate) broker_pid: Option<u32>,
+
+    /// Seconds to wait for the router's and the gateway's /healthz, and for the edge's queue.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) startup_timeout: u64,
+
+    /// Where the router's stdout and stderr go [default: discarded].
+    #[arg(long, value_name = "PATH")]
+    pub(crate) router_log: Option<PathBuf>,
+
+    /// Where the gateway's stdout and stderr go [default: discarded].
+    #[arg(long, value_name = "PATH")]
+    pub(crate) gateway_log: Option<PathBuf>,
+
+    /// Print one JSON object instead of the human-readable report.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +345,52 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn parses_router_throughput_with_defaults() {
+        let cli = Cli::try_parse_from([
+            "herald-bench",
+            "router-throughput",
+            "--router-bin",
+            "target/release/herald-router",
+        ])
+        .unwrap();
+        let Command::RouterThroughput(args) = cli.command else {
+            panic!("not router-throughput");
+        };
+        assert_eq!(args.messages, 200_000);
+        assert_eq!(args.payload_bytes, 200);
+        assert_eq!(args.publishers, 2);
+        assert_eq!(args.prefetch, None);
+        assert!(!args.json);
+        assert!(
+            Cli::try_parse_from(["herald-bench", "router-throughput"]).is_err(),
+            "--router-bin is required"
+        );
+    }
+
+    #[test]
+    fn parses_latency() {
+        let cli = Cli::try_parse_from([
+            "herald-bench",
+            "latency",
+            "--router-bin",
+            "r",
+            "--gateway-bin",
+            "g",
+            "--rate",
+            "1000",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Latency(args) = cli.command else {
+            panic!("not latency");
+        };
+        assert_eq!(args.rate, 1000);
+        assert_eq!(args.seconds, 10);
+        assert_eq!(args.sessions, 100);
+        assert!(args.json);
     }
 
     #[test]

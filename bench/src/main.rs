@@ -1,8 +1,14 @@
 //! `herald-bench`: load and measurement tool for Herald.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`connections`, and the hidden `worker`).
+//! - [`cli`]: the command line (`connections`, `router-throughput`, `latency`, and the hidden
+//!   `worker`).
 //! - [`connections`]: the parent of a connection benchmark: plan, spawn workers, measure, report.
+//! - [`router_throughput`]: how fast one `herald-router` forwards, and its CPU per publication.
+//! - [`latency`]: AMQP publish to STOMP `MESSAGE` through a router and an edge gateway.
+//! - [`run`]: what those two share: a run's own broker names, files, processes and cleanup;
+//!   [`configs`] (their names and configuration files, pure), [`amqp`] (publishing, queues),
+//!   [`pacing`] (a fixed rate, pure), [`stats`] (percentiles, pure), [`cpu`] (`/proc` CPU time).
 //! - [`worker`]: a worker process: opens its share of sessions, reports JSON lines ([`events`]).
 //! - [`session`]: one STOMP session over a [`transport`] (connect, handshake, hold).
 //! - [`transport`]: raw WebSocket, SockJS websocket, SockJS xhr-streaming.
@@ -14,7 +20,8 @@
 //! - [`token`]: minting the HS256 JWTs sessions log in with.
 //! - [`plan`]: splitting sessions over processes and source addresses (pure).
 //! - [`rss`]: reading and settling a process's VmRSS.
-//! - [`gateway`]: starting/stopping a `herald-gateway` (`--spawn-gateway`).
+//! - [`service`]: starting a Herald process, waiting for its `/healthz`, stopping it.
+//! - [`gateway`]: starting/stopping a standalone `herald-gateway` (`--spawn-gateway`).
 //! - [`endpoint`], [`report`], [`sys`] (the only `unsafe`: setrlimit, kill).
 //!
 //! # Processes
@@ -22,17 +29,26 @@
 //! in worker processes (the same binary, `herald-bench worker ...`), at most 19,000 each, each
 //! binding to its own source address so loopback's ephemeral ports last.
 
+mod amqp;
 mod cli;
+mod configs;
 mod connections;
+mod cpu;
 mod endpoint;
 mod events;
 mod gateway;
 mod http;
+mod latency;
+mod pacing;
 mod plan;
 mod report;
+mod router_throughput;
 mod rss;
+mod run;
+mod service;
 mod session;
 mod sockjs;
+mod stats;
 mod stomp_client;
 mod sys;
 mod token;
@@ -58,18 +74,23 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(code) => return code,
             };
-            match runtime.block_on(connections::run(args)) {
-                Ok(Outcome::AllOpened) => ExitCode::SUCCESS,
-                Ok(Outcome::SomeFailed) => ExitCode::FAILURE,
-                Err(BenchError::Usage(message)) => {
-                    eprintln!("herald-bench: {message}");
-                    ExitCode::from(EXIT_USAGE)
-                }
-                Err(BenchError::Failed(message)) => {
-                    eprintln!("herald-bench: error: {message}");
-                    ExitCode::FAILURE
-                }
-            }
+            exit_code(runtime.block_on(connections::run(args)))
+        }
+        Command::RouterThroughput(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            exit_code(runtime.block_on(router_throughput::run(args)))
+        }
+        Command::Latency(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(latency::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
         }
         Command::Worker(args) => {
             let runtime = match runtime(true) {
@@ -84,7 +105,23 @@ fn main() -> ExitCode {
     }
 }
 
-/// Workers use every core for their thousands of sessions; the parent only coordinates.
+/// The exit code of a run: 0 when complete, 1 when not (or failed), 2 for bad arguments.
+fn exit_code(result: Result<Outcome, BenchError>) -> ExitCode {
+    match result {
+        Ok(Outcome::AllOpened) => ExitCode::SUCCESS,
+        Ok(Outcome::SomeFailed) => ExitCode::FAILURE,
+        Err(BenchError::Usage(message)) => {
+            eprintln!("herald-bench: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(BenchError::Failed(message)) => {
+            eprintln!("herald-bench: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Workers (and the AMQP benchmarks) use every core for their thousands of sessions; the parent only coordinates.
 fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
     let mut builder = if multi_thread {
         tokio::runtime::Builder::new_multi_thread()

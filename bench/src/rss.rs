@@ -17,8 +17,16 @@ pub(crate) const SETTLE_MAX: Duration = Duration::from_secs(10);
 
 /// Extracts `VmRSS` from the text of `/proc/PID/status`, in bytes.
 pub(crate) fn parse_vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let mut parts = line["VmRSS:".len()..].split_whitespace();
+    parse_status_bytes(status, "VmRSS")
+}
+
+/// Extracts a size field (`VmRSS`, `VmHWM`, ...) from the text of `/proc/PID/status`, in bytes.
+pub(crate) fn parse_status_bytes(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| {
+        l.strip_prefix(field)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
+    let mut parts = line[field.len() + 1..].split_whitespace();
     let value: u64 = parts.next()?.parse().ok()?;
     let unit = match parts.next() {
         Some("kB") | Some("KB") | Some("kb") => 1024,
@@ -27,6 +35,21 @@ pub(crate) fn parse_vm_rss(status: &str) -> Option<u64> {
         Some(_) => return None,
     };
     value.checked_mul(unit)
+}
+
+/// The RSS of process `pid` now and at its peak (`VmHWM`), in bytes.
+pub(crate) fn read_rss_and_peak(pid: u32) -> std::io::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    match (
+        parse_status_bytes(&status, "VmRSS"),
+        parse_status_bytes(&status, "VmHWM"),
+    ) {
+        (Some(rss), Some(peak)) => Ok((rss, peak)),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/status has no VmRSS or VmHWM line"),
+        )),
+    }
 }
 
 /// Reads the RSS of process `pid`, in bytes.
@@ -116,6 +139,14 @@ Threads:\t3
     #[test]
     fn parses_vm_rss_in_bytes() {
         assert_eq!(parse_vm_rss(SAMPLE), Some(48_212 * 1024));
+    }
+
+    #[test]
+    fn parses_peak_rss() {
+        assert_eq!(parse_status_bytes(SAMPLE, "VmHWM"), Some(52_340 * 1024));
+        assert_eq!(parse_status_bytes(SAMPLE, "VmSwap"), None);
+        let (rss, peak) = read_rss_and_peak(std::process::id()).unwrap();
+        assert!(rss > 0 && peak >= rss);
     }
 
     #[test]

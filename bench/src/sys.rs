@@ -1,5 +1,6 @@
-//! The two OS calls the bench needs that std does not offer: raising `RLIMIT_NOFILE` and
-//! sending `SIGTERM`. This is the only module allowed `unsafe`, and only for those two calls.
+//! The OS calls the bench needs that std does not offer: raising `RLIMIT_NOFILE`, sending
+//! `SIGTERM`, and the clock tick rate `/proc/PID/stat` counts CPU time in. This is the only
+//! module allowed `unsafe`, and only for those calls.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -44,6 +45,17 @@ pub(crate) fn terminate(pid: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `utime` and `stime` in
+/// `/proc/PID/stat`.
+pub(crate) fn clock_ticks_per_second() -> io::Result<u64> {
+    // SAFETY: `sysconf` takes an integer and returns one; no memory is involved.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks <= 0 {
+        return Err(io::Error::other("sysconf(_SC_CLK_TCK) failed"));
+    }
+    Ok(ticks as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +66,12 @@ mod tests {
         assert!(soft > 0);
         // Idempotent.
         assert_eq!(raise_nofile_limit().expect("raise again"), soft);
+    }
+
+    #[test]
+    fn clock_ticks() {
+        // 100 on every Linux the bench runs on; anything positive is usable.
+        assert!(clock_ticks_per_second().unwrap() > 0);
     }
 
     #[test]

@@ -1,0 +1,117 @@
+//! What `router-throughput` and `latency` share: a run on the shared broker with names of its
+//! own ([`crate::configs`]), a private directory for its configuration files, the processes it
+//! starts, and the cleanup that removes all of it, even when the run fails or is interrupted.
+
+use std::path::Path;
+use std::time::Duration;
+
+use lapin::Connection;
+use serde::Serialize;
+
+use crate::amqp;
+use crate::configs::{self, RouterSettings, RunDir, Topology};
+use crate::connections::BenchError;
+use crate::gateway::random_token;
+use crate::service::{Service, free_local_addr};
+
+/// The router's default `amqp.prefetch`, for the report when `--prefetch` is not given.
+pub(crate) const ROUTER_DEFAULT_PREFETCH: u16 = 256;
+
+/// One run's names, files and broker connection.
+pub(crate) struct Run {
+    pub(crate) id: String,
+    pub(crate) topology: Topology,
+    pub(crate) amqp_url: String,
+    pub(crate) dir: RunDir,
+    /// For declaring, watching and deleting the run's queues.
+    pub(crate) admin: Connection,
+    /// Queues the run declared (or had declared) beyond the router's topology.
+    extra_queues: Vec<String>,
+}
+
+/// How the cleanup went, for the report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Cleanup {
+    /// How each started process ended, by name.
+    pub(crate) stopped: Vec<(String, String)>,
+    /// Queues or exchanges that could not be deleted (empty when all went).
+    pub(crate) problems: Vec<String>,
+}
+
+impl Run {
+    /// A new run id, its directory, and a connection to the broker (so an unreachable broker
+    /// fails the run before anything is started).
+    pub(crate) async fn begin(amqp_url: &str) -> Result<Self, BenchError> {
+        let id = configs::new_run_id();
+        let admin = amqp::connect(amqp_url, &format!("herald-bench {id} admin"))
+            .await
+            .map_err(|e| BenchError::Failed(format!("cannot connect to the broker: {e}")))?;
+        let dir = RunDir::create(&id)
+            .map_err(|e| BenchError::Failed(format!("cannot create the run directory: {e}")))?;
+        Ok(Self {
+            topology: Topology::for_run(&id),
+            id,
+            amqp_url: amqp_url.to_owned(),
+            dir,
+            admin,
+            extra_queues: Vec::new(),
+        })
+    }
+
+    /// Remember a queue to delete at the end.
+    pub(crate) fn add_queue(&mut self, queue: String) {
+        self.extra_queues.push(queue);
+    }
+
+    /// Writes the router's configuration and starts it on a free port; returns once its
+    /// `/healthz` answers 200 (connected, topology declared).
+    pub(crate) async fn start_router(
+        &self,
+        bin: &Path,
+        prefetch: Option<u16>,
+        log: Option<&Path>,
+        startup_timeout: Duration,
+    ) -> Result<Service, BenchError> {
+        let failed = |e: &dyn std::fmt::Display| BenchError::Failed(format!("router: {e}"));
+        let settings = RouterSettings {
+            listen: free_local_addr().map_err(|e| failed(&e))?,
+            amqp_url: self.amqp_url.clone(),
+            api_key: random_token(32),
+            run_id: self.id.clone(),
+            prefetch,
+            topology: self.topology.clone(),
+        };
+        let path = self
+            .dir
+            .write("router.toml", &configs::router_toml(&settings))
+            .map_err(|e| failed(&e))?;
+        let args = ["--config".to_owned(), path.display().to_string()];
+        Service::start("router", bin, &args, settings.listen, log, startup_timeout)
+            .await
+            .map_err(|e| failed(&e))
+    }
+
+    /// Stops `services` in order (SIGTERM), deletes the run's queues and exchanges, closes the
+    /// broker connection and removes the directory.
+    pub(crate) async fn finish(self, services: Vec<(&'static str, Service)>) -> Cleanup {
+        let mut cleanup = Cleanup::default();
+        for (name, service) in services {
+            let how = service.stop().await;
+            cleanup.stopped.push((name.to_owned(), how));
+        }
+        cleanup.problems = amqp::delete_run(&self.admin, &self.topology, &self.extra_queues).await;
+        let _ = self.admin.close(200, "bench done".into()).await;
+        self.dir.remove();
+        cleanup
+    }
+}
+
+/// Runs `work` unless Ctrl-C comes first (then the caller still cleans up).
+pub(crate) async fn interruptible<T>(
+    work: impl Future<Output = Result<T, BenchError>>,
+) -> Result<T, BenchError> {
+    tokio::select! {
+        r = work => r,
+        _ = tokio::signal::ctrl_c() => Err(BenchError::Failed("interrupted".into())),
+    }
+}
