@@ -51,5 +51,6 @@ pub mod api_key;
 pub mod config;
 pub mod link;
 pub mod metrics;
+pub mod process;
 pub mod publish;
 pub mod server;

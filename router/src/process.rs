@@ -1,0 +1,58 @@
+//! Process plumbing shared by Herald's binaries (`herald-router`,
+//! `herald-gateway`): exit codes, logging set-up, the shutdown signal.
+
+/// sysexits.h EX_CONFIG: the configuration is unusable.
+pub const EX_CONFIG: u8 = 78;
+/// sysexits.h EX_UNAVAILABLE: a needed resource (the port) is unavailable.
+pub const EX_UNAVAILABLE: u8 = 69;
+
+/// lapin logs every message the broker returns (an unroutable forward: no
+/// edge is bound) at WARN with its whole body. Herald counts those in
+/// `herald_amqp_unroutable_total` instead; payloads stay out of the logs.
+const QUIET_RETURNS: &str = "lapin::returned_messages=off";
+
+/// Structured logs to stdout, levels from `RUST_LOG` (default `info`), as
+/// text or one JSON object per line.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = match QUIET_RETURNS.parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Print every configuration problem for `program`.
+pub fn print_config_errors(program: &str, problems: &[String]) {
+    eprintln!("{program}: configuration error:");
+    for p in problems {
+        eprintln!("  - {p}");
+    }
+}
+
+/// Resolve on SIGTERM or SIGINT (logged); never resolves when the handlers
+/// cannot be installed (logged as an error).
+pub async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
+                _ = int.recv() => tracing::info!(signal = "SIGINT", "shutting down"),
+            }
+        }
+        _ => {
+            tracing::error!("cannot install signal handlers; stop with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}
