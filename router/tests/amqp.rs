@@ -711,7 +711,7 @@ async fn without_a_broker_health_and_publish_answer_503() {
         c.amqp.url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Never connected: unhealthy from the start, and it stays so.
     assert_eq!(router.health().await, 503);
     let response = router
         .http
@@ -941,7 +941,8 @@ async fn publications_survive_the_router_losing_its_connection() {
     });
 
     // Cut the router's connection twice while the stream flows; the second
-    // cut only once the router is back.
+    // cut only once the router is back. The sleeps pace the stream (how much
+    // flows between cuts); every wait for a state is on the state itself.
     tokio::time::sleep(Duration::from_millis(300)).await;
     close_connection_from_broker(&router.connection_name).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
