@@ -8,11 +8,12 @@ mod cli;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
 pub use cli::Cli;
+pub use herald_router::config::{ConfigError, PublishConfig};
+use herald_router::config::{parse_toml, read_toml};
 
 /// What a session does when its outbound queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -202,41 +203,6 @@ impl Default for EdgeConfig {
     }
 }
 
-/// Publish API limits.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PublishConfig {
-    /// Largest payload.
-    pub max_payload_bytes: usize,
-    /// Largest request body (batches included).
-    pub max_body_bytes: usize,
-    /// Most notifications per batch.
-    pub max_batch: usize,
-    /// Most users per publication.
-    pub max_users: usize,
-    /// Most clients per publication.
-    pub max_clients: usize,
-    /// Most sites per publication.
-    pub max_sites: usize,
-    /// Longest `ttl_ms`.
-    pub max_ttl_ms: u64,
-}
-
-impl Default for PublishConfig {
-    fn default() -> Self {
-        let limits = herald_protocol::envelope::Limits::default();
-        PublishConfig {
-            max_payload_bytes: limits.max_payload_bytes,
-            max_body_bytes: 8 * 1024 * 1024,
-            max_batch: 1000,
-            max_users: limits.max_users,
-            max_clients: limits.max_clients,
-            max_sites: limits.max_sites,
-            max_ttl_ms: limits.max_ttl.as_millis() as u64,
-        }
-    }
-}
-
 /// The whole gateway configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -286,46 +252,16 @@ impl Default for Config {
     }
 }
 
-/// A configuration that cannot be used, with every reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", .problems.join("\n"))]
-pub struct ConfigError {
-    /// One line per problem.
-    pub problems: Vec<String>,
-}
-
-impl ConfigError {
-    fn one(problem: String) -> Self {
-        ConfigError {
-            problems: vec![problem],
-        }
-    }
-}
-
 impl Config {
     /// Parse a TOML document.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| {
-            ConfigError::one(format!(
-                "{}: {}",
-                origin.display(),
-                e.to_string().trim_end()
-            ))
-        })
+        parse_toml(text, origin)
     }
 
     /// Load: defaults, the file named by `--config` (if any), then flags and
     /// environment. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
-        let mut config = match &cli.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::one(format!("cannot read {}: {e}", path.display()))
-                })?;
-                Config::from_toml(&text, path)?
-            }
-            None => Config::default(),
-        };
+        let mut config: Config = read_toml(cli.config.as_deref())?;
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
@@ -426,12 +362,6 @@ impl Config {
                 self.sockjs.streaming_limit_bytes,
             ),
             ("sockjs.max_send_bytes", self.sockjs.max_send_bytes),
-            ("publish.max_payload_bytes", self.publish.max_payload_bytes),
-            ("publish.max_body_bytes", self.publish.max_body_bytes),
-            ("publish.max_batch", self.publish.max_batch),
-            ("publish.max_users", self.publish.max_users),
-            ("publish.max_clients", self.publish.max_clients),
-            ("publish.max_sites", self.publish.max_sites),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -475,9 +405,7 @@ impl Config {
                 p.push("edge.reconnect_min_ms must be > 0 and <= edge.reconnect_max_ms".to_owned());
             }
         }
-        if self.publish.max_body_bytes < self.publish.max_payload_bytes {
-            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
-        }
+        p.extend(self.publish.problems());
         if self.mailbox.ttl_secs == 0 {
             p.push("mailbox.ttl_secs must be greater than 0".to_owned());
         }
@@ -490,14 +418,7 @@ impl Config {
 
     /// The envelope limits for the publish API.
     pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
-        herald_protocol::envelope::Limits {
-            max_payload_bytes: self.publish.max_payload_bytes,
-            max_users: self.publish.max_users,
-            max_clients: self.publish.max_clients,
-            max_sites: self.publish.max_sites,
-            max_identifier_bytes: 256,
-            max_ttl: Duration::from_millis(self.publish.max_ttl_ms),
-        }
+        self.publish.envelope_limits()
     }
 }
 

@@ -142,9 +142,74 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn one(problem: String) -> Self {
+    /// An error with one problem.
+    pub fn one(problem: String) -> Self {
         ConfigError {
             problems: vec![problem],
+        }
+    }
+}
+
+/// Parse a TOML configuration document; errors name `origin` and the spot.
+/// Shared by every Herald binary.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &Path,
+) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        ConfigError::one(format!(
+            "{}: {}",
+            origin.display(),
+            e.to_string().trim_end()
+        ))
+    })
+}
+
+/// Read and parse the TOML file at `path`, or the defaults when there is none.
+pub fn read_toml<T: serde::de::DeserializeOwned + Default>(
+    path: Option<&Path>,
+) -> Result<T, ConfigError> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?;
+    parse_toml(&text, path)
+}
+
+impl PublishConfig {
+    /// Every rule on the limits, as problems named `publish.*`.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let positive = [
+            ("publish.max_payload_bytes", self.max_payload_bytes as u64),
+            ("publish.max_body_bytes", self.max_body_bytes as u64),
+            ("publish.max_batch", self.max_batch as u64),
+            ("publish.max_users", self.max_users as u64),
+            ("publish.max_clients", self.max_clients as u64),
+            ("publish.max_sites", self.max_sites as u64),
+            ("publish.max_ttl_ms", self.max_ttl_ms),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                p.push(format!("{name} must be greater than 0"));
+            }
+        }
+        if self.max_body_bytes < self.max_payload_bytes {
+            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
+        }
+        p
+    }
+
+    /// The envelope limits these settings make.
+    pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
+        herald_protocol::envelope::Limits {
+            max_payload_bytes: self.max_payload_bytes,
+            max_users: self.max_users,
+            max_clients: self.max_clients,
+            max_sites: self.max_sites,
+            max_identifier_bytes: herald_protocol::envelope::Limits::default().max_identifier_bytes,
+            max_ttl: Duration::from_millis(self.max_ttl_ms),
         }
     }
 }
@@ -152,27 +217,13 @@ impl ConfigError {
 impl Config {
     /// Parse a TOML document.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| {
-            ConfigError::one(format!(
-                "{}: {}",
-                origin.display(),
-                e.to_string().trim_end()
-            ))
-        })
+        parse_toml(text, origin)
     }
 
     /// Load: defaults, the file named by `--config` (if any), then flags and
     /// environment. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
-        let mut config = match &cli.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::one(format!("cannot read {}: {e}", path.display()))
-                })?;
-                Config::from_toml(&text, path)?
-            }
-            None => Config::default(),
-        };
+        let mut config: Config = read_toml(cli.config.as_deref())?;
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
@@ -210,25 +261,13 @@ impl Config {
             ("amqp.reconnect_max_ms", a.reconnect_max_ms),
             ("amqp.connect_timeout_ms", a.connect_timeout_ms),
             ("amqp.publish_timeout_ms", a.publish_timeout_ms),
-            (
-                "publish.max_payload_bytes",
-                self.publish.max_payload_bytes as u64,
-            ),
-            ("publish.max_body_bytes", self.publish.max_body_bytes as u64),
-            ("publish.max_batch", self.publish.max_batch as u64),
-            ("publish.max_users", self.publish.max_users as u64),
-            ("publish.max_clients", self.publish.max_clients as u64),
-            ("publish.max_sites", self.publish.max_sites as u64),
-            ("publish.max_ttl_ms", self.publish.max_ttl_ms),
         ];
         for (name, value) in positive {
             if value == 0 {
                 p.push(format!("{name} must be greater than 0"));
             }
         }
-        if self.publish.max_body_bytes < self.publish.max_payload_bytes {
-            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
-        }
+        p.extend(self.publish.problems());
         if p.is_empty() {
             Ok(())
         } else {
@@ -238,14 +277,7 @@ impl Config {
 
     /// The envelope limits.
     pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
-        herald_protocol::envelope::Limits {
-            max_payload_bytes: self.publish.max_payload_bytes,
-            max_users: self.publish.max_users,
-            max_clients: self.publish.max_clients,
-            max_sites: self.publish.max_sites,
-            max_identifier_bytes: herald_protocol::envelope::Limits::default().max_identifier_bytes,
-            max_ttl: Duration::from_millis(self.publish.max_ttl_ms),
-        }
+        self.publish.envelope_limits()
     }
 
     /// Settings of the HTTP publish API.
