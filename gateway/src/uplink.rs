@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use herald_protocol::envelope::Limits;
 use herald_router::amqp::envelope::from_amqp_bytes;
+use herald_router::amqp::supervisor::redact;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
     QueueBindOptions, QueueDeclareOptions,
@@ -55,16 +56,6 @@ enum LinkError {
     ConsumerEnded,
     #[error("no AMQP handshake within {0:?}")]
     ConnectTimeout(Duration),
-}
-
-/// Where a root's URL is logged: without credentials.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 impl Uplink {
@@ -251,19 +242,5 @@ impl Uplink {
             return;
         }
         self.hub.deliver(&Arc::new(n), now);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_are_logged_without_credentials() {
-        assert_eq!(
-            redact("amqp://guest:secret@127.0.0.1:5672/%2f"),
-            "amqp://…@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(redact("amqp://127.0.0.1"), "amqp://127.0.0.1");
     }
 }
