@@ -38,7 +38,8 @@ impl Dedup {
         }
     }
 
-    /// Whether `id` was not seen within the window; remembers it.
+    /// Whether `id` was not seen within the window; remembers it. Read
+    /// [`Dedup::evicted_early`] to count what the bound forgot.
     pub fn first_seen(&mut self, id: &str, now: Instant) -> bool {
         while let Some((at, old)) = self.order.front() {
             if now.duration_since(*at) < self.window {

@@ -386,14 +386,6 @@ impl Hub {
         removed
     }
 
-    /// The earliest pending expiry deadline (possibly stale).
-    pub fn next_expiry(&self) -> Option<Instant> {
-        self.shards
-            .iter()
-            .filter_map(|s| s.lock().expiry.next_deadline())
-            .min()
-    }
-
     /// Run expiry every `tick`, at most `budget` removals per tick, until
     /// `shutdown`.
     pub async fn run_expiry(

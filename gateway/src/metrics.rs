@@ -176,6 +176,9 @@ pub struct Metrics {
     pub uplink_rejected: Counter,
     /// Edge mode: deliveries dropped as duplicates of a recent id.
     pub duplicates: Counter,
+    /// Edge mode: ids forgotten before their dedup window ended because
+    /// `edge.dedup_max` was reached (policy evict-oldest).
+    pub dedup_evicted: Counter,
 }
 
 impl Metrics {
@@ -247,6 +250,11 @@ impl Metrics {
             "herald_duplicates",
             "Deliveries dropped as duplicates of a recent notification id",
             self.duplicates.clone(),
+        );
+        registry.register(
+            "herald_dedup_evicted",
+            "Ids forgotten early because the dedup set was full (evict-oldest)",
+            self.dedup_evicted.clone(),
         );
         registry.register(
             "herald_protocol_errors",

@@ -237,16 +237,6 @@ impl Outbox {
         st.subs.len() != before
     }
 
-    /// Whether a subscription with this client id exists.
-    pub fn has_subscription(&self, id: &str) -> bool {
-        self.state.lock().subs.iter().any(|s| &*s.id == id)
-    }
-
-    /// Number of subscriptions.
-    pub fn subscription_count(&self) -> usize {
-        self.state.lock().subs.len()
-    }
-
     /// Take the next item with the subscriptions it goes to. A pending
     /// `drop-oldest` gap comes first.
     pub fn pop(&self) -> Option<Popped> {

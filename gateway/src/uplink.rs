@@ -236,7 +236,16 @@ impl Uplink {
             }
         };
         let now = Instant::now();
-        if !self.dedup.lock().first_seen(&n.id, now) {
+        let first = {
+            let mut dedup = self.dedup.lock();
+            let before = dedup.evicted_early();
+            let first = dedup.first_seen(&n.id, now);
+            self.metrics
+                .dedup_evicted
+                .inc_by(dedup.evicted_early() - before);
+            first
+        };
+        if !first {
             self.metrics.duplicates.inc();
             tracing::debug!(id = %n.id, "duplicate dropped");
             return;

@@ -92,6 +92,7 @@ impl WriteQueue {
     }
 
     /// Every queued byte, concatenated (tests).
+    #[cfg(test)]
     pub fn concat(&self) -> Vec<u8> {
         self.chunks.iter().flat_map(|c| c.iter().copied()).collect()
     }
@@ -106,11 +107,6 @@ impl WriteQueue {
         for p in pieces {
             self.push((*p).clone());
         }
-    }
-
-    /// Queue bytes as they are.
-    pub fn raw(&mut self, b: Bytes) {
-        self.push(b);
     }
 
     /// A WebSocket close frame.
