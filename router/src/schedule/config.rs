@@ -1,0 +1,219 @@
+//! `[schedule]`: settings of delayed notifications, shared by
+//! `herald-router` and standalone `herald-gateway`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::scheduler::SchedulerConfig;
+
+/// Per-topic policies (`[schedule.topics.NAME]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicPolicy {
+    /// Spread due times over `[due, due + jitter_ms]` (a same-second herd
+    /// becomes a ramp). Never earlier than asked.
+    pub jitter_ms: u64,
+    /// `when-online` sends to one user at least this far apart (overrides
+    /// `schedule.min_interval_ms`).
+    pub min_interval_ms: Option<u64>,
+    /// Merge `when-online` notifications of this topic that fall due
+    /// together for one user into one (overrides `schedule.merge`).
+    pub merge: Option<bool>,
+}
+
+/// Settings of delayed notifications.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleConfig {
+    /// Longest `delay_ms` (and furthest `deliver_at`) accepted.
+    pub max_delay_ms: u64,
+    /// How long a claim holds an entry before another firer may take it
+    /// (the redelivery delay after a crash).
+    pub lease_ms: u64,
+    /// How far ahead the in-memory window looks.
+    pub horizon_ms: u64,
+    /// Longest time between two reads of the store's upcoming entries.
+    pub refill_every_ms: u64,
+    /// Most entries in the in-memory window (keep-earliest when full).
+    pub max_window: usize,
+    /// Most entries one claim takes.
+    pub claim_batch: usize,
+    /// How long a `when-online` notification is held for an offline user
+    /// before it expires.
+    pub hold_max_ms: u64,
+    /// How long finished statuses stay readable.
+    pub retention_ms: u64,
+    /// How often held entries are expired, old statuses purged and the
+    /// pending gauges refreshed.
+    pub maintenance_every_ms: u64,
+    /// When the link cannot take due entries, retry them after this long.
+    pub retry_after_ms: u64,
+    /// Default shortest time between two `when-online` sends to one user
+    /// (0: none).
+    pub min_interval_ms: u64,
+    /// Default for merging `when-online` notifications that fall due
+    /// together for one user.
+    pub merge: bool,
+    /// Most users whose last `when-online` send is remembered for
+    /// `min_interval_ms` (when full, new users are not tracked; counted).
+    pub max_tracked_users: usize,
+    /// Bound of the queue of "user came online" events (when full, the
+    /// newest is dropped and counted; the user's next connect retries).
+    pub online_queue: usize,
+    /// Bound of the queue of accepted entries handed to the in-memory
+    /// window (when full, the newest is dropped and counted; the next
+    /// refill reads it from the store).
+    pub hint_queue: usize,
+    /// Per-topic policies.
+    pub topics: BTreeMap<String, TopicPolicy>,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        let s = SchedulerConfig::default();
+        ScheduleConfig {
+            max_delay_ms: 365 * 24 * 3600 * 1000,
+            lease_ms: 30_000,
+            horizon_ms: s.horizon_ms,
+            refill_every_ms: s.refill_every_ms,
+            max_window: s.max_window,
+            claim_batch: s.claim_batch,
+            hold_max_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 3 * 24 * 3600 * 1000,
+            maintenance_every_ms: 5_000,
+            retry_after_ms: 1_000,
+            min_interval_ms: 0,
+            merge: false,
+            max_tracked_users: 1_000_000,
+            online_queue: 65_536,
+            hint_queue: 65_536,
+            topics: BTreeMap::new(),
+        }
+    }
+}
+
+impl ScheduleConfig {
+    /// Every rule, as problems named `schedule.*`.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let positive: [(&str, u64); 9] = [
+            ("max_delay_ms", self.max_delay_ms),
+            ("lease_ms", self.lease_ms),
+            ("horizon_ms", self.horizon_ms),
+            ("refill_every_ms", self.refill_every_ms),
+            ("hold_max_ms", self.hold_max_ms),
+            ("retention_ms", self.retention_ms),
+            ("maintenance_every_ms", self.maintenance_every_ms),
+            ("retry_after_ms", self.retry_after_ms),
+            ("max_window", self.max_window as u64),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                p.push(format!("schedule.{key} must be at least 1"));
+            }
+        }
+        for (key, value) in [
+            ("claim_batch", self.claim_batch),
+            ("online_queue", self.online_queue),
+            ("hint_queue", self.hint_queue),
+        ] {
+            if value == 0 {
+                p.push(format!("schedule.{key} must be at least 1"));
+            }
+        }
+        if self.claim_batch > 100_000 {
+            p.push("schedule.claim_batch must be at most 100000".into());
+        }
+        if self.refill_every_ms > self.horizon_ms {
+            p.push(format!(
+                "schedule.refill_every_ms ({}) must not exceed schedule.horizon_ms ({}), or entries due between refills would be missed until the next one",
+                self.refill_every_ms, self.horizon_ms
+            ));
+        }
+        for (name, t) in &self.topics {
+            if !herald_protocol::envelope::is_valid_name(name) {
+                p.push(format!(
+                    "schedule.topics.{name:?} is not a valid topic name (1 to 200 of A-Z a-z 0-9 . _ ~ @ / + = -)"
+                ));
+            }
+            if t.jitter_ms > self.max_delay_ms {
+                p.push(format!(
+                    "schedule.topics.{name}.jitter_ms must not exceed schedule.max_delay_ms"
+                ));
+            }
+        }
+        p
+    }
+
+    /// The scheduler's settings.
+    pub fn scheduler(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            horizon_ms: self.horizon_ms,
+            refill_every_ms: self.refill_every_ms,
+            max_window: self.max_window,
+            claim_batch: self.claim_batch,
+        }
+    }
+
+    /// The policy of `topic` (the defaults when it has none).
+    pub fn policy(&self, topic: Option<&str>) -> TopicPolicy {
+        topic
+            .and_then(|t| self.topics.get(t))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The shortest time between two `when-online` sends for `topic`.
+    pub fn min_interval_ms(&self, topic: Option<&str>) -> u64 {
+        self.policy(topic)
+            .min_interval_ms
+            .unwrap_or(self.min_interval_ms)
+    }
+
+    /// Whether `when-online` notifications of `topic` merge.
+    pub fn merges(&self, topic: Option<&str>) -> bool {
+        self.policy(topic).merge.unwrap_or(self.merge)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(ScheduleConfig::default().problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let c = ScheduleConfig {
+            lease_ms: 0,
+            claim_batch: 0,
+            refill_every_ms: 10_000,
+            topics: [("bad name".to_owned(), TopicPolicy::default())].into(),
+            ..ScheduleConfig::default()
+        };
+        let p = c.problems();
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p.iter().any(|m| m.contains("schedule.lease_ms")));
+        assert!(p.iter().any(|m| m.contains("schedule.claim_batch")));
+        assert!(p.iter().any(|m| m.contains("refill_every_ms")));
+        assert!(p.iter().any(|m| m.contains("bad name")));
+    }
+
+    #[test]
+    fn topic_policies_override_the_defaults() {
+        let c: ScheduleConfig = toml::from_str(
+            "min_interval_ms = 100\n[topics.coupon]\njitter_ms = 5\nmerge = true\n[topics.quiet]\nmin_interval_ms = 0\n",
+        )
+        .unwrap();
+        assert_eq!(c.min_interval_ms(Some("coupon")), 100);
+        assert_eq!(c.min_interval_ms(Some("quiet")), 0);
+        assert_eq!(c.min_interval_ms(None), 100);
+        assert!(c.merges(Some("coupon")));
+        assert!(!c.merges(None));
+        assert_eq!(c.policy(Some("coupon")).jitter_ms, 5);
+    }
+}

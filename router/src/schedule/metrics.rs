@@ -1,0 +1,257 @@
+//! Metrics of delayed notifications (`herald_delayed_*`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Upper bounds (ms from now) of the `due` buckets of
+/// `herald_delayed_pending`; the last bucket is everything later.
+pub const DUE_BUCKETS_MS: [u64; 4] = [60_000, 3_600_000, 86_400_000, 7 * 86_400_000];
+/// Label values of those buckets, one more than [`DUE_BUCKETS_MS`].
+pub const DUE_BUCKET_NAMES: [&str; 5] = ["1m", "1h", "1d", "7d", "later"];
+
+/// Label of `herald_delayed_pending`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DueLabels {
+    /// Due within: `1m`, `1h`, `1d`, `7d`, `later` (overdue counts in `1m`).
+    pub due: &'static str,
+}
+
+/// Label of `herald_delayed_store_errors_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    /// The store operation.
+    pub op: &'static str,
+}
+
+/// Counters, gauges and the lateness histogram.
+#[derive(Debug, Clone)]
+pub struct DelayedMetrics {
+    /// Entries accepted into the store.
+    pub accepted: Counter,
+    /// Submissions of an id already stored (idempotent, nothing changed).
+    pub duplicates: Counter,
+    /// Entries handed to the link when due (or when their user came online).
+    pub fired: Counter,
+    /// Firing lateness, seconds from due time to hand-off (first attempt of
+    /// entries not held).
+    pub lateness: Histogram,
+    /// Entries put on hold because their user was offline.
+    pub held: Counter,
+    /// Entries cancelled.
+    pub cancelled: Counter,
+    /// Cancels that came after the claim (the notification is delivered).
+    pub cancel_too_late: Counter,
+    /// Held entries that expired.
+    pub expired: Counter,
+    /// Entries fired again after a lease expired (a firer crashed or stalled).
+    pub refired: Counter,
+    /// Entries merged into another for the same user.
+    pub merged: Counter,
+    /// `when-online` sends postponed by the minimum interval.
+    pub postponed: Counter,
+    /// Scheduled entries by due bucket.
+    pub pending: Family<DueLabels, Gauge>,
+    /// Entries being fired (claimed, not yet delivered).
+    pub firing: Gauge,
+    /// Entries held for offline users.
+    pub held_pending: Gauge,
+    /// Store operations that failed.
+    pub store_errors: Family<OpLabels, Counter>,
+    /// "User online" events dropped because their queue was full.
+    pub online_dropped: Counter,
+    /// Accepted entries not handed to the in-memory window (queue full; the
+    /// next refill reads them).
+    pub hints_dropped: Counter,
+    /// Users not tracked for the minimum interval (table full).
+    pub untracked_users: Counter,
+    /// Presence reports from edges recorded (distributed mode).
+    pub presence_reports: Counter,
+    /// Presence reports refused (dead-lettered).
+    pub presence_rejected: Counter,
+}
+
+impl Default for DelayedMetrics {
+    fn default() -> Self {
+        DelayedMetrics {
+            accepted: Counter::default(),
+            duplicates: Counter::default(),
+            fired: Counter::default(),
+            lateness: Histogram::new([
+                0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            held: Counter::default(),
+            cancelled: Counter::default(),
+            cancel_too_late: Counter::default(),
+            expired: Counter::default(),
+            refired: Counter::default(),
+            merged: Counter::default(),
+            postponed: Counter::default(),
+            pending: Family::default(),
+            firing: Gauge::default(),
+            held_pending: Gauge::default(),
+            store_errors: Family::default(),
+            online_dropped: Counter::default(),
+            hints_dropped: Counter::default(),
+            untracked_users: Counter::default(),
+            presence_reports: Counter::default(),
+            presence_rejected: Counter::default(),
+        }
+    }
+}
+
+impl DelayedMetrics {
+    /// Register everything under `herald_delayed_*`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("herald_delayed");
+        r.register(
+            "accepted",
+            "Delayed notifications accepted into the store",
+            self.accepted.clone(),
+        );
+        r.register(
+            "duplicates",
+            "Submissions of an id already stored (nothing changed)",
+            self.duplicates.clone(),
+        );
+        r.register(
+            "fired",
+            "Delayed notifications handed to the link",
+            self.fired.clone(),
+        );
+        r.register(
+            "lateness_seconds",
+            "Time from due to hand-off, first attempt, not held",
+            self.lateness.clone(),
+        );
+        r.register(
+            "held",
+            "Notifications held because their user was offline",
+            self.held.clone(),
+        );
+        r.register(
+            "cancelled",
+            "Delayed notifications cancelled",
+            self.cancelled.clone(),
+        );
+        r.register(
+            "expired",
+            "Held notifications that expired",
+            self.expired.clone(),
+        );
+        r.register(
+            "refired",
+            "Notifications fired again after a lease expired",
+            self.refired.clone(),
+        );
+        r.register(
+            "merged",
+            "Notifications merged into another for the same user",
+            self.merged.clone(),
+        );
+        r.register(
+            "postponed",
+            "Sends postponed by the per-user minimum interval",
+            self.postponed.clone(),
+        );
+        r.register(
+            "pending",
+            "Scheduled notifications by due bucket",
+            self.pending.clone(),
+        );
+        r.register(
+            "firing",
+            "Notifications claimed and not yet delivered",
+            self.firing.clone(),
+        );
+        r.register(
+            "held_pending",
+            "Notifications held for offline users",
+            self.held_pending.clone(),
+        );
+        r.register(
+            "store_errors",
+            "Store operations that failed",
+            self.store_errors.clone(),
+        );
+        r.register(
+            "online_events_dropped",
+            "User-online events dropped (queue full)",
+            self.online_dropped.clone(),
+        );
+        r.register(
+            "hints_dropped",
+            "Accepted entries left for the next refill (queue full)",
+            self.hints_dropped.clone(),
+        );
+        r.register(
+            "cancel_too_late",
+            "Cancels that came after the claim (delivered anyway)",
+            self.cancel_too_late.clone(),
+        );
+        r.register(
+            "presence_reports",
+            "Presence reports from edges recorded",
+            self.presence_reports.clone(),
+        );
+        r.register(
+            "presence_rejected",
+            "Presence reports refused and dead-lettered",
+            self.presence_rejected.clone(),
+        );
+        r.register(
+            "untracked_users",
+            "Users not tracked for the minimum interval (table full)",
+            self.untracked_users.clone(),
+        );
+    }
+
+    /// Count a failed store operation.
+    pub fn store_error(&self, op: &'static str) {
+        self.store_errors.get_or_create(&OpLabels { op }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric docs/delayed-notifications.md lists is registered.
+    #[test]
+    fn every_documented_metric_is_exported() {
+        let m = DelayedMetrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        m.pending.get_or_create(&DueLabels { due: "1m" }).set(1);
+        m.store_error("insert");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for name in [
+            "herald_delayed_accepted_total",
+            "herald_delayed_duplicates_total",
+            "herald_delayed_fired_total",
+            "herald_delayed_lateness_seconds_bucket",
+            "herald_delayed_pending{due=\"1m\"}",
+            "herald_delayed_firing",
+            "herald_delayed_held_pending",
+            "herald_delayed_held_total",
+            "herald_delayed_cancelled_total",
+            "herald_delayed_cancel_too_late_total",
+            "herald_delayed_expired_total",
+            "herald_delayed_refired_total",
+            "herald_delayed_merged_total",
+            "herald_delayed_postponed_total",
+            "herald_delayed_store_errors_total{op=\"insert\"}",
+            "herald_delayed_online_events_dropped_total",
+            "herald_delayed_hints_dropped_total",
+            "herald_delayed_untracked_users_total",
+            "herald_delayed_presence_reports_total",
+            "herald_delayed_presence_rejected_total",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+}

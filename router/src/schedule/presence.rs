@@ -1,0 +1,43 @@
+//! Who is online, for `when-online` notifications.
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A future returned by [`Presence::online`].
+pub type PresenceFuture<'a> = Pin<Box<dyn Future<Output = Vec<bool>> + Send + 'a>>;
+
+/// A user to ask about, and the sites that count (any when empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    /// The user id.
+    pub user: String,
+    /// The notification's sites.
+    pub sites: Vec<String>,
+}
+
+/// Answers whether users have a live session. Standalone Herald asks its
+/// own mailboxes; the distributed router asks what the edges reported.
+/// Asked once per claimed batch, for every `when-online` entry in it.
+pub trait Presence: Send + Sync + 'static {
+    /// For each of `who`, in order: whether that user has a live session on
+    /// one of the sites. A presence source that cannot answer says
+    /// `false` (the entry is held, never lost: the user's next connect
+    /// releases it).
+    fn online<'a>(&'a self, who: &'a [Asked]) -> PresenceFuture<'a>;
+}
+
+/// A future returned by [`PresenceBook::record`].
+pub type RecordFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(), super::store::StoreError>> + Send + 'a>>;
+
+/// Where the routers keep what edges report (distributed mode): the
+/// writing side of a [`Presence`].
+pub trait PresenceBook: Send + Sync + 'static {
+    /// Apply one edge's report: it is alive (with this boot), these users
+    /// came online on it, these went offline.
+    fn record<'a>(
+        &'a self,
+        report: &'a crate::amqp::presence::PresenceReport,
+        now_ms: u64,
+    ) -> RecordFuture<'a>;
+}

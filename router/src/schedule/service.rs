@@ -1,0 +1,282 @@
+//! [`Delayed`]: the front of delayed notifications. The HTTP API and the
+//! AMQP intake hand it what they accepted; it stores it, tells the firer,
+//! and answers cancel, status and list. [`Delayed::start`] runs the firer
+//! and the maintenance task (expire held entries, purge old statuses,
+//! refresh the pending gauges).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_protocol::envelope::{FieldError, Notification};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::config::ScheduleConfig;
+use super::entry::{Entry, Millis, Status};
+use super::firer::Firer;
+use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels};
+use super::presence::Presence;
+use super::store::{Cancel, Cursor, Insert, ListFilter, Page, Store, StoreError};
+use super::timing::{DelayRequest, due_time, now_ms};
+use crate::link::Link;
+
+/// Most entries expired or purged per maintenance round (the rest wait
+/// for the next round).
+const MAINTENANCE_BATCH: usize = 10_000;
+
+/// The delayed-notification service. Cheap to clone.
+#[derive(Clone)]
+pub struct Delayed {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<ScheduleConfig>,
+    store: Arc<dyn Store>,
+    metrics: DelayedMetrics,
+    hints: mpsc::Sender<(Millis, String)>,
+    online: mpsc::Sender<String>,
+    receivers: parking_lot::Mutex<Option<Receivers>>,
+}
+
+struct Receivers {
+    hints: mpsc::Receiver<(Millis, String)>,
+    online: mpsc::Receiver<String>,
+}
+
+impl std::fmt::Debug for Delayed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delayed")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The running tasks of [`Delayed::start`].
+#[derive(Debug)]
+pub struct Running {
+    firer: JoinHandle<()>,
+    maintenance: JoinHandle<()>,
+}
+
+impl Running {
+    /// Wait for both tasks (after the shutdown token fired).
+    pub async fn join(self) {
+        let _ = self.firer.await;
+        let _ = self.maintenance.await;
+    }
+}
+
+impl Delayed {
+    /// A service over `store`.
+    pub fn new(config: ScheduleConfig, store: Arc<dyn Store>, metrics: DelayedMetrics) -> Self {
+        let (hints_tx, hints_rx) = mpsc::channel(config.hint_queue);
+        let (online_tx, online_rx) = mpsc::channel(config.online_queue);
+        Delayed {
+            inner: Arc::new(Inner {
+                config: Arc::new(config),
+                store,
+                metrics,
+                hints: hints_tx,
+                online: online_tx,
+                receivers: parking_lot::Mutex::new(Some(Receivers {
+                    hints: hints_rx,
+                    online: online_rx,
+                })),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ScheduleConfig {
+        &self.inner.config
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &DelayedMetrics {
+        &self.inner.metrics
+    }
+
+    /// Start the firer (handing due entries to `link`) and the maintenance
+    /// task; both stop when `shutdown` fires. Only the first call starts
+    /// anything; later calls return `None`.
+    pub fn start(
+        &self,
+        link: Arc<dyn Link>,
+        presence: Arc<dyn Presence>,
+        shutdown: CancellationToken,
+    ) -> Option<Running> {
+        let receivers = self.inner.receivers.lock().take()?;
+        let firer = Firer {
+            config: Arc::clone(&self.inner.config),
+            store: Arc::clone(&self.inner.store),
+            link,
+            presence,
+            metrics: self.inner.metrics.clone(),
+            hints: receivers.hints,
+            online: receivers.online,
+            last_send: HashMap::new(),
+        };
+        let firer = tokio::spawn(firer.run(shutdown.clone()));
+        let me = self.clone();
+        let maintenance = tokio::spawn(async move { me.maintain(shutdown).await });
+        Some(Running { firer, maintenance })
+    }
+
+    /// The due time of a publication accepted now, or the field that is
+    /// wrong with its timing.
+    pub fn due_time(
+        &self,
+        req: &DelayRequest,
+        n: &Notification,
+        now: Millis,
+    ) -> Result<Millis, FieldError> {
+        due_time(req, n, now, &self.inner.config, |max| {
+            rand::random_range(0..=max)
+        })
+    }
+
+    /// Store accepted entries durably (their due times fixed by
+    /// [`Delayed::due_time`]). `Ok` means durable: answer 202 or ack only
+    /// then.
+    pub async fn accept(&self, entries: Vec<Entry>) -> Result<Vec<Insert>, StoreError> {
+        let now = now_ms();
+        let fire: Vec<(Millis, String)> = entries
+            .iter()
+            .map(|e| (e.due_ms, e.id().to_owned()))
+            .collect();
+        let outcome = self
+            .inner
+            .store
+            .insert(entries, now)
+            .await
+            .inspect_err(|_| {
+                self.inner.metrics.store_error("insert");
+            })?;
+        for (insert, (due, id)) in outcome.iter().zip(fire) {
+            match insert {
+                Insert::Accepted => {
+                    self.inner.metrics.accepted.inc();
+                    // Due beyond the horizon: the refill will find it.
+                    if due <= now.saturating_add(self.inner.config.horizon_ms)
+                        && self.inner.hints.try_send((due, id)).is_err()
+                    {
+                        self.inner.metrics.hints_dropped.inc();
+                    }
+                }
+                Insert::Duplicate(_) => {
+                    self.inner.metrics.duplicates.inc();
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Cancel an undelivered notification.
+    pub async fn cancel(&self, id: &str) -> Result<Cancel, StoreError> {
+        let now = now_ms();
+        let out = self.inner.store.cancel(id, now).await.inspect_err(|_| {
+            self.inner.metrics.store_error("cancel");
+        })?;
+        match &out {
+            // A repeated cancel answers the first one's status: count once.
+            Cancel::Cancelled(s) if s.updated_ms == now => {
+                self.inner.metrics.cancelled.inc();
+            }
+            Cancel::TooLate(_) => {
+                self.inner.metrics.cancel_too_late.inc();
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    /// The status of one notification.
+    pub async fn status(&self, id: &str) -> Result<Option<Status>, StoreError> {
+        self.inner.store.status(id).await.inspect_err(|_| {
+            self.inner.metrics.store_error("status");
+        })
+    }
+
+    /// A page of statuses.
+    pub async fn list(
+        &self,
+        filter: ListFilter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.inner
+            .store
+            .list(filter, after, limit)
+            .await
+            .inspect_err(|_| {
+                self.inner.metrics.store_error("list");
+            })
+    }
+
+    /// `user` came online (a session started, or a backend said so): fire
+    /// what is held for them. Never blocks; when the queue is full the
+    /// event is dropped and counted.
+    pub fn user_online(&self, user: &str) {
+        if self.inner.online.try_send(user.to_owned()).is_err() {
+            self.inner.metrics.online_dropped.inc();
+        }
+    }
+
+    async fn maintain(self, shutdown: CancellationToken) {
+        let every = Duration::from_millis(self.inner.config.maintenance_every_ms);
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.maintenance_round().await;
+        }
+    }
+
+    /// One round: expire, purge, count.
+    pub async fn maintenance_round(&self) {
+        let (store, metrics, config) = (&self.inner.store, &self.inner.metrics, &self.inner.config);
+        let now = now_ms();
+        match store.expire(now, MAINTENANCE_BATCH).await {
+            Ok(n) => {
+                metrics.expired.inc_by(n);
+            }
+            Err(e) => {
+                metrics.store_error("expire");
+                tracing::warn!(error = %e, "expiring held notifications failed");
+            }
+        }
+        match store
+            .purge(now.saturating_sub(config.retention_ms), MAINTENANCE_BATCH)
+            .await
+        {
+            Ok(n) if n > 0 => tracing::debug!(purged = n, "old statuses purged"),
+            Ok(_) => {}
+            Err(e) => {
+                metrics.store_error("purge");
+                tracing::warn!(error = %e, "purging old statuses failed");
+            }
+        }
+        match store.counts(now, DUE_BUCKETS_MS.to_vec()).await {
+            Ok(c) => {
+                for (name, n) in DUE_BUCKET_NAMES.iter().zip(&c.scheduled) {
+                    metrics
+                        .pending
+                        .get_or_create(&DueLabels { due: name })
+                        .set(*n as i64);
+                }
+                metrics.firing.set(c.firing as i64);
+                metrics.held_pending.set(c.held as i64);
+            }
+            Err(e) => {
+                metrics.store_error("counts");
+                tracing::warn!(error = %e, "counting pending notifications failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! The embedded backend of [`Store`]: a redb database under the data
+//! directory (`DATA_DIR/delayed/store.redb`), for standalone Herald.
+//!
+//! # Durability: group commit
+//! Every change goes through one writer thread. It takes the first waiting
+//! request, then every other one already queued (up to
+//! [`EmbeddedConfig::max_group`]), applies them all in one write
+//! transaction, commits it with fsync (redb's `Durability::Immediate`), and
+//! only then answers each caller. So `Ok` means on disk, and many
+//! concurrent inserters share one fsync. The request queue is bounded
+//! ([`EmbeddedConfig::queue`]); when it is full, callers wait (policy:
+//! backpressure). Reads (status, list, upcoming, counts) use their own
+//! snapshot on the blocking pool and never wait for the writer.
+//!
+//! # Layout
+//! One table per index (`layout`), so every operation is a range over the
+//! index it needs: O(log n + k), never a scan of all entries. Counts come
+//! from maintained counters and a per-minute histogram of scheduled fire
+//! times, with the partial minutes at the bucket edges counted exactly.
+//! Nothing proportional to the number of entries is held in memory (redb's
+//! page cache is bounded by [`EmbeddedConfig::cache_bytes`]).
+//!
+//! Why redb: see `docs/delayed-store.md`.
+
+mod layout;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use redb::Database;
+use tokio::sync::{mpsc, oneshot};
+
+use self::layout::*;
+use self::write::{Tables, io};
+use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
+use crate::schedule::entry::{Entry, Millis, State, Status};
+
+/// Settings of the embedded store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedConfig {
+    /// Requests waiting for the writer at most (callers wait beyond).
+    pub queue: usize,
+    /// Most requests in one commit.
+    pub max_group: usize,
+    /// redb's page cache.
+    pub cache_bytes: usize,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            queue: 4096,
+            max_group: 1024,
+            cache_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// One change, with where its answer goes.
+enum Request {
+    Insert(
+        Vec<Entry>,
+        Millis,
+        oneshot::Sender<Result<Vec<Insert>, StoreError>>,
+    ),
+    ClaimDue(
+        Millis,
+        usize,
+        u64,
+        oneshot::Sender<Result<Vec<Entry>, StoreError>>,
+    ),
+    ClaimHeld(
+        String,
+        Millis,
+        usize,
+        u64,
+        oneshot::Sender<Result<Vec<Entry>, StoreError>>,
+    ),
+    Delivered(Vec<String>, Millis, oneshot::Sender<Result<(), StoreError>>),
+    Hold(
+        Vec<String>,
+        Millis,
+        Millis,
+        oneshot::Sender<Result<(), StoreError>>,
+    ),
+    Release(
+        Vec<String>,
+        Millis,
+        Millis,
+        oneshot::Sender<Result<(), StoreError>>,
+    ),
+    Cancel(String, Millis, oneshot::Sender<Result<Cancel, StoreError>>),
+    Expire(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
+    Purge(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
+}
+
+/// The answer of a request, held until its transaction commits.
+enum Answer {
+    Inserts(
+        Vec<Insert>,
+        oneshot::Sender<Result<Vec<Insert>, StoreError>>,
+    ),
+    Entries(Vec<Entry>, oneshot::Sender<Result<Vec<Entry>, StoreError>>),
+    Unit(oneshot::Sender<Result<(), StoreError>>),
+    Cancel(Cancel, oneshot::Sender<Result<Cancel, StoreError>>),
+    Count(u64, oneshot::Sender<Result<u64, StoreError>>),
+}
+
+impl Answer {
+    fn send(self) {
+        match self {
+            Answer::Inserts(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Entries(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Unit(tx) => drop(tx.send(Ok(()))),
+            Answer::Cancel(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Count(v, tx) => drop(tx.send(Ok(v))),
+        }
+    }
+
+    fn fail(self, e: StoreError) {
+        match self {
+            Answer::Inserts(_, tx) => drop(tx.send(Err(e))),
+            Answer::Entries(_, tx) => drop(tx.send(Err(e))),
+            Answer::Unit(tx) => drop(tx.send(Err(e))),
+            Answer::Cancel(_, tx) => drop(tx.send(Err(e))),
+            Answer::Count(_, tx) => drop(tx.send(Err(e))),
+        }
+    }
+}
+
+/// The embedded store. Cheap to share (`Arc`).
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    requests: mpsc::Sender<Request>,
+    path: PathBuf,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer once it has committed what it
+        // holds.
+        let (closed, _) = mpsc::channel(1);
+        self.requests = closed;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl EmbeddedStore {
+    /// Open (or create) the store in directory `dir` with the defaults.
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        EmbeddedStore::open_with(dir, EmbeddedConfig::default())
+    }
+
+    /// Open (or create) the store in directory `dir`. Fails with a clear
+    /// error when the directory cannot be created, the file cannot be
+    /// opened, or another process has it open.
+    pub fn open_with(dir: &Path, config: EmbeddedConfig) -> Result<EmbeddedStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+        })?;
+        let path = dir.join("store.redb");
+        let db = Database::builder()
+            .set_cache_size(config.cache_bytes)
+            .create(&path)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
+                    "{} is open in another process (one Herald per data directory)",
+                    path.display()
+                )),
+                other => {
+                    StoreError::Unavailable(format!("cannot open {}: {other}", path.display()))
+                }
+            })?;
+        // Create every table, so reads never find one missing.
+        let txn = db.begin_write().map_err(io)?;
+        drop(Tables::open(&txn)?);
+        txn.commit().map_err(io)?;
+        let db = Arc::new(db);
+        let (requests, rx) = mpsc::channel(config.queue.max(1));
+        let writer = {
+            let db = Arc::clone(&db);
+            let max_group = config.max_group.max(1);
+            std::thread::Builder::new()
+                .name("herald-store-writer".into())
+                .spawn(move || run_writer(&db, rx, max_group))
+                .map_err(|e| {
+                    StoreError::Unavailable(format!("cannot start the store writer: {e}"))
+                })?
+        };
+        Ok(EmbeddedStore {
+            db,
+            requests,
+            path,
+            writer: Some(writer),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Request,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(make(tx))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(io)?;
+            f(&txn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
+    }
+}
+
+/// The writer thread: group commit until the queue closes.
+fn run_writer(db: &Database, mut rx: mpsc::Receiver<Request>, max_group: usize) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = vec![first];
+        while group.len() < max_group {
+            match rx.try_recv() {
+                Ok(r) => group.push(r),
+                Err(_) => break,
+            }
+        }
+        commit_group(db, group);
+    }
+}
+
+fn commit_group(db: &Database, group: Vec<Request>) {
+    let mut answers = Vec::with_capacity(group.len());
+    let outcome = (|| -> Result<(), StoreError> {
+        let txn = db.begin_write().map_err(io)?;
+        {
+            let mut t = Tables::open(&txn)?;
+            // A request that fails is answered at once and changes
+            // nothing the others see; a failed commit fails them all.
+            for request in group {
+                if let Some(a) = apply(&mut t, request) {
+                    answers.push(a);
+                }
+            }
+        }
+        txn.commit().map_err(io)
+    })();
+    match outcome {
+        Ok(()) => answers.into_iter().for_each(Answer::send),
+        Err(e) => {
+            tracing::error!(error = %e, "delayed store commit failed; nothing of it was applied");
+            for a in answers {
+                a.fail(e.clone());
+            }
+        }
+    }
+}
+
+/// Apply one request: its answer, to send once the transaction commits;
+/// `None` when it failed (and was answered with the error at once).
+fn apply(t: &mut Tables<'_>, request: Request) -> Option<Answer> {
+    match request {
+        Request::Insert(entries, now, tx) => reply(t.insert(entries, now), tx, Answer::Inserts),
+        Request::ClaimDue(now, limit, lease, tx) => {
+            reply(t.claim_due(now, limit, lease), tx, Answer::Entries)
+        }
+        Request::ClaimHeld(user, now, limit, lease, tx) => {
+            reply(t.claim_held(&user, now, limit, lease), tx, Answer::Entries)
+        }
+        Request::Delivered(ids, now, tx) => reply(t.delivered(ids, now), tx, unit),
+        Request::Hold(ids, expires, now, tx) => reply(t.hold(ids, expires, now), tx, unit),
+        Request::Release(ids, at, now, tx) => reply(t.release(ids, at, now), tx, unit),
+        Request::Cancel(id, now, tx) => reply(t.cancel(&id, now), tx, Answer::Cancel),
+        Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Count),
+        Request::Purge(before, limit, tx) => reply(t.purge(before, limit), tx, Answer::Count),
+    }
+}
+
+fn unit((): (), tx: oneshot::Sender<Result<(), StoreError>>) -> Answer {
+    Answer::Unit(tx)
+}
+
+fn reply<T>(
+    r: Result<T, StoreError>,
+    tx: oneshot::Sender<Result<T, StoreError>>,
+    wrap: impl FnOnce(T, oneshot::Sender<Result<T, StoreError>>) -> Answer,
+) -> Option<Answer> {
+    match r {
+        Ok(v) => Some(wrap(v, tx)),
+        Err(e) => {
+            let _ = tx.send(Err(e));
+            None
+        }
+    }
+}
+
+fn status_of(
+    entries: &redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    id: &str,
+) -> Result<Option<Status>, StoreError> {
+    match entries.get(id).map_err(io)? {
+        Some(v) => Stored::decode(id, v.value()).map(|s| Some(s.status(id))),
+        None => Ok(None),
+    }
+}
+
+/// Scheduled entries with fire time before `t`: whole minutes from the
+/// histogram, the partial minute from the index.
+fn scheduled_before(
+    hist: &[(u64, u64)],
+    sched: &redb::ReadOnlyTable<&'static [u8], ()>,
+    t: Millis,
+) -> Result<u64, StoreError> {
+    let minute = t / MINUTE;
+    let whole: u64 = hist
+        .iter()
+        .take_while(|(m, _)| *m < minute)
+        .map(|(_, n)| n)
+        .sum();
+    let from = (minute * MINUTE).to_be_bytes();
+    let to = t.to_be_bytes();
+    let partial = sched
+        .range(from.as_slice()..to.as_slice())
+        .map_err(io)?
+        .count() as u64;
+    Ok(whole + partial)
+}
+
+impl Store for EmbeddedStore {
+    fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
+        Box::pin(self.ask(move |tx| Request::Insert(entries, now, tx)))
+    }
+
+    fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>> {
+        Box::pin(self.ask(move |tx| Request::ClaimDue(now, limit, lease_ms, tx)))
+    }
+
+    fn upcoming(&self, until: Millis, limit: usize) -> StoreFuture<'_, Vec<(Millis, String)>> {
+        Box::pin(self.read(move |txn| {
+            let bound = time_bound(until);
+            let mut out = Vec::new();
+            for def in [SCHED, LEASE] {
+                let table = txn.open_table(def).map_err(io)?;
+                for kv in table.range(..bound.as_slice()).map_err(io)?.take(limit) {
+                    let (k, _) = kv.map_err(io)?;
+                    if let Some((t, id)) = split_time_key(k.value()) {
+                        out.push((t, id.to_owned()));
+                    }
+                }
+            }
+            out.sort();
+            out.truncate(limit);
+            Ok(out)
+        }))
+    }
+
+    fn delivered(&self, ids: Vec<String>, now: Millis) -> StoreFuture<'_, ()> {
+        Box::pin(self.ask(move |tx| Request::Delivered(ids, now, tx)))
+    }
+
+    fn hold(&self, ids: Vec<String>, expires_ms: Millis, now: Millis) -> StoreFuture<'_, ()> {
+        Box::pin(self.ask(move |tx| Request::Hold(ids, expires_ms, now, tx)))
+    }
+
+    fn claim_held(
+        &self,
+        user: &str,
+        now: Millis,
+        limit: usize,
+        lease_ms: u64,
+    ) -> StoreFuture<'_, Vec<Entry>> {
+        let user = user.to_owned();
+        Box::pin(async move {
+            // Most users coming online have nothing held: answer that from
+            // a read, without a commit.
+            let probe = user.clone();
+            let any = self
+                .read(move |txn| {
+                    let held = txn.open_table(HELD).map_err(io)?;
+                    let prefix = held_prefix(&probe);
+                    let end = prefix_end(&prefix);
+                    Ok(held
+                        .range(prefix.as_slice()..end.as_slice())
+                        .map_err(io)?
+                        .next()
+                        .is_some())
+                })
+                .await?;
+            if !any {
+                return Ok(Vec::new());
+            }
+            self.ask(move |tx| Request::ClaimHeld(user, now, limit, lease_ms, tx))
+                .await
+        })
+    }
+
+    fn release(&self, ids: Vec<String>, retry_ms: Millis, now: Millis) -> StoreFuture<'_, ()> {
+        Box::pin(self.ask(move |tx| Request::Release(ids, retry_ms, now, tx)))
+    }
+
+    fn cancel(&self, id: &str, now: Millis) -> StoreFuture<'_, Cancel> {
+        let id = id.to_owned();
+        Box::pin(self.ask(move |tx| Request::Cancel(id, now, tx)))
+    }
+
+    fn status(&self, id: &str) -> StoreFuture<'_, Option<Status>> {
+        let id = id.to_owned();
+        Box::pin(self.read(move |txn| {
+            let entries = txn.open_table(ENTRIES).map_err(io)?;
+            status_of(&entries, &id)
+        }))
+    }
+
+    fn list(
+        &self,
+        filter: ListFilter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> StoreFuture<'_, Page> {
+        Box::pin(self.read(move |txn| {
+            let list = txn.open_table(LIST).map_err(io)?;
+            let entries = txn.open_table(ENTRIES).map_err(io)?;
+            let topic = filter.topic.as_deref();
+            let prefix = list_prefix(topic, filter.state);
+            let end = prefix_end(&prefix);
+            let start = match &after {
+                // Just after the cursor's own key.
+                Some(c) => {
+                    let mut k = list_key(topic, filter.state, c.due_ms, &c.id);
+                    k.push(0);
+                    k
+                }
+                None => prefix.clone(),
+            };
+            let mut items = Vec::new();
+            let mut more = false;
+            for kv in list.range(start.as_slice()..end.as_slice()).map_err(io)? {
+                let (k, _) = kv.map_err(io)?;
+                if items.len() == limit {
+                    more = true;
+                    break;
+                }
+                let Some((_, id)) = id_after(k.value(), prefix.len()) else {
+                    continue;
+                };
+                if let Some(s) = status_of(&entries, id)? {
+                    items.push(s);
+                }
+            }
+            let next = match (more, items.last()) {
+                (true, Some(last)) => Some(Cursor {
+                    due_ms: last.due_ms,
+                    id: last.id.clone(),
+                }),
+                _ => None,
+            };
+            Ok(Page { items, next })
+        }))
+    }
+
+    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64> {
+        Box::pin(self.ask(move |tx| Request::Expire(now, limit, tx)))
+    }
+
+    fn purge(&self, before: Millis, limit: usize) -> StoreFuture<'_, u64> {
+        Box::pin(self.ask(move |tx| Request::Purge(before, limit, tx)))
+    }
+
+    fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
+        Box::pin(self.read(move |txn| {
+            let counts = txn.open_table(COUNTS).map_err(io)?;
+            let get = |s: State| -> Result<u64, StoreError> {
+                Ok(counts.get(s.code()).map_err(io)?.map_or(0, |v| v.value()))
+            };
+            let total = get(State::Scheduled)?;
+            let sched = txn.open_table(SCHED).map_err(io)?;
+            let hist_table = txn.open_table(HIST).map_err(io)?;
+            let last_minute = bounds.last().map_or(0, |b| now.saturating_add(*b) / MINUTE);
+            let mut hist = Vec::new();
+            for kv in hist_table.range(..=last_minute).map_err(io)? {
+                let (m, n) = kv.map_err(io)?;
+                hist.push((m.value(), n.value()));
+            }
+            let mut scheduled = Vec::with_capacity(bounds.len() + 1);
+            let mut below = 0;
+            for b in &bounds {
+                let upto = scheduled_before(&hist, &sched, now.saturating_add(*b))?;
+                scheduled.push(upto.saturating_sub(below));
+                below = upto;
+            }
+            scheduled.push(total.saturating_sub(below));
+            Ok(Counts {
+                scheduled,
+                firing: get(State::Firing)?,
+                held: get(State::Held)?,
+            })
+        }))
+    }
+}

@@ -1,0 +1,364 @@
+//! The state transitions, applied inside one write transaction by the
+//! writer thread. Each keeps every index in step with the entry's state.
+
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use super::layout::*;
+use crate::schedule::entry::{Entry, Millis, State};
+use crate::schedule::store::{Cancel, Insert, StoreError};
+
+/// Every table, open in one write transaction.
+pub(super) struct Tables<'t> {
+    entries: Table<'t, &'static str, &'static [u8]>,
+    sched: Table<'t, &'static [u8], ()>,
+    lease: Table<'t, &'static [u8], ()>,
+    held: Table<'t, &'static [u8], ()>,
+    holdx: Table<'t, &'static [u8], ()>,
+    list: Table<'t, &'static [u8], ()>,
+    fin: Table<'t, &'static [u8], ()>,
+    hist: Table<'t, u64, u64>,
+    counts: Table<'t, u8, u64>,
+}
+
+pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("embedded store: {e}"))
+}
+
+type R<T> = Result<T, StoreError>;
+
+impl<'t> Tables<'t> {
+    pub(super) fn open(txn: &'t WriteTransaction) -> R<Tables<'t>> {
+        Ok(Tables {
+            entries: txn.open_table(ENTRIES).map_err(io)?,
+            sched: txn.open_table(SCHED).map_err(io)?,
+            lease: txn.open_table(LEASE).map_err(io)?,
+            held: txn.open_table(HELD).map_err(io)?,
+            holdx: txn.open_table(HOLDX).map_err(io)?,
+            list: txn.open_table(LIST).map_err(io)?,
+            fin: txn.open_table(FINAL).map_err(io)?,
+            hist: txn.open_table(HIST).map_err(io)?,
+            counts: txn.open_table(COUNTS).map_err(io)?,
+        })
+    }
+
+    fn get(&self, id: &str) -> R<Option<Stored>> {
+        match self.entries.get(id).map_err(io)? {
+            Some(v) => Stored::decode(id, v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn put(&mut self, id: &str, s: &Stored) -> R<()> {
+        self.entries.insert(id, s.encode().as_slice()).map_err(io)?;
+        Ok(())
+    }
+
+    fn count(&mut self, state: State, delta: i64) -> R<()> {
+        let now = self
+            .counts
+            .get(state.code())
+            .map_err(io)?
+            .map_or(0, |v| v.value());
+        self.counts
+            .insert(state.code(), now.saturating_add_signed(delta))
+            .map_err(io)?;
+        Ok(())
+    }
+
+    fn hist(&mut self, fire: Millis, delta: i64) -> R<()> {
+        let minute = fire / MINUTE;
+        let now = self.hist.get(minute).map_err(io)?.map_or(0, |v| v.value());
+        let next = now.saturating_add_signed(delta);
+        if next == 0 {
+            self.hist.remove(minute).map_err(io)?;
+        } else {
+            self.hist.insert(minute, next).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Take `s` out of the indexes of its current state.
+    fn leave(&mut self, id: &str, s: &Stored) -> R<()> {
+        let h = s.header;
+        self.list
+            .remove(list_key(s.topic(), h.state, s.due(), id).as_slice())
+            .map_err(io)?;
+        match h.state {
+            State::Scheduled => {
+                self.sched
+                    .remove(time_key(h.fire, id).as_slice())
+                    .map_err(io)?;
+                self.hist(h.fire, -1)?;
+            }
+            State::Firing => {
+                self.lease
+                    .remove(time_key(h.deadline, id).as_slice())
+                    .map_err(io)?;
+            }
+            State::Held => {
+                if let Some(user) = s
+                    .entry()
+                    .as_ref()
+                    .and_then(|e| e.online_user().map(str::to_owned))
+                {
+                    self.held
+                        .remove(held_key(&user, s.due(), id).as_slice())
+                        .map_err(io)?;
+                }
+                self.holdx
+                    .remove(time_key(h.deadline, id).as_slice())
+                    .map_err(io)?;
+            }
+            State::Delivered | State::Cancelled | State::Expired => {
+                self.fin
+                    .remove(time_key(h.updated, id).as_slice())
+                    .map_err(io)?;
+            }
+        }
+        if !h.state.is_final() {
+            self.count(h.state, -1)?;
+        }
+        Ok(())
+    }
+
+    /// Put `s` into the indexes of its (new) state, and store it.
+    fn enter(&mut self, id: &str, s: &Stored) -> R<()> {
+        let h = s.header;
+        self.list
+            .insert(list_key(s.topic(), h.state, s.due(), id).as_slice(), ())
+            .map_err(io)?;
+        match h.state {
+            State::Scheduled => {
+                self.sched
+                    .insert(time_key(h.fire, id).as_slice(), ())
+                    .map_err(io)?;
+                self.hist(h.fire, 1)?;
+            }
+            State::Firing => {
+                self.lease
+                    .insert(time_key(h.deadline, id).as_slice(), ())
+                    .map_err(io)?;
+            }
+            State::Held => {
+                if let Some(user) = s
+                    .entry()
+                    .as_ref()
+                    .and_then(|e| e.online_user().map(str::to_owned))
+                {
+                    self.held
+                        .insert(held_key(&user, s.due(), id).as_slice(), ())
+                        .map_err(io)?;
+                }
+                self.holdx
+                    .insert(time_key(h.deadline, id).as_slice(), ())
+                    .map_err(io)?;
+            }
+            State::Delivered | State::Cancelled | State::Expired => {
+                self.fin
+                    .insert(time_key(h.updated, id).as_slice(), ())
+                    .map_err(io)?;
+            }
+        }
+        if !h.state.is_final() {
+            self.count(h.state, 1)?;
+        }
+        self.put(id, s)
+    }
+
+    pub(super) fn insert(&mut self, entries: Vec<Entry>, now: Millis) -> R<Vec<Insert>> {
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let id = e.id().to_owned();
+            if let Some(existing) = self.get(&id)? {
+                out.push(Insert::Duplicate(existing.status(&id)));
+                continue;
+            }
+            let s = Stored::new(e, now);
+            self.enter(&id, &s)?;
+            out.push(Insert::Accepted);
+        }
+        Ok(out)
+    }
+
+    /// The first `limit` keys of `sched` and `lease` up to `now`, merged in
+    /// (time, id) order.
+    fn due_keys(&self, now: Millis, limit: usize) -> R<Vec<(Millis, String)>> {
+        let bound = time_bound(now);
+        let mut keys = Vec::new();
+        for table in [&self.sched, &self.lease] {
+            for kv in table.range(..bound.as_slice()).map_err(io)?.take(limit) {
+                let (k, _) = kv.map_err(io)?;
+                if let Some((t, id)) = split_time_key(k.value()) {
+                    keys.push((t, id.to_owned()));
+                }
+            }
+        }
+        keys.sort();
+        keys.truncate(limit);
+        Ok(keys)
+    }
+
+    /// Claim one live entry (scheduled, firing or held) for firing.
+    fn claim(&mut self, id: &str, mut s: Stored, now: Millis, lease_ms: u64) -> R<Option<Entry>> {
+        self.leave(id, &s)?;
+        s.header.state = State::Firing;
+        s.header.attempts = s.header.attempts.saturating_add(1);
+        s.header.deadline = now.saturating_add(lease_ms);
+        self.enter(id, &s)?;
+        Ok(s.entry())
+    }
+
+    pub(super) fn claim_due(&mut self, now: Millis, limit: usize, lease_ms: u64) -> R<Vec<Entry>> {
+        let mut out = Vec::new();
+        for (_, id) in self.due_keys(now, limit)? {
+            let Some(s) = self.get(&id)? else { continue };
+            let due = match s.header.state {
+                State::Scheduled => s.header.fire <= now,
+                State::Firing => s.header.deadline <= now,
+                _ => false,
+            };
+            if due && let Some(e) = self.claim(&id, s, now, lease_ms)? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Move firing entries to `state` (a final one, or scheduled/held with
+    /// `deadline`/`fire`).
+    fn settle(&mut self, ids: Vec<String>, now: Millis, to: impl Fn(&mut Stored)) -> R<()> {
+        for id in ids {
+            let Some(mut s) = self.get(&id)? else {
+                continue;
+            };
+            if s.header.state != State::Firing {
+                continue;
+            }
+            self.leave(&id, &s)?;
+            s.header.updated = now;
+            to(&mut s);
+            self.enter(&id, &s)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn delivered(&mut self, ids: Vec<String>, now: Millis) -> R<()> {
+        self.settle(ids, now, |s| s.finish(State::Delivered, now))
+    }
+
+    pub(super) fn hold(&mut self, ids: Vec<String>, expires: Millis, now: Millis) -> R<()> {
+        self.settle(ids, now, |s| {
+            s.header.state = State::Held;
+            s.header.deadline = expires;
+        })
+    }
+
+    pub(super) fn release(&mut self, ids: Vec<String>, at: Millis, now: Millis) -> R<()> {
+        self.settle(ids, now, |s| {
+            s.header.state = State::Scheduled;
+            s.header.deadline = 0;
+            s.header.fire = at;
+        })
+    }
+
+    pub(super) fn claim_held(
+        &mut self,
+        user: &str,
+        now: Millis,
+        limit: usize,
+        lease_ms: u64,
+    ) -> R<Vec<Entry>> {
+        let prefix = held_prefix(user);
+        let end = prefix_end(&prefix);
+        let mut ids = Vec::new();
+        for kv in self
+            .held
+            .range(prefix.as_slice()..end.as_slice())
+            .map_err(io)?
+            .take(limit)
+        {
+            let (k, _) = kv.map_err(io)?;
+            if let Some((_, id)) = id_after(k.value(), prefix.len()) {
+                ids.push(id.to_owned());
+            }
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(s) = self.get(&id)? else { continue };
+            if s.header.state == State::Held
+                && let Some(e) = self.claim(&id, s, now, lease_ms)?
+            {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn cancel(&mut self, id: &str, now: Millis) -> R<Cancel> {
+        let Some(mut s) = self.get(id)? else {
+            return Ok(Cancel::NotFound);
+        };
+        match s.header.state {
+            State::Scheduled | State::Held => {
+                self.leave(id, &s)?;
+                s.finish(State::Cancelled, now);
+                self.enter(id, &s)?;
+                Ok(Cancel::Cancelled(s.status(id)))
+            }
+            State::Cancelled => Ok(Cancel::Cancelled(s.status(id))),
+            State::Firing | State::Delivered | State::Expired => Ok(Cancel::TooLate(s.status(id))),
+        }
+    }
+
+    pub(super) fn expire(&mut self, now: Millis, limit: usize) -> R<u64> {
+        let bound = time_bound(now);
+        let mut ids = Vec::new();
+        for kv in self
+            .holdx
+            .range(..bound.as_slice())
+            .map_err(io)?
+            .take(limit)
+        {
+            let (k, _) = kv.map_err(io)?;
+            if let Some((_, id)) = split_time_key(k.value()) {
+                ids.push(id.to_owned());
+            }
+        }
+        let mut n = 0;
+        for id in ids {
+            let Some(mut s) = self.get(&id)? else {
+                continue;
+            };
+            if s.header.state != State::Held {
+                continue;
+            }
+            self.leave(&id, &s)?;
+            s.finish(State::Expired, now);
+            self.enter(&id, &s)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    pub(super) fn purge(&mut self, before: Millis, limit: usize) -> R<u64> {
+        let bound = before.to_be_bytes();
+        let mut ids = Vec::new();
+        for kv in self.fin.range(..bound.as_slice()).map_err(io)?.take(limit) {
+            let (k, _) = kv.map_err(io)?;
+            if let Some((_, id)) = split_time_key(k.value()) {
+                ids.push(id.to_owned());
+            }
+        }
+        let mut n = 0;
+        for id in ids {
+            let Some(s) = self.get(&id)? else { continue };
+            if !s.header.state.is_final() {
+                continue;
+            }
+            self.leave(&id, &s)?;
+            self.entries.remove(id.as_str()).map_err(io)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,382 @@
+//! The Redis backend of [`Store`]: one Redis server or a Redis Cluster,
+//! shared by every distributed router. Operator notes (persistence,
+//! measurements): `docs/redis-store.md`.
+//!
+//! # Layout
+//! - [`config`](RedisConfig): where Redis is, the key prefix, the shard
+//!   count, timeouts and bounds.
+//! - `conn`: the connection (single server with reconnects, or cluster).
+//! - `layout`: key names, the shard of an id, an entry's stored value.
+//! - `lua/*.lua`: one script per state transition, each atomic; `prelude.lua`
+//!   (prepended to each) documents the keys and the header.
+//! - `insert`, `claim`, `held` (hold, `claim_held` and the per-user hint),
+//!   `cancel`, `read` (status, list, counts), `sweep` (expire, purge): the
+//!   operations.
+//! - `merge`: the earliest items across shards, fetched page by page.
+//! - `reply`: decoding script replies.
+//! - `persistence`: the AOF/fsync/eviction check made at start-up.
+//! - `presence`: who is online, as the edges report it ([`RedisPresence`]).
+//!
+//! # Keys
+//! Entries are spread over `shards` shards by a stable hash of their id
+//! (FNV-1a 64 mod shards). Every key of shard 7 is `<prefix>:{7}:...`: the
+//! hash tag puts the whole shard in one hash slot, so every script touches
+//! one slot and runs unchanged on a Redis Cluster.
+//!
+//! ```text
+//! <p>:{s}:e:<id>               entry: header (state, attempts, updated,
+//!                              deadline, due, accepted, topic, user) then
+//!                              the record; header only once final
+//! <p>:{s}:due                  ZSET fire time -> id          scheduled
+//! <p>:{s}:lease                ZSET lease_until -> id        firing
+//! <p>:{s}:hx                   ZSET hold expiry -> id        held
+//! <p>:{s}:fin                  ZSET updated -> id            final (purge)
+//! <p>:{s}:l:<state>[:<topic>]  ZSET 0 -> due(8B BE)++id      list, (due,id) order
+//! <p>:{s}:h:<user>             ZSET 0 -> due(8B BE)++id      held for user
+//! <p>:{s}:ht:<user>            SET of hold tokens applied here (`held`)
+//! <p>:{u}:hint:<user>          HASH "<s>:<token>" -> 1, in the user's shard u
+//! <p>:meta                     HASH shards, layout (checked at connect)
+//! ```
+//!
+//! # Operations
+//! Every state change is a Lua script (EVALSHA; redis-rs loads it again
+//! when Redis answers NOSCRIPT, e.g. after a restart) over one shard, so it
+//! is atomic: a cancel and a claim of the same entry are serialized by
+//! Redis. Batches (insert, delivered, hold, release) make one script call
+//! per shard touched (split past `max_entries_per_script`), all in flight
+//! at once on the multiplexed connection.
+//!
+//! Claims take the earliest (fire time, id) across shards, so several
+//! routers share the work without firing an entry twice (`claim`). A
+//! user's held entries are found through a hint in the user's own shard,
+//! so a user coming online costs one request when nothing is held for
+//! them, not one per shard (`held`, with the argument why no held entry is
+//! ever lost).
+
+mod cancel;
+mod claim;
+mod config;
+mod conn;
+mod held;
+mod insert;
+mod layout;
+mod merge;
+mod metrics;
+mod persistence;
+mod presence;
+mod read;
+mod reply;
+mod sweep;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::AtomicUsize;
+
+use futures_util::future::try_join_all;
+use redis::{Script, Value};
+
+pub use claim::MAX_CLAIM_ROUNDS;
+pub use config::{MAX_SHARDS, RedisConfig, Topology};
+pub use metrics::RedisStoreMetrics;
+pub use persistence::{Durability, Eviction, NodePersistence, Persistence};
+pub use presence::RedisPresence;
+
+use self::conn::{Conn, unavailable};
+use self::layout::{Keys, score};
+use self::reply::num;
+use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
+use crate::schedule::entry::{Entry, Millis, Status};
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("redis/lua/prelude.lua"),
+            include_str!(concat!("redis/lua/", $file))
+        ))
+    };
+}
+
+/// The scripts, each the prelude plus one operation.
+struct Scripts {
+    insert: Script,
+    claim: Script,
+    claim_held: Script,
+    hold: Script,
+    release: Script,
+    delivered: Script,
+    cancel: Script,
+    expire: Script,
+    purge: Script,
+    list: Script,
+    headers: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            insert: script!("insert.lua"),
+            claim: script!("claim.lua"),
+            claim_held: script!("claim_held.lua"),
+            hold: script!("hold.lua"),
+            release: script!("release.lua"),
+            delivered: script!("delivered.lua"),
+            cancel: script!("cancel.lua"),
+            expire: script!("expire.lua"),
+            purge: script!("purge.lua"),
+            list: script!("list.lua"),
+            headers: script!("headers.lua"),
+        }
+    }
+}
+
+/// The Redis store. Cheap to share (`Arc`); every method may be called from
+/// many tasks at once.
+pub struct RedisStore {
+    conn: Conn,
+    keys: Keys,
+    scripts: Scripts,
+    config: RedisConfig,
+    persistence: Persistence,
+    metrics: RedisStoreMetrics,
+    /// Where expire and purge start among the shards, turning per call so
+    /// routers running them together spread over the shards.
+    rotation: AtomicUsize,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.config.prefix)
+            .field("shards", &self.config.shards)
+            .field("durability", &self.persistence.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connect, check the shard count stored under the prefix (set it when
+    /// the prefix is new), and read Redis's persistence settings (logged:
+    /// WARN when acknowledged entries can be lost). Fails when Redis cannot
+    /// be reached or the configuration is wrong.
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        config.check()?;
+        let conn = conn::connect(&config).await?;
+        let keys = Keys::new(&config.prefix, config.shards);
+        check_meta(&conn, &keys).await?;
+        let persistence = Persistence::from_nodes(conn::config_of_masters(&conn).await);
+        persistence.log();
+        Ok(RedisStore {
+            conn,
+            keys,
+            scripts: Scripts::new(),
+            config,
+            persistence,
+            metrics: RedisStoreMetrics::default(),
+            rotation: AtomicUsize::new(0),
+        })
+    }
+
+    /// Redis's persistence as read at connect.
+    pub fn persistence(&self) -> &Persistence {
+        &self.persistence
+    }
+
+    /// The weakest durability of any master (see [`Durability`]).
+    pub fn durability(&self) -> &Durability {
+        &self.persistence.durability
+    }
+
+    /// The store's counters (register them with
+    /// [`RedisStoreMetrics::register`]).
+    pub fn metrics(&self) -> &RedisStoreMetrics {
+        &self.metrics
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// Run `fut` as one store operation: bounded by the operation timeout,
+    /// counted when Redis is unavailable.
+    fn op<'a, T: Send + 'a>(
+        &'a self,
+        what: &'static str,
+        fut: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+    ) -> StoreFuture<'a, T> {
+        let limit = self.config.operation_timeout;
+        Box::pin(async move {
+            let out = match tokio::time::timeout(limit, fut).await {
+                Ok(out) => out,
+                Err(_) => Err(StoreError::Unavailable(format!(
+                    "redis: {what} took longer than {} ms",
+                    limit.as_millis()
+                ))),
+            };
+            if let Err(StoreError::Unavailable(e)) = &out {
+                self.metrics.unavailable.inc();
+                tracing::debug!(operation = what, error = %e, "delayed store operation failed");
+            }
+            out
+        })
+    }
+
+    /// Run `script` in `shard` with `args`.
+    async fn run(
+        &self,
+        script: &Script,
+        shard: u16,
+        args: Vec<Vec<u8>>,
+    ) -> Result<Value, StoreError> {
+        let mut call = script.prepare_invoke();
+        call.key(self.keys.base(shard));
+        for a in &args {
+            call.arg(a.as_slice());
+        }
+        call.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Run one command.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+        cmd.query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Run `script` once per chunk of ids in each shard, all at once, with
+    /// `head` before the ids; the answers, in no particular order.
+    async fn per_shard(
+        &self,
+        script: &Script,
+        ids: &[String],
+        head: &[Vec<u8>],
+    ) -> Result<Vec<(u16, Value)>, StoreError> {
+        let mut by_shard: BTreeMap<u16, Vec<&str>> = BTreeMap::new();
+        for id in ids {
+            by_shard.entry(self.keys.shard(id)).or_default().push(id);
+        }
+        let max = self.config.max_entries_per_script;
+        try_join_all(by_shard.iter().flat_map(|(&s, ids)| {
+            ids.chunks(max).map(move |chunk| {
+                let mut args = head.to_vec();
+                args.extend(chunk.iter().map(|id| id.as_bytes().to_vec()));
+                async move { Ok::<_, StoreError>((s, self.run(script, s, args).await?)) }
+            })
+        }))
+        .await
+    }
+}
+
+impl Store for RedisStore {
+    fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
+        self.op("insert", self.insert_all(entries, now))
+    }
+
+    fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>> {
+        self.op("claim_due", self.claim_due_all(now, limit, lease_ms))
+    }
+
+    fn upcoming(&self, until: Millis, limit: usize) -> StoreFuture<'_, Vec<(Millis, String)>> {
+        self.op("upcoming", self.upcoming_all(until, limit))
+    }
+
+    fn delivered(&self, ids: Vec<String>, now: Millis) -> StoreFuture<'_, ()> {
+        self.op("delivered", async move {
+            self.per_shard(&self.scripts.delivered, &ids, &[num(score(now))])
+                .await
+                .map(drop)
+        })
+    }
+
+    fn hold(&self, ids: Vec<String>, expires_ms: Millis, now: Millis) -> StoreFuture<'_, ()> {
+        self.op("hold", self.hold_all(ids, expires_ms, now))
+    }
+
+    fn claim_held(
+        &self,
+        user: &str,
+        now: Millis,
+        limit: usize,
+        lease_ms: u64,
+    ) -> StoreFuture<'_, Vec<Entry>> {
+        let user = user.to_owned();
+        self.op("claim_held", async move {
+            self.claim_held_all(&user, now, limit, lease_ms).await
+        })
+    }
+
+    fn release(&self, ids: Vec<String>, retry_ms: Millis, now: Millis) -> StoreFuture<'_, ()> {
+        self.op("release", async move {
+            let head = [num(score(retry_ms)), num(score(now))];
+            self.per_shard(&self.scripts.release, &ids, &head)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn cancel(&self, id: &str, now: Millis) -> StoreFuture<'_, Cancel> {
+        let id = id.to_owned();
+        self.op("cancel", async move { self.cancel_one(&id, now).await })
+    }
+
+    fn status(&self, id: &str) -> StoreFuture<'_, Option<Status>> {
+        let id = id.to_owned();
+        self.op("status", async move { self.status_of(&id).await })
+    }
+
+    fn list(
+        &self,
+        filter: ListFilter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> StoreFuture<'_, Page> {
+        self.op("list", self.list_page(filter, after, limit))
+    }
+
+    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64> {
+        self.op("expire", self.expire_some(now, limit))
+    }
+
+    fn purge(&self, before: Millis, limit: usize) -> StoreFuture<'_, u64> {
+        self.op("purge", self.purge_some(before, limit))
+    }
+
+    fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
+        self.op("counts", self.count_all(now, bounds))
+    }
+}
+
+/// Record the shard count and layout under the prefix, or check them
+/// against what is recorded: every router sharing the data must place ids
+/// in the same shards.
+async fn check_meta(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
+    let mut c = conn.clone();
+    let meta = keys.meta();
+    let mut set = redis::cmd("HSETNX");
+    set.arg(&meta).arg("shards").arg(keys.shards());
+    set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
+    let mut set = redis::cmd("HSETNX");
+    set.arg(&meta).arg("layout").arg(layout::LAYOUT);
+    set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
+    let mut get = redis::cmd("HMGET");
+    get.arg(&meta).arg("shards").arg("layout");
+    let (shards, lay): (Option<u16>, Option<u8>) =
+        get.query_async(&mut c).await.map_err(unavailable)?;
+    if shards != Some(keys.shards()) {
+        return Err(StoreError::Unavailable(format!(
+            "the data under this prefix was written with {} shards, this router is configured with {}: \
+             every router sharing a prefix must use the same shard count",
+            shards.map_or("an unknown number of".into(), |s| s.to_string()),
+            keys.shards()
+        )));
+    }
+    if lay != Some(layout::LAYOUT) {
+        return Err(StoreError::Unavailable(format!(
+            "the data under this prefix has layout {lay:?}; this build reads layout {}",
+            layout::LAYOUT
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Claiming due entries, and the read-only look at what comes due.
+//!
+//! A claim peeks at the earliest due ids across shards (the
+//! [`merge`](super::merge) of each shard's `due` and `lease` sets, two
+//! streams per shard), then claims exactly those with one script call per
+//! shard. The script re-checks each id: one another router took meanwhile
+//! is replaced by that shard's next due entry; when a shard cannot make up
+//! its share, the claim goes round again, at most [`MAX_CLAIM_ROUNDS`]
+//! times. A single claimer so gets the earliest (fire time, id) entries in
+//! order; concurrent claimers never get the same entry (the script moves
+//! it to `lease` before anyone else can see it due) and share the work.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use futures_util::future::try_join_all;
+use redis::Value;
+
+use super::RedisStore;
+use super::layout::{self, score};
+use super::merge::{Resume, merge};
+use super::reply::{array, blob, groups, num, parse_score, text};
+use crate::schedule::entry::{Entry, Millis};
+use crate::schedule::store::StoreError;
+
+/// Most rounds of one claim. A round falls short only when other routers
+/// took the entries it picked; each such round is progress for someone,
+/// and the bound keeps one call short under heavy contention (it then
+/// returns what it has; the scheduler claims again at its next tick).
+pub const MAX_CLAIM_ROUNDS: usize = 8;
+
+impl RedisStore {
+    /// Up to `limit` scheduled and firing (fire time, id) pairs with fire
+    /// time <= `until`, earliest first.
+    pub(super) async fn upcoming_all(
+        &self,
+        until: Millis,
+        limit: usize,
+    ) -> Result<Vec<(Millis, String)>, StoreError> {
+        let until = score(until);
+        let streams = 2 * usize::from(self.keys.shards());
+        let merged = merge(streams, limit, false, |r| self.fire_stream(until, r)).await?;
+        Ok(merged.items.into_iter().map(|(_, k, ())| k).collect())
+    }
+
+    /// Up to `r.count` (score, id) of `key` with score <= `max`, from
+    /// `r.offset`, earliest first.
+    pub(super) async fn peek(
+        &self,
+        key: String,
+        max: Millis,
+        r: &Resume<(Millis, String)>,
+    ) -> Result<Vec<((Millis, String), ())>, StoreError> {
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(key)
+            .arg("-inf")
+            .arg(max)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(r.offset)
+            .arg(r.count)
+            .arg("WITHSCORES");
+        let flat: Vec<Value> = self.query(&cmd).await?;
+        groups(flat, "ZRANGE WITHSCORES")?
+            .into_iter()
+            .map(|[id, s]| Ok(((parse_score(&s)?, text(id)?), ())))
+            .collect()
+    }
+
+    /// The scheduled and firing (fire time, id) pairs up to `max`: streams
+    /// `2s` (due) and `2s + 1` (lease) of shard `s`.
+    pub(super) async fn fire_stream(
+        &self,
+        max: Millis,
+        r: Resume<(Millis, String)>,
+    ) -> Result<Vec<((Millis, String), ())>, StoreError> {
+        let shard = (r.stream / 2) as u16;
+        let key = if r.stream.is_multiple_of(2) {
+            self.keys.due(shard)
+        } else {
+            self.keys.lease(shard)
+        };
+        self.peek(key, max, &r).await
+    }
+
+    /// Decode a claimed entry into `out`; skip (and count) a missing or
+    /// corrupt one.
+    pub(super) fn take_claimed(&self, id: &str, value: Vec<u8>, out: &mut Vec<Entry>) {
+        if value.is_empty() {
+            self.metrics.orphans.inc();
+            tracing::error!(
+                id,
+                "a delayed-store index named an entry that is missing (evicted or lost by Redis); dropped"
+            );
+            return;
+        }
+        match layout::entry(id, Bytes::from(value)) {
+            Ok(e) => out.push(e),
+            Err(e) => {
+                self.metrics.corrupt.inc();
+                tracing::error!(id, error = %e, "a claimed delayed entry cannot be decoded; it stays firing until its lease expires");
+            }
+        }
+    }
+
+    pub(super) async fn claim_due_all(
+        &self,
+        now: Millis,
+        limit: usize,
+        lease_ms: u64,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let now = score(now);
+        let until = score(now.saturating_add(lease_ms));
+        let streams = 2 * usize::from(self.keys.shards());
+        let mut got: Vec<Entry> = Vec::new();
+        let mut fire: HashMap<String, Millis> = HashMap::new();
+        for _ in 0..MAX_CLAIM_ROUNDS {
+            let want = limit - got.len();
+            let picks = merge(streams, want, false, |r| self.fire_stream(now, r))
+                .await?
+                .items;
+            if picks.is_empty() {
+                break;
+            }
+            let mut by_shard: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+            for (stream, (_, id), ()) in &picks {
+                by_shard
+                    .entry((stream / 2) as u16)
+                    .or_default()
+                    .push(id.clone());
+            }
+            let answers = try_join_all(by_shard.into_iter().map(|(s, ids)| {
+                let mut args = vec![num(now), num(until), num(ids.len() as u64)];
+                args.extend(ids.into_iter().map(String::into_bytes));
+                self.run(&self.scripts.claim, s, args)
+            }))
+            .await?;
+            let mut moved = 0;
+            for answer in answers {
+                for [id, s, value] in groups(array(answer)?, "claim")? {
+                    let id = text(id)?;
+                    fire.insert(id.clone(), parse_score(&s)?);
+                    self.take_claimed(&id, blob(value)?, &mut got);
+                    moved += 1;
+                }
+            }
+            if got.len() >= limit || moved >= picks.len() {
+                break;
+            }
+        }
+        got.sort_by(|a, b| {
+            let fa = fire.get(a.id()).copied().unwrap_or(0);
+            let fb = fire.get(b.id()).copied().unwrap_or(0);
+            (fa, a.id()).cmp(&(fb, b.id()))
+        });
+        Ok(got)
+    }
+}

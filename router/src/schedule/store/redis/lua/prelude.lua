@@ -1,0 +1,114 @@
+-- Shared by every Herald store script: prepended to each one.
+--
+-- KEYS[1] is one shard's key base, e.g. "herald:{7}". Every key a script
+-- touches is that base plus a suffix, so all of them carry the hash tag
+-- {7}: one hash slot, one Redis Cluster node, one atomic script.
+--
+--   <base>:e:<id>               the entry: header, then the record (header
+--                               only once final)
+--   <base>:due                  ZSET fire time -> id        (scheduled)
+--   <base>:lease                ZSET lease_until -> id      (firing)
+--   <base>:hx                   ZSET hold expiry -> id      (held)
+--   <base>:fin                  ZSET updated -> id          (final; purge)
+--   <base>:l:<state>[:<topic>]  ZSET, score 0, member due(8 bytes BE)..id
+--   <base>:h:<user>             ZSET, score 0, member due(8 bytes BE)..id:
+--                               the entries held here for user
+--   <base>:ht:<user>            SET of tokens of the holds applied here for
+--                               user since the last time h:<user> emptied
+--
+-- Header (big-endian; Lua offsets are 1-based, byte offsets 0-based):
+--   0 u8 layout | 1 u8 state | 2 u32 attempts | 6 u64 updated_ms
+--   14 u64 deadline (lease_until when firing, hold expiry when held, else 0)
+--   22 u64 due_ms | 30 u64 accepted_ms | 38 u16 header length
+--   40 u8 flags (1 topic, 2 user) | 41 [u16 len, topic] [u16 len, user]
+--
+-- Scripts never compare strings (Lua's `<` on strings follows the server's
+-- locale): ordering by (time, id) is done by the sorted sets (scores, and
+-- byte-wise lexical order for score-0 sets) and by the Rust caller.
+
+local B = KEYS[1]
+local SCHEDULED, FIRING, HELD, DELIVERED, CANCELLED, EXPIRED = 0, 1, 2, 3, 4, 5
+local STATE = { [0] = 'scheduled', 'firing', 'held', 'delivered', 'cancelled', 'expired' }
+
+local function ekey(id)
+  return B .. ':e:' .. id
+end
+
+-- The header of the entry at key k, or nil when there is none. Reads the
+-- header only, never the record (which may be large).
+local function header(k)
+  local h = redis.call('GETRANGE', k, 0, 255)
+  if h == '' then
+    return nil
+  end
+  local len = struct.unpack('>H', h, 39)
+  if len > #h then
+    return redis.call('GETRANGE', k, 0, len - 1)
+  end
+  return string.sub(h, 1, len)
+end
+
+-- What the scripts need from a header.
+local function parse(h)
+  local e = {}
+  e.state = string.byte(h, 2)
+  e.attempts = struct.unpack('>I4', h, 3)
+  e.due = string.sub(h, 23, 30)
+  local flags = string.byte(h, 41)
+  local pos = 42
+  if flags % 2 == 1 then
+    local n = struct.unpack('>H', h, pos)
+    e.topic = string.sub(h, pos + 2, pos + 1 + n)
+    pos = pos + 2 + n
+  end
+  if flags % 4 >= 2 then
+    local n = struct.unpack('>H', h, pos)
+    e.user = string.sub(h, pos + 2, pos + 1 + n)
+  end
+  return e
+end
+
+local function lkey(state, topic)
+  local k = B .. ':l:' .. STATE[state]
+  if topic then
+    k = k .. ':' .. topic
+  end
+  return k
+end
+
+-- Move the entry from its state's list to state `to`'s.
+local function relist(id, e, to)
+  local m = e.due .. id
+  redis.call('ZREM', lkey(e.state, e.topic), m)
+  redis.call('ZADD', lkey(to, e.topic), 0, m)
+end
+
+-- Overwrite the mutable part of the header in place.
+local function put_state(k, state, attempts, now, deadline)
+  redis.call('SETRANGE', k, 1, struct.pack('>BI4I8I8', state, attempts, now, deadline))
+end
+
+-- Make an entry final: its status stays (header only: the body is dropped),
+-- listed under its new state and queued for purge.
+local function finish(k, id, h, e, state, now)
+  relist(id, e, state)
+  redis.call('SET', k, string.sub(h, 1, 1) .. struct.pack('>BI4I8I8', state, e.attempts, now, 0)
+    .. string.sub(h, 23))
+  redis.call('ZADD', B .. ':fin', now, id)
+end
+
+-- When nothing is held here for user any more, hand back (and forget) the
+-- tokens of the holds applied here since the last time: the caller removes
+-- them from the user's hint.
+local function emptied(user)
+  if redis.call('EXISTS', B .. ':h:' .. user) == 1 then
+    return {}
+  end
+  local ht = B .. ':ht:' .. user
+  local tokens = redis.call('SMEMBERS', ht)
+  if #tokens > 0 then
+    redis.call('DEL', ht)
+  end
+  return tokens
+end
+

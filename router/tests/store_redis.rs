@@ -1,0 +1,1058 @@
+//! The Redis store against real Redis, never a mock.
+//!
+//! - The shared conformance suite (`store_suite`), one test per case, on
+//!   the single Redis at 127.0.0.1:6379 (or `HERALD_TEST_REDIS_URL`), each
+//!   case under its own key prefix, removed afterwards.
+//! - The whole suite again on a Redis Cluster: the one named by
+//!   `HERALD_TEST_REDIS_CLUSTER` (comma-separated seed URLs), or three
+//!   masters started here with `scripts/redis-cluster.sh` on free loopback
+//!   ports in a temporary directory, and stopped at the end.
+//! - What only the Redis backend has: several stores (routers) sharing one
+//!   Redis, order across shards, the per-user hint of held entries, bad
+//!   stored values, the persistence check, and Redis killed and restarted
+//!   mid-run with AOF (a redis-server of the test's own).
+//!
+//! Nothing here waits for time: conditions are polled with a deadline.
+
+#[macro_use]
+mod store_suite;
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use herald_router::schedule::entry::{Entry, State};
+use herald_router::schedule::store::redis::{Durability, Eviction, RedisConfig, RedisStore};
+use herald_router::schedule::store::{Cancel, Cursor, Insert, ListFilter, Store, StoreError};
+use store_suite::{LEASE, T0, entry, online_entry};
+
+// ---------------------------------------------------------------------------
+// Helpers: URLs, prefixes, key inspection and clean-up.
+
+fn redis_url() -> String {
+    std::env::var("HERALD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn unique_prefix() -> String {
+    format!("herald-test-{:016x}", rand::random::<u64>())
+}
+
+fn sync_conn(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+}
+
+/// Every key of one node matching `pattern` (SCAN, not KEYS: the shared
+/// Redis may hold much else).
+fn scan(url: &str, pattern: &str) -> Vec<Vec<u8>> {
+    let mut c = sync_conn(url);
+    let mut cursor = 0u64;
+    let mut out = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut c)
+            .unwrap();
+        out.extend(keys);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+fn scan_names(url: &str, pattern: &str) -> Vec<String> {
+    scan(url, pattern)
+        .into_iter()
+        .map(|k| String::from_utf8(k).unwrap())
+        .collect()
+}
+
+/// Removes every key under its prefix from its nodes when dropped.
+struct Guard {
+    nodes: Vec<String>,
+    prefix: String,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for url in &self.nodes {
+            let keys = scan(url, &format!("{}:*", self.prefix));
+            let mut c = sync_conn(url);
+            for chunk in keys.chunks(500) {
+                // One key per UNLINK: on a cluster node, keys of several
+                // slots cannot share a command.
+                let mut pipe = redis::pipe();
+                for k in chunk {
+                    pipe.cmd("UNLINK").arg(k).ignore();
+                }
+                pipe.query::<()>(&mut c).unwrap();
+            }
+        }
+    }
+}
+
+fn config(prefix: &str) -> RedisConfig {
+    RedisConfig {
+        prefix: prefix.into(),
+        ..RedisConfig::single(redis_url())
+    }
+}
+
+async fn connect(config: RedisConfig) -> RedisStore {
+    RedisStore::connect(config).await.expect("connect to Redis")
+}
+
+/// A fresh store on the single Redis, for the suite.
+async fn open() -> (Arc<dyn Store>, Guard) {
+    let prefix = unique_prefix();
+    let store = connect(config(&prefix)).await;
+    (
+        Arc::new(store),
+        Guard {
+            nodes: vec![redis_url()],
+            prefix,
+        },
+    )
+}
+
+store_suite_tests!(open);
+
+fn ids(entries: &[Entry]) -> Vec<String> {
+    entries.iter().map(|e| e.id().to_owned()).collect()
+}
+
+/// Poll `f` until it returns `Some`, or panic after `limit`.
+async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Redis servers of the tests' own.
+
+/// A loopback port nobody listens on now (and, with `bus`, port + 10000
+/// too, for a cluster node's bus).
+fn free_port(bus: bool) -> u16 {
+    loop {
+        let port = if bus {
+            20_000 + rand::random::<u16>() % 10_000
+        } else {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && (!bus || free(port + 10_000)) {
+            return port;
+        }
+    }
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "herald-{tag}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn wait_ping(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ok = redis::Client::open(url)
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok();
+        if ok {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{url} never answered PING");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A redis-server child on a free loopback port with its data in a
+/// temporary directory; killed and removed on drop.
+struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut s = Server {
+            child: None,
+            port: free_port(false),
+            dir: temp_dir("redis"),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--save", ""])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (Debian: redis-server)");
+        self.child = Some(child);
+        wait_ping(&self.url());
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: no shutdown, no final fsync.
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Start again on the same port and directory.
+    fn restart(&mut self) {
+        assert!(self.child.is_none());
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster: the one named by `HERALD_TEST_REDIS_CLUSTER`, or three
+/// masters of our own (stopped on drop).
+struct Cluster {
+    seeds: Vec<String>,
+    masters: Vec<String>,
+    own: Option<PathBuf>,
+}
+
+fn cluster_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-cluster.sh")
+}
+
+impl Cluster {
+    fn ensure() -> Cluster {
+        let (seeds, own) = match std::env::var("HERALD_TEST_REDIS_CLUSTER") {
+            Ok(list) => (list.split(',').map(str::to_owned).collect::<Vec<_>>(), None),
+            Err(_) => {
+                let dir = temp_dir("redis-cluster");
+                let ports: Vec<u16> = (0..3).map(|_| free_port(true)).collect();
+                let out = Command::new(cluster_script())
+                    .arg("start")
+                    .arg(&dir)
+                    .args(ports.iter().map(u16::to_string))
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "redis-cluster.sh start: {out:?}");
+                let seeds = ports
+                    .iter()
+                    .map(|p| format!("redis://127.0.0.1:{p}"))
+                    .collect();
+                (seeds, Some(dir))
+            }
+        };
+        let mut c = sync_conn(&seeds[0]);
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
+        let masters = nodes
+            .lines()
+            .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+            .filter_map(|l| l.split(' ').nth(1))
+            .map(|addr| format!("redis://{}", addr.split('@').next().unwrap()))
+            .collect();
+        Cluster {
+            seeds,
+            masters,
+            own,
+        }
+    }
+
+    async fn open(&self) -> (Arc<dyn Store>, Guard) {
+        let (store, guard) = self.open_store().await;
+        (Arc::new(store), guard)
+    }
+
+    async fn open_store(&self) -> (RedisStore, Guard) {
+        let prefix = unique_prefix();
+        let store = connect(RedisConfig {
+            prefix: prefix.clone(),
+            ..RedisConfig::cluster(self.seeds.clone())
+        })
+        .await;
+        let guard = Guard {
+            nodes: self.masters.clone(),
+            prefix,
+        };
+        (store, guard)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.own {
+            let out = Command::new(cluster_script())
+                .arg("stop")
+                .arg(dir)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "redis-cluster.sh stop: {out:?}");
+        }
+    }
+}
+
+/// The case names the suite's macro lists after `@by_ref` or `@by_arc`,
+/// read from its source, so the cluster run below cannot miss a case.
+fn suite_cases(kind: &str) -> Vec<String> {
+    let src = include_str!("store_suite/mod.rs");
+    let from = src
+        .find(&format!("store_suite_tests!({kind} $open;"))
+        .unwrap_or_else(|| panic!("no {kind} list in the suite"));
+    let list = &src[from..];
+    let list = &list[list.find(';').unwrap() + 1..list.find(')').unwrap()];
+    list.split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// The suite on a Redis Cluster.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_passes_the_suite() {
+    let cluster = Cluster::ensure();
+    macro_rules! run {
+        ($kind:literal, $call:ident; $($case:ident),+ $(,)?) => {
+            assert_eq!(
+                vec![$(stringify!($case)),+],
+                suite_cases($kind),
+                "the cluster run must list every {} case of the suite",
+                $kind
+            );
+            $({
+                eprintln!("cluster: {}", stringify!($case));
+                let (store, _guard) = cluster.open().await;
+                store_suite::$case($call(&store)).await;
+            })+
+        };
+    }
+    fn by_ref(s: &Arc<dyn Store>) -> &dyn Store {
+        &**s
+    }
+    fn by_arc(s: &Arc<dyn Store>) -> Arc<dyn Store> {
+        Arc::clone(s)
+    }
+    run!("@by_ref", by_ref;
+        insert_then_status,
+        insert_is_idempotent,
+        a_duplicate_of_a_final_entry_is_still_a_duplicate,
+        nothing_is_claimed_early,
+        claims_come_in_order_and_in_batches,
+        a_claimed_entry_carries_its_notification_intact,
+        an_expired_lease_is_claimed_again,
+        upcoming_lists_fire_times_within_the_horizon,
+        delivered_is_final,
+        held_entries_wait_for_their_user,
+        claim_held_respects_its_limit,
+        held_entries_expire,
+        released_entries_fire_at_the_retry_time,
+        cancel_in_every_state,
+        list_pages_by_topic_and_state,
+        purge_removes_old_final_statuses,
+        counts_by_due_bucket_and_state,
+    );
+    run!("@by_arc", by_arc;
+        cancel_racing_claim_has_one_winner,
+        concurrent_claimers_never_share_an_entry,
+    );
+
+    // The shards spread over every master, and the persistence of each is
+    // reported.
+    let (store, guard) = cluster.open_store().await;
+    let many: Vec<Entry> = (0..200)
+        .map(|i| entry(&format!("k{i}"), T0, None, "u"))
+        .collect();
+    store.insert(many, T0).await.unwrap();
+    for node in &cluster.masters {
+        assert!(
+            !scan(node, &format!("{}:*:e:*", guard.prefix)).is_empty(),
+            "no entry on {node}"
+        );
+    }
+    assert_eq!(store.persistence().nodes.len(), cluster.masters.len());
+    let Some(dir) = &cluster.own else {
+        return; // Someone else's cluster: not ours to crash.
+    };
+    assert_eq!(*store.durability(), Durability::Always);
+
+    // A master is SIGKILLed and started again on its files: operations that
+    // need it fail meanwhile, and the same store works again after, with
+    // every acknowledged entry.
+    let node = |cmd: &str, port: &str| {
+        let out = Command::new(cluster_script())
+            .args([cmd, dir.to_str().unwrap(), port])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "redis-cluster.sh {cmd}: {out:?}");
+    };
+    let port = cluster.masters[0].rsplit(':').next().unwrap().to_owned();
+    node("kill-node", &port);
+    assert!(matches!(
+        store.counts(T0, vec![]).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    node("start-node", &port);
+    let counts = eventually(
+        "the cluster store to work again",
+        Duration::from_secs(20),
+        || async { store.counts(T0, vec![]).await.ok() },
+    )
+    .await;
+    assert_eq!(counts.scheduled, vec![200]);
+    for i in 0..200 {
+        let id = format!("k{i}");
+        assert!(store.status(&id).await.unwrap().is_some(), "{id} lost");
+    }
+    assert_eq!(store.claim_due(T0, 500, LEASE).await.unwrap().len(), 200);
+    drop(guard);
+}
+
+// ---------------------------------------------------------------------------
+// Several routers, one Redis.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routers_claim_every_entry_once() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let a = Arc::new(connect(config(&prefix)).await);
+    let b = Arc::new(connect(config(&prefix)).await);
+    let n = 2000;
+    let all: Vec<Entry> = (0..n)
+        .map(|i| entry(&format!("e{i:05}"), T0 + (i % 97), None, "u"))
+        .collect();
+    let out = a.insert(all, T0).await.unwrap();
+    assert!(out.iter().all(|o| *o == Insert::Accepted));
+    let mut tasks = Vec::new();
+    for store in [&a, &b, &a, &b] {
+        let store = Arc::clone(store);
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.claim_due(T0 + 1000, 25, LEASE).await.unwrap();
+                if batch.is_empty() {
+                    break got;
+                }
+                assert!(batch.iter().all(|e| e.attempts == 1));
+                got.extend(ids(&batch));
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        for id in t.await.unwrap() {
+            assert!(seen.insert(id.clone()), "{id} claimed twice");
+        }
+    }
+    assert_eq!(seen.len(), n as usize);
+    let c = b.counts(T0, vec![]).await.unwrap();
+    assert_eq!((c.scheduled, c.firing), (vec![0], n));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_routers_claims_come_back_to_another_after_the_lease() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let survivor = connect(config(&prefix)).await;
+    {
+        let crashed = connect(config(&prefix)).await;
+        let all: Vec<Entry> = (0..30)
+            .map(|i| entry(&format!("c{i:02}"), T0, None, "u"))
+            .collect();
+        crashed.insert(all, T0).await.unwrap();
+        assert_eq!(crashed.claim_due(T0, 100, 5000).await.unwrap().len(), 30);
+    }
+    assert!(
+        survivor
+            .claim_due(T0 + 4999, 100, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let back = survivor.claim_due(T0 + 5000, 100, LEASE).await.unwrap();
+    assert_eq!(back.len(), 30);
+    assert!(back.iter().all(|e| e.attempts == 2));
+    let mut sorted = ids(&back);
+    sorted.sort();
+    assert_eq!(ids(&back), sorted, "(fire time, id) order across shards");
+}
+
+// ---------------------------------------------------------------------------
+// Order and pages across shards.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_upcoming_and_lists_keep_due_id_order_across_shards() {
+    let (store, _guard) = open().await;
+    // 300 entries over 16 shards, with many equal due times.
+    let all: Vec<Entry> = (0..300u64)
+        .map(|i| {
+            entry(
+                &format!("o{:03}", (i * 7919) % 1000),
+                T0 + (i % 10),
+                Some("t"),
+                "u",
+            )
+        })
+        .collect();
+    let mut expected: Vec<(u64, String)> =
+        all.iter().map(|e| (e.due_ms, e.id().to_owned())).collect();
+    expected.sort();
+    store.insert(all, T0).await.unwrap();
+
+    let up = store.upcoming(T0 + 100, 57).await.unwrap();
+    assert_eq!(up, expected[..57].to_vec());
+    assert_eq!(store.upcoming(T0 + 4, 1000).await.unwrap().len(), 150);
+
+    let filter = ListFilter {
+        topic: Some("t".into()),
+        state: State::Scheduled,
+    };
+    let mut listed = Vec::new();
+    let mut after: Option<Cursor> = None;
+    loop {
+        let page = store.list(filter.clone(), after.clone(), 7).await.unwrap();
+        assert!(page.items.len() <= 7);
+        listed.extend(page.items.iter().map(|s| (s.due_ms, s.id.clone())));
+        match page.next {
+            Some(c) => after = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(listed, expected);
+
+    let mut claimed = Vec::new();
+    loop {
+        let batch = store.claim_due(T0 + 100, 13, LEASE).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        claimed.extend(batch.iter().map(|e| (e.due_ms, e.id().to_owned())));
+    }
+    assert_eq!(
+        claimed, expected,
+        "one claimer gets the earliest first, every time"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_a_script_is_split_and_duplicates_within_it_are_found() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(RedisConfig {
+        max_entries_per_script: 10,
+        ..config(&prefix)
+    })
+    .await;
+    let mut batch: Vec<Entry> = (0..500)
+        .map(|i| entry(&format!("b{i}"), T0 + 5, None, "u"))
+        .collect();
+    batch.extend((0..20).map(|i| entry(&format!("b{i}"), T0 + 9, None, "u")));
+    let out = store.insert(batch, T0).await.unwrap();
+    assert_eq!(out.len(), 520);
+    assert!(out[..500].iter().all(|o| *o == Insert::Accepted));
+    for o in &out[500..] {
+        match o {
+            Insert::Duplicate(s) => assert_eq!((s.due_ms, s.state), (T0 + 5, State::Scheduled)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(store.counts(T0, vec![]).await.unwrap().scheduled, vec![500]);
+    // Delivered, released and held batches are split the same way.
+    let claimed = store.claim_due(T0 + 5, 1000, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 500);
+    store
+        .release(ids(&claimed[..100]), T0 + 50, T0 + 6)
+        .await
+        .unwrap();
+    store.delivered(ids(&claimed), T0 + 6).await.unwrap();
+    let c = store.counts(T0, vec![]).await.unwrap();
+    assert_eq!((c.scheduled, c.firing), (vec![100], 0));
+    assert_eq!(store.purge(T0 + 7, 150).await.unwrap(), 150);
+    assert_eq!(store.purge(T0 + 7, 1000).await.unwrap(), 250);
+}
+
+// ---------------------------------------------------------------------------
+// Held entries and the per-user hint.
+
+async fn hold_all(store: &RedisStore, entries: Vec<Entry>, expires: u64) {
+    store.insert(entries, T0).await.unwrap();
+    let claimed = store.claim_due(T0, 10_000, LEASE).await.unwrap();
+    store.hold(ids(&claimed), expires, T0).await.unwrap();
+}
+
+fn hint_keys(prefix: &str, user: &str) -> Vec<String> {
+    let mut keys = scan_names(&redis_url(), &format!("{prefix}:*:hint:{user}"));
+    keys.extend(scan_names(&redis_url(), &format!("{prefix}:*:ht:{user}")));
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_entries_in_many_shards_come_back_in_order_and_the_hint_goes() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(config(&prefix)).await;
+    let mut all: Vec<Entry> = (0..40u64)
+        .map(|i| online_entry(&format!("a{i:02}"), T0 - 100 + (i % 5), "alice"))
+        .collect();
+    all.extend((0..10).map(|i| online_entry(&format!("b{i}"), T0 - 100, "bob")));
+    hold_all(&store, all.clone(), T0 + 60_000).await;
+    assert!(!hint_keys(&prefix, "alice").is_empty());
+    let mut expected: Vec<(u64, String)> = all[..40]
+        .iter()
+        .map(|e| (e.due_ms, e.id().to_owned()))
+        .collect();
+    expected.sort();
+    let mut got = Vec::new();
+    loop {
+        let batch = store.claim_held("alice", T0 + 1, 7, LEASE).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        assert!(batch.len() <= 7);
+        assert!(batch.iter().all(|e| e.attempts == 2));
+        got.extend(batch.iter().map(|e| (e.due_ms, e.id().to_owned())));
+    }
+    assert_eq!(got, expected);
+    assert_eq!(
+        hint_keys(&prefix, "alice"),
+        Vec::<String>::new(),
+        "alice's hint is gone"
+    );
+    assert!(!hint_keys(&prefix, "bob").is_empty(), "bob's stays");
+    assert_eq!(
+        store
+            .claim_held("bob", T0 + 1, 100, LEASE)
+            .await
+            .unwrap()
+            .len(),
+        10
+    );
+    assert_eq!(hint_keys(&prefix, "bob"), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_expire_clean_the_hint_and_a_stale_hint_is_harmless() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(config(&prefix)).await;
+    let carol: Vec<Entry> = (0..6)
+        .map(|i| online_entry(&format!("c{i}"), T0, "carol"))
+        .collect();
+    hold_all(&store, carol.clone(), T0 + 1000).await;
+    let dave: Vec<Entry> = (0..6)
+        .map(|i| online_entry(&format!("d{i}"), T0, "dave"))
+        .collect();
+    hold_all(&store, dave, T0 + 500).await;
+    for e in &carol {
+        assert!(matches!(
+            store.cancel(e.id(), T0 + 1).await.unwrap(),
+            Cancel::Cancelled(_)
+        ));
+    }
+    assert_eq!(hint_keys(&prefix, "carol"), Vec::<String>::new());
+    assert_eq!(store.expire(T0 + 500, 100).await.unwrap(), 6);
+    assert_eq!(hint_keys(&prefix, "dave"), Vec::<String>::new());
+
+    // A hint naming a shard that holds nothing (a router died between the
+    // hint and the hold) costs a call and finds nothing.
+    let mut c = sync_conn(&redis_url());
+    let key = {
+        // The user's shard: the hint key a hold writes for carol.
+        hold_all(
+            &store,
+            vec![online_entry("c-later", T0, "carol")],
+            T0 + 9000,
+        )
+        .await;
+        scan_names(&redis_url(), &format!("{prefix}:*:hint:carol"))
+            .pop()
+            .unwrap()
+    };
+    redis::cmd("HSET")
+        .arg(&key)
+        .arg("5:00000000deadbeef")
+        .arg(1)
+        .query::<i64>(&mut c)
+        .unwrap();
+    let got = store.claim_held("carol", T0 + 2, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&got), vec!["c-later"]);
+    assert!(
+        store
+            .claim_held("carol", T0 + 3, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// The shard an entry is stored in, read from its key `<prefix>:{<s>}:e:<id>`.
+fn shard_of_entry(prefix: &str, id: &str) -> String {
+    let key = scan_names(&redis_url(), &format!("{prefix}:*:e:{id}"))
+        .pop()
+        .unwrap_or_else(|| panic!("no entry {id}"));
+    key[key.find('{').unwrap() + 1..key.find('}').unwrap()].to_owned()
+}
+
+/// A hold that has written its hint field but not yet held anything (its
+/// router is slow, or just between the two requests) must keep its field
+/// when a claim, cancel or expire empties the user's held set in that
+/// shard: removing it would strand what the hold is about to hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emptying_a_shard_keeps_the_hint_field_of_a_hold_in_flight() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(config(&prefix)).await;
+    let mut c = sync_conn(&redis_url());
+    for (user, empty_it) in ["claimed", "cancelled", "expired"].into_iter().enumerate() {
+        let user = format!("u{user}");
+        let id = format!("{user}-e");
+        hold_all(&store, vec![online_entry(&id, T0, &user)], T0 + 1000).await;
+        let s = shard_of_entry(&prefix, &id);
+        let hint = scan_names(&redis_url(), &format!("{prefix}:*:hint:{user}"))
+            .pop()
+            .unwrap();
+        let in_flight = format!("{s}:00000000feedf00d");
+        redis::cmd("HSET")
+            .arg(&hint)
+            .arg(&in_flight)
+            .arg(1)
+            .query::<i64>(&mut c)
+            .unwrap();
+        match empty_it {
+            "claimed" => {
+                let got = store.claim_held(&user, T0 + 1, 10, LEASE).await.unwrap();
+                assert_eq!(ids(&got), vec![id.clone()]);
+            }
+            "cancelled" => {
+                let out = store.cancel(&id, T0 + 1).await.unwrap();
+                assert!(matches!(out, Cancel::Cancelled(_)), "{out:?}");
+            }
+            _ => assert_eq!(store.expire(T0 + 1000, 10).await.unwrap(), 1),
+        }
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&hint).query(&mut c).unwrap();
+        assert_eq!(
+            fields,
+            vec![in_flight],
+            "{empty_it}: only the finished hold's field goes"
+        );
+    }
+}
+
+/// Holds (from one router) race claims of the same user's held entries
+/// (from another): every entry is claimed exactly once in the end; none is
+/// stranded held by a hint field removed too early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_racing_claim_held_never_strand_an_entry() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let holder = Arc::new(connect(config(&prefix)).await);
+    let claimer = Arc::new(connect(config(&prefix)).await);
+    let n = 90;
+    let all: Vec<Entry> = (0..n)
+        .map(|i| online_entry(&format!("z{i:02}"), T0, "zoe"))
+        .collect();
+    holder.insert(all, T0).await.unwrap();
+    let claimed = holder.claim_due(T0, 1000, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), n);
+    let holding_done = Arc::new(AtomicBool::new(false));
+    let holding = {
+        let (store, done) = (Arc::clone(&holder), Arc::clone(&holding_done));
+        let ids = ids(&claimed);
+        tokio::spawn(async move {
+            for chunk in ids.chunks(3) {
+                store
+                    .hold(chunk.to_vec(), T0 + 60_000, T0 + 1)
+                    .await
+                    .unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let claiming = {
+        let (store, done) = (Arc::clone(&claimer), Arc::clone(&holding_done));
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let finished = done.load(Ordering::SeqCst);
+                let batch = store.claim_held("zoe", T0 + 2, 4, LEASE).await.unwrap();
+                if finished && batch.is_empty() {
+                    break got;
+                }
+                got.extend(ids(&batch));
+            }
+        })
+    };
+    holding.await.unwrap();
+    let got = claiming.await.unwrap();
+    let unique: HashSet<_> = got.iter().collect();
+    assert_eq!(unique.len(), got.len(), "an entry claimed twice");
+    assert_eq!(got.len(), n, "an entry left held");
+    assert_eq!(holder.counts(T0, vec![]).await.unwrap().held, 0);
+    assert_eq!(hint_keys(&prefix, "zoe"), Vec::<String>::new());
+}
+
+// ---------------------------------------------------------------------------
+// Bad values, bad configurations.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_entry_is_reported_and_skipped_and_a_missing_one_dropped() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(config(&prefix)).await;
+    store
+        .insert(
+            vec![
+                entry("bad", T0, None, "u"),
+                entry("gone", T0, None, "u"),
+                entry("good", T0, None, "u"),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    let mut c = sync_conn(&redis_url());
+    let bad = scan_names(&redis_url(), &format!("{prefix}:*:e:bad"))
+        .pop()
+        .unwrap();
+    redis::cmd("SETRANGE")
+        .arg(&bad)
+        .arg(0)
+        .arg(&[9u8][..])
+        .query::<i64>(&mut c)
+        .unwrap();
+    let gone = scan_names(&redis_url(), &format!("{prefix}:*:e:gone"))
+        .pop()
+        .unwrap();
+    redis::cmd("DEL").arg(&gone).query::<i64>(&mut c).unwrap();
+
+    assert!(matches!(
+        store.status("bad").await,
+        Err(StoreError::Corrupt { id, .. }) if id == "bad"
+    ));
+    let claimed = store.claim_due(T0, 10, 1000).await.unwrap();
+    assert_eq!(ids(&claimed), vec!["good"]);
+    assert_eq!(store.metrics().corrupt.get(), 1);
+    assert_eq!(store.metrics().orphans.get(), 1);
+    // The corrupt one stays firing and comes back after its lease; the
+    // missing one is gone from the indexes.
+    let up = store.upcoming(u64::MAX, 10).await.unwrap();
+    assert_eq!(
+        up,
+        vec![(T0 + 1000, "bad".into()), (T0 + 1000, "good".into())]
+    );
+    // A batch with a corrupt entry in it still works for the others.
+    store
+        .hold(vec!["bad".into(), "good".into()], T0 + 5000, T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(store.metrics().corrupt.get(), 2);
+    store
+        .delivered(vec!["bad".into(), "good".into()], T0 + 2)
+        .await
+        .unwrap();
+    let good = store.status("good").await.unwrap().unwrap();
+    assert_eq!(good.state, State::Delivered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_configurations_and_unreachable_redis_are_refused() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    connect(config(&prefix)).await;
+    let other = RedisStore::connect(RedisConfig {
+        shards: 8,
+        ..config(&prefix)
+    })
+    .await;
+    assert!(
+        matches!(&other, Err(StoreError::Unavailable(m)) if m.contains("16 shards")),
+        "{other:?}"
+    );
+    let braces = RedisStore::connect(config("a{b}")).await;
+    assert!(matches!(&braces, Err(StoreError::Unavailable(m)) if m.contains("brace")));
+    let port = free_port(false);
+    let down = RedisStore::connect(RedisConfig::single(format!("redis://127.0.0.1:{port}"))).await;
+    assert!(matches!(&down, Err(StoreError::Unavailable(m)) if m.contains("cannot connect")));
+}
+
+// ---------------------------------------------------------------------------
+// Persistence and restarts.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistence_settings_are_read_and_reported() {
+    let server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let open = || connect(RedisConfig::single(server.url()));
+    let store = open().await;
+    assert_eq!(*store.durability(), Durability::Always);
+    assert_eq!(store.persistence().eviction, Eviction::Never);
+    let mut c = sync_conn(&server.url());
+    let mut set = |k: &str, v: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query::<()>(&mut c)
+            .unwrap()
+    };
+    set("appendfsync", "everysec");
+    set("maxmemory-policy", "allkeys-lru");
+    let store = open().await;
+    assert_eq!(*store.durability(), Durability::EverySec);
+    assert_eq!(
+        store.persistence().eviction,
+        Eviction::Policy("allkeys-lru".into())
+    );
+    set("appendfsync", "no");
+    assert_eq!(*open().await.durability(), Durability::OsDecides);
+    set("appendonly", "no");
+    assert_eq!(*open().await.durability(), Durability::NoAof);
+    drop(server);
+
+    let locked = Server::start(&["--rename-command", "CONFIG", ""]);
+    let store = connect(RedisConfig::single(locked.url())).await;
+    assert!(matches!(store.durability(), Durability::Unknown(_)));
+    assert_eq!(store.persistence().eviction, Eviction::Unknown);
+}
+
+/// Redis (AOF, fsync always) is SIGKILLed mid-run and restarted on the same
+/// directory and port: every acknowledged change is there, operations fail
+/// while it is down, and the same store object works again after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
+    let mut server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let store = connect(RedisConfig {
+        operation_timeout: Duration::from_secs(5),
+        ..RedisConfig::single(server.url())
+    })
+    .await;
+    assert_eq!(*store.durability(), Durability::Always);
+    let mut all: Vec<Entry> = (0..400)
+        .map(|i| entry(&format!("p{i:03}"), T0 + 10_000 + i, None, "u"))
+        .collect();
+    all.extend((0..20).map(|i| online_entry(&format!("h{i:02}"), T0, "alice")));
+    all.extend((0..20).map(|i| entry(&format!("f{i:02}"), T0, None, "u")));
+    let out = store.insert(all.clone(), T0).await.unwrap();
+    assert!(out.iter().all(|o| *o == Insert::Accepted));
+    let claimed = store.claim_due(T0, 100, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 40);
+    let held: Vec<String> = (0..20).map(|i| format!("h{i:02}")).collect();
+    store
+        .hold(held.clone(), T0 + 600_000, T0 + 1)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.cancel("p000", T0 + 2).await.unwrap(),
+        Cancel::Cancelled(_)
+    ));
+
+    server.kill9();
+    assert!(matches!(
+        store.status("p001").await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.insert(vec![entry("late", T0, None, "u")], T0).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    server.restart();
+
+    let first = eventually(
+        "the store to reach Redis again",
+        Duration::from_secs(15),
+        || async { store.status("p001").await.ok() },
+    )
+    .await;
+    assert_eq!(first.map(|s| s.state), Some(State::Scheduled));
+    for e in &all {
+        let s = store
+            .status(e.id())
+            .await
+            .unwrap()
+            .expect("acknowledged entry lost");
+        let want = match e.id() {
+            "p000" => State::Cancelled,
+            id if id.starts_with('h') => State::Held,
+            id if id.starts_with('f') => State::Firing,
+            _ => State::Scheduled,
+        };
+        assert_eq!(s.state, want, "{}", e.id());
+    }
+    // Scripts are loaded again transparently (Redis forgot them).
+    let back = store.claim_held("alice", T0 + 3, 100, LEASE).await.unwrap();
+    assert_eq!(ids(&back), held);
+    let due = store.claim_due(T0 + 10_010, 100, LEASE).await.unwrap();
+    assert_eq!(due.len(), 10);
+    let c = store.counts(T0, vec![]).await.unwrap();
+    assert_eq!((c.scheduled, c.firing, c.held), (vec![389], 50, 0));
+}

@@ -1,0 +1,734 @@
+//! The conformance suite every [`Store`] backend passes.
+//!
+//! A backend's test file opens a fresh, empty store per case and hands it
+//! to the macro:
+//!
+//! ```ignore
+//! #[macro_use]
+//! mod store_suite;
+//! async fn open() -> (Arc<dyn Store>, Guard) { ... } // Guard cleans up on drop
+//! store_suite_tests!(open);
+//! ```
+//!
+//! Every case passes its own clock (`T0` onwards), so nothing here waits
+//! for real time.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_protocol::envelope::{Notification, Scope};
+use herald_router::schedule::entry::{Entry, Millis, State};
+use herald_router::schedule::store::{Cancel, Cursor, Insert, ListFilter, Store};
+
+/// A fixed start of time (2027-01-15).
+pub const T0: Millis = 1_800_000_000_000;
+/// The lease the cases claim with.
+pub const LEASE: u64 = 30_000;
+
+/// A scheduled entry for `user`, due at `due_ms`.
+pub fn entry(id: &str, due_ms: Millis, topic: Option<&str>, user: &str) -> Entry {
+    Entry {
+        notification: Notification {
+            id: id.into(),
+            scope: Scope::User,
+            users: vec![user.into()],
+            clients: vec![],
+            sites: vec!["site-1".into()],
+            event: "reminder.due".into(),
+            topic: topic.map(str::to_owned),
+            content_type: "application/json".into(),
+            payload: Bytes::from(format!("{{\"id\":\"{id}\"}}")),
+            payload_is_utf8: true,
+            ttl: Some(Duration::from_secs(60)),
+            encodings: Default::default(),
+        },
+        due_ms,
+        accepted_ms: T0,
+        when_online: false,
+        attempts: 0,
+    }
+}
+
+/// A `when_online` entry for `user`.
+pub fn online_entry(id: &str, due_ms: Millis, user: &str) -> Entry {
+    Entry {
+        when_online: true,
+        ..entry(id, due_ms, Some("online"), user)
+    }
+}
+
+fn ids(entries: &[Entry]) -> Vec<String> {
+    entries.iter().map(|e| e.id().to_owned()).collect()
+}
+
+async fn insert_ok(store: &dyn Store, entries: Vec<Entry>) {
+    let n = entries.len();
+    let out = store.insert(entries, T0).await.expect("insert");
+    assert_eq!(out, vec![Insert::Accepted; n]);
+}
+
+async fn state(store: &dyn Store, id: &str) -> Option<State> {
+    store.status(id).await.expect("status").map(|s| s.state)
+}
+
+pub async fn insert_then_status(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0 + 1000, Some("t"), "u1")]).await;
+    let s = store.status("a").await.unwrap().expect("stored");
+    assert_eq!(s.id, "a");
+    assert_eq!(s.state, State::Scheduled);
+    assert_eq!(s.topic.as_deref(), Some("t"));
+    assert_eq!(s.accepted_ms, T0);
+    assert_eq!(s.due_ms, T0 + 1000);
+    assert_eq!(s.attempts, 0);
+    assert_eq!(store.status("missing").await.unwrap(), None);
+}
+
+pub async fn insert_is_idempotent(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0 + 1000, None, "u1")]).await;
+    let again = store
+        .insert(vec![entry("a", T0 + 9999, None, "u2")], T0 + 5)
+        .await
+        .unwrap();
+    match &again[..] {
+        [Insert::Duplicate(s)] => {
+            assert_eq!(s.due_ms, T0 + 1000, "the first submission stands");
+            assert_eq!(s.state, State::Scheduled);
+        }
+        other => panic!("expected one duplicate, got {other:?}"),
+    }
+    let twice = store
+        .insert(
+            vec![
+                entry("b", T0 + 10, None, "u"),
+                entry("b", T0 + 20, None, "u"),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(twice[0], Insert::Accepted);
+    assert!(matches!(twice[1], Insert::Duplicate(_)), "{twice:?}");
+    let claimed = store.claim_due(T0 + 100_000, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&claimed), vec!["b", "a"], "each id once");
+    assert_eq!(claimed[0].due_ms, T0 + 10);
+}
+
+pub async fn a_duplicate_of_a_final_entry_is_still_a_duplicate(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0, None, "u")]).await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store.delivered(vec!["a".into()], T0 + 1).await.unwrap();
+    let again = store
+        .insert(vec![entry("a", T0, None, "u")], T0 + 2)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again[..], [Insert::Duplicate(s)] if s.state == State::Delivered),
+        "{again:?}"
+    );
+    assert!(
+        store
+            .claim_due(T0 + 100_000, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn nothing_is_claimed_early(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("a", T0 + 100, None, "u"),
+            entry("b", T0 + 200, None, "u"),
+        ],
+    )
+    .await;
+    assert!(
+        store
+            .claim_due(T0 + 99, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let first = store.claim_due(T0 + 150, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&first), vec!["a"]);
+    assert_eq!(first[0].attempts, 1);
+    assert_eq!(state(store, "a").await, Some(State::Firing));
+    assert_eq!(state(store, "b").await, Some(State::Scheduled));
+    let second = store.claim_due(T0 + 200, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&second), vec!["b"]);
+}
+
+pub async fn claims_come_in_order_and_in_batches(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("e", T0 + 50, None, "u"),
+            entry("c", T0 + 10, None, "u"),
+            entry("b", T0 + 10, None, "u"),
+            entry("a", T0 + 30, None, "u"),
+            entry("d", T0 + 20, None, "u"),
+        ],
+    )
+    .await;
+    let now = T0 + 1000;
+    let mut order = Vec::new();
+    loop {
+        let batch = store.claim_due(now, 2, LEASE).await.unwrap();
+        assert!(batch.len() <= 2);
+        if batch.is_empty() {
+            break;
+        }
+        order.extend(ids(&batch));
+    }
+    assert_eq!(order, vec!["b", "c", "d", "a", "e"], "(due, id) order");
+}
+
+pub async fn a_claimed_entry_carries_its_notification_intact(store: &dyn Store) {
+    let mut e = entry("bin", T0, Some("topic-x"), "u");
+    e.notification.content_type = "application/octet-stream".into();
+    e.notification.payload = Bytes::from((0..=255u8).collect::<Vec<_>>());
+    e.notification.payload_is_utf8 = false;
+    e.notification.scope = Scope::Client;
+    e.notification.clients = vec!["acme".into(), "globex".into()];
+    insert_ok(store, vec![e.clone()]).await;
+    let claimed = store.claim_due(T0, 1, LEASE).await.unwrap();
+    let expected = Entry { attempts: 1, ..e };
+    assert_eq!(claimed, vec![expected]);
+}
+
+pub async fn an_expired_lease_is_claimed_again(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0, None, "u")]).await;
+    assert_eq!(store.claim_due(T0, 10, 1000).await.unwrap().len(), 1);
+    assert!(
+        store
+            .claim_due(T0 + 999, 10, 1000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = store.claim_due(T0 + 1000, 10, 1000).await.unwrap();
+    assert_eq!(ids(&again), vec!["a"]);
+    assert_eq!(again[0].attempts, 2);
+    assert_eq!(store.status("a").await.unwrap().unwrap().attempts, 2);
+}
+
+pub async fn upcoming_lists_fire_times_within_the_horizon(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("a", T0 + 100, None, "u"),
+            entry("b", T0 + 200, None, "u"),
+            entry("c", T0 + 5000, None, "u"),
+        ],
+    )
+    .await;
+    let up = store.upcoming(T0 + 1000, 10).await.unwrap();
+    assert_eq!(up, vec![(T0 + 100, "a".into()), (T0 + 200, "b".into())]);
+    assert_eq!(store.upcoming(T0 + 1000, 1).await.unwrap().len(), 1);
+    // A firing entry is listed at its lease expiry.
+    store.claim_due(T0 + 100, 1, 2000).await.unwrap();
+    let up = store.upcoming(T0 + 10_000, 10).await.unwrap();
+    assert_eq!(
+        up,
+        vec![
+            (T0 + 200, "b".into()),
+            (T0 + 2100, "a".into()),
+            (T0 + 5000, "c".into())
+        ]
+    );
+}
+
+pub async fn delivered_is_final(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![entry("a", T0, None, "u"), entry("b", T0 + 10, None, "u")],
+    )
+    .await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    // "b" is not firing: left alone.
+    store
+        .delivered(vec!["a".into(), "b".into(), "nope".into()], T0 + 5)
+        .await
+        .unwrap();
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.state, a.updated_ms, a.attempts),
+        (State::Delivered, T0 + 5, 1)
+    );
+    assert_eq!(state(store, "b").await, Some(State::Scheduled));
+    let later = store.claim_due(T0 + LEASE * 10, 10, LEASE).await.unwrap();
+    assert_eq!(
+        ids(&later),
+        vec!["b"],
+        "a delivered entry never fires again"
+    );
+    assert!(
+        store
+            .upcoming(u64::MAX, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|(_, id)| id != "a")
+    );
+}
+
+pub async fn held_entries_wait_for_their_user(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            online_entry("h1", T0, "alice"),
+            online_entry("h2", T0 + 1, "alice"),
+            online_entry("h3", T0, "bob"),
+        ],
+    )
+    .await;
+    let claimed = store.claim_due(T0 + 1, 10, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 3);
+    assert!(claimed.iter().all(|e| e.when_online));
+    store
+        .hold(ids(&claimed), T0 + 60_000, T0 + 2)
+        .await
+        .unwrap();
+    let h1 = store.status("h1").await.unwrap().unwrap();
+    assert_eq!((h1.state, h1.updated_ms), (State::Held, T0 + 2));
+    // Held entries are not due any more, even after the lease.
+    assert!(
+        store
+            .claim_due(T0 + LEASE * 10, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.upcoming(u64::MAX, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim_held("carol", T0 + 3, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let alice = store.claim_held("alice", T0 + 3, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&alice), vec!["h1", "h2"]);
+    assert!(alice.iter().all(|e| e.attempts == 2));
+    assert_eq!(state(store, "h1").await, Some(State::Firing));
+    assert_eq!(state(store, "h3").await, Some(State::Held));
+    assert!(
+        store
+            .claim_held("alice", T0 + 4, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Claimed from held, the entry fires like any other: a crash leaves it
+    // to come back after the lease.
+    let back = store.claim_due(T0 + 3 + LEASE, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&back), vec!["h1", "h2"]);
+}
+
+pub async fn claim_held_respects_its_limit(store: &dyn Store) {
+    let many: Vec<Entry> = (0..5)
+        .map(|i| online_entry(&format!("h{i}"), T0 + i, "alice"))
+        .collect();
+    insert_ok(store, many).await;
+    let claimed = store.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    store
+        .hold(ids(&claimed), T0 + 60_000, T0 + 10)
+        .await
+        .unwrap();
+    let first = store.claim_held("alice", T0 + 11, 2, LEASE).await.unwrap();
+    assert_eq!(ids(&first), vec!["h0", "h1"]);
+    let rest = store.claim_held("alice", T0 + 11, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&rest), vec!["h2", "h3", "h4"]);
+}
+
+pub async fn held_entries_expire(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            online_entry("h1", T0, "alice"),
+            online_entry("h2", T0, "bob"),
+        ],
+    )
+    .await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store.hold(vec!["h1".into()], T0 + 1000, T0).await.unwrap();
+    store.hold(vec!["h2".into()], T0 + 5000, T0).await.unwrap();
+    assert_eq!(store.expire(T0 + 999, 10).await.unwrap(), 0);
+    assert_eq!(store.expire(T0 + 1000, 10).await.unwrap(), 1);
+    let h1 = store.status("h1").await.unwrap().unwrap();
+    assert_eq!((h1.state, h1.updated_ms), (State::Expired, T0 + 1000));
+    assert!(
+        store
+            .claim_held("alice", T0 + 1001, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(state(store, "h2").await, Some(State::Held));
+    assert_eq!(store.expire(T0 + 10_000, 10).await.unwrap(), 1);
+    assert_eq!(store.expire(T0 + 20_000, 10).await.unwrap(), 0);
+}
+
+pub async fn released_entries_fire_at_the_retry_time(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0 + 10, None, "u")]).await;
+    store.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    store
+        .release(vec!["a".into(), "nope".into()], T0 + 500, T0 + 11)
+        .await
+        .unwrap();
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!(a.state, State::Scheduled);
+    assert_eq!(a.due_ms, T0 + 10, "the reported due time does not move");
+    assert!(
+        store
+            .claim_due(T0 + 499, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.upcoming(u64::MAX, 10).await.unwrap(),
+        vec![(T0 + 500, "a".into())]
+    );
+    let again = store.claim_due(T0 + 500, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&again), vec!["a"]);
+    assert_eq!(again[0].attempts, 2);
+}
+
+pub async fn cancel_in_every_state(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("sched", T0 + 1000, None, "u"),
+            entry("firing", T0, None, "u"),
+            entry("done", T0, None, "u"),
+            online_entry("held", T0, "alice"),
+            online_entry("exp", T0, "bob"),
+        ],
+    )
+    .await;
+    let claimed = store.claim_due(T0, 10, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    store.delivered(vec!["done".into()], T0 + 1).await.unwrap();
+    store
+        .hold(vec!["held".into()], T0 + 100_000, T0 + 1)
+        .await
+        .unwrap();
+    store
+        .hold(vec!["exp".into()], T0 + 2, T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(store.expire(T0 + 2, 10).await.unwrap(), 1);
+
+    let now = T0 + 3;
+    match store.cancel("sched", now).await.unwrap() {
+        Cancel::Cancelled(s) => assert_eq!((s.state, s.updated_ms), (State::Cancelled, now)),
+        other => panic!("scheduled: {other:?}"),
+    }
+    match store.cancel("sched", now + 1).await.unwrap() {
+        Cancel::Cancelled(s) => assert_eq!(s.updated_ms, now, "idempotent, unchanged"),
+        other => panic!("cancelled again: {other:?}"),
+    }
+    match store.cancel("held", now).await.unwrap() {
+        Cancel::Cancelled(s) => assert_eq!(s.state, State::Cancelled),
+        other => panic!("held: {other:?}"),
+    }
+    for (id, st) in [
+        ("firing", State::Firing),
+        ("done", State::Delivered),
+        ("exp", State::Expired),
+    ] {
+        match store.cancel(id, now).await.unwrap() {
+            Cancel::TooLate(s) => assert_eq!(s.state, st, "{id}"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(store.cancel("nope", now).await.unwrap(), Cancel::NotFound);
+    // Cancelled entries never fire, nor come back from held.
+    assert!(
+        store
+            .claim_due(T0 + 10_000, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .claim_held("alice", now, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let up = store.upcoming(u64::MAX, 10).await.unwrap();
+    assert_eq!(up, vec![(T0 + LEASE, "firing".into())]);
+}
+
+/// Cancels race claims for the same entries: every entry ends either
+/// claimed (its cancel said too late) or cancelled (no claim returned it),
+/// never both, never neither.
+pub async fn cancel_racing_claim_has_one_winner(store: Arc<dyn Store>) {
+    let n = 200;
+    let all: Vec<Entry> = (0..n)
+        .map(|i| entry(&format!("r{i:03}"), T0, None, "u"))
+        .collect();
+    insert_ok(&*store, all).await;
+    let claimer = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.claim_due(T0 + 1, 7, LEASE).await.unwrap();
+                if batch.is_empty() {
+                    break got;
+                }
+                got.extend(ids(&batch));
+            }
+        })
+    };
+    let canceller = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut cancelled = Vec::new();
+            for i in (0..n).rev() {
+                let id = format!("r{i:03}");
+                match store.cancel(&id, T0 + 1).await.unwrap() {
+                    Cancel::Cancelled(_) => cancelled.push(id),
+                    Cancel::TooLate(s) => assert_eq!(s.state, State::Firing),
+                    Cancel::NotFound => panic!("{id} vanished"),
+                }
+            }
+            cancelled
+        })
+    };
+    let claimed = claimer.await.unwrap();
+    let cancelled = canceller.await.unwrap();
+    let claimed: HashSet<_> = claimed.into_iter().collect();
+    let cancelled: HashSet<_> = cancelled.into_iter().collect();
+    assert!(claimed.is_disjoint(&cancelled));
+    assert_eq!(claimed.len() + cancelled.len(), n);
+}
+
+/// Several firers (routers) share the work: no entry is claimed twice
+/// within its lease, and every entry is claimed.
+pub async fn concurrent_claimers_never_share_an_entry(store: Arc<dyn Store>) {
+    let n = 300;
+    let all: Vec<Entry> = (0..n)
+        .map(|i| entry(&format!("c{i:03}"), T0 + i, None, "u"))
+        .collect();
+    insert_ok(&*store, all).await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.claim_due(T0 + 1000, 9, LEASE).await.unwrap();
+                if batch.is_empty() {
+                    break got;
+                }
+                got.extend(ids(&batch));
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        for id in t.await.unwrap() {
+            assert!(seen.insert(id.clone()), "{id} claimed twice");
+        }
+    }
+    assert_eq!(seen.len(), n as usize);
+}
+
+pub async fn list_pages_by_topic_and_state(store: &dyn Store) {
+    let mut all = Vec::new();
+    for i in 0..25u64 {
+        all.push(entry(&format!("a{i:02}"), T0 + 100 - i, Some("alpha"), "u"));
+    }
+    for i in 0..5u64 {
+        all.push(entry(&format!("b{i}"), T0 + i, Some("beta"), "u"));
+    }
+    for i in 0..3u64 {
+        all.push(entry(&format!("n{i}"), T0 + i, None, "u"));
+    }
+    insert_ok(store, all).await;
+    let filter = ListFilter {
+        topic: Some("alpha".into()),
+        state: State::Scheduled,
+    };
+    let mut listed = Vec::new();
+    let mut after: Option<Cursor> = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list(filter.clone(), after.clone(), 10).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 10);
+        assert!(
+            page.items
+                .iter()
+                .all(|s| s.state == State::Scheduled && s.topic.as_deref() == Some("alpha"))
+        );
+        listed.extend(page.items.iter().map(|s| (s.due_ms, s.id.clone())));
+        match page.next {
+            Some(c) => after = Some(c),
+            None => break,
+        }
+    }
+    assert!(pages >= 3);
+    assert_eq!(listed.len(), 25);
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted, "ordered by (due, id)");
+    let none = store
+        .list(
+            ListFilter {
+                topic: None,
+                state: State::Scheduled,
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        none.items.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        vec!["n0", "n1", "n2"]
+    );
+    assert_eq!(none.next, None);
+    // A state change moves an entry between lists.
+    store.cancel("b3", T0).await.unwrap();
+    let beta = |state| ListFilter {
+        topic: Some("beta".into()),
+        state,
+    };
+    let scheduled = store.list(beta(State::Scheduled), None, 100).await.unwrap();
+    assert_eq!(scheduled.items.len(), 4);
+    let cancelled = store.list(beta(State::Cancelled), None, 100).await.unwrap();
+    assert_eq!(
+        cancelled
+            .items
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["b3"]
+    );
+    let empty = store
+        .list(
+            ListFilter {
+                topic: Some("gamma".into()),
+                state: State::Scheduled,
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(empty.items.is_empty() && empty.next.is_none());
+}
+
+pub async fn purge_removes_old_final_statuses(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("d", T0, None, "u"),
+            entry("c", T0 + 1000, None, "u"),
+            entry("live", T0 + 1000, None, "u"),
+        ],
+    )
+    .await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store.delivered(vec!["d".into()], T0 + 10).await.unwrap();
+    store.cancel("c", T0 + 20).await.unwrap();
+    assert_eq!(store.purge(T0 + 10, 100).await.unwrap(), 0);
+    assert_eq!(store.purge(T0 + 11, 100).await.unwrap(), 1);
+    assert_eq!(store.status("d").await.unwrap(), None);
+    assert_eq!(state(store, "c").await, Some(State::Cancelled));
+    assert_eq!(store.purge(u64::MAX, 100).await.unwrap(), 1);
+    assert_eq!(
+        state(store, "live").await,
+        Some(State::Scheduled),
+        "live entries stay"
+    );
+    // A purged id can be used again.
+    insert_ok(store, vec![entry("d", T0 + 5, None, "u")]).await;
+}
+
+pub async fn counts_by_due_bucket_and_state(store: &dyn Store) {
+    let now = T0;
+    insert_ok(
+        store,
+        vec![
+            entry("soon", now + 500, None, "u"),
+            entry("mid", now + 5000, None, "u"),
+            entry("late", now + 100_000, None, "u"),
+            entry("overdue", now - 10, None, "u"),
+            online_entry("h", now - 20, "alice"),
+        ],
+    )
+    .await;
+    let c = store.counts(now, vec![1000, 60_000]).await.unwrap();
+    assert_eq!(c.scheduled, vec![3, 1, 1]);
+    assert_eq!((c.firing, c.held), (0, 0));
+    let claimed = store.claim_due(now, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&claimed), vec!["h", "overdue"]);
+    store
+        .hold(vec!["h".into()], now + 100_000, now)
+        .await
+        .unwrap();
+    let c = store.counts(now, vec![1000, 60_000]).await.unwrap();
+    assert_eq!(c.scheduled, vec![1, 1, 1]);
+    assert_eq!((c.firing, c.held), (1, 1));
+}
+
+/// One `#[tokio::test]` per case, each on a fresh store from `$open`, an
+/// `async fn() -> (Arc<dyn Store>, Guard)`.
+#[macro_export]
+macro_rules! store_suite_tests {
+    ($open:path) => {
+        store_suite_tests!(@by_ref $open;
+            insert_then_status,
+            insert_is_idempotent,
+            a_duplicate_of_a_final_entry_is_still_a_duplicate,
+            nothing_is_claimed_early,
+            claims_come_in_order_and_in_batches,
+            a_claimed_entry_carries_its_notification_intact,
+            an_expired_lease_is_claimed_again,
+            upcoming_lists_fire_times_within_the_horizon,
+            delivered_is_final,
+            held_entries_wait_for_their_user,
+            claim_held_respects_its_limit,
+            held_entries_expire,
+            released_entries_fire_at_the_retry_time,
+            cancel_in_every_state,
+            list_pages_by_topic_and_state,
+            purge_removes_old_final_statuses,
+            counts_by_due_bucket_and_state
+        );
+        store_suite_tests!(@by_arc $open;
+            cancel_racing_claim_has_one_winner,
+            concurrent_claimers_never_share_an_entry
+        );
+    };
+    (@by_ref $open:path; $($case:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, _guard) = $open().await;
+                store_suite::$case(&*store).await;
+            }
+        )+
+    };
+    (@by_arc $open:path; $($case:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, _guard) = $open().await;
+                store_suite::$case(store).await;
+            }
+        )+
+    };
+}
