@@ -26,6 +26,8 @@
 //! - [`link`]: [`link::AmqpLink`], the [`crate::link::Link`] the HTTP API
 //!   publishes through; it follows reconnects through a
 //!   [`link::PublisherSlot`].
+//! - [`presence`]: the presence reports edges send to roots (pure), and
+//!   [`presence_intake`], the router's consumer of them.
 //! - [`metrics`]: connection and forward counters.
 //!
 //! The contract for publishers is in `router/AMQP.md`.
@@ -34,6 +36,8 @@ pub mod envelope;
 pub mod ingest;
 pub mod link;
 pub mod metrics;
+pub mod presence;
+pub mod presence_intake;
 pub mod publisher;
 pub mod supervisor;
 pub mod topology;

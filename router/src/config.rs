@@ -102,6 +102,88 @@ impl Default for PublishConfig {
     }
 }
 
+/// `[redis]`: the delayed-notification store (and presence) of the
+/// distributed routers. Delayed notifications are enabled when `url` or
+/// `cluster` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSection {
+    /// One Redis server: `redis://host:port/db` (`rediss://` for TLS).
+    pub url: Option<String>,
+    /// Or a Redis Cluster: its seed nodes.
+    pub cluster: Vec<String>,
+    /// Key prefix (several deployments can share a Redis).
+    pub prefix: String,
+    /// Shards the entries are spread over; fixed for the life of the data.
+    pub shards: u16,
+    /// Longest a connect may take.
+    pub connect_timeout_ms: u64,
+    /// Longest one Redis request may wait for its answer.
+    pub response_timeout_ms: u64,
+    /// Longest one store operation may take in all.
+    pub operation_timeout_ms: u64,
+    /// An edge's users count as online this long after its last presence
+    /// report (keep it a few times `edge.presence_heartbeat_ms`).
+    pub presence_edge_ttl_ms: u64,
+}
+
+impl Default for RedisSection {
+    fn default() -> Self {
+        let d = crate::schedule::store::redis::RedisConfig::default();
+        RedisSection {
+            url: None,
+            cluster: Vec::new(),
+            prefix: d.prefix,
+            shards: d.shards,
+            connect_timeout_ms: d.connect_timeout.as_millis() as u64,
+            response_timeout_ms: d.response_timeout.as_millis() as u64,
+            operation_timeout_ms: d.operation_timeout.as_millis() as u64,
+            presence_edge_ttl_ms: 35_000,
+        }
+    }
+}
+
+impl RedisSection {
+    /// Whether a Redis is configured (delayed notifications on).
+    pub fn enabled(&self) -> bool {
+        self.url.is_some() || !self.cluster.is_empty()
+    }
+
+    /// The store's configuration, when enabled.
+    pub fn store_config(&self) -> Option<crate::schedule::store::redis::RedisConfig> {
+        use crate::schedule::store::redis::{RedisConfig, Topology};
+        let topology = match (&self.url, self.cluster.is_empty()) {
+            (Some(url), true) => Topology::Single(url.clone()),
+            (None, false) => Topology::Cluster(self.cluster.clone()),
+            _ => return None,
+        };
+        Some(RedisConfig {
+            topology,
+            prefix: self.prefix.clone(),
+            shards: self.shards,
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            response_timeout: Duration::from_millis(self.response_timeout_ms),
+            operation_timeout: Duration::from_millis(self.operation_timeout_ms),
+            ..RedisConfig::default()
+        })
+    }
+
+    /// Every rule, as problems named `redis.*`.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.url.is_some() && !self.cluster.is_empty() {
+            p.push("redis: set url (one server) or cluster (seed nodes), not both".to_owned());
+        }
+        if self.presence_edge_ttl_ms == 0 {
+            p.push("redis.presence_edge_ttl_ms must be greater than 0".to_owned());
+        }
+        if let Some(c) = self.store_config() {
+            p.extend(c.problems().into_iter().map(|m| format!("redis: {m}")));
+        }
+        p
+    }
+}
+
 /// The whole router configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -118,6 +200,10 @@ pub struct Config {
     pub amqp: AmqpConfig,
     /// Publication limits.
     pub publish: PublishConfig,
+    /// Delayed notifications (enabled with `[redis]`).
+    pub schedule: crate::schedule::config::ScheduleConfig,
+    /// The Redis the delayed store and presence live in.
+    pub redis: RedisSection,
 }
 
 impl Default for Config {
@@ -129,6 +215,8 @@ impl Default for Config {
             shutdown_grace_ms: 10_000,
             amqp: AmqpConfig::default(),
             publish: PublishConfig::default(),
+            schedule: crate::schedule::config::ScheduleConfig::default(),
+            redis: RedisSection::default(),
         }
     }
 }
@@ -268,6 +356,8 @@ impl Config {
             }
         }
         p.extend(self.publish.problems());
+        p.extend(self.schedule.problems());
+        p.extend(self.redis.problems());
         if p.is_empty() {
             Ok(())
         } else {

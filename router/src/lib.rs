@@ -53,4 +53,5 @@ pub mod link;
 pub mod metrics;
 pub mod process;
 pub mod publish;
+pub mod schedule;
 pub mod server;

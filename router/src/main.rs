@@ -31,6 +31,13 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        let store = match server::connect_store(&config).await {
+            Ok(store) => store,
+            Err(e) => {
+                eprintln!("herald-router: cannot open the delayed-notification store: {e}");
+                return ExitCode::from(EX_UNAVAILABLE);
+            }
+        };
         let listener = match tokio::net::TcpListener::bind(config.listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -48,7 +55,7 @@ fn main() -> ExitCode {
                 shutdown.cancel();
             }
         });
-        server::run(config, listener, shutdown).await;
+        server::run(config, listener, shutdown, store).await;
         signals.abort();
         ExitCode::SUCCESS
     })

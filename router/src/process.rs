@@ -5,6 +5,9 @@
 pub const EX_CONFIG: u8 = 78;
 /// sysexits.h EX_UNAVAILABLE: a needed resource (the port) is unavailable.
 pub const EX_UNAVAILABLE: u8 = 69;
+/// sysexits.h `EX_CANTCREAT`: a file Herald needs (its store) cannot be
+/// created or opened.
+pub const EX_CANTCREAT: u8 = 73;
 
 /// lapin logs every message the broker returns (an unroutable forward: no
 /// edge is bound) at WARN with its whole body. Herald counts those in

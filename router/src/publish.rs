@@ -8,6 +8,7 @@
 //! type, `422` a field, `503` link down).
 
 mod error;
+mod notifications;
 mod parse;
 
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{delete, post};
 use bytes::Bytes;
 use herald_protocol::envelope::{Limits, Notification};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -29,6 +30,10 @@ pub use error::ApiError;
 use crate::api_key::ApiKeys;
 use crate::link::Link;
 use crate::metrics::PublishMetrics;
+use crate::schedule::entry::Entry;
+use crate::schedule::service::Delayed;
+use crate::schedule::store::Insert;
+use crate::schedule::timing::{now_ms, rfc3339};
 
 /// Settings of the publish API.
 #[derive(Debug, Clone)]
@@ -72,11 +77,24 @@ struct Inner {
     config: PublishConfig,
     link: Arc<dyn Link>,
     metrics: PublishMetrics,
+    delayed: Option<Delayed>,
 }
 
 #[derive(Serialize)]
 struct Accepted {
     ids: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    scheduled: Vec<ScheduledInfo>,
+}
+
+/// The fixed due time of a delayed notification, in the 202 answer.
+#[derive(Serialize)]
+struct ScheduledInfo {
+    id: String,
+    due_at: String,
+    due_at_ms: u64,
+    /// The id was already stored: nothing changed (idempotent resubmit).
+    duplicate: bool,
 }
 
 /// A fresh notification id: 128 random bits, hex.
@@ -88,24 +106,55 @@ pub fn new_id() -> String {
 impl PublishApi {
     /// An API that validates with `config` and hands batches to `link`.
     pub fn new(config: PublishConfig, link: Arc<dyn Link>, metrics: PublishMetrics) -> Self {
+        PublishApi::with_delayed(config, link, metrics, None)
+    }
+
+    /// An API that also accepts delayed notifications (`delay_ms`,
+    /// `deliver_at`, `when_online`) into `delayed`, and serves their
+    /// status, cancel and list endpoints.
+    pub fn with_delayed(
+        config: PublishConfig,
+        link: Arc<dyn Link>,
+        metrics: PublishMetrics,
+        delayed: Option<Delayed>,
+    ) -> Self {
         PublishApi {
             inner: Arc::new(Inner {
                 config,
                 link,
                 metrics,
+                delayed,
             }),
         }
     }
 
-    /// The routes: `POST /v1/notifications`.
+    /// The routes: `POST /v1/notifications`; with delayed notifications
+    /// also `GET /v1/notifications` (list), `GET` and `DELETE
+    /// /v1/notifications/{id}`, and `POST /v1/users/{uid}/online`.
     pub fn routes(&self) -> Router {
-        Router::new()
-            .route("/v1/notifications", post(publish))
-            .with_state(self.clone())
+        let router = if self.inner.delayed.is_some() {
+            Router::new()
+                .route("/v1/notifications", post(publish).get(notifications::list))
+                .route(
+                    "/v1/notifications/{id}",
+                    delete(notifications::cancel).get(notifications::status),
+                )
+                .route("/v1/users/{uid}/online", post(notifications::user_online))
+        } else {
+            Router::new().route("/v1/notifications", post(publish))
+        };
+        router.with_state(self.clone())
+    }
+
+    fn delayed(&self) -> Option<&Delayed> {
+        self.inner.delayed.as_ref()
     }
 
     fn authorize(&self, req: &Request) -> Result<(), ApiError> {
-        let headers = req.headers();
+        self.authorize_headers(req.headers())
+    }
+
+    fn authorize_headers(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
         let bearer = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -133,7 +182,7 @@ impl PublishApi {
         }
     }
 
-    async fn handle(&self, req: Request) -> Result<Vec<String>, ApiError> {
+    async fn handle(&self, req: Request) -> Result<Accepted, ApiError> {
         self.authorize(&req)?;
         let content_type = req
             .headers()
@@ -159,7 +208,7 @@ impl PublishApi {
             .trim()
             .to_ascii_lowercase();
         let config = &self.inner.config;
-        let mut notifications = if essence == "application/json" {
+        let mut publications = if essence == "application/json" {
             if query.as_deref().is_some_and(|q| !q.is_empty()) {
                 return Err(ApiError::invalid(
                     "query",
@@ -175,18 +224,82 @@ impl PublishApi {
                 &mut new_id,
             )?]
         };
-        let batch = notifications.len() > 1;
-        for (i, n) in notifications.iter_mut().enumerate() {
-            validate(n, &config.limits, batch.then_some(i))?;
+        let batch = publications.len() > 1;
+        for (i, p) in publications.iter_mut().enumerate() {
+            validate(&mut p.notification, &config.limits, batch.then_some(i))?;
         }
-        let ids = notifications.iter().map(|n| n.id.clone()).collect();
-        let batch: Vec<Arc<Notification>> = notifications.into_iter().map(Arc::new).collect();
-        self.inner
-            .link
-            .publish(batch)
-            .await
-            .map_err(|e| ApiError::unavailable(e.to_string()))?;
-        Ok(ids)
+        let ids = publications
+            .iter()
+            .map(|p| p.notification.id.clone())
+            .collect();
+        let now = now_ms();
+        let mut immediate: Vec<Arc<Notification>> = Vec::new();
+        let mut delayed: Vec<Entry> = Vec::new();
+        for (i, p) in publications.into_iter().enumerate() {
+            let at = |field: &str| match batch {
+                true => format!("[{i}].{field}"),
+                false => field.to_owned(),
+            };
+            if !p.delay.is_delayed() {
+                immediate.push(Arc::new(p.notification));
+                continue;
+            }
+            let Some(service) = self.delayed() else {
+                let field = if p.delay.delay_ms.is_some() {
+                    "delay_ms"
+                } else if p.delay.deliver_at.is_some() {
+                    "deliver_at"
+                } else {
+                    "when_online"
+                };
+                return Err(ApiError::invalid(
+                    at(field),
+                    "delayed notifications are not enabled on this server (configure [redis] url, or --redis-url)",
+                ));
+            };
+            let due_ms = service
+                .due_time(&p.delay, &p.notification, now)
+                .map_err(|e| ApiError::invalid(at(e.field), e.message))?;
+            delayed.push(Entry {
+                notification: p.notification,
+                due_ms,
+                accepted_ms: now,
+                when_online: p.delay.when_online,
+                attempts: 0,
+            });
+        }
+        let mut scheduled = Vec::with_capacity(delayed.len());
+        if let Some(service) = self.delayed()
+            && !delayed.is_empty()
+        {
+            let asked: Vec<(String, u64)> = delayed
+                .iter()
+                .map(|e| (e.id().to_owned(), e.due_ms))
+                .collect();
+            let outcome = service.accept(delayed).await.map_err(|e| {
+                ApiError::unavailable(format!("the delayed store did not take the batch: {e}"))
+            })?;
+            for ((id, due), insert) in asked.into_iter().zip(outcome) {
+                let (due, duplicate) = match insert {
+                    Insert::Accepted => (due, false),
+                    Insert::Duplicate(status) => (status.due_ms, true),
+                };
+                scheduled.push(ScheduledInfo {
+                    id,
+                    due_at: rfc3339(due),
+                    due_at_ms: due,
+                    duplicate,
+                });
+            }
+        }
+        if !immediate.is_empty() {
+            self.inner
+                .link
+                .publish(immediate)
+                .await
+                .map_err(|e| ApiError::unavailable(e.to_string()))?;
+        }
+        Ok(Accepted { ids, scheduled })
     }
 }
 
@@ -206,13 +319,13 @@ fn validate(n: &mut Notification, limits: &Limits, index: Option<usize>) -> Resu
 
 async fn publish(State(api): State<PublishApi>, req: Request) -> Response {
     match api.handle(req).await {
-        Ok(ids) => {
+        Ok(accepted) => {
             api.inner
                 .metrics
                 .accepted
                 .get_or_create(&crate::metrics::SourceLabels { source: "http" })
-                .inc_by(ids.len() as u64);
-            (StatusCode::ACCEPTED, Json(Accepted { ids })).into_response()
+                .inc_by(accepted.ids.len() as u64);
+            (StatusCode::ACCEPTED, Json(accepted)).into_response()
         }
         Err(e) => {
             api.inner.metrics.reject("http", e.reason());

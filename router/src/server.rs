@@ -6,7 +6,11 @@
 //! | `POST /v1/notifications` | the publish API ([`crate::publish`]) over [`AmqpLink`] |
 //! | `GET /healthz` | 200 while connected to the broker (topology declared), else 503 |
 //! | `GET /metrics` | Prometheus text format |
+//! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
+//! With `[redis]`, the router also runs the firer of delayed notifications
+//! (due ones go out through the same [`AmqpLink`] as the HTTP API) and the
+//! presence intake (edges' reports, on a connection of its own).
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting and finishes its
 //! requests (their forwards still go out); then the intake cancels its
@@ -25,10 +29,24 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::amqp::presence_intake::PresenceIntake;
 use crate::amqp::{AmqpLink, AmqpMetrics, Ingest, PublisherSlot, Supervisor};
 use crate::config::Config;
 use crate::metrics::PublishMetrics;
 use crate::publish::PublishApi;
+use crate::schedule::metrics::DelayedMetrics;
+use crate::schedule::service::Delayed;
+use crate::schedule::store::StoreError;
+use crate::schedule::store::redis::RedisStore;
+
+/// Connect the delayed store when `[redis]` is configured. Fails when Redis
+/// cannot be reached or refuses the configuration.
+pub async fn connect_store(config: &Config) -> Result<Option<RedisStore>, StoreError> {
+    match config.redis.store_config() {
+        Some(c) => RedisStore::connect(c).await.map(Some),
+        None => Ok(None),
+    }
+}
 
 #[derive(Clone)]
 struct Ops {
@@ -38,24 +56,41 @@ struct Ops {
 }
 
 /// Run the router on `listener` until `shutdown` fires, then wind down (see
-/// the module docs). Returns once the broker connection is closed.
-pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) {
+/// the module docs). Returns once the broker connection is closed. `store`
+/// (from [`connect_store`]) enables delayed notifications.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    store: Option<RedisStore>,
+) {
     let mut registry = Registry::default();
     let publish_metrics = PublishMetrics::default();
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
     amqp_metrics.register(&mut registry);
-    let registry = Arc::new(registry);
 
     let slot = PublisherSlot::new();
     let link = AmqpLink::new(
         slot.clone(),
         std::time::Duration::from_millis(config.amqp.publish_timeout_ms),
     );
-    let api = PublishApi::new(
+    let delayed = store.map(|store| {
+        let metrics = DelayedMetrics::default();
+        metrics.register(&mut registry);
+        store.metrics().register(&mut registry);
+        let presence = store.presence(std::time::Duration::from_millis(
+            config.redis.presence_edge_ttl_ms,
+        ));
+        let delayed = Delayed::new(config.schedule.clone(), Arc::new(store), metrics);
+        (delayed, presence)
+    });
+    let registry = Arc::new(registry);
+    let api = PublishApi::with_delayed(
         config.publish_api(),
-        Arc::new(link),
+        Arc::new(link.clone()),
         publish_metrics.clone(),
+        delayed.as_ref().map(|(d, _)| d.clone()),
     );
     let ops = Ops {
         slot: slot.clone(),
@@ -69,9 +104,42 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .merge(api.routes())
         .fallback(not_found);
 
-    let ingest = Ingest::new(config.ingest(), slot, publish_metrics, amqp_metrics.clone());
-    let supervisor = Supervisor::new(config.supervisor(), amqp_metrics);
+    let ingest = Ingest::new(
+        config.ingest(),
+        slot,
+        publish_metrics,
+        amqp_metrics.clone(),
+        delayed.as_ref().map(|(d, _)| d.clone()),
+    );
+    let supervisor = Supervisor::new(config.supervisor(), amqp_metrics.clone());
     let amqp_shutdown = CancellationToken::new();
+    // Delayed notifications: the firer (due ones leave through the AMQP
+    // link) and the presence intake on a connection of its own.
+    let mut scheduling = None;
+    let mut presence_task = None;
+    if let Some((delayed, presence)) = &delayed {
+        let presence = Arc::new(presence.clone());
+        scheduling = delayed.start(Arc::new(link), presence.clone(), amqp_shutdown.clone());
+        let intake = PresenceIntake::new(
+            config.amqp.topology.clone(),
+            presence,
+            delayed.clone(),
+            amqp_metrics.clone(),
+        );
+        let mut supervisor_config = config.supervisor();
+        supervisor_config.connection_name =
+            format!("{} presence", supervisor_config.connection_name);
+        let supervisor = Supervisor::new(supervisor_config, AmqpMetrics::default());
+        let amqp_shutdown = amqp_shutdown.clone();
+        presence_task = Some(tokio::spawn(async move {
+            supervisor
+                .run(amqp_shutdown, move |connection, shutdown| {
+                    let intake = intake.clone();
+                    async move { intake.run(connection, shutdown).await }
+                })
+                .await;
+        }));
+    }
     let amqp = tokio::spawn({
         let amqp_shutdown = amqp_shutdown.clone();
         async move {
@@ -104,6 +172,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!(error = %e, "the AMQP task failed"),
         Err(_) => tracing::warn!("the AMQP intake did not stop in time"),
+    }
+    if let Some(running) = scheduling {
+        running.join().await;
+    }
+    if let Some(task) = presence_task {
+        let _ = task.await;
     }
 }
 

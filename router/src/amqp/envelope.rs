@@ -11,13 +11,17 @@
 //! | header `event` | string, required | `event` |
 //! | header `topic` | string | `topic` |
 //! | header `ttl-ms` | integer | `ttl` |
+//! | header `delay-ms` | integer | deliver this many ms after acceptance |
+//! | header `deliver-at` | integer (epoch ms) or RFC 3339 string | deliver at this time |
+//! | header `when-online` | boolean | hold until the user is online |
+//! | property `type` = `herald.cancel` | | cancel the delayed notification `message_id` |
 //!
 //! A string is a long string (`S`), or a byte array (`x`, what some clients
 //! make of a byte string) holding UTF-8. An integer is any of the signed or
 //! unsigned integer types. Any other type is refused, naming the header.
-//! Headers Herald does not know are ignored, except the delayed-delivery
-//! headers (`delay-ms`, `deliver-at`, `when-online`), which are refused until
-//! delayed delivery exists rather than silently delivered at once.
+//! Headers Herald does not know are ignored. The timing headers are read by
+//! [`delay_from_amqp`]; a router without a delayed store refuses them
+//! ([`DELAYED_DISABLED`]) rather than deliver at once.
 
 use std::time::Duration;
 
@@ -27,6 +31,7 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
 use crate::metrics::RejectReason;
+use crate::schedule::timing::{DelayRequest, DeliverAt};
 
 /// Content type assumed when a publication has none.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -37,12 +42,14 @@ pub const PERSISTENT: u8 = 2;
 /// Header names of the AMQP contract beyond the envelope's own
 /// ([`names`]).
 pub mod headers {
-    /// Delayed delivery: milliseconds from now (not supported yet).
+    /// Delayed delivery: milliseconds from acceptance.
     pub const DELAY_MS: &str = "delay-ms";
-    /// Delayed delivery: epoch milliseconds (not supported yet).
+    /// Delayed delivery: epoch milliseconds, or RFC 3339 text.
     pub const DELIVER_AT: &str = "deliver-at";
-    /// Hold until the user is online (not supported yet).
+    /// Hold until the user is online.
     pub const WHEN_ONLINE: &str = "when-online";
+    /// Field name for the `type` property.
+    pub const TYPE_PROPERTY: &str = "type";
     /// Dead letters: why the publication was refused.
     pub const ERROR: &str = "x-herald-error";
     /// Dead letters: the header or property at fault.
@@ -57,8 +64,13 @@ pub mod headers {
     pub const BODY: &str = "body";
 }
 
-/// Reason given for the delayed-delivery headers until they are supported.
-pub const DELAYED_UNSUPPORTED: &str = "delayed delivery is not supported yet";
+/// Reason given for the timing headers by a router without a delayed store.
+pub const DELAYED_DISABLED: &str =
+    "delayed delivery is not enabled on this router (configure [redis] url, or --redis-url)";
+
+/// The `type` property of a cancel message: cancel the delayed notification
+/// named by its `message_id`.
+pub const CANCEL_TYPE: &str = "herald.cancel";
 
 /// Why a publication was refused. It goes to the dead-letter exchange with
 /// `reason` in `x-herald-error` and `field` in `x-herald-field`.
@@ -80,7 +92,7 @@ pub struct Rejection {
 pub const MAX_REASON_BYTES: usize = 512;
 
 impl Rejection {
-    fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {
+    pub(crate) fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {
         let mut reason = format!("{field}: {message}");
         if reason.len() > MAX_REASON_BYTES {
             let mut end = MAX_REASON_BYTES - 3;
@@ -121,15 +133,6 @@ pub fn from_amqp_bytes(
 ) -> Result<Notification, Rejection> {
     let empty = FieldTable::default();
     let table = properties.headers().as_ref().unwrap_or(&empty);
-    for delayed in [headers::DELAY_MS, headers::DELIVER_AT, headers::WHEN_ONLINE] {
-        if table.contains_key(delayed) {
-            return Err(Rejection {
-                reason: format!("{delayed}: {DELAYED_UNSUPPORTED}"),
-                field: delayed,
-                kind: RejectReason::Unsupported,
-            });
-        }
-    }
     let get = |name: &str| table.inner().get(name);
     let scope = match get(names::SCOPE) {
         None => Scope::User,
@@ -186,6 +189,102 @@ pub fn from_amqp_bytes(
         rejection
     })?;
     Ok(n)
+}
+
+/// The timing headers of a publication (none set: not delayed). Their
+/// values are checked here for type; [`crate::schedule::timing::due_time`]
+/// checks their range.
+pub fn delay_from_amqp(properties: &BasicProperties) -> Result<DelayRequest, Rejection> {
+    let empty = FieldTable::default();
+    let table = properties.headers().as_ref().unwrap_or(&empty);
+    let get = |name: &str| table.inner().get(name);
+    let delay_ms = get(headers::DELAY_MS)
+        .map(|v| {
+            integer(v).ok_or_else(|| {
+                Rejection::invalid(
+                    headers::DELAY_MS,
+                    format!("must be an integer (milliseconds), not {}", type_name(v)),
+                )
+            })
+        })
+        .transpose()?
+        .map(clamp_i64);
+    let deliver_at = match get(headers::DELIVER_AT) {
+        None => None,
+        Some(v) => match (integer(v), as_text(v)) {
+            (Some(ms), _) => Some(DeliverAt::EpochMs(clamp_i64(ms))),
+            (None, Some(Ok(text))) => Some(DeliverAt::Rfc3339(text.to_owned())),
+            (None, Some(Err(_))) => {
+                return Err(Rejection::invalid(
+                    headers::DELIVER_AT,
+                    "must be UTF-8 text",
+                ));
+            }
+            (None, None) => {
+                return Err(Rejection::invalid(
+                    headers::DELIVER_AT,
+                    format!(
+                        "must be an integer (epoch ms) or an RFC 3339 string, not {}",
+                        type_name(v)
+                    ),
+                ));
+            }
+        },
+    };
+    let when_online = match get(headers::WHEN_ONLINE) {
+        None => false,
+        Some(AMQPValue::Boolean(b)) => *b,
+        Some(v) => {
+            return Err(Rejection::invalid(
+                headers::WHEN_ONLINE,
+                format!("must be a boolean, not {}", type_name(v)),
+            ));
+        }
+    };
+    Ok(DelayRequest {
+        delay_ms,
+        deliver_at,
+        when_online,
+    })
+}
+
+/// The message is a cancel (`type` = [`CANCEL_TYPE`]): the id to cancel, or
+/// why it names none. `None` for any other message.
+pub fn cancel_from_amqp(properties: &BasicProperties) -> Option<Result<String, Rejection>> {
+    let kind = properties.kind().as_ref()?;
+    if kind.as_str() != CANCEL_TYPE {
+        return None;
+    }
+    Some(match properties.message_id() {
+        Some(id) if herald_protocol::envelope::is_valid_name(id.as_str()) => {
+            Ok(id.as_str().to_owned())
+        }
+        Some(_) => Err(Rejection::invalid(
+            headers::MESSAGE_ID_PROPERTY,
+            "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
+        )),
+        None => Err(Rejection::invalid(
+            headers::MESSAGE_ID_PROPERTY,
+            "a cancel names the notification to cancel in message_id",
+        )),
+    })
+}
+
+fn integer(v: &AMQPValue) -> Option<i128> {
+    Some(match v {
+        AMQPValue::ShortShortInt(n) => (*n).into(),
+        AMQPValue::ShortShortUInt(n) => (*n).into(),
+        AMQPValue::ShortInt(n) => (*n).into(),
+        AMQPValue::ShortUInt(n) => (*n).into(),
+        AMQPValue::LongInt(n) => (*n).into(),
+        AMQPValue::LongUInt(n) => (*n).into(),
+        AMQPValue::LongLongInt(n) => (*n).into(),
+        _ => return None,
+    })
+}
+
+fn clamp_i64(n: i128) -> i64 {
+    n.clamp(i64::MIN.into(), i64::MAX.into()) as i64
 }
 
 /// The properties and body that carry `n` to the edges: the same headers a
@@ -291,7 +390,7 @@ fn as_text(v: &AMQPValue) -> Option<Result<&str, std::str::Utf8Error>> {
     }
 }
 
-fn string(field: &'static str, v: &AMQPValue) -> Result<String, Rejection> {
+pub(crate) fn string(field: &'static str, v: &AMQPValue) -> Result<String, Rejection> {
     match as_text(v) {
         Some(Ok(s)) => Ok(s.to_owned()),
         Some(Err(_)) => Err(Rejection::invalid(field, "must be UTF-8 text")),
@@ -302,7 +401,11 @@ fn string(field: &'static str, v: &AMQPValue) -> Result<String, Rejection> {
     }
 }
 
-fn list(field: &'static str, v: Option<&AMQPValue>, max: usize) -> Result<Vec<String>, Rejection> {
+pub(crate) fn list(
+    field: &'static str,
+    v: Option<&AMQPValue>,
+    max: usize,
+) -> Result<Vec<String>, Rejection> {
     let items = match v {
         None => return Ok(Vec::new()),
         Some(AMQPValue::FieldArray(a)) => a.as_slice(),

@@ -7,35 +7,76 @@
 //!   exchange with `x-herald-error` (the reason) and `x-herald-field`, and
 //!   once the broker confirms, ack the delivery.
 //!
+//! - delayed (`delay-ms`, `deliver-at`, `when-online`): store it in the
+//!   delayed store ([`Delayed::accept`]), and once it is durable, ack;
+//! - a cancel (`type` = `herald.cancel`): cancel in the delayed store, ack;
+//!   an unknown id is dead-lettered.
+//!
+//! While the delayed store is unreachable, a delayed publication ends the
+//! session like a failed forward: it goes back to the queue, and the intake
+//! reconnects with backoff (nothing delayed is lost or delivered early).
+//!
 //! Nothing is acked before its forward is confirmed, so a publication the
 //! backend got a confirm for survives a router crash or a broker restart: at
 //! worst it is forwarded twice (delivery is at-least-once; edges can dedupe
-//! by `message_id`). Forwards are sent in order and confirmed concurrently;
-//! the prefetch (`basic.qos`, set before `basic.consume`) bounds how many are
-//! in flight. A forward that fails or is refused ends the session: the
+//! by `message_id`). A forward that fails or is refused ends the session: the
 //! connection closes, its unacked deliveries go back to the queue, and the
 //! supervisor reconnects with backoff.
+//!
+//! One task does it all, without a task per delivery: every hand-off
+//! between lapin's I/O thread and the tokio workers costs the router more
+//! CPU than validating a publication does.
+//!
+//! ```text
+//!  consumer --delivery--> validate --publish, in delivery order--> forwards in flight (Ordered)
+//!                                                                     | confirms, oldest first
+//!                                                                     v
+//!                       basic.ack(multiple) of the last one <-- every confirm ready now
+//! ```
+//!
+//! Forwards are sent in delivery order and confirmed concurrently, and
+//! taken back in delivery order ([`Ordered`]: only the oldest forward wakes
+//! the task). Once the confirms that are in have been taken, one
+//! `basic.ack` with `multiple` acks every delivery up to the last of them.
+//! The first forward taken back that failed ends the session; it and the
+//! ones after it stay unacked.
+//!
+//! Bound: the prefetch (`basic.qos`, set before `basic.consume`) caps the
+//! unacked deliveries, so at most `prefetch` forwards are in flight.
 
+mod ordered;
+
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use herald_protocol::envelope::Limits;
+use herald_protocol::envelope::{Limits, Notification};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::FieldTable;
-use lapin::{Acker, Connection};
-use tokio::task::JoinSet;
+use lapin::types::{DeliveryTag, FieldTable, ShortString};
+use lapin::{Channel, Connection};
+use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
-use super::envelope::{Rejection, dead_letter_properties, from_amqp_bytes, short};
+use self::ordered::Ordered;
+use super::envelope::{
+    DELAYED_DISABLED, Rejection, cancel_from_amqp, dead_letter_properties, delay_from_amqp,
+    from_amqp_bytes, headers, short,
+};
 use super::link::PublisherSlot;
 use super::metrics::AmqpMetrics;
 use super::publisher::{ForwardError, Forwarded, Publisher};
 use super::supervisor::SessionError;
 use super::topology::Topology;
-use crate::metrics::{PublishMetrics, SourceLabels};
+use crate::metrics::{PublishMetrics, RejectReason, SourceLabels};
+use crate::schedule::entry::Entry;
+use crate::schedule::service::Delayed;
+use crate::schedule::store::{Cancel, Insert};
+use crate::schedule::timing::now_ms;
 
 /// Metric and log label of this intake.
 pub const SOURCE: &str = "amqp";
@@ -66,33 +107,70 @@ struct Inner {
     slot: PublisherSlot,
     publish_metrics: PublishMetrics,
     amqp_metrics: AmqpMetrics,
+    delayed: Option<Delayed>,
 }
 
-/// Where a forward goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Destination {
-    /// The edges exchange.
-    Edges,
-    /// The dead-letter exchange.
-    Dead,
+/// A forward on its way: its publish, then the broker's confirm.
+type Forward = Pin<Box<dyn Future<Output = Confirmed> + Send>>;
+
+/// The write of a `basic.ack` to the socket.
+type AckWrite = Pin<Box<dyn Future<Output = lapin::Result<()>> + Send>>;
+
+/// What the broker said about a forward, and what settling its delivery
+/// needs.
+struct Confirmed {
+    delivery_tag: DeliveryTag,
+    outcome: Result<Forwarded, ForwardError>,
+    sent: Sent,
 }
 
-/// What a forward task needs besides its delivery.
-#[derive(Clone)]
-struct Forwarding {
-    publisher: Publisher,
-    failed: CancellationToken,
-    publish_metrics: PublishMetrics,
+/// What a forward carried.
+enum Sent {
+    /// A valid publication, to the edges exchange.
+    Edges {
+        notification: Notification,
+        redelivered: bool,
+    },
+    /// A delayed publication, into the delayed store.
+    Stored {
+        id: String,
+        due_ms: u64,
+        duplicate: bool,
+    },
+    /// A cancel, applied to the delayed store.
+    Cancelled { id: String, too_late: bool },
+    /// A refused publication, to the dead-letter exchange.
+    Dead {
+        rejection: Rejection,
+        message_id: Option<ShortString>,
+        routing_key: ShortString,
+    },
+}
+
+/// A session's forwards in flight and the acks they release. See the
+/// module docs.
+struct InFlight {
+    /// The consumer's channel: deliveries are acked there.
+    channel: Channel,
+    /// Forwards sent and not taken back yet (at most `prefetch`).
+    forwards: Ordered<Forward>,
+    /// The last `basic.ack` sent, until it is written. lapin writes a
+    /// channel's acks in the order they were sent, so this one written means
+    /// every one before it was; a newer ack replaces it (one at most).
+    ack_write: Option<AckWrite>,
 }
 
 impl Ingest {
     /// An intake that publishes through a publisher it also puts in `slot`
     /// (for the HTTP link).
+    /// With `delayed`, publications carrying timing headers are stored
+    /// there; without, they are dead-lettered ([`DELAYED_DISABLED`]).
     pub fn new(
         config: IngestConfig,
         slot: PublisherSlot,
         publish_metrics: PublishMetrics,
         amqp_metrics: AmqpMetrics,
+        delayed: Option<Delayed>,
     ) -> Self {
         Ingest {
             inner: Arc::new(Inner {
@@ -100,6 +178,7 @@ impl Ingest {
                 slot,
                 publish_metrics,
                 amqp_metrics,
+                delayed,
             }),
         }
     }
@@ -141,28 +220,36 @@ impl Ingest {
             .await?;
         tracing::info!(queue = %topology.queue, edges = %topology.edges_exchange, prefetch = config.prefetch, consumer = %tag, "consuming publications");
 
-        let forwarding = Forwarding {
-            publisher: publisher.clone(),
-            failed: CancellationToken::new(),
-            publish_metrics: self.inner.publish_metrics.clone(),
+        let accepted = self
+            .inner
+            .publish_metrics
+            .accepted
+            .get_or_create(&SourceLabels { source: SOURCE })
+            .clone();
+        let mut flight = InFlight {
+            channel: channel.clone(),
+            forwards: Ordered::new(),
+            ack_write: None,
         };
-        let mut in_flight = JoinSet::new();
         let outcome = loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break Ok(()),
-                _ = forwarding.failed.cancelled() => {
-                    break Err(SessionError::Lost("a forward failed".into()));
+                Some(confirmed) = flight.forwards.next(), if !flight.forwards.is_empty() => {
+                    if let Err(e) = self.settle_ready(confirmed, &mut flight, &accepted).await {
+                        break Err(e);
+                    }
                 }
-                Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {
-                    if let Err(e) = joined {
-                        tracing::error!(error = %e, "a forward task failed");
+                written = ack_written(&mut flight.ack_write), if flight.ack_write.is_some() => {
+                    if let Err(e) = written {
+                        tracing::warn!(error = %e, "cannot ack forwarded deliveries; they will be redelivered");
+                        break Err(e.into());
                     }
                 }
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
-                        if let Err(e) = self.handle(delivery, &forwarding, &mut in_flight).await {
-                            break Err(e.into());
+                        if let Err(e) = self.handle(delivery, &publisher, &mut flight).await {
+                            break Err(e);
                         }
                     }
                     Some(Err(e)) => break Err(e.into()),
@@ -170,8 +257,9 @@ impl Ingest {
                 },
             }
         };
-        // On an error, dropping the in-flight tasks leaves their deliveries
-        // unacked: the broker requeues them when the connection closes.
+        // On an error, dropping the forwards in flight leaves their
+        // deliveries unacked: the broker requeues them when the connection
+        // closes.
         outcome?;
         // Shutdown: stop deliveries, let confirmed forwards be acked, close.
         if let Err(e) = channel
@@ -180,20 +268,29 @@ impl Ingest {
         {
             tracing::warn!(error = %e, "cancelling the consumer failed");
         }
-        let pending = in_flight.len();
+        let pending = flight.forwards.len();
         let drained = tokio::time::timeout(config.drain_timeout, async {
-            while in_flight.join_next().await.is_some() {}
+            while let Some(confirmed) = flight.forwards.next().await {
+                self.settle_ready(confirmed, &mut flight, &accepted).await?;
+            }
+            ack_written(&mut flight.ack_write).await?;
+            Ok::<(), SessionError>(())
         })
         .await;
         match drained {
-            Ok(()) => tracing::info!(forwards = pending, "in-flight forwards finished"),
+            Ok(Ok(())) => tracing::info!(forwards = pending, "in-flight forwards finished"),
+            Ok(Err(e)) => tracing::warn!(
+                error = %e,
+                unacked = flight.forwards.len(),
+                "draining the forwards failed; the broker will redeliver what is not acked"
+            ),
             Err(_) => tracing::warn!(
-                unconfirmed = in_flight.len(),
+                unconfirmed = flight.forwards.len(),
                 timeout_ms = config.drain_timeout.as_millis() as u64,
                 "forwards still unconfirmed at shutdown; the broker will redeliver them"
             ),
         }
-        in_flight.abort_all();
+        drop(flight);
         for ch in [&channel, publisher.channel()] {
             if let Err(e) = ch.close(200, "OK".into()).await {
                 tracing::debug!(error = %e, "closing a channel");
@@ -202,124 +299,367 @@ impl Ingest {
         Ok(())
     }
 
-    /// Parse one delivery and send its forward; the confirm and the ack
-    /// happen in a task of `in_flight`.
+    /// Parse one delivery and send its forward, which joins `flight`.
     async fn handle(
         &self,
         delivery: Delivery,
-        forwarding: &Forwarding,
-        in_flight: &mut JoinSet<()>,
-    ) -> lapin::Result<()> {
+        publisher: &Publisher,
+        flight: &mut InFlight,
+    ) -> Result<(), SessionError> {
         let Delivery {
+            delivery_tag,
             routing_key,
             redelivered,
             properties,
             data,
-            acker,
             ..
         } = delivery;
         let body = Bytes::from(data);
-        let limits = &self.inner.config.limits;
-        match from_amqp_bytes(&properties, body.clone(), limits, crate::publish::new_id) {
-            Ok(n) => {
-                let confirm = forwarding.publisher.send(&n).await?;
-                let f = forwarding.clone();
-                in_flight.spawn(async move {
-                    let outcome = f.publisher.confirmed(confirm).await;
-                    if f.settle(outcome, &acker, Destination::Edges).await {
-                        f.publish_metrics
-                            .accepted
-                            .get_or_create(&SourceLabels { source: SOURCE })
-                            .inc();
-                        tracing::debug!(id = %n.id, event = %n.event, scope = %n.scope, redelivered, "forwarded to the edges");
+        let plan = self.plan(&properties, body.clone());
+        let forward: Forward = match plan {
+            Plan::Edges(n) => {
+                let publisher = publisher.clone();
+                Box::pin(async move {
+                    let outcome = match publisher.send(&n).await {
+                        Ok(confirm) => publisher.confirmed(confirm).await,
+                        Err(e) => Err(ForwardError::from(e)),
+                    };
+                    Confirmed {
+                        delivery_tag,
+                        outcome,
+                        sent: Sent::Edges {
+                            notification: n,
+                            redelivered,
+                        },
                     }
-                });
+                })
             }
-            Err(rejection) => {
-                let topology = &self.inner.config.topology;
-                let dead = dead_letter_properties(&properties, &rejection, routing_key.as_str());
-                let confirm = forwarding
-                    .publisher
-                    .send_raw(
-                        short(&topology.dead_exchange),
-                        routing_key.clone(),
-                        dead,
-                        &body,
-                    )
-                    .await?;
-                let f = forwarding.clone();
-                let message_id = properties.message_id().clone();
-                in_flight.spawn(async move {
-                    let outcome = f.publisher.confirmed(confirm).await;
-                    if f.settle(outcome, &acker, Destination::Dead).await {
-                        f.rejected(
-                            &rejection,
-                            message_id.as_ref().map(|m| m.as_str()),
-                            routing_key.as_str(),
-                        );
+            Plan::Store(delayed, entry) => Box::pin(async move {
+                let id = entry.id().to_owned();
+                let due_ms = entry.due_ms;
+                let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
+                    Ok(out) => (
+                        Ok(Forwarded::Routed),
+                        matches!(out.first(), Some(Insert::Duplicate(_))),
+                    ),
+                    Err(e) => (Err(ForwardError::Store(e.to_string())), false),
+                };
+                Confirmed {
+                    delivery_tag,
+                    outcome,
+                    sent: Sent::Stored {
+                        id,
+                        due_ms,
+                        duplicate,
+                    },
+                }
+            }),
+            Plan::Cancel(delayed, id) => {
+                let exchange = short(&self.inner.config.topology.dead_exchange);
+                let publisher = publisher.clone();
+                Box::pin(async move {
+                    let too_late = match delayed.cancel(&id).await {
+                        Ok(Cancel::Cancelled(_)) => false,
+                        Ok(Cancel::TooLate(_)) => true,
+                        Ok(Cancel::NotFound) => {
+                            let rejection = Rejection::invalid(
+                                headers::MESSAGE_ID_PROPERTY,
+                                format!("no delayed notification {id:?} to cancel"),
+                            );
+                            return dead_letter(
+                                publisher,
+                                exchange,
+                                delivery_tag,
+                                routing_key,
+                                properties,
+                                rejection,
+                                body,
+                            )
+                            .await;
+                        }
+                        Err(e) => {
+                            return Confirmed {
+                                delivery_tag,
+                                outcome: Err(ForwardError::Store(e.to_string())),
+                                sent: Sent::Cancelled {
+                                    id,
+                                    too_late: false,
+                                },
+                            };
+                        }
+                    };
+                    Confirmed {
+                        delivery_tag,
+                        outcome: Ok(Forwarded::Routed),
+                        sent: Sent::Cancelled { id, too_late },
                     }
-                });
+                })
+            }
+            Plan::Dead(rejection) => {
+                let exchange = short(&self.inner.config.topology.dead_exchange);
+                Box::pin(dead_letter(
+                    publisher.clone(),
+                    exchange,
+                    delivery_tag,
+                    routing_key,
+                    properties,
+                    rejection,
+                    body,
+                ))
+            }
+        };
+        flight.forwards.push(forward);
+        Ok(())
+    }
+
+    /// What to do with a delivery: forward, store, cancel or dead-letter.
+    fn plan(&self, properties: &lapin::BasicProperties, body: Bytes) -> Plan {
+        let delayed = self.inner.delayed.as_ref();
+        if let Some(cancel) = cancel_from_amqp(properties) {
+            return match (cancel, delayed) {
+                (Err(rejection), _) => Plan::Dead(rejection),
+                (Ok(_), None) => Plan::Dead(disabled(headers::TYPE_PROPERTY)),
+                (Ok(id), Some(d)) => Plan::Cancel(d.clone(), id),
+            };
+        }
+        let limits = &self.inner.config.limits;
+        let n = match from_amqp_bytes(properties, body, limits, crate::publish::new_id) {
+            Ok(n) => n,
+            Err(rejection) => return Plan::Dead(rejection),
+        };
+        let timing = match delay_from_amqp(properties) {
+            Ok(t) => t,
+            Err(rejection) => return Plan::Dead(rejection),
+        };
+        if !timing.is_delayed() {
+            return Plan::Edges(n);
+        }
+        let Some(delayed) = delayed else {
+            let field = if timing.delay_ms.is_some() {
+                headers::DELAY_MS
+            } else if timing.deliver_at.is_some() {
+                headers::DELIVER_AT
+            } else {
+                headers::WHEN_ONLINE
+            };
+            return Plan::Dead(disabled(field));
+        };
+        let now = now_ms();
+        match delayed.due_time(&timing, &n, now) {
+            Ok(due_ms) => Plan::Store(
+                delayed.clone(),
+                Entry {
+                    notification: n,
+                    due_ms,
+                    accepted_ms: now,
+                    when_online: timing.when_online,
+                    attempts: 0,
+                },
+            ),
+            Err(e) => {
+                let field = match e.field {
+                    "delay_ms" => headers::DELAY_MS,
+                    "deliver_at" => headers::DELIVER_AT,
+                    "when_online" => headers::WHEN_ONLINE,
+                    other => other,
+                };
+                Plan::Dead(Rejection::invalid(field, e.message))
+            }
+        }
+    }
+
+    /// Settle `confirmed` and every other forward taken back now, then ack
+    /// their deliveries with one `basic.ack`. On a failure, the deliveries
+    /// before the failed one are still acked.
+    async fn settle_ready(
+        &self,
+        confirmed: Confirmed,
+        flight: &mut InFlight,
+        accepted: &Counter,
+    ) -> Result<(), SessionError> {
+        let mut through = None;
+        let mut next = Some(confirmed);
+        let mut outcome = Ok(());
+        while let Some(confirmed) = next {
+            let tag = confirmed.delivery_tag;
+            if let Err(e) = self.settle(confirmed, accepted) {
+                outcome = Err(e);
+                break;
+            }
+            through = Some(tag);
+            next = flight.forwards.next_ready().await;
+        }
+        if let Some(through) = through {
+            flight.ack(through).await?;
+        }
+        outcome
+    }
+
+    /// Whether the delivery of a forward taken back may be acked; count it.
+    /// Any failure ends the session, leaving the delivery unacked.
+    ///
+    /// An unroutable forward to the edges is fine (no edge is listening; it
+    /// is counted). An unroutable dead letter is not: its queue is gone, so
+    /// the session ends and the next one declares it again before the
+    /// publication comes back.
+    fn settle(&self, confirmed: Confirmed, accepted: &Counter) -> Result<(), SessionError> {
+        let Confirmed {
+            delivery_tag,
+            outcome,
+            sent,
+        } = confirmed;
+        match (outcome, &sent) {
+            (Ok(Forwarded::Routed), _) => {}
+            (Ok(Forwarded::Unroutable), Sent::Edges { .. }) => {
+                tracing::debug!(
+                    delivery_tag,
+                    "forward confirmed, but no edge queue is bound"
+                )
+            }
+            (Ok(Forwarded::Unroutable), Sent::Stored { .. } | Sent::Cancelled { .. }) => {}
+            (Ok(Forwarded::Unroutable), Sent::Dead { .. }) => {
+                tracing::warn!(
+                    delivery_tag,
+                    "the dead-letter exchange routes to no queue; declaring it again"
+                );
+                return Err(SessionError::Lost("a dead letter was unroutable".into()));
+            }
+            (Err(e), _) => {
+                tracing::warn!(delivery_tag, error = %e, "a forward was not confirmed; the delivery will be redelivered");
+                return Err(SessionError::Lost("a forward failed".into()));
+            }
+        }
+        match sent {
+            Sent::Edges {
+                notification: n,
+                redelivered,
+            } => {
+                accepted.inc();
+                tracing::debug!(id = %n.id, event = %n.event, scope = %n.scope, redelivered, "forwarded to the edges");
+            }
+            Sent::Stored {
+                id,
+                due_ms,
+                duplicate,
+            } => {
+                accepted.inc();
+                tracing::debug!(id = %id, due_ms, duplicate, "delayed publication stored");
+            }
+            Sent::Cancelled { id, too_late } => {
+                tracing::debug!(id = %id, too_late, "cancel applied");
+            }
+            Sent::Dead {
+                rejection,
+                message_id,
+                routing_key,
+            } => {
+                self.inner.publish_metrics.reject(SOURCE, rejection.kind);
+                tracing::warn!(
+                    reason = %rejection.reason,
+                    field = rejection.field,
+                    message_id = message_id.as_ref().map(|m| m.as_str()),
+                    routing_key = routing_key.as_str(),
+                    "publication refused and dead-lettered"
+                );
             }
         }
         Ok(())
     }
 }
 
-impl Forwarding {
-    /// Ack the delivery if its forward was confirmed. On any failure, leave
-    /// it unacked, log, and end the session. True once acked.
-    ///
-    /// An unroutable forward to the edges is fine (no edge is listening; it
-    /// is counted). An unroutable dead letter is not: its queue is gone, so
-    /// the session ends and the next one declares it again before the
-    /// publication comes back.
-    async fn settle(
-        &self,
-        outcome: Result<Forwarded, ForwardError>,
-        acker: &Acker,
-        to: Destination,
-    ) -> bool {
-        match (outcome, to) {
-            (Ok(Forwarded::Routed), _) => {}
-            (Ok(Forwarded::Unroutable), Destination::Edges) => {
-                tracing::debug!("forward confirmed, but no edge queue is bound")
+impl InFlight {
+    /// Ack every delivery up to `through` with one `basic.ack`
+    /// (`multiple`).
+    async fn ack(&mut self, through: DeliveryTag) -> Result<(), SessionError> {
+        let channel = self.channel.clone();
+        let mut write: AckWrite = Box::pin(async move {
+            channel
+                .basic_ack(through, BasicAckOptions { multiple: true })
+                .await
+        });
+        // Polled once here, the ack is queued for the socket now.
+        match poll_once(write.as_mut()).await {
+            Some(Ok(())) => self.ack_write = None,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, through, "cannot ack forwarded deliveries; they will be redelivered");
+                return Err(e.into());
             }
-            (Ok(Forwarded::Unroutable), Destination::Dead) => {
-                tracing::warn!("the dead-letter exchange routes to no queue; declaring it again");
-                self.failed.cancel();
-                return false;
-            }
-            (Err(e), _) => {
-                tracing::warn!(error = %e, "a forward was not confirmed; the delivery will be redelivered");
-                self.failed.cancel();
-                return false;
-            }
+            None => self.ack_write = Some(write),
         }
-        match acker.ack(BasicAckOptions::default()).await {
-            Ok(true) => true,
-            Ok(false) => {
-                tracing::warn!(
-                    "cannot ack a forwarded delivery (channel closed); it will be redelivered"
-                );
-                self.failed.cancel();
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot ack a forwarded delivery; it will be redelivered");
-                self.failed.cancel();
-                false
-            }
-        }
+        Ok(())
     }
+}
 
-    fn rejected(&self, rejection: &Rejection, message_id: Option<&str>, routing_key: &str) {
-        self.publish_metrics.reject(SOURCE, rejection.kind);
-        tracing::warn!(
-            reason = %rejection.reason,
-            field = rejection.field,
+/// Wait until the last ack sent is written (at once if there is none), and
+/// forget it.
+async fn ack_written(write: &mut Option<AckWrite>) -> lapin::Result<()> {
+    let result = match write.as_mut() {
+        Some(w) => w.await,
+        None => Ok(()),
+    };
+    *write = None;
+    result
+}
+
+/// Poll `future` once: its output if it is ready, else `None` (the task is
+/// woken when it makes progress, as after any poll).
+async fn poll_once<F: Future + Unpin>(mut future: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match Pin::new(&mut future).poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// What [`Ingest::plan`] decided for a delivery.
+enum Plan {
+    /// Forward to the edges now.
+    Edges(Notification),
+    /// Store for later.
+    Store(Delayed, Entry),
+    /// Cancel this id.
+    Cancel(Delayed, String),
+    /// Refuse, with the reason.
+    Dead(Rejection),
+}
+
+/// The refusal of a timing header (or a cancel) by a router without a
+/// delayed store.
+fn disabled(field: &'static str) -> Rejection {
+    Rejection {
+        reason: format!("{field}: {DELAYED_DISABLED}"),
+        field,
+        kind: RejectReason::Unsupported,
+    }
+}
+
+/// Publish a refused delivery to the dead-letter exchange and wait for the
+/// confirm.
+async fn dead_letter(
+    publisher: Publisher,
+    exchange: ShortString,
+    delivery_tag: DeliveryTag,
+    routing_key: ShortString,
+    properties: lapin::BasicProperties,
+    rejection: Rejection,
+    body: Bytes,
+) -> Confirmed {
+    let dead = dead_letter_properties(&properties, &rejection, routing_key.as_str());
+    let message_id = properties.message_id().clone();
+    let outcome = match publisher
+        .send_raw(exchange, routing_key.clone(), dead, &body)
+        .await
+    {
+        Ok(confirm) => publisher.confirmed(confirm).await,
+        Err(e) => Err(ForwardError::from(e)),
+    };
+    Confirmed {
+        delivery_tag,
+        outcome,
+        sent: Sent::Dead {
+            rejection,
             message_id,
             routing_key,
-            "publication refused and dead-lettered"
-        );
+        },
     }
 }

@@ -30,6 +30,9 @@ pub enum ForwardError {
     /// The channel or connection failed before the confirm.
     #[error(transparent)]
     Amqp(#[from] lapin::Error),
+    /// The delayed store did not take a delayed publication.
+    #[error("the delayed store failed: {0}")]
+    Store(String),
 }
 
 /// A confirm-mode channel and the exchange notifications go to. Clones

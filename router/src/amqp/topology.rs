@@ -38,6 +38,11 @@ pub struct Topology {
     pub dead_queue: String,
     /// Fanout exchange every edge binds its own queue to.
     pub edges_exchange: String,
+    /// Fanout exchange edges publish presence reports to.
+    pub presence_exchange: String,
+    /// Durable queue bound to `presence_exchange`, shared by the routers of
+    /// this root.
+    pub presence_queue: String,
 }
 
 impl Default for Topology {
@@ -48,6 +53,8 @@ impl Default for Topology {
             dead_exchange: "herald.dead".into(),
             dead_queue: "herald.dead".into(),
             edges_exchange: "herald.edges".into(),
+            presence_exchange: super::presence::PRESENCE_EXCHANGE.into(),
+            presence_queue: "herald.presence".into(),
         }
     }
 }
@@ -62,17 +69,21 @@ impl Topology {
             dead_exchange: format!("{}{suffix}", d.dead_exchange),
             dead_queue: format!("{}{suffix}", d.dead_queue),
             edges_exchange: format!("{}{suffix}", d.edges_exchange),
+            presence_exchange: format!("{}{suffix}", d.presence_exchange),
+            presence_queue: format!("{}{suffix}", d.presence_queue),
         }
     }
 
     /// Every name with its configuration key, for validation.
-    pub fn names(&self) -> [(&'static str, &str); 5] {
+    pub fn names(&self) -> [(&'static str, &str); 7] {
         [
             ("exchange", &self.exchange),
             ("queue", &self.queue),
             ("dead_exchange", &self.dead_exchange),
             ("dead_queue", &self.dead_queue),
             ("edges_exchange", &self.edges_exchange),
+            ("presence_exchange", &self.presence_exchange),
+            ("presence_queue", &self.presence_queue),
         ]
     }
 
@@ -89,18 +100,26 @@ impl Topology {
                 ));
             }
         }
-        let exchanges = [&self.exchange, &self.dead_exchange, &self.edges_exchange];
-        if exchanges[0] == exchanges[1]
-            || exchanges[0] == exchanges[2]
-            || exchanges[1] == exchanges[2]
-        {
+        let exchanges = [
+            &self.exchange,
+            &self.dead_exchange,
+            &self.edges_exchange,
+            &self.presence_exchange,
+        ];
+        let distinct = |names: &[&String]| {
+            names
+                .iter()
+                .enumerate()
+                .all(|(i, a)| names[i + 1..].iter().all(|b| a != b))
+        };
+        if !distinct(&exchanges) {
             p.push(format!(
-                "{prefix}exchange, dead_exchange and edges_exchange must be three different exchanges"
+                "{prefix}exchange, dead_exchange, edges_exchange and presence_exchange must be four different exchanges"
             ));
         }
-        if self.queue == self.dead_queue {
+        if !distinct(&[&self.queue, &self.dead_queue, &self.presence_queue]) {
             p.push(format!(
-                "{prefix}queue and dead_queue must be different queues"
+                "{prefix}queue, dead_queue and presence_queue must be different queues"
             ));
         }
         p
@@ -168,15 +187,68 @@ impl Topology {
         Ok(())
     }
 
-    /// Delete everything [`Topology::declare`] made, messages included.
-    /// For tests and teardown scripts.
+    /// Declare the presence exchange and the routers' shared presence
+    /// queue (idempotent). The queue keeps at most `max_length` reports
+    /// (policy drop-head: the oldest go; presence is refreshed by the next
+    /// report and heartbeat).
+    pub async fn declare_presence(&self, channel: &Channel, max_length: u32) -> lapin::Result<()> {
+        channel
+            .exchange_declare(
+                self.presence_exchange.as_str().into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-max-length".into(),
+            lapin::types::AMQPValue::LongLongInt(max_length.into()),
+        );
+        args.insert(
+            "x-overflow".into(),
+            lapin::types::AMQPValue::LongString("drop-head".into()),
+        );
+        channel
+            .queue_declare(
+                self.presence_queue.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                args,
+            )
+            .await?;
+        channel
+            .queue_bind(
+                self.presence_queue.as_str().into(),
+                self.presence_exchange.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Delete everything [`Topology::declare`] and
+    /// [`Topology::declare_presence`] made, messages included. For tests
+    /// and teardown scripts.
     pub async fn delete(&self, channel: &Channel) -> lapin::Result<()> {
-        for queue in [&self.queue, &self.dead_queue] {
+        for queue in [&self.queue, &self.dead_queue, &self.presence_queue] {
             channel
                 .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                 .await?;
         }
-        for exchange in [&self.exchange, &self.dead_exchange, &self.edges_exchange] {
+        for exchange in [
+            &self.exchange,
+            &self.dead_exchange,
+            &self.edges_exchange,
+            &self.presence_exchange,
+        ] {
             channel
                 .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
                 .await?;
@@ -197,6 +269,8 @@ mod tests {
         assert_eq!(t.dead_exchange, "herald.dead");
         assert_eq!(t.dead_queue, "herald.dead");
         assert_eq!(t.edges_exchange, "herald.edges");
+        assert_eq!(t.presence_exchange, "herald.presence");
+        assert_eq!(t.presence_queue, "herald.presence");
         assert!(t.problems("amqp.").is_empty());
         assert!(Topology::with_suffix(".t1").problems("").is_empty());
     }
@@ -209,6 +283,7 @@ mod tests {
             dead_exchange: "x".into(),
             dead_queue: "q".repeat(256),
             edges_exchange: "x".into(),
+            ..Topology::default()
         };
         let p = t.problems("amqp.");
         assert_eq!(p.len(), 4, "{p:#?}");

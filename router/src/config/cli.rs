@@ -56,6 +56,15 @@ pub struct Cli {
     /// Most users (and clients, and sites) per publication [default: 50].
     #[arg(long, env = "HERALD_ROUTER_MAX_RECIPIENTS", value_name = "N")]
     pub max_recipients: Option<usize>,
+    /// Redis for delayed notifications and presence (`redis://host:port/db`);
+    /// without it (or `[redis]`), delayed publications are refused.
+    #[arg(
+        long,
+        env = "HERALD_ROUTER_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub redis_url: Option<String>,
     /// Log format [default: text]. Log levels come from RUST_LOG.
     #[arg(long, env = "HERALD_ROUTER_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -90,6 +99,9 @@ impl Cli {
             config.publish.max_users = v;
             config.publish.max_clients = v;
             config.publish.max_sites = v;
+        }
+        if let Some(v) = &self.redis_url {
+            config.redis.url = Some(v.clone());
         }
         if let Some(v) = self.log_format {
             config.log_format = v;

@@ -95,6 +95,26 @@ impl ApiError {
         }
     }
 
+    /// 404: no such notification.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// 409: the notification is past the point the request needs.
+    pub fn too_late(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            code: "too_late",
+            message: message.into(),
+            field: None,
+        }
+    }
+
     /// The metric reason for this error.
     pub fn reason(&self) -> RejectReason {
         match self.status {

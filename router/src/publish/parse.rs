@@ -12,6 +12,22 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
+use crate::schedule::timing::{DelayRequest, DeliverAt};
+
+/// A parsed publication: the notification and what it asks about timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Publication {
+    pub(crate) notification: Notification,
+    pub(crate) delay: DelayRequest,
+}
+
+/// `deliver_at` in JSON: RFC 3339 text or epoch ms.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum JsonDeliverAt {
+    Ms(i64),
+    Text(String),
+}
 
 /// One publication in the JSON form.
 #[derive(Debug, Deserialize)]
@@ -29,6 +45,9 @@ struct JsonPublication {
     topic: Option<String>,
     payload: Option<Box<RawValue>>,
     ttl_ms: Option<u64>,
+    delay_ms: Option<i64>,
+    deliver_at: Option<JsonDeliverAt>,
+    when_online: Option<bool>,
 }
 
 /// The envelope fields of a raw-body publication, from the query string.
@@ -43,6 +62,22 @@ pub(crate) struct RawParams {
     event: Option<String>,
     topic: Option<String>,
     ttl_ms: Option<u64>,
+    delay_ms: Option<i64>,
+    deliver_at: Option<String>,
+    when_online: Option<bool>,
+}
+
+/// A `deliver_at` from a query string: digits (epoch ms) or RFC 3339.
+fn query_deliver_at(v: String) -> DeliverAt {
+    let digits = v.strip_prefix('-').unwrap_or(&v);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        match v.parse() {
+            Ok(ms) => DeliverAt::EpochMs(ms),
+            Err(_) => DeliverAt::Rfc3339(v),
+        }
+    } else {
+        DeliverAt::Rfc3339(v)
+    }
 }
 
 fn parse_scope(scope: Option<String>, field: &str) -> Result<Scope, ApiError> {
@@ -70,12 +105,20 @@ fn from_json(
     p: JsonPublication,
     index: Option<usize>,
     new_id: &mut dyn FnMut() -> String,
-) -> Result<Notification, ApiError> {
+) -> Result<Publication, ApiError> {
+    let delay = DelayRequest {
+        delay_ms: p.delay_ms,
+        deliver_at: p.deliver_at.map(|d| match d {
+            JsonDeliverAt::Ms(ms) => DeliverAt::EpochMs(ms),
+            JsonDeliverAt::Text(t) => DeliverAt::Rfc3339(t),
+        }),
+        when_online: p.when_online.unwrap_or(false),
+    };
     let payload = match p.payload {
         Some(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
         None => Bytes::from_static(b"null"),
     };
-    Ok(Notification {
+    let notification = Notification {
         id: p.id.unwrap_or_else(new_id),
         scope: parse_scope(p.scope, &at(index, "scope"))?,
         users: p.users,
@@ -88,6 +131,10 @@ fn from_json(
         payload_is_utf8: true,
         ttl: ttl(p.ttl_ms),
         encodings: Default::default(),
+    };
+    Ok(Publication {
+        notification,
+        delay,
     })
 }
 
@@ -127,7 +174,7 @@ pub(crate) fn parse_json(
     body: &[u8],
     max_batch: usize,
     new_id: &mut dyn FnMut() -> String,
-) -> Result<Vec<Notification>, ApiError> {
+) -> Result<Vec<Publication>, ApiError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     match first {
         Some(b'[') => {
@@ -181,7 +228,7 @@ pub(crate) fn parse_raw(
     content_type: &str,
     body: Bytes,
     new_id: &mut dyn FnMut() -> String,
-) -> Result<Notification, ApiError> {
+) -> Result<Publication, ApiError> {
     let params: RawParams = match query {
         None => RawParams::default(),
         Some(q) => {
@@ -198,7 +245,12 @@ pub(crate) fn parse_raw(
     let event = params
         .event
         .ok_or_else(|| ApiError::invalid("event", "the query parameter event is required"))?;
-    Ok(Notification {
+    let delay = DelayRequest {
+        delay_ms: params.delay_ms,
+        deliver_at: params.deliver_at.map(query_deliver_at),
+        when_online: params.when_online.unwrap_or(false),
+    };
+    let notification = Notification {
         id: params.id.unwrap_or_else(new_id),
         scope: parse_scope(params.scope, "scope")?,
         users: split_list(params.users),
@@ -211,6 +263,10 @@ pub(crate) fn parse_raw(
         payload_is_utf8: false,
         ttl: ttl(params.ttl_ms),
         encodings: Default::default(),
+    };
+    Ok(Publication {
+        notification,
+        delay,
     })
 }
 
@@ -231,9 +287,11 @@ mod tests {
         let body = br#"{"users":["a"],"event":"chat.message","payload": {"b": [1, 2]}}"#;
         let v = parse_json(body, 10, &mut ids()).unwrap();
         assert_eq!(v.len(), 1);
-        assert_eq!(&v[0].payload[..], br#"{"b": [1, 2]}"#);
-        assert_eq!(v[0].id, "gen-1");
-        assert_eq!(v[0].scope, Scope::User);
+        let n = &v[0].notification;
+        assert_eq!(&n.payload[..], br#"{"b": [1, 2]}"#);
+        assert_eq!(n.id, "gen-1");
+        assert_eq!(n.scope, Scope::User);
+        assert!(!v[0].delay.is_delayed());
     }
 
     #[test]
@@ -286,7 +344,8 @@ mod tests {
             Bytes::from_static(b"hello"),
             &mut ids(),
         )
-        .unwrap();
+        .unwrap()
+        .notification;
         assert_eq!(n.scope, Scope::Client);
         assert_eq!(n.clients, vec!["acme", "beta"]);
         assert_eq!(n.ttl, Some(Duration::from_secs(5)));
@@ -301,5 +360,38 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("ttl_ms"), "{err:?}");
         let err = parse_raw(None, "text/plain", Bytes::new(), &mut ids()).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("event"));
+    }
+
+    #[test]
+    fn timing_fields_in_json_and_query() {
+        let body = br#"[{"users":["a"],"event":"e","delay_ms":1500},
+            {"users":["a"],"event":"e","deliver_at":"2027-01-15T08:00:00Z","when_online":true},
+            {"users":["a"],"event":"e","deliver_at":1800000000000}]"#;
+        let v = parse_json(body, 10, &mut ids()).unwrap();
+        assert_eq!(v[0].delay.delay_ms, Some(1500));
+        assert_eq!(
+            v[1].delay.deliver_at,
+            Some(DeliverAt::Rfc3339("2027-01-15T08:00:00Z".into()))
+        );
+        assert!(v[1].delay.when_online);
+        assert_eq!(
+            v[2].delay.deliver_at,
+            Some(DeliverAt::EpochMs(1_800_000_000_000))
+        );
+        let err = parse_json(br#"{"event":"e","delay_ms":"soon"}"#, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("delay_ms"), "{err:?}");
+        let raw = |q| parse_raw(Some(q), "text/plain", Bytes::new(), &mut ids());
+        let p = raw("event=e&deliver_at=1800000000000&when_online=true").unwrap();
+        assert_eq!(
+            p.delay.deliver_at,
+            Some(DeliverAt::EpochMs(1_800_000_000_000))
+        );
+        assert!(p.delay.when_online);
+        let p = raw("event=e&deliver_at=2027-01-15T08:00:00%2B01:00").unwrap();
+        assert_eq!(
+            p.delay.deliver_at,
+            Some(DeliverAt::Rfc3339("2027-01-15T08:00:00+01:00".into()))
+        );
+        assert_eq!(raw("event=e&delay_ms=-5").unwrap().delay.delay_ms, Some(-5));
     }
 }

@@ -50,8 +50,8 @@ def test_refused_publications_are_dead_lettered_with_the_reason(router):
         "ttl-str": ({"users": ["a"], "event": "e", "ttl-ms": "5000"}, "ttl-ms", "must be an integer"),
         "no-event": ({"users": ["a"]}, "event", "required"),
         "scope": ({"scope": "all", "event": "e"}, "scope", "unknown scope"),
-        "delay": ({"users": ["a"], "event": "e", "delay-ms": 1000}, "delay-ms", "delayed delivery is not supported yet"),
-        "online": ({"users": ["a"], "event": "e", "when-online": True}, "when-online", "delayed delivery is not supported yet"),
+        "delay": ({"users": ["a"], "event": "e", "delay-ms": 1000}, "delay-ms", "delayed delivery is not enabled on this router"),
+        "online": ({"users": ["a"], "event": "e", "when-online": True}, "when-online", "delayed delivery is not enabled on this router"),
     }
     for message_id, (headers, _, _) in cases.items():
         router.publish(b'{"x":1}', props(message_id, headers), routing_key="rk.1")

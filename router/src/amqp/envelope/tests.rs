@@ -255,16 +255,57 @@ fn too_many_users_is_refused_before_copying() {
 }
 
 #[test]
-fn delayed_headers_are_refused_with_a_clear_reason() {
-    for (name, value) in [
-        ("delay-ms", AMQPValue::LongInt(1000)),
-        ("deliver-at", AMQPValue::LongLongInt(1_700_000_000_000)),
-        ("when-online", AMQPValue::Boolean(true)),
+fn timing_headers_are_read() {
+    let p = with("delay-ms", AMQPValue::LongInt(1000));
+    assert_eq!(delay_from_amqp(&p).unwrap().delay_ms, Some(1000));
+    let p = with("deliver-at", AMQPValue::LongLongInt(1_800_000_000_000));
+    assert_eq!(
+        delay_from_amqp(&p).unwrap().deliver_at,
+        Some(DeliverAt::EpochMs(1_800_000_000_000))
+    );
+    let p = with(
+        "deliver-at",
+        AMQPValue::LongString("2027-01-15T08:00:00Z".into()),
+    );
+    assert_eq!(
+        delay_from_amqp(&p).unwrap().deliver_at,
+        Some(DeliverAt::Rfc3339("2027-01-15T08:00:00Z".into()))
+    );
+    let p = with("when-online", AMQPValue::Boolean(true));
+    assert!(delay_from_amqp(&p).unwrap().when_online);
+    assert!(!delay_from_amqp(&props(base())).unwrap().is_delayed());
+    // The notification itself parses as before.
+    assert!(from_amqp(&p, b"", &Limits::default(), || "id".into()).is_ok());
+}
+
+#[test]
+fn bad_timing_headers_name_the_header() {
+    for (name, value, words) in [
+        ("delay-ms", AMQPValue::LongString("soon".into()), "integer"),
+        ("deliver-at", AMQPValue::Boolean(true), "RFC 3339"),
+        (
+            "when-online",
+            AMQPValue::LongString("yes".into()),
+            "boolean",
+        ),
     ] {
-        let r = rejected(&with(name, value), b"", name);
-        assert!(r.reason.contains(DELAYED_UNSUPPORTED), "{r:?}");
-        assert_eq!(r.kind, RejectReason::Unsupported);
+        let r = delay_from_amqp(&with(name, value)).unwrap_err();
+        assert_eq!(r.field, name);
+        assert!(r.reason.contains(words), "{r:?}");
+        assert_eq!(r.kind, RejectReason::InvalidField);
     }
+}
+
+#[test]
+fn cancel_messages_name_their_id() {
+    assert_eq!(cancel_from_amqp(&props(base())), None);
+    let cancel = BasicProperties::default().with_type(CANCEL_TYPE.into());
+    let r = cancel_from_amqp(&cancel).unwrap().unwrap_err();
+    assert_eq!(r.field, "message_id");
+    let ok = cancel.clone().with_message_id("n-1".into());
+    assert_eq!(cancel_from_amqp(&ok), Some(Ok("n-1".to_owned())));
+    let bad = cancel.with_message_id("a b".into());
+    assert!(cancel_from_amqp(&bad).unwrap().is_err());
 }
 
 #[test]

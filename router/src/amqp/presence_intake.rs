@@ -1,0 +1,157 @@
+//! The router's presence intake: consume the edges' presence reports from
+//! this root's shared `herald.presence` queue, record them in the
+//! [`PresenceBook`] (Redis, shared by every router), and release what is
+//! held for each user who came online.
+//!
+//! A report is acked once recorded. A report that cannot be read is
+//! dead-lettered to `herald.dead` with `x-herald-error` (confirmed, then
+//! acked). A book that fails (Redis down) ends the session: the report goes
+//! back to the queue and the supervisor reconnects with backoff.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use lapin::Connection;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use tokio_util::sync::CancellationToken;
+
+use super::envelope::{dead_letter_properties, short};
+use super::metrics::AmqpMetrics;
+use super::presence::PresenceReport;
+use super::publisher::{Forwarded, Publisher};
+use super::supervisor::SessionError;
+use super::topology::Topology;
+use crate::schedule::presence::PresenceBook;
+use crate::schedule::service::Delayed;
+use crate::schedule::timing::now_ms;
+
+/// Reports in flight per router.
+const PREFETCH: u16 = 64;
+/// Most reports the shared queue keeps (drop-head beyond).
+pub const QUEUE_MAX_LENGTH: u32 = 100_000;
+
+/// The intake session, run by a [`super::Supervisor`] on every connection.
+#[derive(Clone)]
+pub struct PresenceIntake {
+    topology: Topology,
+    book: Arc<dyn PresenceBook>,
+    delayed: Delayed,
+    metrics: AmqpMetrics,
+}
+
+impl std::fmt::Debug for PresenceIntake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PresenceIntake")
+            .field("queue", &self.topology.presence_queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PresenceIntake {
+    /// An intake recording into `book` and releasing through `delayed`.
+    pub fn new(
+        topology: Topology,
+        book: Arc<dyn PresenceBook>,
+        delayed: Delayed,
+        metrics: AmqpMetrics,
+    ) -> Self {
+        PresenceIntake {
+            topology,
+            book,
+            delayed,
+            metrics,
+        }
+    }
+
+    /// One session: declare, consume until `shutdown` or a failure.
+    pub async fn run(
+        &self,
+        connection: Arc<Connection>,
+        shutdown: CancellationToken,
+    ) -> Result<(), SessionError> {
+        let publisher = Publisher::open(
+            &connection,
+            &self.topology.edges_exchange,
+            self.metrics.clone(),
+        )
+        .await?;
+        self.topology.declare(publisher.channel()).await?;
+        self.topology
+            .declare_presence(publisher.channel(), QUEUE_MAX_LENGTH)
+            .await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .basic_qos(PREFETCH, BasicQosOptions::default())
+            .await?;
+        let tag = format!("herald-presence-{}", &crate::publish::new_id()[..12]);
+        let mut consumer = channel
+            .basic_consume(
+                short(&self.topology.presence_queue),
+                short(&tag),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        tracing::info!(queue = %self.topology.presence_queue, "consuming presence reports");
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                next = consumer.next() => next,
+            };
+            match next {
+                Some(Ok(delivery)) => self.handle(delivery, &publisher).await?,
+                Some(Err(e)) => return Err(e.into()),
+                None => {
+                    return Err(SessionError::Lost(
+                        "the broker cancelled the presence consumer".into(),
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, delivery: Delivery, publisher: &Publisher) -> Result<(), SessionError> {
+        match PresenceReport::from_amqp(&delivery.properties) {
+            Ok(report) => {
+                self.book
+                    .record(&report, now_ms())
+                    .await
+                    .map_err(|e| SessionError::Lost(format!("recording presence failed: {e}")))?;
+                self.delayed.metrics().presence_reports.inc();
+                for user in &report.online {
+                    self.delayed.user_online(user);
+                }
+                tracing::debug!(edge = %report.edge, online = report.online.len(), offline = report.offline.len(), "presence recorded");
+            }
+            Err(rejection) => {
+                let dead = dead_letter_properties(
+                    &delivery.properties,
+                    &rejection,
+                    delivery.routing_key.as_str(),
+                );
+                let confirm = publisher
+                    .send_raw(
+                        short(&self.topology.dead_exchange),
+                        delivery.routing_key.clone(),
+                        dead,
+                        &bytes::Bytes::from(delivery.data.clone()),
+                    )
+                    .await?;
+                match publisher.confirmed(confirm).await {
+                    Ok(Forwarded::Routed) => {}
+                    Ok(Forwarded::Unroutable) | Err(_) => {
+                        return Err(SessionError::Lost(
+                            "a dead letter was not taken; declaring again".into(),
+                        ));
+                    }
+                }
+                self.delayed.metrics().presence_rejected.inc();
+                tracing::warn!(reason = %rejection.reason, field = rejection.field, "presence report refused and dead-lettered");
+            }
+        }
+        delivery.ack(BasicAckOptions::default()).await?;
+        Ok(())
+    }
+}

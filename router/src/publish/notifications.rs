@@ -1,0 +1,290 @@
+//! The delayed-notification endpoints beside `POST /v1/notifications`:
+//!
+//! - `GET /v1/notifications/{id}`: its status (`scheduled`, `firing`,
+//!   `held`, `delivered`, `cancelled`, `expired`) with timestamps; 404 for
+//!   an id that was never delayed or whose status was purged.
+//! - `DELETE /v1/notifications/{id}`: cancel (200 with the status; again
+//!   200, idempotent); 409 `too_late` once it is firing, delivered or
+//!   expired; 404 unknown.
+//! - `GET /v1/notifications?state=scheduled&topic=T&limit=100&cursor=C`:
+//!   one page ordered by due time, and `next_cursor` for the next.
+//! - `POST /v1/users/{uid}/online`: the backend says the user is online
+//!   now: fire what is held for them (202).
+//!
+//! All take the API key, like the publish endpoint.
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, PublishApi};
+use crate::schedule::entry::{State as EntryState, Status};
+use crate::schedule::store::{Cancel, Cursor, ListFilter};
+use crate::schedule::timing::rfc3339;
+
+/// Default and largest page size of the list.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+/// A status as JSON.
+#[derive(Debug, Serialize)]
+pub(crate) struct StatusBody {
+    id: String,
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topic: Option<String>,
+    accepted_at: String,
+    accepted_at_ms: u64,
+    due_at: String,
+    due_at_ms: u64,
+    updated_at: String,
+    updated_at_ms: u64,
+    attempts: u32,
+}
+
+impl From<Status> for StatusBody {
+    fn from(s: Status) -> Self {
+        StatusBody {
+            state: s.state.as_str(),
+            topic: s.topic,
+            accepted_at: rfc3339(s.accepted_ms),
+            accepted_at_ms: s.accepted_ms,
+            due_at: rfc3339(s.due_ms),
+            due_at_ms: s.due_ms,
+            updated_at: rfc3339(s.updated_ms),
+            updated_at_ms: s.updated_ms,
+            attempts: s.attempts,
+            id: s.id,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TooLate<'a> {
+    error: TooLateError<'a>,
+    notification: StatusBody,
+}
+
+#[derive(Serialize)]
+struct TooLateError<'a> {
+    code: &'a str,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct ListBody {
+    items: Vec<StatusBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    topic: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::unavailable(format!("the delayed store is unavailable: {e}"))
+}
+
+fn guard(api: &PublishApi, headers: &HeaderMap) -> Result<(), ApiError> {
+    api.authorize_headers(headers)?;
+    if api.delayed().is_none() {
+        return Err(ApiError::not_found(
+            "delayed notifications are not enabled on this server",
+        ));
+    }
+    Ok(())
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if herald_protocol::envelope::is_valid_name(id) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "id",
+            "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
+        ))
+    }
+}
+
+/// `GET /v1/notifications/{id}`.
+pub(crate) async fn status(
+    State(api): State<PublishApi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let answer = async {
+        guard(&api, &headers)?;
+        check_id(&id)?;
+        let delayed = api.delayed().expect("guarded");
+        match delayed.status(&id).await.map_err(unavailable)? {
+            Some(s) => Ok(Json(StatusBody::from(s)).into_response()),
+            None => Err(ApiError::not_found(format!(
+                "no delayed notification {id:?} (never delayed, or its status was purged after the retention period)"
+            ))),
+        }
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `DELETE /v1/notifications/{id}`.
+pub(crate) async fn cancel(
+    State(api): State<PublishApi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let answer = async {
+        guard(&api, &headers)?;
+        check_id(&id)?;
+        let delayed = api.delayed().expect("guarded");
+        match delayed.cancel(&id).await.map_err(unavailable)? {
+            Cancel::Cancelled(s) => {
+                tracing::debug!(id = %id, "delayed notification cancelled");
+                Ok(Json(StatusBody::from(s)).into_response())
+            }
+            Cancel::TooLate(s) => {
+                let message = format!(
+                    "notification {id:?} is {} and can no longer be cancelled",
+                    s.state
+                );
+                let body = TooLate {
+                    error: TooLateError {
+                        code: "too_late",
+                        message,
+                    },
+                    notification: s.into(),
+                };
+                Ok((StatusCode::CONFLICT, Json(body)).into_response())
+            }
+            Cancel::NotFound => Err(ApiError::not_found(format!(
+                "no delayed notification {id:?} to cancel"
+            ))),
+        }
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `GET /v1/notifications?state=&topic=&limit=&cursor=`.
+pub(crate) async fn list(
+    State(api): State<PublishApi>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let answer = async {
+        guard(&api, &headers)?;
+        let q: ListQuery = match query.as_deref() {
+            None | Some("") => ListQuery::default(),
+            Some(q) => {
+                let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+                serde_path_to_error::deserialize(de).map_err(|e| {
+                    let field = e.path().to_string();
+                    ApiError::invalid(
+                        field.trim_start_matches('.').to_owned(),
+                        format!("bad query string: {}", e.into_inner()),
+                    )
+                })?
+            }
+        };
+        let state = match q.state.as_deref() {
+            None => EntryState::Scheduled,
+            Some(s) => s
+                .parse::<EntryState>()
+                .map_err(|e| ApiError::invalid("state", e.to_string()))?,
+        };
+        if let Some(t) = &q.topic
+            && !herald_protocol::envelope::is_valid_name(t)
+        {
+            return Err(ApiError::invalid(
+                "topic",
+                "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
+            ));
+        }
+        let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+        if limit == 0 || limit > MAX_LIMIT {
+            return Err(ApiError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_LIMIT}"),
+            ));
+        }
+        let after = q.cursor.as_deref().map(parse_cursor).transpose()?;
+        let filter = ListFilter {
+            topic: q.topic,
+            state,
+        };
+        let delayed = api.delayed().expect("guarded");
+        let page = delayed
+            .list(filter, after, limit)
+            .await
+            .map_err(unavailable)?;
+        let body = ListBody {
+            items: page.items.into_iter().map(StatusBody::from).collect(),
+            next_cursor: page.next.map(|c| format!("{}.{}", c.due_ms, c.id)),
+        };
+        Ok(Json(body).into_response())
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A cursor is `DUE_MS.ID`, as `next_cursor` gives it.
+fn parse_cursor(c: &str) -> Result<Cursor, ApiError> {
+    let bad = || ApiError::invalid("cursor", "is not a cursor this API gave (next_cursor)");
+    let (due, id) = c.split_once('.').ok_or_else(bad)?;
+    let due_ms = due.parse().map_err(|_| bad())?;
+    if !herald_protocol::envelope::is_valid_name(id) {
+        return Err(bad());
+    }
+    Ok(Cursor {
+        due_ms,
+        id: id.to_owned(),
+    })
+}
+
+/// `POST /v1/users/{uid}/online`.
+pub(crate) async fn user_online(
+    State(api): State<PublishApi>,
+    headers: HeaderMap,
+    Path(uid): Path<String>,
+) -> Response {
+    let answer = async {
+        guard(&api, &headers)?;
+        if uid.is_empty() || uid.len() > 256 || uid.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                "uid",
+                "must be 1 to 256 bytes without control characters",
+            ));
+        }
+        api.delayed().expect("guarded").user_online(&uid);
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({ "user": uid })),
+        )
+            .into_response())
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_bad_ones_name_the_field() {
+        let c = parse_cursor("1800000000000.a.b-c").unwrap();
+        assert_eq!(c.due_ms, 1_800_000_000_000);
+        assert_eq!(c.id, "a.b-c");
+        for bad in ["", "x.y", "12", "12.", "12.a b"] {
+            assert_eq!(
+                parse_cursor(bad).unwrap_err().field.as_deref(),
+                Some("cursor"),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Delayed notifications through the distributed router, against the real
+//! RabbitMQ and Redis (127.0.0.1:6379, or `HERALD_TEST_REDIS_URL`):
+//! timing headers over AMQP, cancel messages, bad timing headers, and
+//! when-online released by an edge's presence report.
+
+mod harness;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use harness::*;
+use herald_router::amqp::Topology;
+use herald_router::amqp::envelope::{CANCEL_TYPE, headers};
+use herald_router::amqp::presence::PresenceReport;
+use lapin::BasicProperties;
+use lapin::options::BasicPublishOptions;
+use lapin::types::{AMQPValue, FieldTable};
+
+fn redis_url() -> String {
+    std::env::var("HERALD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Removes a test's Redis keys (its own prefix only) when dropped.
+struct RedisPrefix(String);
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(redis_url()) else {
+            return;
+        };
+        let Ok(mut c) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.0))
+            .query(&mut c)
+            .unwrap_or_default();
+        for chunk in keys.chunks(500) {
+            let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut c);
+        }
+    }
+}
+
+/// A router with a delayed store under a prefix of its own.
+async fn router_with_redis(topology: &Topology) -> (Router, RedisPrefix) {
+    let prefix = format!(
+        "herald-test{}",
+        topology.exchange.trim_start_matches("herald")
+    );
+    let router = Router::start(topology, |c| {
+        c.redis.url = Some(redis_url());
+        c.redis.prefix = prefix.clone();
+        c.schedule.lease_ms = 1000;
+    })
+    .await;
+    router.wait_healthy().await;
+    (router, RedisPrefix(prefix))
+}
+
+fn timed(id: &str, users: &[&str], extra: &[(&str, AMQPValue)]) -> BasicProperties {
+    let mut h = FieldTable::default();
+    h.insert(headers_name("users"), strings(users));
+    h.insert(headers_name("event"), text("reminder.due"));
+    for (k, v) in extra {
+        h.insert(headers_name(k), v.clone());
+    }
+    publication(id, h)
+}
+
+fn headers_name(s: &str) -> lapin::types::ShortString {
+    s.into()
+}
+
+impl Router {
+    async fn status(&self, id: &str) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .get(self.url(&format!("/v1/notifications/{id}")))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or_default())
+    }
+
+    /// Poll until `id` is in `state`.
+    async fn wait_state(&self, id: &str, state: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (code, body) = self.status(id).await;
+            if code == 200 && body["state"] == state {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} never became {state}: {code} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timing_headers_delay_a_publication_and_it_fires_to_the_edges() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let (router, _redis) = router_with_redis(&topology).await;
+    let sent_at = now_ms();
+    assert!(
+        broker
+            .publish(
+                "reminder",
+                timed(
+                    "d-300",
+                    &["alice"],
+                    &[(headers::DELAY_MS, AMQPValue::LongInt(300))]
+                ),
+                b"{\"n\":1}",
+            )
+            .await
+    );
+    assert!(
+        broker
+            .publish(
+                "reminder",
+                timed(
+                    "d-past",
+                    &["alice"],
+                    &[(headers::DELIVER_AT, text("2001-01-01T00:00:00Z"))]
+                ),
+                b"{}",
+            )
+            .await
+    );
+    let status = router.wait_state("d-300", "delivered").await;
+    let due = status["due_at_ms"].as_u64().unwrap();
+    assert!(due >= sent_at + 300, "due {due} fixed at acceptance");
+    router.wait_state("d-past", "delivered").await;
+    let got = broker
+        .take(&broker.edge_queue, 2, Duration::from_secs(10))
+        .await;
+    let ids: Vec<_> = got
+        .iter()
+        .map(|d| d.properties.message_id().as_ref().unwrap().to_string())
+        .collect();
+    assert!(
+        ids.contains(&"d-300".to_string()) && ids.contains(&"d-past".to_string()),
+        "{ids:?}"
+    );
+    // The forward is an ordinary notification: no timing headers left.
+    for d in &got {
+        let h = d.properties.headers().as_ref().unwrap();
+        assert!(!h.contains_key(headers::DELAY_MS) && !h.contains_key(headers::DELIVER_AT));
+    }
+    assert_eq!(router.metric("herald_delayed_fired_total").await, 2.0);
+    assert_eq!(
+        broker.ready(&topology.queue).await,
+        0,
+        "every publication acked"
+    );
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_message_cancels_and_an_unknown_id_is_dead_lettered() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let (router, _redis) = router_with_redis(&topology).await;
+    let later = timed(
+        "c-1",
+        &["bob"],
+        &[(headers::DELAY_MS, AMQPValue::LongInt(600_000))],
+    );
+    assert!(broker.publish("reminder", later, b"{}").await);
+    router.wait_state("c-1", "scheduled").await;
+    let cancel = BasicProperties::default()
+        .with_message_id("c-1".into())
+        .with_type(CANCEL_TYPE.into());
+    assert!(broker.publish("cancel", cancel, b"").await);
+    router.wait_state("c-1", "cancelled").await;
+    let unknown = BasicProperties::default()
+        .with_message_id("c-nope".into())
+        .with_type(CANCEL_TYPE.into());
+    assert!(broker.publish("cancel", unknown, b"").await);
+    let dead = broker
+        .take(&topology.dead_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        header_text(&dead[0].properties, headers::FIELD).as_deref(),
+        Some("message_id")
+    );
+    let reason = header_text(&dead[0].properties, headers::ERROR).unwrap();
+    assert!(reason.contains("no delayed notification"), "{reason}");
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_timing_headers_are_dead_lettered_naming_the_header() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let (router, _redis) = router_with_redis(&topology).await;
+    let cases = [
+        (
+            "neg",
+            vec!["u"],
+            headers::DELAY_MS,
+            AMQPValue::LongInt(-5),
+            "negative",
+        ),
+        (
+            "far",
+            vec!["u"],
+            headers::DELAY_MS,
+            AMQPValue::LongLongInt(i64::MAX),
+            "limit",
+        ),
+        (
+            "text",
+            vec!["u"],
+            headers::DELAY_MS,
+            text("soon"),
+            "integer",
+        ),
+        (
+            "when",
+            vec!["u"],
+            headers::DELIVER_AT,
+            text("next tuesday"),
+            "RFC 3339",
+        ),
+        (
+            "two",
+            vec!["u", "v"],
+            headers::WHEN_ONLINE,
+            AMQPValue::Boolean(true),
+            "exactly one user",
+        ),
+    ];
+    for (id, users, header, value, _) in &cases {
+        let p = timed(id, users, &[(header, value.clone())]);
+        assert!(broker.publish("reminder", p, b"{}").await);
+    }
+    let dead = broker
+        .take(&topology.dead_queue, cases.len(), Duration::from_secs(10))
+        .await;
+    for (id, _, header, _, words) in &cases {
+        let d = dead
+            .iter()
+            .find(|d| d.properties.message_id().as_ref().map(|m| m.as_str()) == Some(id))
+            .unwrap_or_else(|| panic!("{id} not dead-lettered"));
+        assert_eq!(
+            header_text(&d.properties, headers::FIELD).as_deref(),
+            Some(*header),
+            "{id}"
+        );
+        let reason = header_text(&d.properties, headers::ERROR).unwrap();
+        assert!(reason.contains(words), "{id}: {reason}");
+    }
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_online_waits_for_an_edge_to_report_the_user() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let (router, _redis) = router_with_redis(&topology).await;
+    let p = timed(
+        "w-1",
+        &["carol"],
+        &[(headers::WHEN_ONLINE, AMQPValue::Boolean(true))],
+    );
+    assert!(broker.publish("digest", p, b"{}").await);
+    router.wait_state("w-1", "held").await;
+    // An edge says carol's first session started.
+    let report = PresenceReport {
+        edge: "edge-t".into(),
+        boot: "b1".into(),
+        online: vec!["carol".into()],
+        offline: vec![],
+    };
+    let confirm = broker
+        .channel
+        .basic_publish(
+            topology.presence_exchange.as_str().into(),
+            "".into(),
+            BasicPublishOptions::default(),
+            b"",
+            report.to_amqp(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack());
+    let s = router.wait_state("w-1", "delivered").await;
+    assert_eq!(s["attempts"], 2);
+    let got = broker
+        .take(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        got[0].properties.message_id().as_ref().unwrap().as_str(),
+        "w-1"
+    );
+    // Online now (the edge is alive with that boot): the next one goes at once.
+    let p = timed(
+        "w-2",
+        &["carol"],
+        &[(headers::WHEN_ONLINE, AMQPValue::Boolean(true))],
+    );
+    assert!(broker.publish("digest", p, b"{}").await);
+    router.wait_state("w-2", "delivered").await;
+    assert_eq!(
+        router.metric("herald_delayed_presence_reports_total").await,
+        1.0
+    );
+    router.stop().await;
+    broker.cleanup().await;
+}
