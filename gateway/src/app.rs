@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use herald_router::schedule::service::Delayed;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -11,6 +12,7 @@ use crate::auth::Verifier;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
+use crate::presence::PresenceReporter;
 
 /// Credentials made up in dev mode.
 #[derive(Debug, Clone)]
@@ -40,6 +42,10 @@ pub struct Shared {
     pub tracker: TaskTracker,
     /// Dev-mode credentials, when in dev mode.
     pub dev: Option<DevCredentials>,
+    /// Delayed notifications (standalone): told when a user comes online.
+    pub delayed: Option<Delayed>,
+    /// Edge mode: presence changes for the roots.
+    pub presence: Option<PresenceReporter>,
     sessions: AtomicUsize,
 }
 
@@ -55,6 +61,8 @@ impl Shared {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         dev: Option<DevCredentials>,
+        delayed: Option<Delayed>,
+        presence: Option<PresenceReporter>,
     ) -> Self {
         Shared {
             config,
@@ -65,6 +73,8 @@ impl Shared {
             shutdown,
             tracker,
             dev,
+            delayed,
+            presence,
             sessions: AtomicUsize::new(0),
         }
     }

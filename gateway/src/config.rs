@@ -14,6 +14,7 @@ use serde::Deserialize;
 pub use cli::Cli;
 pub use herald_router::config::{ConfigError, PublishConfig};
 use herald_router::config::{parse_toml, read_toml};
+use herald_router::schedule::config::ScheduleConfig;
 
 /// What a session does when its outbound queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -185,6 +186,15 @@ pub struct EdgeConfig {
     pub reconnect_min_ms: u64,
     /// Longest reconnect delay.
     pub reconnect_max_ms: u64,
+    /// The fanout exchange presence reports go to on each root.
+    pub presence_exchange: String,
+    /// Longest a presence change waits before it is reported.
+    pub presence_batch_ms: u64,
+    /// Longest time between two presence reports (an empty one is a
+    /// heartbeat: routers count this edge's users online while they come).
+    pub presence_heartbeat_ms: u64,
+    /// Bound of the queue of presence changes (drop-newest when full).
+    pub presence_queue: usize,
 }
 
 impl Default for EdgeConfig {
@@ -199,6 +209,10 @@ impl Default for EdgeConfig {
             dedup_max: 1_000_000,
             reconnect_min_ms: 100,
             reconnect_max_ms: 10_000,
+            presence_exchange: herald_router::amqp::presence::PRESENCE_EXCHANGE.into(),
+            presence_batch_ms: 100,
+            presence_heartbeat_ms: 10_000,
+            presence_queue: 65_536,
         }
     }
 }
@@ -209,7 +223,8 @@ impl Default for EdgeConfig {
 pub struct Config {
     /// Address to serve on.
     pub listen: SocketAddr,
-    /// Where Herald keeps its files (dev credentials now, the delayed store later).
+    /// Where Herald keeps its files: dev credentials and, standalone, the
+    /// delayed-notification store (`DATA_DIR/delayed`).
     pub data_dir: PathBuf,
     /// Log output format.
     pub log_format: LogFormat,
@@ -229,6 +244,8 @@ pub struct Config {
     pub edge: EdgeConfig,
     /// Publish API.
     pub publish: PublishConfig,
+    /// Delayed notifications (standalone; an edge leaves them to its routers).
+    pub schedule: ScheduleConfig,
 }
 
 impl Default for Config {
@@ -248,6 +265,7 @@ impl Default for Config {
             sockjs: SockjsConfig::default(),
             edge: EdgeConfig::default(),
             publish: PublishConfig::default(),
+            schedule: ScheduleConfig::default(),
         }
     }
 }
@@ -396,6 +414,15 @@ impl Config {
                     p.push(format!("edge.roots: {root:?} is not an amqp:// URL"));
                 }
             }
+            if self.edge.presence_batch_ms == 0
+                || self.edge.presence_heartbeat_ms == 0
+                || self.edge.presence_queue == 0
+            {
+                p.push(
+                    "edge.presence_batch_ms, edge.presence_heartbeat_ms and edge.presence_queue must be greater than 0"
+                        .to_owned(),
+                );
+            }
             if self.edge.prefetch == 0 || self.edge.dedup_max == 0 {
                 p.push("edge.prefetch and edge.dedup_max must be greater than 0".to_owned());
             }
@@ -406,6 +433,7 @@ impl Config {
             }
         }
         p.extend(self.publish.problems());
+        p.extend(self.schedule.problems());
         if self.mailbox.ttl_secs == 0 {
             p.push("mailbox.ttl_secs must be greater than 0".to_owned());
         }

@@ -51,6 +51,9 @@ pub struct Attached {
     pub epoch: u64,
     /// The mailbox's last sequence.
     pub head: u64,
+    /// The user had no live session on this gateway before this one (on
+    /// any site): they just came online.
+    pub came_online: bool,
 }
 
 /// Result of a subscription's replay.
@@ -147,6 +150,7 @@ impl Hub {
             .users
             .entry(Arc::clone(&who.user))
             .or_insert_with(|| Vec::with_capacity(1));
+        let came_online = list.iter().all(|m| m.sessions.is_empty());
         let index = match list.iter().position(|m| m.site == who.site) {
             Some(i) => i,
             None => {
@@ -168,6 +172,7 @@ impl Hub {
         let attached = Attached {
             epoch: mailbox.epoch,
             head: mailbox.head,
+            came_online,
         };
         let old_client = std::mem::replace(&mut mailbox.client, who.client.clone());
         if let Some(client) = &who.client {
@@ -181,6 +186,17 @@ impl Hub {
             shard.unindex_client(&who.user, &old);
         }
         attached
+    }
+
+    /// Whether `user` has a live session here on one of `sites` (any site
+    /// when empty).
+    pub fn is_online(&self, user: &str, sites: &[String]) -> bool {
+        let shard = self.shards[shard_of(user)].lock();
+        shard.users.get(user).is_some_and(|ms| {
+            ms.iter().any(|m| {
+                !m.sessions.is_empty() && (sites.is_empty() || sites.iter().any(|s| **s == *m.site))
+            })
+        })
     }
 
     /// Add a subscription to a session, replaying from `resume` when given.
@@ -220,15 +236,34 @@ impl Hub {
     }
 
     /// Take a session out of its mailbox; the last one out starts the TTL.
-    pub fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
+    /// True when the user has no live session left here (on any site):
+    /// they went offline.
+    pub fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool {
         let mut guard = self.shards[shard_of(&who.user)].lock();
         let shard = &mut *guard;
+        let went_offline = self.detach_locked(shard, who, outbox, now);
+        went_offline
+            && shard
+                .users
+                .get(&who.user)
+                .is_none_or(|ms| ms.iter().all(|m| m.sessions.is_empty()))
+    }
+
+    /// [`Hub::detach`] under the shard lock: true when this was the
+    /// mailbox's last session.
+    fn detach_locked(
+        &self,
+        shard: &mut Shard,
+        who: &Identity,
+        outbox: &Arc<Outbox>,
+        now: Instant,
+    ) -> bool {
         let Some(mailbox) = shard
             .users
             .get_mut(&who.user)
             .and_then(|ms| ms.iter_mut().find(|m| m.site == who.site))
         else {
-            return;
+            return false;
         };
         if mailbox.detach(outbox) && mailbox.sessions.is_empty() {
             let deadline = now + self.ttl;
@@ -250,7 +285,9 @@ impl Hub {
                     .collect();
                 shard.expiry.rebuild(live);
             }
+            return true;
         }
+        false
     }
 
     fn push_to(&self, mailbox: &mut Mailbox, n: &Arc<Notification>, now: Instant) -> usize {

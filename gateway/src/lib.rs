@@ -34,6 +34,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod dedup;
+pub mod delayed;
 pub mod dev;
 pub mod filter;
 pub mod http;
@@ -41,6 +42,7 @@ pub mod hub;
 pub mod link;
 pub mod metrics;
 pub mod outbox;
+pub mod presence;
 pub mod server;
 pub mod session;
 pub mod sockjs;
@@ -52,6 +54,8 @@ use std::time::Duration;
 use herald_router::api_key::ApiKeys;
 use herald_router::metrics::PublishMetrics;
 use herald_router::publish::{PublishApi, PublishConfig};
+use herald_router::schedule::metrics::DelayedMetrics;
+use herald_router::schedule::store::StoreError;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +72,7 @@ use metrics::Metrics;
 pub struct Gateway {
     shared: Arc<Shared>,
     publish: PublishApi,
+    presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, bool)>>,
 }
 
 impl Gateway {
@@ -79,7 +84,7 @@ impl Gateway {
         verifier: Verifier,
         dev: Option<DevCredentials>,
         shutdown: CancellationToken,
-    ) -> Gateway {
+    ) -> Result<Gateway, StoreError> {
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::default());
         let publish_metrics = PublishMetrics::default();
@@ -91,7 +96,16 @@ impl Gateway {
         if let Some(d) = &dev {
             keys.push(d.api_key.clone());
         }
-        let publish = PublishApi::new(
+        // Standalone, this process schedules delayed notifications; an
+        // edge leaves them to its routers.
+        let delayed = if config.edge_mode() {
+            None
+        } else {
+            let delayed_metrics = DelayedMetrics::default();
+            delayed_metrics.register(&mut registry);
+            Some(delayed::open(&config, delayed_metrics)?)
+        };
+        let publish = PublishApi::with_delayed(
             PublishConfig {
                 api_keys: ApiKeys::new(keys),
                 limits: config.envelope_limits(),
@@ -100,7 +114,16 @@ impl Gateway {
             },
             Arc::new(link::LocalLink::new(Arc::clone(&hub))),
             publish_metrics,
+            delayed.clone(),
         );
+        // An edge reports presence to its roots' routers.
+        let (presence, presence_rx) = if config.edge_mode() {
+            let (reporter, rx) =
+                presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
+            (Some(reporter), Some(rx))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared::new(
             config,
             hub,
@@ -110,8 +133,14 @@ impl Gateway {
             shutdown,
             TaskTracker::new(),
             dev,
+            delayed,
+            presence,
         ));
-        Gateway { shared, publish }
+        Ok(Gateway {
+            shared,
+            publish,
+            presence_rx,
+        })
     }
 
     /// The shared state (tests read metrics and the hub through it).
@@ -135,12 +164,35 @@ impl Gateway {
         } else {
             self.publish.routes()
         };
+        let scheduling = shared.delayed.as_ref().and_then(|d| {
+            d.start(
+                Arc::new(link::LocalLink::new(Arc::clone(&shared.hub))),
+                Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
+                shared.shutdown.clone(),
+            )
+        });
         let uplink = cfg.edge_mode().then(|| {
+            let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
+            if let Some(rx) = self.presence_rx {
+                let batcher = presence::BatcherConfig {
+                    edge: cfg.edge.id.clone().unwrap_or_else(|| "unnamed".into()),
+                    boot: format!("{:016x}", rand::random::<u64>()),
+                    batch: Duration::from_millis(cfg.edge.presence_batch_ms),
+                    heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
+                };
+                tokio::spawn(presence::run_batcher(
+                    batcher,
+                    rx,
+                    reports.clone(),
+                    shared.shutdown.clone(),
+                ));
+            }
             let uplink = Arc::new(uplink::Uplink::new(
                 cfg.edge.clone(),
                 Arc::clone(&shared.hub),
                 cfg.envelope_limits(),
                 Arc::clone(&shared.metrics),
+                reports,
             ));
             tokio::spawn(uplink.run(shared.shutdown.clone()))
         });
@@ -171,6 +223,9 @@ impl Gateway {
             );
         }
         let _ = expiry.await;
+        if let Some(scheduling) = scheduling {
+            scheduling.join().await;
+        }
         if let Some(uplink) = uplink {
             let _ = uplink.await;
         }

@@ -8,7 +8,7 @@ use herald_gateway::auth::Verifier;
 use herald_gateway::config::{Cli, Config, LogFormat};
 use herald_gateway::{dev, server};
 use herald_router::process::{
-    EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
+    EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +70,17 @@ fn main() -> ExitCode {
         };
         tracing::info!(%addr, mode, dev = dev_creds.is_some(), "herald-gateway listening");
         let shutdown = CancellationToken::new();
-        let gateway = Gateway::new(config, verifier, dev_creds, shutdown.clone());
+        let store = herald_gateway::delayed::store_path(&config);
+        let gateway = match Gateway::new(config, verifier, dev_creds, shutdown.clone()) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!(
+                    "herald-gateway: cannot open the delayed-notification store {}: {e}",
+                    store.display()
+                );
+                return ExitCode::from(EX_CANTCREAT);
+            }
+        };
         let signals = tokio::spawn(async move {
             wait_for_signal().await;
             shutdown.cancel();

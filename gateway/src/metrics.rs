@@ -179,6 +179,12 @@ pub struct Metrics {
     /// Edge mode: ids forgotten before their dedup window ended because
     /// `edge.dedup_max` was reached (policy evict-oldest).
     pub dedup_evicted: Counter,
+    /// Edge mode: presence changes dropped because their queue was full.
+    pub presence_dropped: Counter,
+    /// Edge mode: presence reports sent to roots.
+    pub presence_reports: Counter,
+    /// Edge mode: presence reports a slow root link skipped.
+    pub presence_lagged: Counter,
 }
 
 impl Metrics {
@@ -250,6 +256,21 @@ impl Metrics {
             "herald_duplicates",
             "Deliveries dropped as duplicates of a recent notification id",
             self.duplicates.clone(),
+        );
+        registry.register(
+            "herald_presence_dropped",
+            "Presence changes dropped because their queue was full (drop-newest)",
+            self.presence_dropped.clone(),
+        );
+        registry.register(
+            "herald_presence_reports",
+            "Presence reports sent to root brokers",
+            self.presence_reports.clone(),
+        );
+        registry.register(
+            "herald_presence_lagged",
+            "Presence reports a slow root link skipped",
+            self.presence_lagged.clone(),
         );
         registry.register(
             "herald_dedup_evicted",

@@ -6,7 +6,8 @@
 //! fanout exchange, and consumes with a bounded prefetch. A delivery is
 //! parsed with the router's own AMQP envelope code, deduplicated by id, and
 //! routed by [`Hub::deliver`], the same routing core standalone mode uses;
-//! it is acknowledged after that. A link that fails reconnects with
+//! it is acknowledged after that. Each link also publishes this edge's
+//! presence reports ([`crate::presence`]) to `herald.presence` on its root. A link that fails reconnects with
 //! exponential backoff and full jitter, forever, until shutdown. Roots are
 //! independent: one down does not stop the others.
 
@@ -17,14 +18,16 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use herald_protocol::envelope::Limits;
 use herald_router::amqp::envelope::from_amqp_bytes;
+use herald_router::amqp::presence::PresenceReport;
 use herald_router::amqp::supervisor::redact;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use parking_lot::Mutex;
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +48,7 @@ pub struct Uplink {
     limits: Limits,
     metrics: Arc<Metrics>,
     dedup: Mutex<Dedup>,
+    reports: broadcast::Sender<Arc<PresenceReport>>,
 }
 
 /// Why a link ended.
@@ -59,8 +63,15 @@ enum LinkError {
 }
 
 impl Uplink {
-    /// Links for `config.roots`, delivering into `hub`.
-    pub fn new(config: EdgeConfig, hub: Arc<Hub>, limits: Limits, metrics: Arc<Metrics>) -> Self {
+    /// Links for `config.roots`, delivering into `hub`, and sending each
+    /// presence report from `reports` to every root.
+    pub fn new(
+        config: EdgeConfig,
+        hub: Arc<Hub>,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+        reports: broadcast::Sender<Arc<PresenceReport>>,
+    ) -> Self {
         let dedup = Dedup::new(
             Duration::from_secs(config.dedup_window_secs),
             config.dedup_max,
@@ -71,6 +82,7 @@ impl Uplink {
             limits,
             metrics,
             dedup: Mutex::new(dedup),
+            reports,
         }
     }
 
@@ -143,7 +155,21 @@ impl Uplink {
         let conn =
             tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(root, properties)).await;
         let conn = conn.map_err(|_| LinkError::ConnectTimeout(CONNECT_TIMEOUT))??;
+        // Reports made while this link connects wait in the backlog.
+        let mut reports = self.reports.subscribe();
         let channel = conn.create_channel().await?;
+        let presence_exchange = self.config.presence_exchange.as_str();
+        channel
+            .exchange_declare(
+                presence_exchange.into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         let exchange = self.config.exchange.as_str();
         channel
             .exchange_declare(
@@ -201,6 +227,28 @@ impl Uplink {
                 _ = shutdown.cancelled() => {
                     let _ = conn.close(200, "edge shutting down".into()).await;
                     return Ok(());
+                }
+                report = reports.recv() => {
+                    match report {
+                        Ok(report) => {
+                            channel
+                                .basic_publish(
+                                    presence_exchange.into(),
+                                    "".into(),
+                                    BasicPublishOptions::default(),
+                                    b"",
+                                    report.to_amqp(),
+                                )
+                                .await?;
+                            self.metrics.presence_reports.inc();
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            self.metrics.presence_lagged.inc_by(n);
+                        }
+                        // The batcher stopped: shutdown is under way.
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    }
+                    continue;
                 }
                 d = consumer.next() => d,
             };

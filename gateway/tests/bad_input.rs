@@ -290,7 +290,9 @@ async fn raw_binary_payload_arrives_in_a_binary_frame_intact() {
 #[tokio::test]
 async fn unknown_paths_and_methods_get_json_errors() {
     let gw = start(|_| {}).await;
-    let r = reqwest::get(format!("http://{}/v1/notifications", gw.addr))
+    let r = reqwest::Client::new()
+        .put(format!("http://{}/v1/notifications", gw.addr))
+        .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 405);

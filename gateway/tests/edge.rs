@@ -189,3 +189,114 @@ async fn the_link_comes_back_after_the_broker_drops_it() {
     assert_eq!(bob.message().await.header("message-id"), Some("after-drop"));
     root.cleanup().await;
 }
+
+/// Read presence reports from `queue` until `found` says one is the one
+/// wanted, failing after [`WAIT`].
+async fn until_report(
+    channel: &lapin::Channel,
+    queue: &str,
+    found: impl Fn(&herald_router::amqp::presence::PresenceReport) -> bool,
+) -> herald_router::amqp::presence::PresenceReport {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let got = channel
+            .basic_get(
+                queue.into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap();
+        match got {
+            Some(m) => {
+                let report = herald_router::amqp::presence::PresenceReport::from_amqp(
+                    &m.delivery.properties,
+                )
+                .expect("a well-formed presence report");
+                if found(&report) {
+                    return report;
+                }
+            }
+            None => {
+                assert!(tokio::time::Instant::now() < deadline, "no such report");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_edge_reports_users_coming_online_and_going_offline() {
+    let suffix = rand::random::<u32>();
+    let exchange = format!("herald.edges.test-{suffix}");
+    let presence = format!("herald.presence.test-{suffix}");
+    let root = Root::connect(&exchange).await;
+    // Bind a queue to the presence exchange, as the routers of a root do.
+    root.channel
+        .exchange_declare(
+            presence.as_str().into(),
+            lapin::ExchangeKind::Fanout,
+            lapin::options::ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let queue = root
+        .channel
+        .queue_declare(
+            "".into(),
+            lapin::options::QueueDeclareOptions {
+                exclusive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let queue = queue.name().as_str().to_owned();
+    root.channel
+        .queue_bind(
+            queue.as_str().into(),
+            presence.as_str().into(),
+            "".into(),
+            lapin::options::QueueBindOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let id = format!("test-{suffix}");
+    let (edge_id, exchange_name, presence_name) = (id.clone(), exchange.clone(), presence.clone());
+    let gw = start(move |c| {
+        c.edge.roots = vec![AMQP.into()];
+        c.edge.id = Some(edge_id);
+        c.edge.exchange = exchange_name;
+        c.edge.presence_exchange = presence_name;
+        c.edge.queue_expires_secs = 60;
+        c.edge.presence_batch_ms = 20;
+    })
+    .await;
+    until_metric(&gw, "herald_root_links", 1.0).await;
+    let pia = gw.session(&token("pia", None, None)).await;
+    let online = until_report(&root.channel, &queue, |r| {
+        r.online.iter().any(|u| u == "pia")
+    })
+    .await;
+    assert_eq!(online.edge, id);
+    assert!(!online.boot.is_empty());
+    drop(pia);
+    let offline = until_report(&root.channel, &queue, |r| {
+        r.offline.iter().any(|u| u == "pia")
+    })
+    .await;
+    assert_eq!(
+        (offline.edge.as_str(), offline.boot.as_str()),
+        (id.as_str(), online.boot.as_str())
+    );
+    let _ = root
+        .channel
+        .exchange_delete(presence.as_str().into(), Default::default())
+        .await;
+    root.cleanup().await;
+}

@@ -19,7 +19,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 const SESSIONS: usize = 200;
 const PAYLOAD: usize = 400 * 1024;
 
-struct Process(Child);
+/// The gateway process and its data directory (removed after it exits).
+struct Process(Child, #[allow(dead_code)] tempfile::TempDir);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -41,7 +42,10 @@ fn rss_bytes(pid: u32) -> u64 {
 
 /// Start the gateway binary on an ephemeral port; return it and its address.
 fn spawn_gateway() -> (Process, std::net::SocketAddr) {
+    let data = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_herald-gateway"))
+        .arg("--data-dir")
+        .arg(data.path())
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -71,7 +75,7 @@ fn spawn_gateway() -> (Process, std::net::SocketAddr) {
     };
     // Keep draining its log so it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (Process(child), addr)
+    (Process(child, data), addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,7 @@ pub struct Cli {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Data directory (dev credentials; later the delayed store) [default: herald-data].
+    /// Data directory (dev credentials, the delayed-notification store) [default: herald-data].
     #[arg(long, env = "HERALD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// HS256 secret for browser JWTs (at least 32 bytes).

@@ -246,3 +246,25 @@ async fn expiry_is_rate_limited_per_call() {
     assert_eq!(h.expire(later, 20), 10);
     assert_eq!(h.mailbox_count(), 0);
 }
+
+#[test]
+fn presence_follows_the_first_and_last_session_of_a_user_across_sites() {
+    let h = hub(60);
+    let eu = who("alice", None, "eu");
+    let us = who("alice", None, "us");
+    let (a, b, c) = (outbox(), outbox(), outbox());
+    assert!(!h.is_online("alice", &[]));
+    assert!(h.attach(&eu, &a).came_online, "first session");
+    assert!(!h.attach(&eu, &b).came_online, "second session, same site");
+    assert!(!h.attach(&us, &c).came_online, "another site, still online");
+    assert!(h.is_online("alice", &[]));
+    assert!(h.is_online("alice", &["us".into()]));
+    assert!(!h.is_online("alice", &["asia".into()]));
+    let now = Instant::now();
+    assert!(!h.detach(&eu, &a, now));
+    assert!(!h.detach(&eu, &b, now), "the us session is still live");
+    assert!(!h.is_online("alice", &["eu".into()]));
+    assert!(h.detach(&us, &c, now), "the last session left");
+    assert!(!h.is_online("alice", &[]));
+    assert!(h.attach(&us, &outbox()).came_online, "back online");
+}

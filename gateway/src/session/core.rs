@@ -303,6 +303,14 @@ impl StompCore {
         self.connect_deadline = None;
         self.machine.connected(c.version);
         let attached = self.shared.hub.attach(&who, &self.outbox);
+        if attached.came_online {
+            if let Some(delayed) = &self.shared.delayed {
+                delayed.user_online(&who.user);
+            }
+            if let Some(presence) = &self.shared.presence {
+                presence.online(&who.user);
+            }
+        }
         let hb = HeartBeat {
             cx: send.map_or(0, |d| d.as_millis() as u32),
             cy: recv.map_or(0, |d| d.as_millis() as u32),
@@ -519,7 +527,10 @@ impl StompCore {
     /// Leave the mailbox and give the session slot back.
     pub fn finish(mut self) {
         if let Some(a) = self.attachment.take() {
-            self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
+            let went_offline = self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
+            if went_offline && let Some(presence) = &self.shared.presence {
+                presence.offline(&a.who.user);
+            }
             self.shared
                 .metrics
                 .sessions

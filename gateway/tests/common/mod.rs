@@ -33,11 +33,15 @@ pub struct TestGateway {
     /// in another process.
     pub local: Option<(Arc<Shared>, JoinHandle<()>)>,
     pub shutdown: CancellationToken,
+    /// The data directory of an in-process gateway (removed on drop).
+    pub data: Option<tempfile::TempDir>,
 }
 
 pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestGateway {
+    let data = tempfile::tempdir().expect("a temp data dir");
     let mut config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: data.path().to_owned(),
         api_keys: vec![API_KEY.into()],
         shutdown_grace_ms: 2000,
         ..Config::default()
@@ -49,13 +53,15 @@ pub async fn start(tweak: impl FnOnce(&mut Config)) -> TestGateway {
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     let verifier = Verifier::hs256(SECRET.as_bytes(), 0);
-    let gateway = Gateway::new(config, verifier, None, shutdown.clone());
+    let gateway =
+        Gateway::new(config, verifier, None, shutdown.clone()).expect("the gateway starts");
     let shared = Arc::clone(gateway.shared());
     let task = tokio::spawn(gateway.serve(listener));
     TestGateway {
         addr,
         local: Some((shared, task)),
         shutdown,
+        data: Some(data),
     }
 }
 
@@ -85,6 +91,7 @@ impl TestGateway {
             addr,
             local: None,
             shutdown: CancellationToken::new(),
+            data: None,
         }
     }
 

@@ -1,0 +1,49 @@
+//! Delayed notifications in standalone Herald: the embedded store under
+//! the data directory, presence from this gateway's own mailboxes, and the
+//! local link into the hub. The scheduling itself is the router crate's
+//! ([`herald_router::schedule`]): one implementation for both modes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use herald_router::schedule::metrics::DelayedMetrics;
+use herald_router::schedule::presence::{Asked, Presence, PresenceFuture};
+use herald_router::schedule::service::Delayed;
+use herald_router::schedule::store::StoreError;
+use herald_router::schedule::store::embedded::EmbeddedStore;
+
+use crate::config::Config;
+use crate::hub::Hub;
+
+/// Presence as this gateway's mailboxes see it.
+#[derive(Debug, Clone)]
+pub struct HubPresence(pub Arc<Hub>);
+
+impl Presence for HubPresence {
+    fn online<'a>(&'a self, who: &'a [Asked]) -> PresenceFuture<'a> {
+        let answers = who
+            .iter()
+            .map(|a| self.0.is_online(&a.user, &a.sites))
+            .collect();
+        Box::pin(std::future::ready(answers))
+    }
+}
+
+/// Where the embedded store lives.
+pub fn store_path(config: &Config) -> PathBuf {
+    config.data_dir.join("delayed")
+}
+
+/// Open the embedded store and build the service.
+pub fn open(config: &Config, metrics: DelayedMetrics) -> Result<Delayed, StoreError> {
+    let path = store_path(config);
+    std::fs::create_dir_all(&path)
+        .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", path.display())))?;
+    let store = EmbeddedStore::open(&path)?;
+    tracing::info!(path = %path.display(), "delayed-notification store open");
+    Ok(Delayed::new(
+        config.schedule.clone(),
+        Arc::new(store),
+        metrics,
+    ))
+}
