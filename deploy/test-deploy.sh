@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Test deploy/up and deploy/down on this machine: real RabbitMQ nodes and
-# HAProxy, and stand-ins for herald-router and herald-gateway
+# Test deploy/up and deploy/down on this machine: real RabbitMQ nodes, Redis
+# and HAProxy, and stand-ins for herald-router and herald-gateway
 # (deploy/testing/fake-bin) unless --real.
 #
 #   deploy/test-deploy.sh [--real] [--port-offset N]
@@ -9,12 +9,14 @@
 #            build) and finish with deploy/smoke, end to end
 #
 # Runs beside any other deployment: its own temporary state dir and ports
-# (--port-offset, default 2000: AMQP 7681/7682, HAProxy 10000 ...). Checks:
-# --dry-run changes nothing; up starts everything and is healthy; secrets are
-# 0600; up again starts nothing; a killed edge is restarted alone; down stops
-# every process and frees every port; down again is harmless; up on the kept
-# state works again; down --purge deletes it. Needs what deploy/up needs
-# (it installs haproxy and rabbitmq-server if missing). Exits non-zero on
+# (--port-offset, default 2000: AMQP 7681/7682, Redis 8390, HAProxy 10000 ...).
+# Checks: --dry-run changes nothing; up starts everything and is healthy;
+# secrets are 0600; Redis listens on loopback only, with AOF; up again starts
+# nothing; a killed edge is restarted alone; down stops every process and
+# frees every port; down again is harmless; up on the kept state works again
+# and Redis still has what was written before down; down --purge deletes it.
+# Needs what deploy/up needs (it installs haproxy, rabbitmq-server and
+# redis-server if missing). Exits non-zero on
 # failure and always stops what it started.
 set -euo pipefail
 
@@ -58,8 +60,9 @@ trap 'exit 130' INT TERM
 
 pids() { cat "$STATE"/run/*.pid 2>/dev/null | sort; }
 port() { echo $(($1 + OFFSET)); }
-ports=("$(port 5681)" "$(port 5682)" "$(port 25681)" "$(port 25682)" "$(port 9101)" "$(port 9102)"
-    "$(port 9103)" "$(port 9201)" "$(port 9202)" "$(port 8000)" "$(port 8404)")
+ports=("$(port 5681)" "$(port 5682)" "$(port 25681)" "$(port 25682)" "$(port 6390)" "$(port 9101)"
+    "$(port 9102)" "$(port 9103)" "$(port 9201)" "$(port 9202)" "$(port 8000)" "$(port 8404)")
+redis() { redis-cli -h 127.0.0.1 -p "$(port 6390)" "$@"; }
 any_port_open() {
     local p
     for p in "${ports[@]}"; do
@@ -81,9 +84,10 @@ out=$(mktemp)
 "${UP[@]}" --dry-run >"$out" 2>&1 && rc=0 || rc=$?
 check "--dry-run exits 0" [ "$rc" = 0 ]
 check "--dry-run creates no state dir" [ ! -e "$STATE" ]
-check "--dry-run prints the rabbitmq, router, gateway and haproxy commands" \
+check "--dry-run prints the rabbitmq, redis, router, gateway and haproxy commands" \
     grep -q "rabbitmq-server" "$out"
-for c in "herald-router --listen" "herald-gateway --listen" "haproxy -db -f"; do
+for c in "redis-server --bind 127.0.0.1 --port $(port 6390)" "herald-router --listen" \
+    "--redis-url redis://127.0.0.1:$(port 6390)/0" "herald-gateway --listen" "haproxy -db -f"; do
     grep -q -- "$c" "$out" || fail "--dry-run output misses '$c'"
 done
 
@@ -91,10 +95,20 @@ if "${UP[@]}" >"$out" 2>&1; then ok "up starts the deployment"; else
     fail "up starts the deployment"; cat "$out"; exit 1
 fi
 first=$(pids)
-check "up recorded 2 roots, 2 routers, 3 edges and haproxy" \
-    test -s "$STATE/run/root1.pid" -a -s "$STATE/run/root2.pid" -a -s "$STATE/run/router1.pid" \
-    -a -s "$STATE/run/router2.pid" -a -s "$STATE/run/edge1.pid" -a -s "$STATE/run/edge2.pid" \
-    -a -s "$STATE/run/edge3.pid" -a -s "$STATE/run/haproxy.pid"
+check "up recorded 2 roots, redis, 2 routers, 3 edges and haproxy" \
+    test -s "$STATE/run/root1.pid" -a -s "$STATE/run/root2.pid" -a -s "$STATE/run/redis.pid" \
+    -a -s "$STATE/run/router1.pid" -a -s "$STATE/run/router2.pid" -a -s "$STATE/run/edge1.pid" \
+    -a -s "$STATE/run/edge2.pid" -a -s "$STATE/run/edge3.pid" -a -s "$STATE/run/haproxy.pid"
+check "deployment.env records the routers' Redis" \
+    grep -qx "REDIS_URL=redis://127.0.0.1:$(port 6390)/0" "$STATE/deployment.env"
+check "Redis answers, bound to loopback only" [ "$(redis config get bind | tail -n1)" = 127.0.0.1 ]
+check "... with AOF fsynced every second" \
+    [ "$(redis config get appendonly | tail -n1),$(redis config get appendfsync | tail -n1)" = yes,everysec ]
+check "... its data under the state dir" [ "$(redis config get dir | tail -n1)" = "$STATE/redis" ]
+# Written now, read back after down and up: Redis restarts on the AOF under
+# the state dir. (Not under the routers' key prefix, "herald".)
+probe="test-deploy-probe-$$"
+check "a probe key is written to Redis" [ "$(redis set "$probe" kept)" = OK ]
 check "HAProxy answers /healthz 200" curl -fsS -o /dev/null "http://127.0.0.1:$(port 8000)/healthz"
 reaches_router() { # a router answers (401 without a key is an answer); HAProxy's own 503 is not
     local code
@@ -142,6 +156,7 @@ if "${UP[@]}" >"$out" 2>&1; then ok "up again on the kept state (brokers restart
     fail "up again on the kept state"; cat "$out"
 fi
 check "the secrets survived" [ "$(cat "$STATE/secrets/jwt-secret")" = "$secret" ]
+check "Redis kept its data across down and up (AOF)" [ "$(redis get "$probe")" = kept ]
 "${DOWN[@]}" --purge >"$out" 2>&1 || { fail "down --purge"; cat "$out"; }
 check "down --purge deletes the state dir" [ ! -e "$STATE" ]
 check "down --purge leaves no process" [ -z "$(tagged_processes)" ]

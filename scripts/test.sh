@@ -10,7 +10,7 @@
 #
 # Needs a Debian-like machine with Rust (rustup) and Python 3 installed;
 # whatever else is missing is installed here: the Python virtualenv at .venv
-# and its pinned packages, Debian's haproxy and rabbitmq-server (for
+# and its pinned packages, Debian's haproxy, rabbitmq-server and redis-server (for
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js and tests/browser (npm ci). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
@@ -93,7 +93,29 @@ ensure_deploy_tools() {
     [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null \
         || pkgs+=(rabbitmq-server)
     command -v curl >/dev/null || pkgs+=(curl)
+    # The delayed store's tests and deploy/up run redis-server (and the
+    # Redis Cluster test starts several).
+    command -v redis-server >/dev/null || pkgs+=(redis-server)
+    command -v redis-cli >/dev/null || pkgs+=(redis-tools)
     [ ${#pkgs[@]} -eq 0 ] || ensure_apt_packages "${pkgs[@]}"
+}
+
+ensure_redis() {
+    # The delayed store's tests talk to a real Redis on 127.0.0.1:6379
+    # (each under a key prefix of its own): start one when none answers.
+    if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+        step "starting Redis on 127.0.0.1:6379"
+        local dir="${XDG_CACHE_HOME:-$HOME/.cache}/herald/redis-6379"
+        mkdir -p "$dir"
+        redis-server --bind 127.0.0.1 --port 6379 --dir "$dir" --daemonize yes \
+            --appendonly yes --appendfsync everysec --save "" >/dev/null
+        local i
+        for i in $(seq 1 100); do
+            redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && return 0
+            sleep 0.1
+        done
+        die "Redis did not start on 127.0.0.1:6379"
+    fi
 }
 
 ensure_rabbitmq() {
@@ -262,6 +284,7 @@ main() {
     ensure_python_requirements
     ensure_deploy_tools
     ensure_rabbitmq
+    ensure_redis
     ensure_node
     ensure_chromium
     ensure_node_deps

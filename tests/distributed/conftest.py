@@ -1,7 +1,8 @@
 """Fixtures of the distributed end-to-end tests.
 
 One deployment per session, brought up by `deploy/up` on loopback with a
-fresh state directory (two RabbitMQ roots, two routers, three edges, HAProxy)
+fresh state directory (two RabbitMQ roots, the routers' Redis, two routers,
+three edges, HAProxy)
 from binaries that are already built, and torn down with
 `deploy/down --purge`. Tests that stop or kill something put it back before
 they end; before every test `wait_ready` checks that every edge is healthy
@@ -66,7 +67,7 @@ def deploy_env() -> dict[str, str]:
 
 
 # deploy/up's ports (deploy/README.md), before --port-offset.
-DEPLOY_PORTS = [5681, 5682, 25681, 25682, 9101, 9102, 9103, 9201, 9202, 8000, 8404]
+DEPLOY_PORTS = [5681, 5682, 25681, 25682, 6390, 9101, 9102, 9103, 9201, 9202, 8000, 8404]
 
 
 def port_free(port: int) -> bool:

@@ -6,7 +6,8 @@ herald-gateway edges consuming from both roots, and HAProxy hashing browsers
 by the `uid` query parameter. `Deployment` reads what deploy/up wrote in its
 state directory (deployment.env, secrets/, run/*.pid; layout in deploy/lib.sh)
 and drives it: publish with pika, connect stomp.py through HAProxy, find which
-edge a session landed on, stop and start root nodes, kill edges.
+edge a session landed on, read delayed notifications' status from the
+routers, take dead letters, stop and start root nodes, kill edges.
 
 Every wait polls a condition or a queue with a deadline; nothing sleeps to
 synchronise.
@@ -104,6 +105,9 @@ class Event:
     kind: str  # connected | message | receipt | error | disconnected
     headers: dict
     body: str
+    # Wall clock (epoch seconds) when the listener got it: comparable with
+    # the routers' due times (epoch ms), on the same machine.
+    at: float = field(default_factory=time.time)
 
 
 class _Listener(stomp.ConnectionListener):
@@ -393,6 +397,34 @@ class Deployment:
         assert r.status_code == expect, f"{r.status_code} {r.text}"
         return r.json()
 
+    def status(self, nid: str) -> dict | None:
+        """GET /v1/notifications/{id} through HAProxy (a router, round robin;
+        they share Redis): a delayed notification's status, None if unknown."""
+        r = requests.get(f"{self.proxy_url}/v1/notifications/{nid}",
+                         headers={"Authorization": f"Bearer {self.api_key}"}, timeout=TIMEOUT)
+        if r.status_code == 404:
+            return None
+        assert r.status_code == 200, f"{r.status_code} {r.text}"
+        return r.json()
+
+    def wait_state(self, nid: str, *states: str, timeout: float = TIMEOUT) -> dict:
+        """Poll the status of `nid` until its state is one of `states`;
+        return that status."""
+        last: list = [None]
+
+        def reached():
+            s = last[0] = self.status(nid)
+            return s if s is not None and s["state"] in states else None
+
+        try:
+            return wait_until(f"{nid} to be {' or '.join(states)}", reached, timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; its last status: {last[0]}") from None
+
+    def router_metric(self, name: str) -> float:
+        """Sum of metric `name` over every router."""
+        return sum(self.metric(a, name) for a in self.routers.values())
+
     def edge_stats(self, edge: str) -> dict:
         """The edge's own GET /v1/stats (not through HAProxy, not cached)."""
         return requests.get(f"http://{self.edges[edge]}/v1/stats", timeout=TIMEOUT).json()
@@ -617,13 +649,14 @@ class Deployment:
 
 def amqp_publish(channel, body: bytes | str, headers: dict | None, message_id: str | None = None,
                  content_type: str = "application/json", exchange: str = "herald",
-                 routing_key: str = "test") -> None:
+                 routing_key: str = "test", kind: str | None = None) -> None:
     """Publish to the `herald` exchange; with confirms on, returns once the
-    broker confirmed (pika raises otherwise)."""
+    broker confirmed (pika raises otherwise). `kind` is the `type` property
+    (`herald.cancel`)."""
     if isinstance(body, str):
         body = body.encode()
     props = pika.BasicProperties(message_id=message_id, content_type=content_type,
-                                 headers=headers, delivery_mode=2)
+                                 headers=headers, delivery_mode=2, type=kind)
     channel.basic_publish(exchange=exchange, routing_key=routing_key, body=body,
                           properties=props)
 
@@ -632,6 +665,34 @@ def confirmed_channel(conn: pika.BlockingConnection):
     ch = conn.channel()
     ch.confirm_delivery()
     return ch
+
+
+def text(value) -> str:
+    """An AMQP header value as text (pika gives long strings as bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def dead_letters(dep: Deployment, root: str, wanted: set[str]) -> dict:
+    """Take the dead letters with these message ids from queue herald.dead on
+    `root` (waiting for them): id -> (method, properties, body). Any other
+    dead letter is left in the queue."""
+    found = {}
+    with dep.amqp(root) as conn:
+        ch = conn.channel()
+
+        def take():
+            while True:
+                method, props, body = ch.basic_get("herald.dead", auto_ack=False)
+                if method is None:
+                    return wanted <= found.keys()
+                if props.message_id in wanted:
+                    found[props.message_id] = (method, props, body)
+                    ch.basic_ack(method.delivery_tag)
+                # Others stay unacked: back in the queue when the channel closes.
+
+        wait_until(f"dead letters {sorted(wanted - found.keys())} in herald.dead on {root}",
+                   take, TIMEOUT)
+    return found
 
 
 def ids_of(events: list[Event]) -> list[str]:

@@ -5,38 +5,12 @@ import json
 
 import pytest
 
-from herald_dist import TIMEOUT, amqp_publish, confirmed_channel, unique, wait_until
-
-
-def text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+from herald_dist import amqp_publish, confirmed_channel, dead_letters, text, unique, wait_until
 
 
 def rejected(dep) -> float:
     """Publications refused by all routers (herald_notifications_rejected_total)."""
-    return sum(dep.metric(a, "herald_notifications_rejected_total") for a in dep.routers.values())
-
-
-def dead_letters(dep, root: str, wanted: set[str]) -> dict:
-    """Take the dead letters with these message ids from queue herald.dead on
-    `root` (waiting for them); any other dead letter is left in the queue."""
-    found = {}
-    with dep.amqp(root) as conn:
-        ch = conn.channel()
-
-        def take():
-            while True:
-                method, props, body = ch.basic_get("herald.dead", auto_ack=False)
-                if method is None:
-                    return wanted <= found.keys()
-                if props.message_id in wanted:
-                    found[props.message_id] = (method, props, body)
-                    ch.basic_ack(method.delivery_tag)
-                # Others stay unacked: back in the queue when the channel closes.
-
-        wait_until(f"dead letters {sorted(wanted - found.keys())} in herald.dead on {root}",
-                   take, TIMEOUT)
-    return found
+    return dep.router_metric("herald_notifications_rejected_total")
 
 
 @pytest.mark.parametrize("root", ["root1", "root2"])

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Stand-in for herald-router and herald-gateway (via the symlinks beside it),
-for deploy/test-deploy.sh: checks the flags deploy/up passes, then answers
-/healthz (and everything else) with 200 until SIGTERM."""
+for deploy/test-deploy.sh: checks the flags deploy/up passes (the router,
+like the real one, also that its Redis answers), then answers /healthz (and
+everything else) with 200 until SIGTERM."""
 import json
 import os
 import signal
+import socket
 import sys
+from urllib.parse import urlsplit
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 name = os.path.basename(sys.argv[0])
 if "--help" in sys.argv:
     if name == "herald-router":
-        print("--listen --amqp-url --api-key [env: HERALD_ROUTER_API_KEYS]")
+        print("--listen --amqp-url --api-key [env: HERALD_ROUTER_API_KEYS] --redis-url")
     else:
         print("--listen --edge-id --root --data-dir [env: HERALD_JWT_SECRET] [env: HERALD_API_KEYS]")
     sys.exit(0)
@@ -23,10 +26,26 @@ def flag(f):
     return args[args.index(f) + 1] if f in args else None
 
 
+def redis_answers(url):
+    """PING the Redis of a redis://host:port/db URL."""
+    u = urlsplit(url)
+    try:
+        with socket.create_connection((u.hostname, u.port or 6379), timeout=2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 problems = []
 if name == "herald-router":
     if not flag("--amqp-url"):
         problems.append("no --amqp-url")
+    redis = flag("--redis-url")
+    if not redis or not redis.startswith("redis://"):
+        problems.append("no --redis-url redis://...")
+    elif not redis_answers(redis):
+        problems.append(f"Redis at {redis} does not answer")
     if not os.environ.get("HERALD_ROUTER_API_KEYS"):
         problems.append("no HERALD_ROUTER_API_KEYS")
 else:
