@@ -410,15 +410,17 @@ describe('shutdown with SockJS sessions', () => {
         await waitFor(page, () => window.h && window.h.state === 'connected', null, `${transport} connected`);
         return page;
       }));
-      const started = Date.now();
       const code = await g.stop();
-      const took = Date.now() - started;
       for (const page of pagesOpen) {
         const errors = await page.evaluate(() => window.T.errors.map((e) => e.message));
         assert.deepEqual(errors, ['server shutting down'], 'every session was told');
       }
       assert.equal(code, 0);
-      assert.ok(took < 4000, `SIGTERM took ${took} ms with 3 SockJS sessions (grace 8000 ms)`);
+      // The drain ended because every session closed, not because the
+      // grace ran out (the gateway logs which; no wall-clock bound here).
+      const log = g.log();
+      assert.doesNotMatch(log, /shutdown grace elapsed/, log);
+      assert.match(log, /stopped/, log);
     } finally {
       for (const c of contexts) await c.close();
       g.kill();
