@@ -287,9 +287,13 @@ pub(crate) async fn delete_run(
     extra_queues: &[String],
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    let queues = [&topology.queue, &topology.dead_queue]
-        .into_iter()
-        .chain(extra_queues);
+    let queues = [
+        &topology.queue,
+        &topology.dead_queue,
+        &topology.presence_queue,
+    ]
+    .into_iter()
+    .chain(extra_queues);
     for queue in queues {
         let outcome = match connection.create_channel().await {
             Ok(ch) => {
@@ -310,6 +314,7 @@ pub(crate) async fn delete_run(
         &topology.exchange,
         &topology.dead_exchange,
         &topology.edges_exchange,
+        &topology.presence_exchange,
     ] {
         let outcome = match connection.create_channel().await {
             Ok(ch) => {

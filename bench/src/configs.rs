@@ -25,6 +25,10 @@ pub(crate) struct Topology {
     pub(crate) dead_queue: String,
     /// Fanout exchange every edge binds its own queue to.
     pub(crate) edges_exchange: String,
+    /// Fanout exchange edges report presence to, and the routers' queue on it (declared by a
+    /// router with `[redis]`).
+    pub(crate) presence_exchange: String,
+    pub(crate) presence_queue: String,
 }
 
 impl Topology {
@@ -37,6 +41,8 @@ impl Topology {
             dead_exchange: format!("herald.dead.{run_id}"),
             dead_queue: format!("herald.dead.{run_id}"),
             edges_exchange: format!("herald.edges.{run_id}"),
+            presence_exchange: format!("herald.presence.{run_id}"),
+            presence_queue: format!("herald.presence.{run_id}"),
         }
     }
 }
@@ -61,6 +67,26 @@ pub(crate) struct RouterSettings {
     /// `amqp.prefetch`; `None` keeps the router's default.
     pub(crate) prefetch: Option<u16>,
     pub(crate) topology: Topology,
+    /// `[redis]`: delayed notifications on, in this Redis under this prefix.
+    pub(crate) redis: Option<RedisSettings>,
+    /// `[schedule]` keys to set (empty: the router's defaults).
+    pub(crate) schedule: toml::Table,
+}
+
+/// The router's `[redis]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct RedisSettings {
+    pub(crate) url: String,
+    /// Every key of the run starts with `{prefix}:`.
+    pub(crate) prefix: String,
+}
+
+impl RedisSettings {
+    /// The key prefix of a run: `herald.{run_id}`, so a run never touches another's keys
+    /// (nor those of the default prefix, `herald`).
+    pub(crate) fn prefix_for_run(run_id: &str) -> String {
+        format!("herald.{run_id}")
+    }
 }
 
 #[derive(Serialize)]
@@ -68,6 +94,10 @@ struct RouterFile<'a> {
     listen: String,
     api_keys: [&'a str; 1],
     amqp: RouterAmqp<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis: Option<&'a RedisSettings>,
+    #[serde(skip_serializing_if = "toml::Table::is_empty")]
+    schedule: &'a toml::Table,
 }
 
 #[derive(Serialize)]
@@ -90,6 +120,8 @@ pub(crate) fn router_toml(s: &RouterSettings) -> String {
             prefetch: s.prefetch,
             topology: &s.topology,
         },
+        redis: s.redis.as_ref(),
+        schedule: &s.schedule,
     };
     toml_text(&file)
 }
@@ -106,6 +138,9 @@ pub(crate) struct EdgeSettings {
     pub(crate) root: String,
     /// The routers' fanout exchange ([`Topology::edges_exchange`]).
     pub(crate) exchange: String,
+    /// Where the edge reports its users online ([`Topology::presence_exchange`]), so its
+    /// reports reach the run's routers and nobody else's.
+    pub(crate) presence_exchange: String,
     /// How long the root keeps the edge's queue once the edge is gone: short, so a run that
     /// dies before cleaning up leaves nothing for long.
     pub(crate) queue_expires_secs: u64,
@@ -128,6 +163,7 @@ struct GatewayAuth<'a> {
 struct GatewayEdge<'a> {
     roots: [&'a str; 1],
     exchange: &'a str,
+    presence_exchange: &'a str,
     queue_expires_secs: u64,
 }
 
@@ -142,10 +178,76 @@ pub(crate) fn gateway_edge_toml(s: &EdgeSettings) -> String {
         edge: GatewayEdge {
             roots: [&s.root],
             exchange: &s.exchange,
+            presence_exchange: &s.presence_exchange,
             queue_expires_secs: s.queue_expires_secs,
         },
     };
     toml_text(&file)
+}
+
+/// The settings of a standalone gateway the bench starts (delayed notifications in its
+/// embedded store, under `data_dir`).
+#[derive(Debug, Clone)]
+pub(crate) struct StandaloneSettings {
+    pub(crate) listen: SocketAddr,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) api_key: String,
+    pub(crate) jwt_secret: String,
+    /// `[schedule]` keys to set (empty: the gateway's defaults).
+    pub(crate) schedule: toml::Table,
+}
+
+#[derive(Serialize)]
+struct StandaloneFile<'a> {
+    listen: String,
+    data_dir: &'a Path,
+    api_keys: [&'a str; 1],
+    auth: GatewayAuth<'a>,
+    #[serde(skip_serializing_if = "toml::Table::is_empty")]
+    schedule: &'a toml::Table,
+}
+
+/// The standalone gateway's configuration file.
+pub(crate) fn gateway_standalone_toml(s: &StandaloneSettings) -> String {
+    let file = StandaloneFile {
+        listen: s.listen.to_string(),
+        data_dir: &s.data_dir,
+        api_keys: [&s.api_key],
+        auth: GatewayAuth {
+            jwt_secret: &s.jwt_secret,
+        },
+        schedule: &s.schedule,
+    };
+    toml_text(&file)
+}
+
+/// Parses `KEY=VALUE` settings (`claim_batch=5000`, `merge=true`) into a table: the key is a
+/// plain TOML key, the value TOML (an integer, a boolean, a quoted string).
+pub(crate) fn parse_settings(pairs: &[String]) -> Result<toml::Table, String> {
+    let mut table = toml::Table::new();
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not KEY=VALUE"))?;
+        let key = key.trim();
+        if key.is_empty()
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(format!("{key:?} is not a setting name (a-z, 0-9, _)"));
+        }
+        let parsed: toml::Table =
+            toml::from_str(&format!("v = {}", value.trim())).map_err(|_| {
+                format!("{pair:?}: the value is not TOML (a number, true/false, \"text\")")
+            })?;
+        let value = parsed
+            .get("v")
+            .cloned()
+            .ok_or_else(|| format!("{pair:?}: no value"))?;
+        table.insert(key.to_owned(), value);
+    }
+    Ok(table)
 }
 
 /// The queue an edge with this id declares on its roots (see `herald-gateway`'s uplink).
@@ -206,6 +308,8 @@ mod tests {
             topology: Topology::for_run(&run_id),
             run_id,
             prefetch: Some(512),
+            redis: None,
+            schedule: toml::Table::new(),
         }
     }
 
@@ -228,6 +332,8 @@ mod tests {
         assert_eq!(t.dead_exchange, "herald.dead.bench-x");
         assert_eq!(t.dead_queue, "herald.dead.bench-x");
         assert_eq!(t.edges_exchange, "herald.edges.bench-x");
+        assert_eq!(t.presence_exchange, "herald.presence.bench-x");
+        assert_eq!(t.presence_queue, "herald.presence.bench-x");
         assert_eq!(edge_queue("bench-x"), "herald.edge.bench-x");
     }
 
@@ -264,7 +370,49 @@ mod tests {
         assert_eq!(t.dead_exchange, s.topology.dead_exchange);
         assert_eq!(t.dead_queue, s.topology.dead_queue);
         assert_eq!(t.edges_exchange, s.topology.edges_exchange);
+        assert_eq!(t.presence_exchange, s.topology.presence_exchange);
+        assert_eq!(t.presence_queue, s.topology.presence_queue);
         assert!(t.problems("amqp.topology.").is_empty());
+        assert!(!c.redis.enabled(), "no [redis] unless asked");
+    }
+
+    /// With `[redis]`, delayed notifications are on, under the run's own prefix.
+    #[test]
+    fn the_router_takes_the_redis_section() {
+        use herald_router::config::Config;
+        let mut s = router_settings();
+        s.redis = Some(RedisSettings {
+            url: "redis://127.0.0.1:6379/0".into(),
+            prefix: RedisSettings::prefix_for_run(&s.run_id),
+        });
+        s.schedule =
+            parse_settings(&["claim_batch=5000".to_owned(), "merge = true".to_owned()]).unwrap();
+        let text = router_toml(&s);
+        assert!(text.contains("[redis]"), "{text}");
+        let c = Config::from_toml(&text, Path::new("router.toml")).unwrap();
+        c.validate().unwrap();
+        assert!(c.redis.enabled());
+        assert_eq!(c.redis.url.as_deref(), Some("redis://127.0.0.1:6379/0"));
+        assert_eq!(c.redis.prefix, "herald.bench-abc12345");
+        assert_eq!(c.schedule.claim_batch, 5000);
+        assert!(c.schedule.merge);
+    }
+
+    #[test]
+    fn settings_are_key_equals_toml_value() {
+        let t = parse_settings(&[
+            "claim_batch=5000".to_owned(),
+            "merge=true".to_owned(),
+            "name=\"x\"".to_owned(),
+        ])
+        .unwrap();
+        assert_eq!(t["claim_batch"].as_integer(), Some(5000));
+        assert_eq!(t["merge"].as_bool(), Some(true));
+        assert_eq!(t["name"].as_str(), Some("x"));
+        for bad in ["claim_batch", "=3", "Claim=3", "a.b=3", "x=not toml", "x="] {
+            assert!(parse_settings(&[bad.to_owned()]).is_err(), "{bad}");
+        }
+        assert!(parse_settings(&[]).unwrap().is_empty());
     }
 
     /// Likewise for the gateway, with `--edge-id` applied as its command line would.
@@ -277,6 +425,7 @@ mod tests {
             jwt_secret: "s".repeat(32),
             root: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             exchange: "herald.edges.bench-abc12345".into(),
+            presence_exchange: "herald.presence.bench-abc12345".into(),
             queue_expires_secs: 60,
         };
         let mut c = Config::from_toml(&gateway_edge_toml(&s), Path::new("gateway.toml")).unwrap();
@@ -289,7 +438,27 @@ mod tests {
         assert_eq!(c.data_dir, s.data_dir);
         assert_eq!(c.edge.roots, std::slice::from_ref(&s.root));
         assert_eq!(c.edge.exchange, s.exchange);
+        assert_eq!(c.edge.presence_exchange, s.presence_exchange);
         assert_eq!(c.edge.queue_expires_secs, 60);
+    }
+
+    #[test]
+    fn the_gateway_accepts_its_standalone_file() {
+        use herald_gateway::config::Config;
+        let s = StandaloneSettings {
+            listen: "127.0.0.1:40125".parse().unwrap(),
+            data_dir: PathBuf::from("/tmp/herald-bench-abc12345/gateway-data"),
+            api_key: "k3y".into(),
+            jwt_secret: "s".repeat(32),
+            schedule: toml::Table::new(),
+        };
+        let c = Config::from_toml(&gateway_standalone_toml(&s), Path::new("gateway.toml")).unwrap();
+        c.validate().unwrap();
+        assert!(!c.edge_mode());
+        assert!(!c.dev_mode());
+        assert_eq!(c.listen, s.listen);
+        assert_eq!(c.data_dir, s.data_dir);
+        assert_eq!(c.api_keys, ["k3y"]);
     }
 
     #[test]

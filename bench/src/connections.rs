@@ -346,6 +346,8 @@ fn apply(workers: &mut [WorkerState], msg: FromWorker) {
                     w.connect_window = Some((connect_started_us, connect_finished_us));
                     w.ready = true;
                 }
+                // Only workers started with --record (herald-bench delayed) send these.
+                WorkerEvent::Received { .. } | WorkerEvent::Arrivals { .. } => {}
                 WorkerEvent::Closed { dropped, .. } => {
                     w.closed = true;
                     w.dropped = dropped;

@@ -12,10 +12,17 @@
 //!                                   progress ... (every second while connecting)
 //!   <-----------------------------  ready {opened, failed, failures, connect window}
 //!   (measure RSS, hold)
+//!   <-----------------------------  received {messages} ... (record mode, every 250 ms)
 //!   "close\n" ------------------->  (close sessions)
+//!   <-----------------------------  arrivals {[seq, unix ns], ...} ... (record mode)
 //!   <-----------------------------  closed {dropped, frames}
 //!                                   exit 0
 //! ```
+//!
+//! In record mode (`worker --record`, used by `herald-bench delayed`) every `MESSAGE` whose
+//! `message-id` is one of the bench's delayed ids is stamped with the wall clock on arrival; the
+//! stamps go to the parent after the sessions closed, in `arrivals` lines of at most
+//! [`ARRIVALS_PER_LINE`] each.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -24,6 +31,8 @@ use serde::{Deserialize, Serialize};
 
 /// The line that asks a worker to close its sessions.
 pub(crate) const CLOSE_COMMAND: &str = "close";
+/// Most arrivals in one `arrivals` line (about 30 bytes each: lines stay under 300 KB).
+pub(crate) const ARRIVALS_PER_LINE: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -52,6 +61,18 @@ pub(crate) enum WorkerEvent {
         connect_started_us: u64,
         connect_finished_us: u64,
     },
+    /// Record mode: the bench's messages received so far, and the others (`foreign`).
+    Received {
+        worker: usize,
+        messages: u64,
+        foreign: u64,
+    },
+    /// Record mode: arrivals recorded, as `[seq, unix time in ns]` (sent after the sessions
+    /// closed, before `closed`).
+    Arrivals {
+        worker: usize,
+        arrivals: Vec<(u64, u64)>,
+    },
     /// Sessions are closed; the worker is about to exit.
     Closed {
         worker: usize,
@@ -70,6 +91,8 @@ impl WorkerEvent {
             Self::Started { worker, .. }
             | Self::Progress { worker, .. }
             | Self::Ready { worker, .. }
+            | Self::Received { worker, .. }
+            | Self::Arrivals { worker, .. }
             | Self::Closed { worker, .. }
             | Self::Fatal { worker, .. } => *worker,
         }
@@ -94,6 +117,15 @@ pub(crate) fn unix_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Nanoseconds since the Unix epoch: the wall clock Herald fixes due times with (`due_at_ms`),
+/// so a worker's arrival stamp and a due time on the same machine compare directly.
+pub(crate) fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
@@ -123,6 +155,15 @@ mod tests {
                 connect_started_us: 1,
                 connect_finished_us: 2,
             },
+            WorkerEvent::Received {
+                worker: 1,
+                messages: 7,
+                foreign: 0,
+            },
+            WorkerEvent::Arrivals {
+                worker: 1,
+                arrivals: vec![(3, 1_795_000_000_123_456_789), (4, 1)],
+            },
             WorkerEvent::Closed {
                 worker: 1,
                 dropped: 0,
@@ -148,6 +189,15 @@ mod tests {
         assert_eq!(
             line,
             r#"{"event":"progress","worker":0,"opened":5,"failed":0}"#
+        );
+        let line = serde_json::to_string(&WorkerEvent::Arrivals {
+            worker: 0,
+            arrivals: vec![(3, 9)],
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            r#"{"event":"arrivals","worker":0,"arrivals":[[3,9]]}"#
         );
     }
 }

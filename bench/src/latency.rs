@@ -33,7 +33,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::amqp::{self, Confirmed, Outgoing, Publisher};
 use crate::cli::LatencyArgs;
-use crate::configs::{self, EdgeSettings};
+use crate::configs;
 use crate::connections::{BenchError, Outcome};
 use crate::cpu;
 use crate::gateway::random_token;
@@ -41,7 +41,7 @@ use crate::pacing::Pacer;
 use crate::router_throughput::{grouped, maybe};
 use crate::rss::human_bytes;
 use crate::run::{Cleanup, Run, interruptible};
-use crate::service::{Service, free_local_addr};
+use crate::service::Service;
 use crate::session::websocket::{self, CLOSE_GRACE, Framing, Ws};
 use crate::session::{Target, xhr_streaming};
 use crate::stats::{Summary, human_ms};
@@ -60,8 +60,6 @@ const OPEN_CONCURRENCY: usize = 64;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Tokens stay valid this long beyond the run.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
-/// The edge's queue outlives a crashed bench by this much at most.
-const EDGE_QUEUE_EXPIRES_SECS: u64 = 60;
 
 /// Nanoseconds on a monotonic clock since a common start, read by the publisher and by every
 /// session (they share the process, so `Instant` is the same clock for all).
@@ -127,7 +125,7 @@ pub(crate) async fn run(args: LatencyArgs) -> Result<Outcome, BenchError> {
     );
     let jwt_secret = random_token(48);
     let mut services: Vec<(&'static str, Service)> = Vec::new();
-    let started = interruptible(start_services(&args, &run, &jwt_secret, &edge_queue)).await;
+    let started = interruptible(start_services(&args, &run, &jwt_secret)).await;
     let measured = match started {
         Ok((router, gateway)) => {
             services.push(("gateway", gateway));
@@ -161,7 +159,6 @@ async fn start_services(
     args: &LatencyArgs,
     run: &Run,
     jwt_secret: &str,
-    edge_queue: &str,
 ) -> Result<(Service, Service), BenchError> {
     let timeout = Duration::from_secs(args.startup_timeout);
     let router = run
@@ -177,68 +174,27 @@ async fn start_services(
         router.pid(),
         router.addr
     );
-    let failed = |e: &dyn std::fmt::Display| BenchError::Failed(format!("gateway: {e}"));
-    let settings = EdgeSettings {
-        listen: free_local_addr().map_err(|e| failed(&e))?,
-        data_dir: run.dir.path.join("gateway-data"),
-        jwt_secret: jwt_secret.to_owned(),
-        root: run.amqp_url.clone(),
-        exchange: run.topology.edges_exchange.clone(),
-        queue_expires_secs: EDGE_QUEUE_EXPIRES_SECS,
-    };
-    let path = run
-        .dir
-        .write("gateway.toml", &configs::gateway_edge_toml(&settings))
-        .map_err(|e| failed(&e))?;
-    let gateway_args = [
-        "--config".to_owned(),
-        path.display().to_string(),
-        "--edge-id".to_owned(),
-        run.id.clone(),
-    ];
-    let gateway = Service::start(
-        "gateway",
-        &args.gateway_bin,
-        &gateway_args,
-        settings.listen,
-        args.gateway_log.as_deref(),
-        timeout,
-    )
-    .await;
-    let mut gateway = match gateway {
-        Ok(g) => g,
+    let gateway = run
+        .start_edge(
+            &args.gateway_bin,
+            jwt_secret,
+            args.gateway_log.as_deref(),
+            timeout,
+        )
+        .await;
+    match gateway {
+        Ok(gateway) => {
+            eprintln!(
+                "herald-bench: edge gateway pid {} on {}",
+                gateway.pid(),
+                gateway.addr
+            );
+            Ok((router, gateway))
+        }
         Err(e) => {
             router.stop().await;
-            return Err(failed(&e));
+            Err(e)
         }
-    };
-    eprintln!(
-        "herald-bench: edge gateway pid {} on {}",
-        gateway.pid(),
-        gateway.addr
-    );
-    let deadline = Instant::now() + timeout;
-    loop {
-        match amqp::queue_state(&run.admin, edge_queue).await {
-            Ok(Some((_, consumers))) if consumers > 0 => return Ok((router, gateway)),
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("herald-bench: looking for the edge's queue: {e}");
-            }
-        }
-        let gone = gateway.exited();
-        if gone.is_some() || Instant::now() >= deadline {
-            gateway.stop().await;
-            router.stop().await;
-            return Err(BenchError::Failed(match gone {
-                Some(status) => format!("gateway exited ({status})"),
-                None => format!(
-                    "the edge's queue {edge_queue} has no consumer after {} s",
-                    timeout.as_secs()
-                ),
-            }));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -6,6 +6,8 @@
 //! - [`connections`]: the parent of a connection benchmark: plan, spawn workers, measure, report.
 //! - [`router_throughput`]: how fast one `herald-router` forwards, and its CPU per publication.
 //! - [`latency`]: AMQP publish to STOMP `MESSAGE` through a router and an edge gateway.
+//! - [`delayed`]: delayed notifications: ingest rate, firing lateness, herds, bytes per pending
+//!   notification, over the HTTP API of a router with Redis or of a standalone gateway.
 //! - [`run`]: what those two share: a run's own broker names, files, processes and cleanup;
 //!   [`configs`] (their names and configuration files, pure), [`amqp`] (publishing, queues),
 //!   [`pacing`] (a fixed rate, pure), [`stats`] (percentiles, pure), [`cpu`] (`/proc` CPU time).
@@ -34,6 +36,7 @@ mod cli;
 mod configs;
 mod connections;
 mod cpu;
+mod delayed;
 mod endpoint;
 mod events;
 mod gateway;
@@ -89,6 +92,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let code = exit_code(runtime.block_on(latency::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
+        Command::Delayed(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(delayed::run(args)));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             code
         }

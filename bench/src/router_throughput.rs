@@ -10,7 +10,9 @@
 //!    a sliding window.
 //! 4. The clock runs from the first publish to the moment the edges consumer has seen all N
 //!    (distinct) publications; the router's CPU time (`/proc/PID/stat`) over the same window
-//!    gives publications per CPU-second, which is the per-core figure.
+//!    gives publications per CPU-second, which is the per-core figure. The router's context
+//!    switches (`/proc/PID/task/*/status`) over the window say how often its threads handed
+//!    work to each other.
 //! 5. The router is stopped (SIGTERM) and everything the run declared is deleted.
 
 use std::sync::Arc;
@@ -266,6 +268,10 @@ async fn measure(
             .map_err(|e| BenchError::Failed(format!("router CPU time: {e}")))?,
         None => CpuTime::default(),
     };
+    let router_switches_before = match router.as_ref() {
+        Some(r) => read_context_switches(r.pid()).unwrap_or_default(),
+        None => ContextSwitches::default(),
+    };
 
     let publish_started = Instant::now();
     let mut publishing = Vec::with_capacity(args.publishers);
@@ -361,6 +367,9 @@ async fn measure(
     let router_cpu = cpu::read_cpu(router_pid)
         .map(|after| after.since(&router_cpu_before))
         .unwrap_or_default();
+    let router_switches = read_context_switches(router_pid)
+        .map(|after| after.since(&router_switches_before))
+        .unwrap_or_default();
     let bench_cpu = cpu::read_cpu(bench_pid)
         .map(|after| after.since(&bench_cpu_before).total())
         .unwrap_or_default();
@@ -426,6 +435,9 @@ async fn measure(
         router_cpu_seconds: router_cpu.total(),
         per_cpu_second: (complete && router_cpu.total() > 0.0)
             .then(|| args.messages as f64 / router_cpu.total()),
+        router_context_switches: router_switches,
+        context_switches_per_publication: complete
+            .then(|| router_switches.total() as f64 / args.messages as f64),
         router_rss_bytes: router_rss,
         router_peak_rss_bytes: router_peak_rss,
         bench_cpu_seconds: bench_cpu,
@@ -625,6 +637,10 @@ pub(crate) struct ThroughputReport {
     router_cpu_seconds: f64,
     /// `messages / router_cpu_seconds`: publications per CPU-second (one core for one second).
     per_cpu_second: Option<f64>,
+    /// The router's context switches over the window (its threads alive at the end).
+    router_context_switches: ContextSwitches,
+    /// `router_context_switches / messages`, when all were forwarded.
+    context_switches_per_publication: Option<f64>,
     router_rss_bytes: u64,
     router_peak_rss_bytes: u64,
     /// CPU the bench itself used over the window (publishers and consumer).
@@ -639,6 +655,59 @@ pub(crate) struct ThroughputReport {
     complete: bool,
     problems: Vec<String>,
     cleanup: Cleanup,
+}
+
+/// Context switches of a process's threads: the sums of `voluntary_ctxt_switches` (the thread
+/// waited: a lock, a channel, the socket) and `nonvoluntary_ctxt_switches` (it was preempted)
+/// over `/proc/PID/task/*/status`. Threads that ended are not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub(crate) struct ContextSwitches {
+    voluntary: u64,
+    involuntary: u64,
+}
+
+impl ContextSwitches {
+    fn total(&self) -> u64 {
+        self.voluntary + self.involuntary
+    }
+
+    /// The switches between `earlier` and `self` (0 for a count that went down: a thread
+    /// ended).
+    fn since(&self, earlier: &ContextSwitches) -> ContextSwitches {
+        ContextSwitches {
+            voluntary: self.voluntary.saturating_sub(earlier.voluntary),
+            involuntary: self.involuntary.saturating_sub(earlier.involuntary),
+        }
+    }
+
+    /// Add the counts of one thread's `status` text.
+    fn add_status(&mut self, status: &str) {
+        for line in status.lines() {
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let Ok(n) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            match key {
+                "voluntary_ctxt_switches" => self.voluntary += n,
+                "nonvoluntary_ctxt_switches" => self.involuntary += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The context switches of every live thread of `pid` so far.
+fn read_context_switches(pid: u32) -> std::io::Result<ContextSwitches> {
+    let mut switches = ContextSwitches::default();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread may end between the listing and the read: skip it.
+        if let Ok(status) = std::fs::read_to_string(task?.path().join("status")) {
+            switches.add_status(&status);
+        }
+    }
+    Ok(switches)
 }
 
 /// `62,305`: an integer rate with thousands separators.
@@ -721,6 +790,13 @@ impl ThroughputReport {
         );
         let _ = writeln!(
             s,
+            "router ctxsw  {} voluntary + {} involuntary context switches: {} per publication",
+            self.router_context_switches.voluntary,
+            self.router_context_switches.involuntary,
+            maybe(self.context_switches_per_publication, 2),
+        );
+        let _ = writeln!(
+            s,
             "router RSS    {} at the end, {} peak",
             human_bytes(self.router_rss_bytes as f64),
             human_bytes(self.router_peak_rss_bytes as f64),
@@ -754,6 +830,35 @@ impl ThroughputReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_switches_add_up_over_threads() {
+        let mut s = ContextSwitches::default();
+        s.add_status(
+            "Name:\tlapin-io-loop\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n",
+        );
+        s.add_status("Name:\ttokio-rt-worker\nvoluntary_ctxt_switches:\t30\nnonvoluntary_ctxt_switches:\t4\n");
+        assert_eq!(
+            s,
+            ContextSwitches {
+                voluntary: 42,
+                involuntary: 7
+            }
+        );
+        assert_eq!(s.total(), 49);
+        let earlier = ContextSwitches {
+            voluntary: 40,
+            involuntary: 9,
+        };
+        assert_eq!(
+            s.since(&earlier),
+            ContextSwitches {
+                voluntary: 2,
+                involuntary: 0
+            }
+        );
+        assert!(read_context_switches(std::process::id()).is_ok());
+    }
 
     #[test]
     fn message_ids_round_trip() {

@@ -9,13 +9,15 @@ use lapin::Connection;
 use serde::Serialize;
 
 use crate::amqp;
-use crate::configs::{self, RouterSettings, RunDir, Topology};
+use crate::configs::{self, EdgeSettings, RedisSettings, RouterSettings, RunDir, Topology};
 use crate::connections::BenchError;
 use crate::gateway::random_token;
 use crate::service::{Service, free_local_addr};
 
 /// The router's default `amqp.prefetch`, for the report when `--prefetch` is not given.
 pub(crate) const ROUTER_DEFAULT_PREFETCH: u16 = 256;
+/// An edge's queue outlives a crashed bench by this much at most.
+const EDGE_QUEUE_EXPIRES_SECS: u64 = 60;
 
 /// One run's names, files and broker connection.
 pub(crate) struct Run {
@@ -72,14 +74,41 @@ impl Run {
         log: Option<&Path>,
         startup_timeout: Duration,
     ) -> Result<Service, BenchError> {
+        self.start_router_with(
+            bin,
+            prefetch,
+            None,
+            toml::Table::new(),
+            &random_token(32),
+            log,
+            startup_timeout,
+        )
+        .await
+    }
+
+    /// [`Run::start_router`] with `[redis]` (delayed notifications on) when given, `[schedule]`
+    /// settings, and the API key the caller will publish with.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start_router_with(
+        &self,
+        bin: &Path,
+        prefetch: Option<u16>,
+        redis: Option<RedisSettings>,
+        schedule: toml::Table,
+        api_key: &str,
+        log: Option<&Path>,
+        startup_timeout: Duration,
+    ) -> Result<Service, BenchError> {
         let failed = |e: &dyn std::fmt::Display| BenchError::Failed(format!("router: {e}"));
         let settings = RouterSettings {
             listen: free_local_addr().map_err(|e| failed(&e))?,
             amqp_url: self.amqp_url.clone(),
-            api_key: random_token(32),
+            api_key: api_key.to_owned(),
             run_id: self.id.clone(),
             prefetch,
             topology: self.topology.clone(),
+            redis,
+            schedule,
         };
         let path = self
             .dir
@@ -89,6 +118,65 @@ impl Run {
         Service::start("router", bin, &args, settings.listen, log, startup_timeout)
             .await
             .map_err(|e| failed(&e))
+    }
+
+    /// Starts `bin` as an edge gateway of the run: its TOML holds a free port, a data directory
+    /// in the run's directory, `jwt_secret`, and `[edge]` with the run's broker as its root and
+    /// the run's edges and presence exchanges; `--edge-id` is the run id. Returns once its
+    /// `/healthz` answers and its queue ([`configs::edge_queue`], which the caller should
+    /// [`Run::add_queue`]) has a consumer.
+    pub(crate) async fn start_edge(
+        &self,
+        bin: &Path,
+        jwt_secret: &str,
+        log: Option<&Path>,
+        startup_timeout: Duration,
+    ) -> Result<Service, BenchError> {
+        let failed = |e: &dyn std::fmt::Display| BenchError::Failed(format!("gateway: {e}"));
+        let settings = EdgeSettings {
+            listen: free_local_addr().map_err(|e| failed(&e))?,
+            data_dir: self.dir.path.join("gateway-data"),
+            jwt_secret: jwt_secret.to_owned(),
+            root: self.amqp_url.clone(),
+            exchange: self.topology.edges_exchange.clone(),
+            presence_exchange: self.topology.presence_exchange.clone(),
+            queue_expires_secs: EDGE_QUEUE_EXPIRES_SECS,
+        };
+        let path = self
+            .dir
+            .write("gateway.toml", &configs::gateway_edge_toml(&settings))
+            .map_err(|e| failed(&e))?;
+        let args = [
+            "--config".to_owned(),
+            path.display().to_string(),
+            "--edge-id".to_owned(),
+            self.id.clone(),
+        ];
+        let mut gateway =
+            Service::start("gateway", bin, &args, settings.listen, log, startup_timeout)
+                .await
+                .map_err(|e| failed(&e))?;
+        let edge_queue = configs::edge_queue(&self.id);
+        let deadline = tokio::time::Instant::now() + startup_timeout;
+        loop {
+            match amqp::queue_state(&self.admin, &edge_queue).await {
+                Ok(Some((_, consumers))) if consumers > 0 => return Ok(gateway),
+                Ok(_) => {}
+                Err(e) => eprintln!("herald-bench: looking for the edge's queue: {e}"),
+            }
+            let gone = gateway.exited();
+            if gone.is_some() || tokio::time::Instant::now() >= deadline {
+                gateway.stop().await;
+                return Err(BenchError::Failed(match gone {
+                    Some(status) => format!("gateway exited ({status})"),
+                    None => format!(
+                        "the edge's queue {edge_queue} has no consumer after {} s",
+                        startup_timeout.as_secs()
+                    ),
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Stops `services` in order (SIGTERM), deletes the run's queues and exchanges, closes the

@@ -10,10 +10,13 @@
 //! - [`websocket`]: STOMP over WebSocket, raw (`/ws`) or inside SockJS frames.
 //! - [`xhr_streaming`]: STOMP inside SockJS frames over an xhr_streaming response, with
 //!   `xhr_send` requests on a keep-alive connection the worker's sessions share.
+//! - [`record`]: an open `/ws` session that parses and time-stamps the delayed benchmark's
+//!   messages (`worker --record`).
 //!
 //! Memory per open session is kept small because a worker holds up to 19,000 of them: see each
 //! transport's module docs.
 
+pub(crate) mod record;
 pub(crate) mod websocket;
 pub(crate) mod xhr_streaming;
 
@@ -326,7 +329,9 @@ async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
 /// Opens one session. `handshake_slot` is held only while the handshake runs (it bounds the
 /// handshakes in flight); the result goes to `outcomes` as soon as it is known. An open session
 /// moves to a task of its own on `tracker` and this task ends, so the memory of the handshake's
-/// future (about 3 KiB) is not kept for the life of the session.
+/// future (about 3 KiB) is not kept for the life of the session. With a `recorder` (only over
+/// [`Transport::WebSocket`]), the open session records what it receives ([`record`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     target: Arc<Target>,
     token: String,
@@ -335,6 +340,7 @@ pub(crate) async fn run(
     cancel: CancellationToken,
     counters: Arc<Counters>,
     tracker: TaskTracker,
+    recorder: Option<Arc<record::Recorder>>,
 ) {
     let opened = tokio::select! {
         biased;
@@ -342,11 +348,14 @@ pub(crate) async fn run(
         result = open(&target, &token) => result,
     };
     drop(handshake_slot);
-    let outcome = opened.map(|session| match session {
-        Opened::WebSocket(ws, framing) => {
+    let outcome = opened.map(|session| match (session, recorder) {
+        (Opened::WebSocket(ws, websocket::Framing::Stomp), Some(recorder)) => {
+            tracker.spawn(record::hold(ws, cancel, counters, recorder));
+        }
+        (Opened::WebSocket(ws, framing), _) => {
             tracker.spawn(websocket::hold(ws, framing, cancel, counters));
         }
-        Opened::XhrStreaming(stream) => {
+        (Opened::XhrStreaming(stream), _) => {
             tracker.spawn(xhr_streaming::hold(stream, cancel, counters));
         }
     });

@@ -4,6 +4,11 @@
 //! At most `concurrency` handshakes are in flight (a semaphore permit is taken before each
 //! session task is spawned and given back when its handshake ends); open sessions cost no
 //! permit. A failed session is counted under its reason and never stops the others.
+//!
+//! With `--record` (WebSocket transport only) the open sessions parse what they receive and
+//! record the delayed benchmark's messages ([`crate::session::record`]); the worker reports the
+//! count every [`RECEIVED_INTERVAL`] while it changes, and the arrivals once the sessions are
+//! closed.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -18,7 +23,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::WorkerArgs;
 use crate::endpoint::Endpoint;
-use crate::events::{CLOSE_COMMAND, WorkerEvent, unix_micros};
+use crate::events::{ARRIVALS_PER_LINE, CLOSE_COMMAND, WorkerEvent, unix_micros};
+use crate::session::record::Recorder;
 use crate::session::xhr_streaming::{SEND_CONNECTIONS, SendPool};
 use crate::session::{self, Counters, Failure, Target};
 use crate::sys;
@@ -32,6 +38,8 @@ pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 const OUTCOME_CHANNEL: usize = 1024;
 /// How long closing sessions may take before the worker exits anyway.
 pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(15);
+/// How often a recording worker reports how many messages it has.
+pub(crate) const RECEIVED_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What a worker was told to do.
 #[derive(Debug, Clone)]
@@ -45,6 +53,8 @@ pub(crate) struct WorkerConfig {
     pub(crate) handshake_timeout: Duration,
     pub(crate) token_ttl: Duration,
     pub(crate) jwt_secret: String,
+    /// Record the delayed benchmark's messages (WebSocket transport only).
+    pub(crate) record: bool,
 }
 
 impl From<WorkerArgs> for WorkerConfig {
@@ -59,6 +69,7 @@ impl From<WorkerArgs> for WorkerConfig {
             handshake_timeout: Duration::from_secs(a.handshake_timeout),
             token_ttl: Duration::from_secs(a.token_ttl),
             jwt_secret: a.jwt_secret,
+            record: a.record,
         }
     }
 }
@@ -76,6 +87,9 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
         Ok(limit) => limit,
         Err(e) => return fatal(format!("cannot raise RLIMIT_NOFILE: {e}")),
     };
+    if config.record && config.transport != Transport::WebSocket {
+        return fatal("--record needs the websocket transport".into());
+    }
     let endpoint = match Endpoint::parse(&config.url) {
         Ok(e) => e,
         Err(e) => return fatal(e.to_string()),
@@ -115,6 +129,7 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
 
     let tracker = TaskTracker::new();
     let counters = Arc::new(Counters::default());
+    let recorder = config.record.then(|| Arc::new(Recorder::default()));
     let (outcomes_tx, mut outcomes) = mpsc::channel(OUTCOME_CHANNEL);
     let connect_started_us = unix_micros();
     tracker.spawn(spawn_sessions(
@@ -124,6 +139,7 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
         cancel.clone(),
         counters.clone(),
         tracker.clone(),
+        recorder.clone(),
     ));
 
     let mut tally = Tally::default();
@@ -168,7 +184,10 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
         cancel.cancel();
     }
 
-    cancel.cancelled().await;
+    match &recorder {
+        Some(recorder) => report_received(worker, recorder, &cancel).await,
+        None => cancel.cancelled().await,
+    }
     tracker.close();
     if tokio::time::timeout(CLOSE_DEADLINE, tracker.wait())
         .await
@@ -177,6 +196,18 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
         eprintln!(
             "herald-bench worker {worker}: sessions still closing after {CLOSE_DEADLINE:?}; exiting"
         );
+    }
+    if let Some(recorder) = &recorder {
+        let arrivals = recorder.take();
+        for chunk in arrivals.chunks(ARRIVALS_PER_LINE) {
+            let event = WorkerEvent::Arrivals {
+                worker,
+                arrivals: chunk.to_vec(),
+            };
+            if event.emit().is_err() {
+                break;
+            }
+        }
     }
     let _ = WorkerEvent::Closed {
         worker,
@@ -187,6 +218,36 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
     0
 }
 
+/// Until `cancel`: tells the parent how many messages the sessions recorded, whenever that
+/// changed, every [`RECEIVED_INTERVAL`].
+async fn report_received(worker: usize, recorder: &Recorder, cancel: &CancellationToken) {
+    let mut tick = tokio::time::interval(RECEIVED_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = None;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = (
+            recorder.messages.load(Ordering::Relaxed),
+            recorder.foreign.load(Ordering::Relaxed),
+        );
+        if last == Some(now) {
+            continue;
+        }
+        last = Some(now);
+        let event = WorkerEvent::Received {
+            worker,
+            messages: now.0,
+            foreign: now.1,
+        };
+        if event.emit().is_err() {
+            cancel.cancel();
+        }
+    }
+}
+
 /// Spawns one task per session, each after taking a handshake permit.
 async fn spawn_sessions(
     config: WorkerConfig,
@@ -195,6 +256,7 @@ async fn spawn_sessions(
     cancel: CancellationToken,
     counters: Arc<Counters>,
     tracker: TaskTracker,
+    recorder: Option<Arc<Recorder>>,
 ) {
     let handshakes = Arc::new(Semaphore::new(config.concurrency));
     let minter = Minter::new(&config.jwt_secret);
@@ -219,6 +281,7 @@ async fn spawn_sessions(
             cancel.clone(),
             counters.clone(),
             tracker.clone(),
+            recorder.clone(),
         ));
     }
 }
