@@ -5,18 +5,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use herald_protocol::stomp::Command;
 use serde_json::{Value, json};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 async fn api(
     gw: &TestGateway,

@@ -6,21 +6,13 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::process::Child;
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// The gateway binary; killed (SIGKILL) when dropped.
 struct Gateway {
@@ -34,39 +26,12 @@ impl Gateway {
     fn start(data: &Path) -> Gateway {
         let config = data.join("gateway.toml");
         std::fs::write(&config, "[schedule]\nlease_ms = 1000\nclaim_batch = 200\n").unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_herald-gateway"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(data)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--jwt-secret",
-                SECRET,
-                "--api-key",
-                API_KEY,
-                "--log-format",
-                "json",
-            ])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("gateway exited before listening")
-                .unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap_or_default();
-            if let Some(a) = v["fields"]["addr"].as_str() {
-                break a.parse().unwrap();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let (child, addr) = spawn_gateway_binary(&[
+            "--config".as_ref(),
+            config.as_ref(),
+            "--data-dir".as_ref(),
+            data.as_ref(),
+        ]);
         Gateway { child, addr }
     }
 

@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use bytes::BytesMut;
 use common::*;
@@ -43,38 +42,7 @@ fn rss_bytes(pid: u32) -> u64 {
 /// Start the gateway binary on an ephemeral port; return it and its address.
 fn spawn_gateway() -> (Process, std::net::SocketAddr) {
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_herald-gateway"))
-        .arg("--data-dir")
-        .arg(data.path())
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--jwt-secret",
-            SECRET,
-            "--api-key",
-            API_KEY,
-            "--log-format",
-            "json",
-        ])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("gateway exited before listening")
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if let Some(a) = v["fields"]["addr"].as_str() {
-            break a.parse().unwrap();
-        }
-    };
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let (child, addr) = spawn_gateway_binary(&["--data-dir".as_ref(), data.path().as_ref()]);
     (Process(child, data), addr)
 }
 

@@ -5,7 +5,7 @@
 
 mod harness;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use harness::*;
 use herald_router::amqp::Topology;
@@ -14,38 +14,6 @@ use herald_router::amqp::presence::PresenceReport;
 use lapin::BasicProperties;
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
-
-fn redis_url() -> String {
-    std::env::var("HERALD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// Removes a test's Redis keys (its own prefix only) when dropped.
-struct RedisPrefix(String);
-
-impl Drop for RedisPrefix {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(redis_url()) else {
-            return;
-        };
-        let Ok(mut c) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", self.0))
-            .query(&mut c)
-            .unwrap_or_default();
-        for chunk in keys.chunks(500) {
-            let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut c);
-        }
-    }
-}
 
 /// A router with a delayed store under a prefix of its own.
 async fn router_with_redis(topology: &Topology) -> (Router, RedisPrefix) {

@@ -11,24 +11,13 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use harness::*;
 use herald_router::amqp::Topology;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_herald-router");
-
-fn redis_url() -> String {
-    std::env::var("HERALD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// The router binary; SIGKILLed when dropped.
 struct RouterProcess {
@@ -181,29 +170,11 @@ async fn expect_all(broker: &Broker, due: &HashMap<String, u64>, seen: &mut Hash
     }
 }
 
-struct Prefix(String);
-
-impl Drop for Prefix {
-    fn drop(&mut self) {
-        if let Ok(client) = redis::Client::open(redis_url())
-            && let Ok(mut c) = client.get_connection()
-        {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{}:*", self.0))
-                .query(&mut c)
-                .unwrap_or_default();
-            for chunk in keys.chunks(500) {
-                let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut c);
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_while_pending_loses_nothing() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
-    let prefix = Prefix(format!("herald-crash{}", suffix()));
+    let prefix = RedisPrefix(format!("herald-crash{}", suffix()));
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &topology, &prefix.0);
     let first = RouterProcess::start(&config);
@@ -224,7 +195,7 @@ async fn kill_9_while_pending_loses_nothing() {
 async fn kill_9_while_firing_loses_nothing() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
-    let prefix = Prefix(format!("herald-crash{}", suffix()));
+    let prefix = RedisPrefix(format!("herald-crash{}", suffix()));
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &topology, &prefix.0);
     let first = RouterProcess::start(&config);

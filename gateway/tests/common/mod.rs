@@ -27,6 +27,54 @@ pub const API_KEY: &str = "test-api-key";
 /// Upper bound on any wait in these tests; a wait that hits it is a failure.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// Start the herald-gateway binary on an ephemeral 127.0.0.1 port with the
+/// test secret and API key, JSON logs, and `args` (data dir, config, ...);
+/// return it and the address it logs. Its log is drained in a thread so it
+/// never blocks on a full pipe.
+pub fn spawn_gateway_binary(args: &[&std::ffi::OsStr]) -> (std::process::Child, SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herald-gateway"))
+        .args(args)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--jwt-secret",
+            SECRET,
+            "--api-key",
+            API_KEY,
+            "--log-format",
+            "json",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("gateway exited before listening")
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if let Some(a) = v["fields"]["addr"].as_str() {
+            break a.parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+/// The wall clock in epoch ms, as the gateway fixes due times.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 pub struct TestGateway {
     pub addr: SocketAddr,
     /// The in-process gateway's state and task; None for a gateway running

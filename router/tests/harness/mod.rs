@@ -44,6 +44,38 @@ pub fn header_text(p: &BasicProperties, name: &str) -> Option<String> {
     }
 }
 
+/// The Redis the delayed-store tests use (`HERALD_TEST_REDIS_URL` to change it).
+pub fn redis_url() -> String {
+    std::env::var("HERALD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into())
+}
+
+/// The wall clock in epoch ms, as the router fixes due times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A test's Redis key prefix; its keys (and only those) are removed when dropped.
+pub struct RedisPrefix(pub String);
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        if let Ok(client) = redis::Client::open(redis_url())
+            && let Ok(mut c) = client.get_connection()
+        {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}:*", self.0))
+                .query(&mut c)
+                .unwrap_or_default();
+            for chunk in keys.chunks(500) {
+                let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut c);
+            }
+        }
+    }
+}
+
 /// A test's connection to the broker: a backend publishing to the router's
 /// exchange, and an edge reading the edges exchange through `edge_queue`.
 pub struct Broker {
