@@ -421,12 +421,15 @@ fn now_ms() -> u64 {
     crate::events::unix_nanos() / 1_000_000
 }
 
-/// `GET /metrics`, parsed.
+/// `GET /metrics`, parsed. The connection sits idle between scrapes and the server may have
+/// closed it meanwhile: a GET is idempotent, so a failed one is sent once more on a new
+/// connection (as HTTP clients do with a stale keep-alive connection).
 async fn scrape(conn: &mut ApiConnection) -> Result<Scrape, BenchError> {
-    let r = conn
-        .get("/metrics")
-        .await
-        .map_err(|e| BenchError::Failed(format!("GET /metrics: {e}")))?;
+    let r = match conn.get("/metrics").await {
+        Ok(r) => Ok(r),
+        Err(_) => conn.get("/metrics").await,
+    }
+    .map_err(|e| BenchError::Failed(format!("GET /metrics: {e}")))?;
     if r.status != 200 {
         return Err(BenchError::Failed(format!(
             "GET /metrics: http {}",

@@ -97,6 +97,9 @@ impl State {
         matches!(self, State::Delivered | State::Cancelled | State::Expired)
     }
 
+    /// How many states there are: codes are `0..COUNT`.
+    pub const COUNT: usize = 6;
+
     /// A one-byte code for stores.
     pub fn code(self) -> u8 {
         match self {

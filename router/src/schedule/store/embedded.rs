@@ -267,6 +267,7 @@ fn commit_group(db: &Database, group: Vec<Request>) {
                     answers.push(a);
                 }
             }
+            t.flush_counters()?;
         }
         txn.commit().map_err(io)
     })();
@@ -320,10 +321,10 @@ fn reply<T>(
 }
 
 fn status_of(
-    entries: &redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    entries: &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
     id: &str,
 ) -> Result<Option<Status>, StoreError> {
-    match entries.get(id).map_err(io)? {
+    match entries.get(id.as_bytes()).map_err(io)? {
         Some(v) => Stored::decode(id, v.value()).map(|s| Some(s.status(id))),
         None => Ok(None),
     }

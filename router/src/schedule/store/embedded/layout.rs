@@ -27,7 +27,9 @@ use crate::schedule::entry::{Entry, Millis, State, Status};
 use crate::schedule::record;
 use crate::schedule::store::StoreError;
 
-pub(super) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
+/// Entries by id. The key is the id's UTF-8 bytes (ids are checked strings):
+/// a `&str` key would make redb check UTF-8 at every comparison.
+pub(super) const ENTRIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("entries");
 pub(super) const SCHED: TableDefinition<&[u8], ()> = TableDefinition::new("sched");
 pub(super) const LEASE: TableDefinition<&[u8], ()> = TableDefinition::new("lease");
 pub(super) const HELD: TableDefinition<&[u8], ()> = TableDefinition::new("held");

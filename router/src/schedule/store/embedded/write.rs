@@ -1,6 +1,8 @@
 //! The state transitions, applied inside one write transaction by the
 //! writer thread. Each keeps every index in step with the entry's state.
 
+use std::collections::BTreeMap;
+
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::layout::*;
@@ -9,7 +11,7 @@ use crate::schedule::store::{Cancel, Insert, StoreError};
 
 /// Every table, open in one write transaction.
 pub(super) struct Tables<'t> {
-    entries: Table<'t, &'static str, &'static [u8]>,
+    entries: Table<'t, &'static [u8], &'static [u8]>,
     sched: Table<'t, &'static [u8], ()>,
     lease: Table<'t, &'static [u8], ()>,
     held: Table<'t, &'static [u8], ()>,
@@ -18,6 +20,12 @@ pub(super) struct Tables<'t> {
     fin: Table<'t, &'static [u8], ()>,
     hist: Table<'t, u64, u64>,
     counts: Table<'t, u8, u64>,
+    /// Changes to `counts` by state code, and to `hist` by minute, made
+    /// by this transaction: summed here and written once, by
+    /// [`Tables::flush_counters`], instead of a read and a write of those
+    /// tables for every entry.
+    count_deltas: [i64; State::COUNT],
+    hist_deltas: BTreeMap<u64, i64>,
 }
 
 pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
@@ -38,42 +46,61 @@ impl<'t> Tables<'t> {
             fin: txn.open_table(FINAL).map_err(io)?,
             hist: txn.open_table(HIST).map_err(io)?,
             counts: txn.open_table(COUNTS).map_err(io)?,
+            count_deltas: [0; State::COUNT],
+            hist_deltas: BTreeMap::new(),
         })
     }
 
+    /// Write the counter changes of the transaction; call once, before
+    /// the commit.
+    pub(super) fn flush_counters(&mut self) -> R<()> {
+        for (code, delta) in self.count_deltas.iter_mut().enumerate() {
+            if *delta == 0 {
+                continue;
+            }
+            let code = code as u8;
+            let was = self.counts.get(code).map_err(io)?.map_or(0, |v| v.value());
+            self.counts
+                .insert(code, was.saturating_add_signed(*delta))
+                .map_err(io)?;
+            *delta = 0;
+        }
+        for (minute, delta) in std::mem::take(&mut self.hist_deltas) {
+            if delta == 0 {
+                continue;
+            }
+            let was = self.hist.get(minute).map_err(io)?.map_or(0, |v| v.value());
+            let next = was.saturating_add_signed(delta);
+            if next == 0 {
+                self.hist.remove(minute).map_err(io)?;
+            } else {
+                self.hist.insert(minute, next).map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+
     fn get(&self, id: &str) -> R<Option<Stored>> {
-        match self.entries.get(id).map_err(io)? {
+        match self.entries.get(id.as_bytes()).map_err(io)? {
             Some(v) => Stored::decode(id, v.value()).map(Some),
             None => Ok(None),
         }
     }
 
     fn put(&mut self, id: &str, s: &Stored) -> R<()> {
-        self.entries.insert(id, s.encode().as_slice()).map_err(io)?;
-        Ok(())
-    }
-
-    fn count(&mut self, state: State, delta: i64) -> R<()> {
-        let now = self
-            .counts
-            .get(state.code())
-            .map_err(io)?
-            .map_or(0, |v| v.value());
-        self.counts
-            .insert(state.code(), now.saturating_add_signed(delta))
+        self.entries
+            .insert(id.as_bytes(), s.encode().as_slice())
             .map_err(io)?;
         Ok(())
     }
 
+    fn count(&mut self, state: State, delta: i64) -> R<()> {
+        self.count_deltas[usize::from(state.code())] += delta;
+        Ok(())
+    }
+
     fn hist(&mut self, fire: Millis, delta: i64) -> R<()> {
-        let minute = fire / MINUTE;
-        let now = self.hist.get(minute).map_err(io)?.map_or(0, |v| v.value());
-        let next = now.saturating_add_signed(delta);
-        if next == 0 {
-            self.hist.remove(minute).map_err(io)?;
-        } else {
-            self.hist.insert(minute, next).map_err(io)?;
-        }
+        *self.hist_deltas.entry(fire / MINUTE).or_default() += delta;
         Ok(())
     }
 
@@ -356,7 +383,7 @@ impl<'t> Tables<'t> {
                 continue;
             }
             self.leave(&id, &s)?;
-            self.entries.remove(id.as_str()).map_err(io)?;
+            self.entries.remove(id.as_bytes()).map_err(io)?;
             n += 1;
         }
         Ok(n)

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use crate::schedule::store::StoreError;
 
+/// The largest `max_entries_per_script`: the insert script hands two values
+/// per entry to one variadic `ZADD`, and Redis's Lua passes at most 8,000.
+pub const MAX_ENTRIES_PER_SCRIPT: usize = 2_000;
+
 /// One Redis server, or a Redis Cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Topology {
@@ -37,7 +41,8 @@ pub struct RedisConfig {
     /// requests); past it the operation fails with
     /// [`StoreError::Unavailable`].
     pub operation_timeout: Duration,
-    /// Most entries one insert script handles: a larger batch is split
+    /// Most entries one insert script handles (at most
+    /// [`MAX_ENTRIES_PER_SCRIPT`]): a larger batch is split
     /// into several scripts per shard (policy: split; each script is
     /// atomic). Bounds how long one script blocks Redis and how large one
     /// request is.
@@ -119,6 +124,12 @@ impl RedisConfig {
         }
         if self.max_entries_per_script == 0 {
             out.push("max_entries_per_script is zero".into());
+        }
+        if self.max_entries_per_script > MAX_ENTRIES_PER_SCRIPT {
+            out.push(format!(
+                "max_entries_per_script is {}, at most {MAX_ENTRIES_PER_SCRIPT} (the insert script passes two values per entry to one ZADD, and Redis's Lua takes at most 8,000 arguments)",
+                self.max_entries_per_script
+            ));
         }
         if self.request_queue == 0 {
             out.push("request_queue is zero".into());
