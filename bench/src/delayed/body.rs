@@ -1,7 +1,7 @@
 //! The HTTP publish API's bodies (pure): a batch of delayed notifications as Herald's
 //! `POST /v1/notifications` takes it (`docs/delayed-notifications.md`), and its `202` answer.
 //!
-//! A batch is a JSON array; each notification names its `id` (`dl-{seq}`), one user, the
+//! A batch is a JSON array; each notification names its `id` ([`ids::message_id`]), one user, the
 //! event `bench.delayed`, `deliver_at` as integer epoch ms and a JSON payload of the asked
 //! size. Ids and user names are the bench's own (letters, digits and `-`), so the body is
 //! written directly, without escaping.
@@ -87,8 +87,9 @@ pub(crate) fn answer(body: &[u8], plan: &Plan, seqs: Range<u64>) -> Result<Answe
     for (s, seq) in parsed.scheduled.iter().zip(seqs) {
         if ids::parse(&s.id) != Some(seq) {
             return Err(format!(
-                "202 answer: {:?} where dl-{seq} was expected",
-                s.id
+                "202 answer: {:?} where {} was expected",
+                s.id,
+                ids::message_id(seq)
             ));
         }
         if s.duplicate {
@@ -127,7 +128,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let items = v.as_array().unwrap();
         assert_eq!(items.len(), 3);
-        assert_eq!(items[0]["id"], "dl-10");
+        assert_eq!(items[0]["id"], ids::message_id(10).as_str());
         assert_eq!(items[0]["users"], serde_json::json!(["bench-0-0"]));
         assert_eq!(items[1]["users"], serde_json::json!(["bench-0-1"]));
         assert_eq!(items[2]["event"], EVENT);
@@ -167,9 +168,13 @@ mod tests {
     #[test]
     fn answers_are_checked_against_the_batch() {
         let p = plan();
-        let ok = br#"{"ids":["dl-10","dl-11"],"scheduled":[
-            {"id":"dl-10","due_at":"x","due_at_ms":1800000000000,"duplicate":false},
-            {"id":"dl-11","due_at":"x","due_at_ms":1800000000005,"duplicate":true}]}"#;
+        let (ten, eleven) = (ids::message_id(10), ids::message_id(11));
+        let ok = format!(
+            r#"{{"ids":["{ten}","{eleven}"],"scheduled":[
+            {{"id":"{ten}","due_at":"x","due_at_ms":1800000000000,"duplicate":false}},
+            {{"id":"{eleven}","due_at":"x","due_at_ms":1800000000005,"duplicate":true}}]}}"#
+        );
+        let ok = ok.as_bytes();
         let a = answer(ok, &p, 10..12).unwrap();
         assert_eq!((a.accepted, a.duplicates, a.due_mismatches), (1, 1, 1));
         assert_eq!(a.dues, [(10, 1_800_000_000_000), (11, 1_800_000_000_005)]);
@@ -177,7 +182,7 @@ mod tests {
         assert!(
             answer(ok, &p, 11..13)
                 .unwrap_err()
-                .contains("dl-11 was expected")
+                .contains(&format!("{eleven} was expected"))
         );
         assert!(answer(b"{\"ids\":[]}", &p, 10..11).is_err());
         assert!(answer(b"not json", &p, 10..11).is_err());
