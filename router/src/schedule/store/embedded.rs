@@ -260,8 +260,11 @@ fn commit_group(db: &Database, group: Vec<Request>) {
         let txn = db.begin_write().map_err(io)?;
         {
             let mut t = Tables::open(&txn)?;
-            // A request that fails is answered at once and changes
-            // nothing the others see; a failed commit fails them all.
+            // A request that fails is answered with its error at once;
+            // what it wrote before failing is committed with the others
+            // (inserts are idempotent and claims leased, so a caller that
+            // retries finds duplicates, and a claim nobody got comes back
+            // when its lease runs out). A failed commit fails them all.
             for request in group {
                 if let Some(a) = apply(&mut t, request) {
                     answers.push(a);
