@@ -43,7 +43,11 @@ mod tests {
         for seq in [0, 1, 2, 42, 1_000_000, u64::MAX] {
             assert_eq!(parse(&message_id(seq)), Some(seq), "{seq}");
         }
-        assert_ne!(message_id(1)[..6], message_id(2)[..6], "neighbours are far apart");
+        assert_ne!(
+            message_id(1)[..6],
+            message_id(2)[..6],
+            "neighbours are far apart"
+        );
         for other in [
             "",
             "dl-",
