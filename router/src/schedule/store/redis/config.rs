@@ -6,7 +6,7 @@ use crate::schedule::store::StoreError;
 
 /// The largest `max_entries_per_script`: the insert script hands two values
 /// per entry to one variadic `ZADD`, and Redis's Lua passes at most 8,000.
-pub const MAX_ENTRIES_PER_SCRIPT: usize = 2_000;
+const MAX_ENTRIES_PER_SCRIPT: usize = 2_000;
 
 /// One Redis server, or a Redis Cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,8 +41,8 @@ pub struct RedisConfig {
     /// requests); past it the operation fails with
     /// [`StoreError::Unavailable`].
     pub operation_timeout: Duration,
-    /// Most entries one insert script handles (at most
-    /// [`MAX_ENTRIES_PER_SCRIPT`]): a larger batch is split
+    /// Most entries one insert script handles (at most 2,000): a larger
+    /// batch is split
     /// into several scripts per shard (policy: split; each script is
     /// atomic). Bounds how long one script blocks Redis and how large one
     /// request is.
@@ -168,5 +168,11 @@ mod tests {
         let p = bad.problems();
         assert_eq!(p.len(), 5, "{p:?}");
         assert!(bad.check().is_err());
+        let too_many = RedisConfig {
+            max_entries_per_script: MAX_ENTRIES_PER_SCRIPT + 1,
+            ..RedisConfig::default()
+        };
+        let p = too_many.problems();
+        assert!(p.len() == 1 && p[0].contains("at most 2000"), "{p:?}");
     }
 }
