@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, PublishApi};
 use crate::schedule::entry::{State as EntryState, Status};
+use crate::schedule::service::Delayed;
 use crate::schedule::store::{Cancel, Cursor, ListFilter};
 use crate::schedule::timing::rfc3339;
 
@@ -93,22 +94,21 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable(format!("the delayed store is unavailable: {e}"))
 }
 
-fn guard(api: &PublishApi, headers: &HeaderMap) -> Result<(), ApiError> {
+/// The caller is authorized and this server schedules delayed
+/// notifications: its scheduler.
+fn guard<'a>(api: &'a PublishApi, headers: &HeaderMap) -> Result<&'a Delayed, ApiError> {
     api.authorize_headers(headers)?;
-    if api.delayed().is_none() {
-        return Err(ApiError::not_found(
-            "delayed notifications are not enabled on this server",
-        ));
-    }
-    Ok(())
+    api.delayed()
+        .ok_or_else(|| ApiError::not_found("delayed notifications are not enabled on this server"))
 }
 
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if herald_protocol::envelope::is_valid_name(id) {
+/// `value` is a valid Herald name (ids, topics), or a 422 naming `field`.
+fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+    if herald_protocol::envelope::is_valid_name(value) {
         Ok(())
     } else {
         Err(ApiError::invalid(
-            "id",
+            field,
             "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
         ))
     }
@@ -121,9 +121,8 @@ pub(crate) async fn status(
     Path(id): Path<String>,
 ) -> Response {
     let answer = async {
-        guard(&api, &headers)?;
-        check_id(&id)?;
-        let delayed = api.delayed().expect("guarded");
+        let delayed = guard(&api, &headers)?;
+        check_name("id", &id)?;
         match delayed.status(&id).await.map_err(unavailable)? {
             Some(s) => Ok(Json(StatusBody::from(s)).into_response()),
             None => Err(ApiError::not_found(format!(
@@ -141,9 +140,8 @@ pub(crate) async fn cancel(
     Path(id): Path<String>,
 ) -> Response {
     let answer = async {
-        guard(&api, &headers)?;
-        check_id(&id)?;
-        let delayed = api.delayed().expect("guarded");
+        let delayed = guard(&api, &headers)?;
+        check_name("id", &id)?;
         match delayed.cancel(&id).await.map_err(unavailable)? {
             Cancel::Cancelled(s) => {
                 tracing::debug!(id = %id, "delayed notification cancelled");
@@ -178,7 +176,7 @@ pub(crate) async fn list(
     RawQuery(query): RawQuery,
 ) -> Response {
     let answer = async {
-        guard(&api, &headers)?;
+        let delayed = guard(&api, &headers)?;
         let q: ListQuery = match query.as_deref() {
             None | Some("") => ListQuery::default(),
             Some(q) => {
@@ -198,13 +196,8 @@ pub(crate) async fn list(
                 .parse::<EntryState>()
                 .map_err(|e| ApiError::invalid("state", e.to_string()))?,
         };
-        if let Some(t) = &q.topic
-            && !herald_protocol::envelope::is_valid_name(t)
-        {
-            return Err(ApiError::invalid(
-                "topic",
-                "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
-            ));
+        if let Some(t) = &q.topic {
+            check_name("topic", t)?;
         }
         let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
         if limit == 0 || limit > MAX_LIMIT {
@@ -218,7 +211,6 @@ pub(crate) async fn list(
             topic: q.topic,
             state,
         };
-        let delayed = api.delayed().expect("guarded");
         let page = delayed
             .list(filter, after, limit)
             .await
@@ -253,14 +245,14 @@ pub(crate) async fn user_online(
     Path(uid): Path<String>,
 ) -> Response {
     let answer = async {
-        guard(&api, &headers)?;
+        let delayed = guard(&api, &headers)?;
         if uid.is_empty() || uid.len() > 256 || uid.chars().any(char::is_control) {
             return Err(ApiError::invalid(
                 "uid",
                 "must be 1 to 256 bytes without control characters",
             ));
         }
-        api.delayed().expect("guarded").user_online(&uid);
+        delayed.user_online(&uid);
         Ok((
             StatusCode::ACCEPTED,
             Json(serde_json::json!({ "user": uid })),
