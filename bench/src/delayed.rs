@@ -401,19 +401,12 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
         report.complete = false;
     }
     report.cleanup = cleanup;
-    if settings.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
-        );
-    } else {
-        print!("{}", report.human());
-    }
-    Ok(if report.complete {
-        Outcome::AllOpened
-    } else {
-        Outcome::SomeFailed
-    })
+    Ok(crate::run::emit(
+        &report,
+        || report.human(),
+        report.complete,
+        settings.json,
+    ))
 }
 
 /// Epoch ms now (the clock Herald fixes due times with).

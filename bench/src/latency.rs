@@ -44,7 +44,7 @@ use crate::run::{Cleanup, Run, interruptible};
 use crate::service::Service;
 use crate::session::websocket::{self, CLOSE_GRACE, Framing, Ws};
 use crate::session::{Target, xhr_streaming};
-use crate::stats::{Summary, human_ms};
+use crate::stats::Summary;
 use crate::stomp_client::{self, Decoded};
 use crate::token::{Claims, Minter, now_epoch_secs};
 use crate::transport::Transport;
@@ -139,19 +139,12 @@ pub(crate) async fn run(args: LatencyArgs) -> Result<Outcome, BenchError> {
     report.load_before = load_before;
     report.load_after = cpu::load_average();
     report.cleanup = cleanup;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
-        );
-    } else {
-        print!("{}", report.human());
-    }
-    Ok(if report.complete {
-        Outcome::AllOpened
-    } else {
-        Outcome::SomeFailed
-    })
+    Ok(crate::run::emit(
+        &report,
+        || report.human(),
+        report.complete,
+        args.json,
+    ))
 }
 
 /// The router, then the edge gateway; ready once the edge's queue has its consumer.
@@ -645,20 +638,6 @@ pub(crate) struct LatencyReport {
     cleanup: Cleanup,
 }
 
-/// `p50 1.452 ms  p90 ...  (mean ..., N samples)`.
-fn percentiles(l: &Summary) -> String {
-    format!(
-        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (mean {}, {} samples)",
-        human_ms(l.p50_ns as f64),
-        human_ms(l.p90_ns as f64),
-        human_ms(l.p99_ns as f64),
-        human_ms(l.p999_ns as f64),
-        human_ms(l.max_ns as f64),
-        human_ms(l.mean_ns),
-        l.count
-    )
-}
-
 impl LatencyReport {
     fn human(&self) -> String {
         use std::fmt::Write as _;
@@ -691,14 +670,14 @@ impl LatencyReport {
         );
         match &self.latency {
             Some(l) => {
-                let _ = writeln!(s, "latency       {}", percentiles(l));
+                let _ = writeln!(s, "latency       {}", l.human());
             }
             None => {
                 let _ = writeln!(s, "latency       no samples");
             }
         }
         if let Some(l) = &self.latency_from_schedule {
-            let _ = writeln!(s, "from schedule {}", percentiles(l));
+            let _ = writeln!(s, "from schedule {}", l.human());
         }
         let _ = writeln!(
             s,

@@ -109,19 +109,12 @@ pub(crate) async fn run(args: RouterThroughputArgs) -> Result<Outcome, BenchErro
     report.load_after = cpu::load_average();
     report.load_before = load_before;
     report.cleanup = cleanup;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
-        );
-    } else {
-        print!("{}", report.human());
-    }
-    Ok(if report.complete {
-        Outcome::AllOpened
-    } else {
-        Outcome::SomeFailed
-    })
+    Ok(crate::run::emit(
+        &report,
+        || report.human(),
+        report.complete,
+        args.json,
+    ))
 }
 
 fn announce(router: Service) -> Service {

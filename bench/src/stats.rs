@@ -49,6 +49,20 @@ impl Summary {
             max_ns: *samples.last()?,
         })
     }
+
+    /// `p50 1.452 ms  p90 ...  (mean ..., N samples)`.
+    pub(crate) fn human(&self) -> String {
+        format!(
+            "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (mean {}, {} samples)",
+            human_ms(self.p50_ns as f64),
+            human_ms(self.p90_ns as f64),
+            human_ms(self.p99_ns as f64),
+            human_ms(self.p999_ns as f64),
+            human_ms(self.max_ns as f64),
+            human_ms(self.mean_ns),
+            self.count
+        )
+    }
 }
 
 /// Nanoseconds as milliseconds for people: `0.412 ms`, `12.3 ms`, `1530 ms`.

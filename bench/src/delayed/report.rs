@@ -13,7 +13,7 @@ use super::system::SystemCleanup;
 use super::usage::Split;
 use crate::router_throughput::{grouped, maybe};
 use crate::rss::human_bytes;
-use crate::stats::{Summary, human_ms};
+use crate::stats::human_ms;
 
 /// Bytes before and after the store filled, and per notification.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,19 +96,6 @@ pub(crate) struct DelayedReport {
     pub(crate) cleanup: SystemCleanup,
 }
 
-fn percentiles(l: &Summary) -> String {
-    format!(
-        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (mean {}, {} samples)",
-        human_ms(l.p50_ns as f64),
-        human_ms(l.p90_ns as f64),
-        human_ms(l.p99_ns as f64),
-        human_ms(l.p999_ns as f64),
-        human_ms(l.max_ns as f64),
-        human_ms(l.mean_ns),
-        l.count
-    )
-}
-
 fn le(ms: Option<f64>) -> String {
     ms.map_or_else(|| "> 10 s".to_owned(), |m| format!("<= {m} ms"))
 }
@@ -132,7 +119,7 @@ fn ingest_line(s: &mut String, label: &str, i: &Ingested) {
         i.due_mismatches,
     );
     if let Some(l) = &i.request_latency {
-        let _ = writeln!(s, "{:<13} {}", "  per request", percentiles(l));
+        let _ = writeln!(s, "{:<13} {}", "  per request", l.human());
     }
 }
 
@@ -198,7 +185,7 @@ impl DelayedReport {
             );
             match &d.lateness {
                 Some(l) => {
-                    let _ = writeln!(s, "lateness      {}", percentiles(l));
+                    let _ = writeln!(s, "lateness      {}", l.human());
                 }
                 None => {
                     let _ = writeln!(s, "lateness      no samples");
