@@ -8,8 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use herald_router::schedule::store::Insert;
 use herald_router::schedule::store::Store;
-use herald_router::schedule::store::embedded::EmbeddedStore;
+use herald_router::schedule::store::embedded::{EmbeddedConfig, EmbeddedStore};
 
 async fn open() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -18,6 +19,83 @@ async fn open() -> (Arc<dyn Store>, tempfile::TempDir) {
 }
 
 store_suite_tests!(open);
+
+/// The whole suite again with the recent ids folded into the on-disk index
+/// after every two new ones, so every case crosses folds.
+mod folding_often {
+    use super::*;
+
+    async fn open() -> (Arc<dyn Store>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig {
+            fold_ids: 2,
+            ..EmbeddedConfig::default()
+        };
+        let store = EmbeddedStore::open_with(dir.path(), config).unwrap();
+        (Arc::new(store), dir)
+    }
+
+    store_suite_tests!(open);
+}
+
+#[tokio::test]
+async fn ids_folded_or_not_are_known_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EmbeddedConfig {
+        fold_ids: 40,
+        ..EmbeddedConfig::default()
+    };
+    let entry = |i: u64| store_suite::entry(&format!("f{i}"), store_suite::T0 + i, None, "u");
+    {
+        let store = EmbeddedStore::open_with(dir.path(), config.clone()).unwrap();
+        // 100 ids in batches of 10: two folds of 40, then 20 in memory only.
+        for batch in 0..10 {
+            let entries = (batch * 10..batch * 10 + 10).map(entry).collect();
+            store.insert(entries, store_suite::T0).await.unwrap();
+        }
+        store.cancel("f95", store_suite::T0).await.unwrap();
+    }
+    let store = EmbeddedStore::open_with(dir.path(), config).unwrap();
+    for i in 0..100 {
+        let s = store.status(&format!("f{i}")).await.unwrap();
+        assert!(s.is_some(), "f{i} is gone after the reopen");
+    }
+    let again = store
+        .insert((0..100).map(entry).collect(), store_suite::T0)
+        .await
+        .unwrap();
+    assert!(
+        again.iter().all(|i| matches!(i, Insert::Duplicate(_))),
+        "every id is still known as a duplicate"
+    );
+    let fresh = store
+        .insert(vec![entry(100)], store_suite::T0)
+        .await
+        .unwrap();
+    assert_eq!(fresh, vec![Insert::Accepted]);
+    let claimed = store
+        .claim_due(store_suite::T0 + 200, 1000, 1000)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 100, "all but the cancelled one fire, once");
+}
+
+#[tokio::test]
+async fn a_store_of_the_first_format_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("entries");
+        txn.open_table(def).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = EmbeddedStore::open(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("store format 1") && err.contains("format 2"),
+        "{err}"
+    );
+}
 
 #[tokio::test]
 async fn a_reopened_store_has_everything_it_acknowledged() {

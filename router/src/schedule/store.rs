@@ -92,7 +92,9 @@ pub struct Cursor {
     pub id: String,
 }
 
-/// One page of statuses, ordered by (due, id).
+/// One page of statuses, ordered by due time (entries due at the same time
+/// in the backend's order: the embedded store's is acceptance, Redis's is
+/// id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
     /// The statuses.
@@ -126,7 +128,9 @@ pub trait Store: Send + Sync + 'static {
     /// Claim up to `limit` entries that are due: scheduled with fire time
     /// `<= now`, or firing with an expired lease (`lease_until <= now`; their
     /// firer crashed). Each becomes firing with `lease_until = now +
-    /// lease_ms`, `attempts + 1`, and is returned, earliest (fire time, id) first.
+    /// lease_ms`, `attempts + 1`, and is returned, earliest fire time first
+    /// (entries with the same fire time in the backend's order: the
+    /// embedded store's is acceptance, Redis's is id).
     /// Atomic: concurrent claimers never get the same entry.
     fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>>;
 
@@ -168,8 +172,8 @@ pub trait Store: Send + Sync + 'static {
     /// The status of one entry, if stored.
     fn status(&self, id: &str) -> StoreFuture<'_, Option<Status>>;
 
-    /// Up to `limit` statuses matching `filter`, after `after`, ordered by
-    /// (due, id).
+    /// Up to `limit` statuses matching `filter`, after `after`, in the
+    /// order of [`Page`].
     fn list(
         &self,
         filter: ListFilter,

@@ -23,6 +23,7 @@
 //! Why redb: see `docs/delayed-store.md`.
 
 mod layout;
+mod recent;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 use self::layout::*;
+use self::recent::RecentIds;
 use self::write::{Tables, io};
 use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
 use crate::schedule::entry::{Entry, Millis, State, Status};
@@ -46,6 +48,9 @@ pub struct EmbeddedConfig {
     pub max_group: usize,
     /// redb's page cache.
     pub cache_bytes: usize,
+    /// New ids kept in memory before they are folded into the on-disk id
+    /// index in one sorted batch (about 70 bytes of memory each).
+    pub fold_ids: usize,
 }
 
 impl Default for EmbeddedConfig {
@@ -54,6 +59,7 @@ impl Default for EmbeddedConfig {
             queue: 4096,
             max_group: 1024,
             cache_bytes: 64 * 1024 * 1024,
+            fold_ids: 200_000,
         }
     }
 }
@@ -133,6 +139,7 @@ impl Answer {
 /// The embedded store. Cheap to share (`Arc`).
 pub struct EmbeddedStore {
     db: Arc<Database>,
+    recent: Arc<RecentIds>,
     requests: mpsc::Sender<Request>,
     path: PathBuf,
     writer: Option<JoinHandle<()>>,
@@ -184,24 +191,33 @@ impl EmbeddedStore {
                     StoreError::Unavailable(format!("cannot open {}: {other}", path.display()))
                 }
             })?;
-        // Create every table, so reads never find one missing.
+        // Check the format, and create every table, so reads never find one
+        // missing.
+        let recent = Arc::new(RecentIds::default());
         let txn = db.begin_write().map_err(io)?;
-        drop(Tables::open(&txn)?);
+        check_format(&txn, &path)?;
+        drop(Tables::open(&txn, &recent)?);
         txn.commit().map_err(io)?;
+        read_recent(&db, &recent)?;
         let db = Arc::new(db);
         let (requests, rx) = mpsc::channel(config.queue.max(1));
         let writer = {
             let db = Arc::clone(&db);
-            let max_group = config.max_group.max(1);
+            let recent = Arc::clone(&recent);
+            let limits = Limits {
+                max_group: config.max_group.max(1),
+                fold_ids: config.fold_ids.max(1),
+            };
             std::thread::Builder::new()
                 .name("herald-store-writer".into())
-                .spawn(move || run_writer(&db, rx, max_group))
+                .spawn(move || run_writer(&db, &recent, rx, limits))
                 .map_err(|e| {
                     StoreError::Unavailable(format!("cannot start the store writer: {e}"))
                 })?
         };
         Ok(EmbeddedStore {
             db,
+            recent,
             requests,
             path,
             writer: Some(writer),
@@ -238,28 +254,102 @@ impl EmbeddedStore {
         .await
         .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
     }
+
+    /// A read that looks ids up: it holds the recent ids' gate, so no fold
+    /// drops an id from memory that its snapshot does not have on disk.
+    async fn read_by_id<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&StatusTables<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = Arc::clone(&self.db);
+        let recent = Arc::clone(&self.recent);
+        tokio::task::spawn_blocking(move || {
+            let _gate = recent.gate();
+            let txn = db.begin_read().map_err(io)?;
+            f(&StatusTables::open(&txn, &recent)?)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
+    }
 }
 
-/// The writer thread: group commit until the queue closes.
-fn run_writer(db: &Database, mut rx: mpsc::Receiver<Request>, max_group: usize) {
+/// Know again the ids not folded yet: every record from `meta["folded"]`
+/// on carries its id.
+fn read_recent(db: &Database, recent: &RecentIds) -> Result<(), StoreError> {
+    let txn = db.begin_read().map_err(io)?;
+    let meta = txn.open_table(META).map_err(io)?;
+    let folded = meta.get(FOLDED).map_err(io)?.map_or(0, |v| v.value());
+    let records = txn.open_table(RECORDS).map_err(io)?;
+    for kv in records.range(folded..).map_err(io)? {
+        let (seq, raw) = kv.map_err(io)?;
+        let id = stored_id(raw.value()).ok_or_else(|| StoreError::Corrupt {
+            id: format!("#{}", seq.value()),
+            reason: "its id cannot be read".into(),
+        })?;
+        recent.insert(id.as_bytes(), seq.value());
+    }
+    Ok(())
+}
+
+/// The writer's bounds.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_group: usize,
+    fold_ids: usize,
+}
+
+/// The writer thread: group commit until the queue closes, folding the
+/// recent ids whenever there are enough of them.
+fn run_writer(db: &Database, recent: &RecentIds, mut rx: mpsc::Receiver<Request>, limits: Limits) {
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
-        while group.len() < max_group {
+        while group.len() < limits.max_group {
             match rx.try_recv() {
                 Ok(r) => group.push(r),
                 Err(_) => break,
             }
         }
-        commit_group(db, group);
+        commit_group(db, recent, group);
+        if recent.len() >= limits.fold_ids {
+            fold(db, recent);
+        }
     }
 }
 
-fn commit_group(db: &Database, group: Vec<Request>) {
+/// Fold the recent ids into `ids`, in a commit of their own. If it fails,
+/// they stay in memory and the next group tries again.
+fn fold(db: &Database, recent: &RecentIds) {
+    let started = std::time::Instant::now();
+    let n = recent.len();
+    let outcome = (|| -> Result<u64, StoreError> {
+        let txn = db.begin_write().map_err(io)?;
+        let folded = Tables::open(&txn, recent)?.fold()?;
+        txn.commit().map_err(io)?;
+        Ok(folded)
+    })();
+    match outcome {
+        Ok(folded) => {
+            recent.folded(folded);
+            tracing::debug!(
+                ids = n,
+                ms = started.elapsed().as_millis() as u64,
+                "folded recent ids into the id index"
+            );
+        }
+        Err(e) => {
+            tracing::error!(error = %e, ids = n, "folding recent ids failed; they stay in memory")
+        }
+    }
+}
+
+fn commit_group(db: &Database, recent: &RecentIds, group: Vec<Request>) {
     let mut answers = Vec::with_capacity(group.len());
+    let mut added = Vec::new();
+    let mut removed = Vec::new();
     let outcome = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(io)?;
         {
-            let mut t = Tables::open(&txn)?;
+            let mut t = Tables::open(&txn, recent)?;
             // A request that fails is answered with its error at once;
             // what it wrote before failing is committed with the others
             // (inserts are idempotent and claims leased, so a caller that
@@ -270,13 +360,19 @@ fn commit_group(db: &Database, group: Vec<Request>) {
                     answers.push(a);
                 }
             }
+            added = std::mem::take(&mut t.added);
+            removed = std::mem::take(&mut t.removed);
             t.flush_counters()?;
         }
         txn.commit().map_err(io)
     })();
     match outcome {
-        Ok(()) => answers.into_iter().for_each(Answer::send),
+        Ok(()) => {
+            recent.remove(&removed);
+            answers.into_iter().for_each(Answer::send);
+        }
         Err(e) => {
+            recent.remove(&added);
             tracing::error!(error = %e, "delayed store commit failed; nothing of it was applied");
             for a in answers {
                 a.fail(e.clone());
@@ -323,13 +419,69 @@ fn reply<T>(
     }
 }
 
-fn status_of(
-    entries: &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
-    id: &str,
-) -> Result<Option<Status>, StoreError> {
-    match entries.get(id.as_bytes()).map_err(io)? {
-        Some(v) => Stored::decode(id, v.value()).map(|s| Some(s.status(id))),
-        None => Ok(None),
+/// Refuse a file of another layout; stamp a new one with [`FORMAT`].
+fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreError> {
+    use redb::{ReadableTable, TableHandle};
+    let mut meta = txn.open_table(META).map_err(io)?;
+    let format = meta.get(FORMAT_KEY).map_err(io)?.map(|v| v.value());
+    let format = match format {
+        Some(f) => f,
+        None if txn
+            .list_tables()
+            .map_err(io)?
+            .any(|t| t.name() == FORMAT_1_TABLE) =>
+        {
+            1
+        }
+        None => {
+            meta.insert(FORMAT_KEY, FORMAT).map_err(io)?;
+            FORMAT
+        }
+    };
+    if format != FORMAT {
+        return Err(StoreError::Unavailable(format!(
+            "{} has store format {format}; this Herald reads format {FORMAT} \
+             (deliver or cancel what is pending with the Herald that wrote it, \
+             then remove the file)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// What a read by id needs: the snapshot's tables and the recent ids.
+struct StatusTables<'r> {
+    ids: redb::ReadOnlyTable<&'static [u8], u64>,
+    records: redb::ReadOnlyTable<u64, &'static [u8]>,
+    list: redb::ReadOnlyTable<&'static [u8], ()>,
+    recent: &'r RecentIds,
+}
+
+impl<'r> StatusTables<'r> {
+    fn open(txn: &redb::ReadTransaction, recent: &'r RecentIds) -> Result<Self, StoreError> {
+        Ok(StatusTables {
+            ids: txn.open_table(IDS).map_err(io)?,
+            records: txn.open_table(RECORDS).map_err(io)?,
+            list: txn.open_table(LIST).map_err(io)?,
+            recent,
+        })
+    }
+
+    fn seq_of(&self, id: &str) -> Result<Option<u64>, StoreError> {
+        Ok(match self.recent.get(id.as_bytes()) {
+            Some(seq) => Some(seq),
+            None => self.ids.get(id.as_bytes()).map_err(io)?.map(|v| v.value()),
+        })
+    }
+
+    fn status(&self, id: &str) -> Result<Option<Status>, StoreError> {
+        let Some(seq) = self.seq_of(id)? else {
+            return Ok(None);
+        };
+        match self.records.get(seq).map_err(io)? {
+            Some(v) => Stored::decode(id, v.value()).map(|s| Some(s.status(id))),
+            None => Ok(None),
+        }
     }
 }
 
@@ -372,7 +524,7 @@ impl Store for EmbeddedStore {
                 let table = txn.open_table(def).map_err(io)?;
                 for kv in table.range(..bound.as_slice()).map_err(io)?.take(limit) {
                     let (k, _) = kv.map_err(io)?;
-                    if let Some((t, id)) = split_time_key(k.value()) {
+                    if let Some((t, _, id)) = split_queue_key(k.value()) {
                         out.push((t, id.to_owned()));
                     }
                 }
@@ -434,10 +586,7 @@ impl Store for EmbeddedStore {
 
     fn status(&self, id: &str) -> StoreFuture<'_, Option<Status>> {
         let id = id.to_owned();
-        Box::pin(self.read(move |txn| {
-            let entries = txn.open_table(ENTRIES).map_err(io)?;
-            status_of(&entries, &id)
-        }))
+        Box::pin(self.read_by_id(move |tables| tables.status(&id)))
     }
 
     fn list(
@@ -446,19 +595,27 @@ impl Store for EmbeddedStore {
         after: Option<Cursor>,
         limit: usize,
     ) -> StoreFuture<'_, Page> {
-        Box::pin(self.read(move |txn| {
-            let list = txn.open_table(LIST).map_err(io)?;
-            let entries = txn.open_table(ENTRIES).map_err(io)?;
+        Box::pin(self.read_by_id(move |tables| {
+            let list = &tables.list;
             let topic = filter.topic.as_deref();
             let prefix = list_prefix(topic, filter.state);
             let end = prefix_end(&prefix);
             let start = match &after {
-                // Just after the cursor's own key.
-                Some(c) => {
-                    let mut k = list_key(topic, filter.state, c.due_ms, &c.id);
-                    k.push(0);
-                    k
-                }
+                // Just after the cursor's own key; if the cursor's entry
+                // has been purged since, from the start of its due time
+                // (a page may then repeat entries, but never skips one).
+                Some(c) => match tables.seq_of(&c.id)? {
+                    Some(seq) => {
+                        let mut k = list_key(topic, filter.state, c.due_ms, seq, &c.id);
+                        k.push(0);
+                        k
+                    }
+                    None => {
+                        let mut k = prefix.clone();
+                        k.extend_from_slice(&c.due_ms.to_be_bytes());
+                        k
+                    }
+                },
                 None => prefix.clone(),
             };
             let mut items = Vec::new();
@@ -469,10 +626,11 @@ impl Store for EmbeddedStore {
                     more = true;
                     break;
                 }
-                let Some((_, id)) = id_after(k.value(), prefix.len()) else {
+                let Some((_, _, id)) = k.value().get(prefix.len()..).and_then(split_queue_key)
+                else {
                     continue;
                 };
-                if let Some(s) = status_of(&entries, id)? {
+                if let Some(s) = tables.status(id)? {
                     items.push(s);
                 }
             }

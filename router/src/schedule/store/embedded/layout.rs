@@ -2,17 +2,30 @@
 //! stored value of an entry. Pure: no I/O.
 //!
 //! ```text
-//! entries  id -> header (29 B) ++ record        (live: scheduled, firing, held)
-//!             -> header ++ due, accepted, topic (final: delivered, cancelled, expired)
-//! sched    fire(8 BE) ++ id                     scheduled, by fire time
-//! lease    lease_until(8 BE) ++ id              firing, by lease expiry
+//! meta     name -> u64                          "format" (2), "next_seq"
+//! ids      id -> seq                            every stored entry
+//! records  seq -> header (29 B) ++ id ++ record       (live: scheduled, firing, held)
+//!              -> header ++ id ++ due, accepted, topic (final: delivered, cancelled, expired)
+//! sched    fire(8 BE) ++ seq(8 BE) ++ id        scheduled, by fire time
+//! lease    lease_until(8 BE) ++ seq(8 BE) ++ id firing, by lease expiry
 //! held     user ++ 0x00 ++ due(8 BE) ++ id      held, per user, (due, id) order
 //! holdx    expires(8 BE) ++ id                  held, by hold expiry
-//! list     topic ++ 0x00 ++ state ++ due(8 BE) ++ id   per topic and state, (due, id)
+//! list     topic ++ 0x00 ++ state ++ due(8 BE) ++ seq(8 BE) ++ id   per topic and state
 //! final    updated(8 BE) ++ id                  final, by when they became final
 //! hist     fire minute -> count                 scheduled, for the pending gauges
 //! counts   state code -> count                  scheduled, firing, held
 //! ```
+//!
+//! Entries are stored under their *seq*, the order of acceptance, and
+//! found by id through the small `ids` table. New records go to the end of
+//! `records`, and firing (in `sched` order: fire time, then seq) rewrites
+//! records accepted together, so a commit touches few pages of the big
+//! table. Ids are chosen by publishers, so an id index takes its inserts
+//! at random places: new ids are kept in memory first (the writer's
+//! `RecentIds`) and folded into `ids` in large sorted batches, so a fold
+//! rewrites each page of `ids` once for many entries. `meta["folded"]` is
+//! the first seq whose id is not in `ids` yet; opening the store reads the
+//! records from there to know them again (each record carries its id).
 //!
 //! Big-endian times sort like numbers, so byte order is (time, id) order.
 //! Users, topics and ids never contain 0x00 (validation refuses control
@@ -27,9 +40,13 @@ use crate::schedule::entry::{Entry, Millis, State, Status};
 use crate::schedule::record;
 use crate::schedule::store::StoreError;
 
-/// Entries by id. The key is the id's UTF-8 bytes (ids are checked strings):
+/// Store-wide numbers: the format and the next seq.
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Seq by id. The key is the id's UTF-8 bytes (ids are checked strings):
 /// a `&str` key would make redb check UTF-8 at every comparison.
-pub(super) const ENTRIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("entries");
+pub(super) const IDS: TableDefinition<&[u8], u64> = TableDefinition::new("ids");
+/// Stored entries by seq.
+pub(super) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 pub(super) const SCHED: TableDefinition<&[u8], ()> = TableDefinition::new("sched");
 pub(super) const LEASE: TableDefinition<&[u8], ()> = TableDefinition::new("lease");
 pub(super) const HELD: TableDefinition<&[u8], ()> = TableDefinition::new("held");
@@ -38,6 +55,17 @@ pub(super) const LIST: TableDefinition<&[u8], ()> = TableDefinition::new("list")
 pub(super) const FINAL: TableDefinition<&[u8], ()> = TableDefinition::new("final");
 pub(super) const HIST: TableDefinition<u64, u64> = TableDefinition::new("hist");
 pub(super) const COUNTS: TableDefinition<u8, u64> = TableDefinition::new("counts");
+
+/// The layout this code reads and writes (`meta["format"]`).
+pub(super) const FORMAT: u64 = 2;
+/// `meta` key of the format.
+pub(super) const FORMAT_KEY: &str = "format";
+/// `meta` key of the next seq.
+pub(super) const NEXT_SEQ: &str = "next_seq";
+/// `meta` key of the first seq whose id is not folded into `ids`.
+pub(super) const FOLDED: &str = "folded";
+/// The table that only the first layout (entries keyed by id) had.
+pub(super) const FORMAT_1_TABLE: &str = "entries";
 
 /// Width of a `hist` bucket.
 pub(super) const MINUTE: Millis = 60_000;
@@ -61,6 +89,26 @@ pub(super) fn split_time_key(k: &[u8]) -> Option<(Millis, &str)> {
     let (t, id) = k.split_at_checked(8)?;
     let t = Millis::from_be_bytes(t.try_into().ok()?);
     Some((t, std::str::from_utf8(id).ok()?))
+}
+
+/// `time ++ seq ++ id`: a `sched` or `lease` key.
+pub(super) fn queue_key(t: Millis, seq: u64, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + id.len());
+    k.extend_from_slice(&t.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// Split a `queue_key` into (time, seq, id).
+pub(super) fn split_queue_key(k: &[u8]) -> Option<(Millis, u64, &str)> {
+    let (t, rest) = k.split_at_checked(8)?;
+    let (seq, id) = rest.split_at_checked(8)?;
+    Some((
+        Millis::from_be_bytes(t.try_into().ok()?),
+        u64::from_be_bytes(seq.try_into().ok()?),
+        std::str::from_utf8(id).ok()?,
+    ))
 }
 
 /// `user ++ 0 ++ due ++ id`.
@@ -94,11 +142,18 @@ pub(super) fn list_prefix(topic: Option<&str>, state: State) -> Vec<u8> {
     k
 }
 
-/// A list key.
-pub(super) fn list_key(topic: Option<&str>, state: State, due: Millis, id: &str) -> Vec<u8> {
+/// A list key: `topic ++ 0 ++ state ++ due ++ seq ++ id`, so entries due
+/// at the same time (a herd) are in acceptance order, and their state
+/// changes, made in that order, touch neighbouring keys.
+pub(super) fn list_key(
+    topic: Option<&str>,
+    state: State,
+    due: Millis,
+    seq: u64,
+    id: &str,
+) -> Vec<u8> {
     let mut k = list_prefix(topic, state);
-    k.extend_from_slice(&due.to_be_bytes());
-    k.extend_from_slice(id.as_bytes());
+    k.extend_from_slice(&queue_key(due, seq, id));
     k
 }
 
@@ -112,6 +167,14 @@ pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0xff; prefix.len() + 1]
+}
+
+/// The id a stored value carries (after its header).
+pub(super) fn stored_id(raw: &[u8]) -> Option<&str> {
+    let rest = raw.get(HEADER..)?;
+    let (len, rest) = rest.split_at_checked(2)?;
+    let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+    std::str::from_utf8(rest.get(..len)?).ok()
 }
 
 /// The fixed part of a stored entry.
@@ -226,14 +289,18 @@ impl Stored {
         self.header.deadline = 0;
     }
 
-    pub(super) fn encode(&self) -> Vec<u8> {
+    /// The stored value of entry `id`.
+    pub(super) fn encode(&self, id: &str) -> Vec<u8> {
         let h = &self.header;
-        let mut out = BytesMut::with_capacity(HEADER + 64);
+        let mut out = BytesMut::with_capacity(HEADER + 2 + id.len() + 64);
         out.put_u8(h.state.code());
         out.put_u32(h.attempts);
         out.put_u64(h.updated);
         out.put_u64(h.deadline);
         out.put_u64(h.fire);
+        // Ids are checked: far shorter than 65,535 bytes.
+        out.put_u16(id.len() as u16);
+        out.put_slice(id.as_bytes());
         match &self.body {
             Body::Live { record, .. } => out.put_slice(record),
             Body::Final {
@@ -273,6 +340,16 @@ impl Stored {
             deadline: b.get_u64(),
             fire: b.get_u64(),
         };
+        if b.remaining() < 2 {
+            return Err(corrupt("id truncated"));
+        }
+        let len = usize::from(b.get_u16());
+        if b.remaining() < len {
+            return Err(corrupt("id truncated"));
+        }
+        if b.split_to(len).as_ref() != id.as_bytes() {
+            return Err(corrupt("the record holds another id"));
+        }
         let body = if state.is_final() {
             if b.remaining() < 17 {
                 return Err(corrupt("final status truncated"));
@@ -344,11 +421,13 @@ mod tests {
     fn live_and_final_entries_round_trip() {
         let mut s = Stored::new(entry(), 10);
         s.header.attempts = 3;
-        let back = Stored::decode("n1", &s.encode()).unwrap();
+        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
+        assert_eq!(stored_id(&s.encode("n1")), Some("n1"));
         assert_eq!(back.header, s.header);
         assert_eq!(back.entry().unwrap().attempts, 3);
         s.finish(State::Delivered, 99);
-        let back = Stored::decode("n1", &s.encode()).unwrap();
+        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
+        assert_eq!(stored_id(&s.encode("n1")), Some("n1"), "final keeps its id");
         let status = back.status("n1");
         assert_eq!(
             (
@@ -365,10 +444,15 @@ mod tests {
 
     #[test]
     fn damaged_values_are_corrupt_not_panics() {
-        let raw = Stored::new(entry(), 10).encode();
+        let raw = Stored::new(entry(), 10).encode("n1");
         for cut in 0..raw.len() {
             let _ = Stored::decode("n1", &raw[..cut]);
+            let _ = stored_id(&raw[..cut]);
         }
+        assert!(matches!(
+            Stored::decode("n2", &raw),
+            Err(StoreError::Corrupt { .. })
+        ));
         assert!(matches!(
             Stored::decode("n1", &[9; 40]),
             Err(StoreError::Corrupt { .. })
@@ -382,9 +466,18 @@ mod tests {
         assert!(time_key(5, "zzz") < time_bound(5));
         assert!(time_bound(5) <= time_key(6, ""));
         assert_eq!(split_time_key(&time_key(7, "x")), Some((7, "x")));
+        assert!(
+            queue_key(5, 9, "a") < queue_key(5, 10, "a"),
+            "seq breaks ties"
+        );
+        assert!(queue_key(5, u64::MAX, "z") < time_bound(5));
+        assert!(queue_key(5, 2, "b") < queue_key(6, 1, "a"));
+        assert_eq!(split_queue_key(&queue_key(7, 3, "x")), Some((7, 3, "x")));
+        assert_eq!(split_queue_key(&[0; 15]), None);
         let p = list_prefix(Some("t"), State::Held);
-        assert!(list_key(Some("t"), State::Held, 1, "a") > p);
-        assert!(list_key(Some("t"), State::Held, u64::MAX, "zz") < prefix_end(&p));
+        assert!(list_key(Some("t"), State::Held, 1, 0, "a") > p);
+        assert!(list_key(Some("t"), State::Held, u64::MAX, u64::MAX, "zz") < prefix_end(&p));
+        assert!(list_key(None, State::Held, 1, 2, "a") < list_key(None, State::Held, 1, 3, "0"));
         assert_eq!(prefix_end(&[1, 0xff]), vec![2]);
     }
 }

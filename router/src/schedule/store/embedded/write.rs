@@ -6,12 +6,15 @@ use std::collections::BTreeMap;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::layout::*;
+use super::recent::RecentIds;
 use crate::schedule::entry::{Entry, Millis, State};
 use crate::schedule::store::{Cancel, Insert, StoreError};
 
 /// Every table, open in one write transaction.
 pub(super) struct Tables<'t> {
-    entries: Table<'t, &'static [u8], &'static [u8]>,
+    meta: Table<'t, &'static str, u64>,
+    ids: Table<'t, &'static [u8], u64>,
+    records: Table<'t, u64, &'static [u8]>,
     sched: Table<'t, &'static [u8], ()>,
     lease: Table<'t, &'static [u8], ()>,
     held: Table<'t, &'static [u8], ()>,
@@ -26,6 +29,16 @@ pub(super) struct Tables<'t> {
     /// tables for every entry.
     count_deltas: [i64; State::COUNT],
     hist_deltas: BTreeMap<u64, i64>,
+    /// The seq the next new entry gets (`meta["next_seq"]`, written back
+    /// by [`Tables::flush_counters`]).
+    next_seq: u64,
+    /// Ids not folded into `ids` yet.
+    recent: &'t RecentIds,
+    /// Ids this transaction added to `recent` (taken out again if it
+    /// fails) and removed from the store (taken out of `recent` once it
+    /// commits).
+    pub(super) added: Vec<(Box<[u8]>, u64)>,
+    pub(super) removed: Vec<(Box<[u8]>, u64)>,
 }
 
 pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
@@ -35,9 +48,13 @@ pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
 type R<T> = Result<T, StoreError>;
 
 impl<'t> Tables<'t> {
-    pub(super) fn open(txn: &'t WriteTransaction) -> R<Tables<'t>> {
+    pub(super) fn open(txn: &'t WriteTransaction, recent: &'t RecentIds) -> R<Tables<'t>> {
+        let meta = txn.open_table(META).map_err(io)?;
+        let next_seq = meta.get(NEXT_SEQ).map_err(io)?.map_or(0, |v| v.value());
         Ok(Tables {
-            entries: txn.open_table(ENTRIES).map_err(io)?,
+            meta,
+            ids: txn.open_table(IDS).map_err(io)?,
+            records: txn.open_table(RECORDS).map_err(io)?,
             sched: txn.open_table(SCHED).map_err(io)?,
             lease: txn.open_table(LEASE).map_err(io)?,
             held: txn.open_table(HELD).map_err(io)?,
@@ -48,12 +65,27 @@ impl<'t> Tables<'t> {
             counts: txn.open_table(COUNTS).map_err(io)?,
             count_deltas: [0; State::COUNT],
             hist_deltas: BTreeMap::new(),
+            next_seq,
+            recent,
+            added: Vec::new(),
+            removed: Vec::new(),
         })
+    }
+
+    /// Write every id of `recent` into `ids` (sorted: each page once) and
+    /// record that seqs below the next one are folded. Returns that seq.
+    pub(super) fn fold(&mut self) -> R<u64> {
+        for (id, seq) in self.recent.sorted() {
+            self.ids.insert(&*id, seq).map_err(io)?;
+        }
+        self.meta.insert(FOLDED, self.next_seq).map_err(io)?;
+        Ok(self.next_seq)
     }
 
     /// Write the counter changes of the transaction; call once, before
     /// the commit.
     pub(super) fn flush_counters(&mut self) -> R<()> {
+        self.meta.insert(NEXT_SEQ, self.next_seq).map_err(io)?;
         for (code, delta) in self.count_deltas.iter_mut().enumerate() {
             if *delta == 0 {
                 continue;
@@ -80,16 +112,29 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    fn get(&self, id: &str) -> R<Option<Stored>> {
-        match self.entries.get(id.as_bytes()).map_err(io)? {
+    /// The entry stored under `id`, with its seq.
+    fn get(&self, id: &str) -> R<Option<(u64, Stored)>> {
+        let seq = match self.recent.get(id.as_bytes()) {
+            Some(seq) => Some(seq),
+            None => self.ids.get(id.as_bytes()).map_err(io)?.map(|v| v.value()),
+        };
+        let Some(seq) = seq else {
+            return Ok(None);
+        };
+        Ok(self.get_at(id, seq)?.map(|s| (seq, s)))
+    }
+
+    /// The entry stored at `seq` (whose id is `id`).
+    fn get_at(&self, id: &str, seq: u64) -> R<Option<Stored>> {
+        match self.records.get(seq).map_err(io)? {
             Some(v) => Stored::decode(id, v.value()).map(Some),
             None => Ok(None),
         }
     }
 
-    fn put(&mut self, id: &str, s: &Stored) -> R<()> {
-        self.entries
-            .insert(id.as_bytes(), s.encode().as_slice())
+    fn put(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
+        self.records
+            .insert(seq, s.encode(id).as_slice())
             .map_err(io)?;
         Ok(())
     }
@@ -105,21 +150,21 @@ impl<'t> Tables<'t> {
     }
 
     /// Take `s` out of the indexes of its current state.
-    fn leave(&mut self, id: &str, s: &Stored) -> R<()> {
+    fn leave(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
         let h = s.header;
         self.list
-            .remove(list_key(s.topic(), h.state, s.due(), id).as_slice())
+            .remove(list_key(s.topic(), h.state, s.due(), seq, id).as_slice())
             .map_err(io)?;
         match h.state {
             State::Scheduled => {
                 self.sched
-                    .remove(time_key(h.fire, id).as_slice())
+                    .remove(queue_key(h.fire, seq, id).as_slice())
                     .map_err(io)?;
                 self.hist(h.fire, -1)?;
             }
             State::Firing => {
                 self.lease
-                    .remove(time_key(h.deadline, id).as_slice())
+                    .remove(queue_key(h.deadline, seq, id).as_slice())
                     .map_err(io)?;
             }
             State::Held => {
@@ -149,21 +194,24 @@ impl<'t> Tables<'t> {
     }
 
     /// Put `s` into the indexes of its (new) state, and store it.
-    fn enter(&mut self, id: &str, s: &Stored) -> R<()> {
+    fn enter(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
         let h = s.header;
         self.list
-            .insert(list_key(s.topic(), h.state, s.due(), id).as_slice(), ())
+            .insert(
+                list_key(s.topic(), h.state, s.due(), seq, id).as_slice(),
+                (),
+            )
             .map_err(io)?;
         match h.state {
             State::Scheduled => {
                 self.sched
-                    .insert(time_key(h.fire, id).as_slice(), ())
+                    .insert(queue_key(h.fire, seq, id).as_slice(), ())
                     .map_err(io)?;
                 self.hist(h.fire, 1)?;
             }
             State::Firing => {
                 self.lease
-                    .insert(time_key(h.deadline, id).as_slice(), ())
+                    .insert(queue_key(h.deadline, seq, id).as_slice(), ())
                     .map_err(io)?;
             }
             State::Held => {
@@ -189,34 +237,38 @@ impl<'t> Tables<'t> {
         if !h.state.is_final() {
             self.count(h.state, 1)?;
         }
-        self.put(id, s)
+        self.put(id, seq, s)
     }
 
     pub(super) fn insert(&mut self, entries: Vec<Entry>, now: Millis) -> R<Vec<Insert>> {
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
             let id = e.id().to_owned();
-            if let Some(existing) = self.get(&id)? {
+            if let Some((_, existing)) = self.get(&id)? {
                 out.push(Insert::Duplicate(existing.status(&id)));
                 continue;
             }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.recent.insert(id.as_bytes(), seq);
+            self.added.push((id.as_bytes().into(), seq));
             let s = Stored::new(e, now);
-            self.enter(&id, &s)?;
+            self.enter(&id, seq, &s)?;
             out.push(Insert::Accepted);
         }
         Ok(out)
     }
 
     /// The first `limit` keys of `sched` and `lease` up to `now`, merged in
-    /// (time, id) order.
-    fn due_keys(&self, now: Millis, limit: usize) -> R<Vec<(Millis, String)>> {
+    /// (time, seq) order: (time, seq, id).
+    fn due_keys(&self, now: Millis, limit: usize) -> R<Vec<(Millis, u64, String)>> {
         let bound = time_bound(now);
         let mut keys = Vec::new();
         for table in [&self.sched, &self.lease] {
             for kv in table.range(..bound.as_slice()).map_err(io)?.take(limit) {
                 let (k, _) = kv.map_err(io)?;
-                if let Some((t, id)) = split_time_key(k.value()) {
-                    keys.push((t, id.to_owned()));
+                if let Some((t, seq, id)) = split_queue_key(k.value()) {
+                    keys.push((t, seq, id.to_owned()));
                 }
             }
         }
@@ -226,25 +278,34 @@ impl<'t> Tables<'t> {
     }
 
     /// Claim one live entry (scheduled, firing or held) for firing.
-    fn claim(&mut self, id: &str, mut s: Stored, now: Millis, lease_ms: u64) -> R<Option<Entry>> {
-        self.leave(id, &s)?;
+    fn claim(
+        &mut self,
+        id: &str,
+        seq: u64,
+        mut s: Stored,
+        now: Millis,
+        lease_ms: u64,
+    ) -> R<Option<Entry>> {
+        self.leave(id, seq, &s)?;
         s.header.state = State::Firing;
         s.header.attempts = s.header.attempts.saturating_add(1);
         s.header.deadline = now.saturating_add(lease_ms);
-        self.enter(id, &s)?;
+        self.enter(id, seq, &s)?;
         Ok(s.entry())
     }
 
     pub(super) fn claim_due(&mut self, now: Millis, limit: usize, lease_ms: u64) -> R<Vec<Entry>> {
         let mut out = Vec::new();
-        for (_, id) in self.due_keys(now, limit)? {
-            let Some(s) = self.get(&id)? else { continue };
+        for (_, seq, id) in self.due_keys(now, limit)? {
+            let Some(s) = self.get_at(&id, seq)? else {
+                continue;
+            };
             let due = match s.header.state {
                 State::Scheduled => s.header.fire <= now,
                 State::Firing => s.header.deadline <= now,
                 _ => false,
             };
-            if due && let Some(e) = self.claim(&id, s, now, lease_ms)? {
+            if due && let Some(e) = self.claim(&id, seq, s, now, lease_ms)? {
                 out.push(e);
             }
         }
@@ -255,16 +316,16 @@ impl<'t> Tables<'t> {
     /// `deadline`/`fire`).
     fn settle(&mut self, ids: Vec<String>, now: Millis, to: impl Fn(&mut Stored)) -> R<()> {
         for id in ids {
-            let Some(mut s) = self.get(&id)? else {
+            let Some((seq, mut s)) = self.get(&id)? else {
                 continue;
             };
             if s.header.state != State::Firing {
                 continue;
             }
-            self.leave(&id, &s)?;
+            self.leave(&id, seq, &s)?;
             s.header.updated = now;
             to(&mut s);
-            self.enter(&id, &s)?;
+            self.enter(&id, seq, &s)?;
         }
         Ok(())
     }
@@ -311,9 +372,11 @@ impl<'t> Tables<'t> {
         }
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(s) = self.get(&id)? else { continue };
+            let Some((seq, s)) = self.get(&id)? else {
+                continue;
+            };
             if s.header.state == State::Held
-                && let Some(e) = self.claim(&id, s, now, lease_ms)?
+                && let Some(e) = self.claim(&id, seq, s, now, lease_ms)?
             {
                 out.push(e);
             }
@@ -322,14 +385,14 @@ impl<'t> Tables<'t> {
     }
 
     pub(super) fn cancel(&mut self, id: &str, now: Millis) -> R<Cancel> {
-        let Some(mut s) = self.get(id)? else {
+        let Some((seq, mut s)) = self.get(id)? else {
             return Ok(Cancel::NotFound);
         };
         match s.header.state {
             State::Scheduled | State::Held => {
-                self.leave(id, &s)?;
+                self.leave(id, seq, &s)?;
                 s.finish(State::Cancelled, now);
-                self.enter(id, &s)?;
+                self.enter(id, seq, &s)?;
                 Ok(Cancel::Cancelled(s.status(id)))
             }
             State::Cancelled => Ok(Cancel::Cancelled(s.status(id))),
@@ -353,15 +416,15 @@ impl<'t> Tables<'t> {
         }
         let mut n = 0;
         for id in ids {
-            let Some(mut s) = self.get(&id)? else {
+            let Some((seq, mut s)) = self.get(&id)? else {
                 continue;
             };
             if s.header.state != State::Held {
                 continue;
             }
-            self.leave(&id, &s)?;
+            self.leave(&id, seq, &s)?;
             s.finish(State::Expired, now);
-            self.enter(&id, &s)?;
+            self.enter(&id, seq, &s)?;
             n += 1;
         }
         Ok(n)
@@ -378,12 +441,19 @@ impl<'t> Tables<'t> {
         }
         let mut n = 0;
         for id in ids {
-            let Some(s) = self.get(&id)? else { continue };
+            let Some((seq, s)) = self.get(&id)? else {
+                continue;
+            };
             if !s.header.state.is_final() {
                 continue;
             }
-            self.leave(&id, &s)?;
-            self.entries.remove(id.as_bytes()).map_err(io)?;
+            self.leave(&id, seq, &s)?;
+            self.records.remove(seq).map_err(io)?;
+            if self.recent.get(id.as_bytes()).is_some() {
+                self.removed.push((id.as_bytes().into(), seq));
+            } else {
+                self.ids.remove(id.as_bytes()).map_err(io)?;
+            }
             n += 1;
         }
         Ok(n)
