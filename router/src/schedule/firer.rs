@@ -13,6 +13,14 @@
 //! - the rest go to the link in one batch, then are marked delivered. If
 //!   the link refuses, they are released to retry after `retry_after_ms`.
 //!
+//! Marking delivered is the settler's job, a task beside the firer: the
+//! firer hands it the ids of each batch the link took and goes on to the
+//! next claim without waiting for that commit. The settler writes what has
+//! queued up in one [`Store::delivered`] call. Its queue holds at most
+//! [`SETTLE_QUEUE`] batches; when it is full the firer waits (policy:
+//! backpressure), so a slow store slows firing instead of letting claimed
+//! entries pile up towards the end of their lease.
+//!
 //! A crash anywhere after the claim leaves the entries firing under their
 //! lease; another firer (or this one, restarted) claims them again when it
 //! expires: at-least-once, with the same `message_id` for edge dedup.
@@ -37,6 +45,10 @@ use crate::link::Link;
 
 /// How long the firer waits after a store error before trying again.
 const STORE_RETRY: Duration = Duration::from_millis(200);
+/// Batches waiting for the settler at most (the firer waits beyond).
+pub(crate) const SETTLE_QUEUE: usize = 64;
+/// Most ids the settler marks in one store call.
+const SETTLE_MAX: usize = 20_000;
 
 /// What the firer needs.
 pub(crate) struct Firer {
@@ -58,6 +70,19 @@ impl Firer {
     /// finished first (its entries are claimed; finishing avoids waiting
     /// out their lease after a restart).
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let (settle, queue) = mpsc::channel(SETTLE_QUEUE);
+        let settler = tokio::spawn(settler(
+            Arc::clone(&self.store),
+            self.metrics.clone(),
+            queue,
+        ));
+        self.fire_until(&shutdown, &settle).await;
+        // The settler marks what it was handed, then ends.
+        drop(settle);
+        let _ = settler.await;
+    }
+
+    async fn fire_until(&mut self, shutdown: &CancellationToken, settle: &Settle) {
         let mut scheduler = Scheduler::new(self.config.scheduler());
         loop {
             if shutdown.is_cancelled() {
@@ -70,19 +95,19 @@ impl Firer {
                     Err(e) => {
                         self.metrics.store_error("upcoming");
                         tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
-                        self.pause(&shutdown).await;
+                        self.pause(shutdown).await;
                     }
                 },
                 Action::Claim { limit } => {
                     match self.store.claim_due(now, limit, self.config.lease_ms).await {
                         Ok(entries) => {
                             scheduler.claimed(now, entries.len(), limit);
-                            self.fire(entries, false, &mut scheduler).await;
+                            self.fire(entries, false, &mut scheduler, settle).await;
                         }
                         Err(e) => {
                             self.metrics.store_error("claim_due");
                             tracing::warn!(error = %e, "claiming due notifications failed");
-                            self.pause(&shutdown).await;
+                            self.pause(shutdown).await;
                         }
                     }
                 }
@@ -97,7 +122,7 @@ impl Firer {
                                 scheduler.scheduled(fire_at, id);
                             }
                         }
-                        Some(user) = self.online.recv() => self.user_online(user, &mut scheduler).await,
+                        Some(user) = self.online.recv() => self.user_online(user, &mut scheduler, settle).await,
                     }
                 }
             }
@@ -112,7 +137,7 @@ impl Firer {
     }
 
     /// `user` came online: fire what is held for them.
-    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler) {
+    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler, settle: &Settle) {
         let batch = self.config.claim_batch;
         loop {
             let now = now_ms();
@@ -127,7 +152,7 @@ impl Firer {
                         return;
                     }
                     tracing::debug!(user = %user, entries = entries.len(), "releasing held notifications");
-                    self.fire(entries, true, scheduler).await;
+                    self.fire(entries, true, scheduler, settle).await;
                     if !full {
                         return;
                     }
@@ -142,7 +167,13 @@ impl Firer {
     }
 
     /// Deliver, hold or postpone a claimed batch.
-    async fn fire(&mut self, entries: Vec<Entry>, from_hold: bool, scheduler: &mut Scheduler) {
+    async fn fire(
+        &mut self,
+        entries: Vec<Entry>,
+        from_hold: bool,
+        scheduler: &mut Scheduler,
+        settle: &Settle,
+    ) {
         if entries.is_empty() {
             return;
         }
@@ -230,9 +261,11 @@ impl Firer {
                 for late in lateness {
                     self.metrics.lateness.observe(late as f64 / 1000.0);
                 }
-                if let Err(e) = self.store.delivered(ids, now_ms()).await {
-                    self.metrics.store_error("delivered");
-                    tracing::warn!(error = %e, entries = n, "marking notifications delivered failed; they fire again after their lease");
+                if settle.send(ids).await.is_err() {
+                    tracing::warn!(
+                        entries = n,
+                        "the settler has stopped; these fire again after their lease"
+                    );
                 }
             }
             Err(e) => {
@@ -340,6 +373,31 @@ impl Firer {
             .unwrap_or(0);
         self.last_send
             .retain(|_, last| last.saturating_add(longest) > now);
+    }
+}
+
+/// Where the firer hands the ids the link took.
+type Settle = mpsc::Sender<Vec<String>>;
+
+/// Mark delivered what the firer hands over, a commit for whatever has
+/// queued up (at most [`SETTLE_MAX`] ids), until the firer drops its end.
+async fn settler(
+    store: Arc<dyn Store>,
+    metrics: DelayedMetrics,
+    mut queue: mpsc::Receiver<Vec<String>>,
+) {
+    while let Some(mut ids) = queue.recv().await {
+        while ids.len() < SETTLE_MAX {
+            match queue.try_recv() {
+                Ok(more) => ids.extend(more),
+                Err(_) => break,
+            }
+        }
+        let n = ids.len();
+        if let Err(e) = store.delivered(ids, now_ms()).await {
+            metrics.store_error("delivered");
+            tracing::warn!(error = %e, entries = n, "marking notifications delivered failed; they fire again after their lease");
+        }
     }
 }
 
