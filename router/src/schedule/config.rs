@@ -39,6 +39,11 @@ pub struct ScheduleConfig {
     pub max_window: usize,
     /// Most entries one claim takes.
     pub claim_batch: usize,
+    /// Claim entries this long before they are due, and hold them in
+    /// memory until then, so the claim's commit is not part of their
+    /// lateness. A cancel that comes later than this before the due time
+    /// finds the entry firing (too late). Must be less than `lease_ms`.
+    pub claim_ahead_ms: u64,
     /// How long a `when-online` notification is held for an offline user
     /// before it expires.
     pub hold_max_ms: u64,
@@ -79,6 +84,7 @@ impl Default for ScheduleConfig {
             refill_every_ms: s.refill_every_ms,
             max_window: s.max_window,
             claim_batch: s.claim_batch,
+            claim_ahead_ms: 500,
             hold_max_ms: 7 * 24 * 3600 * 1000,
             retention_ms: 3 * 24 * 3600 * 1000,
             maintenance_every_ms: 5_000,
@@ -124,6 +130,12 @@ impl ScheduleConfig {
         }
         if self.claim_batch > 100_000 {
             p.push("schedule.claim_batch must be at most 100000".into());
+        }
+        if self.claim_ahead_ms >= self.lease_ms {
+            p.push(format!(
+                "schedule.claim_ahead_ms ({}) must be less than schedule.lease_ms ({}), or entries claimed ahead would be claimed again before they are due",
+                self.claim_ahead_ms, self.lease_ms
+            ));
         }
         if self.refill_every_ms > self.horizon_ms {
             p.push(format!(
@@ -196,8 +208,9 @@ mod tests {
             ..ScheduleConfig::default()
         };
         let p = c.problems();
-        assert_eq!(p.len(), 4, "{p:?}");
+        assert_eq!(p.len(), 5, "{p:?}");
         assert!(p.iter().any(|m| m.contains("schedule.lease_ms")));
+        assert!(p.iter().any(|m| m.contains("schedule.claim_ahead_ms")));
         assert!(p.iter().any(|m| m.contains("schedule.claim_batch")));
         assert!(p.iter().any(|m| m.contains("refill_every_ms")));
         assert!(p.iter().any(|m| m.contains("bad name")));

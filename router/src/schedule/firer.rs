@@ -2,6 +2,12 @@
 //! process; it sleeps until the scheduler's next deadline, claims what is
 //! due, and hands it to the [`Link`].
 //!
+//! It looks `claim_ahead_ms` ahead: it asks the scheduler and claims as if
+//! it were that much later, and holds what it claimed in [`Ready`] until
+//! each entry's due time, so the claim's commit happens before the due
+//! time instead of after it. Nothing goes out before it is due. At
+//! shutdown, entries still waiting are released to fire at their time.
+//!
 //! For each claimed batch:
 //! - a `when-online` entry whose user is offline is held
 //!   ([`Store::hold`]) until the user comes online or `hold_max_ms` passes;
@@ -14,12 +20,14 @@
 //!   the link refuses, they are released to retry after `retry_after_ms`.
 //!
 //! Marking delivered is the settler's job, a task beside the firer: the
-//! firer hands it the ids of each batch the link took and goes on to the
-//! next claim without waiting for that commit. The settler writes what has
-//! queued up in one [`Store::delivered`] call. Its queue holds at most
-//! [`SETTLE_QUEUE`] batches; when it is full the firer waits (policy:
-//! backpressure), so a slow store slows firing instead of letting claimed
-//! entries pile up towards the end of their lease.
+//! firer hands it the ids of each batch the link took and goes on without
+//! waiting for that commit. The settler writes what has queued up in one
+//! [`Store::delivered`] call. While it is busy (its queue of
+//! [`SETTLE_QUEUE`] messages is full), ids pile up on the firer's side and
+//! go over as one message; past [`SETTLE_MAX`] of them the firer waits
+//! (policy: backpressure), so a slow store slows firing instead of letting
+//! fired entries pile up towards the end of their lease. The firer hands
+//! over its pile before it sleeps.
 //!
 //! A crash anywhere after the claim leaves the entries firing under their
 //! lease; another firer (or this one, restarted) claims them again when it
@@ -38,16 +46,21 @@ use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis};
 use super::metrics::DelayedMetrics;
 use super::presence::{Asked, Presence};
+use super::ready::Ready;
 use super::scheduler::{Action, Scheduler};
-use super::store::Store;
+use super::store::{Store, StoreError};
 use super::timing::now_ms;
 use crate::link::Link;
 
 /// How long the firer waits after a store error before trying again.
 const STORE_RETRY: Duration = Duration::from_millis(200);
-/// Batches waiting for the settler at most (the firer waits beyond).
-pub(crate) const SETTLE_QUEUE: usize = 64;
-/// Most ids the settler marks in one store call.
+/// Longest sleep of the firer with nothing scheduled (it wakes earlier
+/// for anything that arrives).
+const MAX_SLEEP_MS: u64 = 60_000;
+/// Messages waiting for the settler at most.
+const SETTLE_QUEUE: usize = 4;
+/// Most ids piled up on the firer's side (it waits beyond), and most ids
+/// the settler marks in one store call.
 const SETTLE_MAX: usize = 20_000;
 
 /// What the firer needs.
@@ -70,51 +83,130 @@ impl Firer {
     /// finished first (its entries are claimed; finishing avoids waiting
     /// out their lease after a restart).
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
-        let (settle, queue) = mpsc::channel(SETTLE_QUEUE);
+        let (tx, queue) = mpsc::channel(SETTLE_QUEUE);
         let settler = tokio::spawn(settler(
             Arc::clone(&self.store),
             self.metrics.clone(),
             queue,
         ));
-        self.fire_until(&shutdown, &settle).await;
+        let mut settle = Settle {
+            tx,
+            pile: Vec::new(),
+        };
+        self.fire_until(&shutdown, &mut settle).await;
         // The settler marks what it was handed, then ends.
+        settle.flush().await;
         drop(settle);
         let _ = settler.await;
     }
 
-    async fn fire_until(&mut self, shutdown: &CancellationToken, settle: &Settle) {
+    async fn fire_until(&mut self, shutdown: &CancellationToken, settle: &mut Settle) {
         let mut scheduler = Scheduler::new(self.config.scheduler());
+        // Claimed, not yet due: at most four claims' worth.
+        let mut ready = Ready::new(self.config.claim_batch.saturating_mul(4));
+        let ahead_ms = self.config.claim_ahead_ms;
+        // The claim in flight: it runs beside the loop, so entries already
+        // claimed go out on time while the next claim commits.
+        let mut claiming: Option<Claiming> = None;
+        // The same for a refill (a read of many keys).
+        let mut refilling: Option<Refilling> = None;
+        // After a failed claim or refill, the next one waits until then.
+        let mut claim_after: Millis = 0;
+        let mut refill_after: Millis = 0;
         loop {
             if shutdown.is_cancelled() {
+                if let Some(c) = claiming.take() {
+                    let (entries, _) = self.claim_done(c.task.await, c.at, c.limit, &mut scheduler);
+                    for e in entries {
+                        ready.push(e.due_ms, e, false);
+                    }
+                }
+                self.release_ready(&mut ready, &mut scheduler).await;
                 return;
             }
             let now = now_ms();
-            match scheduler.poll(now) {
-                Action::Refill { until, limit } => match self.store.upcoming(until, limit).await {
-                    Ok(items) => scheduler.refilled(now, items, limit),
-                    Err(e) => {
-                        self.metrics.store_error("upcoming");
-                        tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
-                        self.pause(shutdown).await;
-                    }
-                },
-                Action::Claim { limit } => {
-                    match self.store.claim_due(now, limit, self.config.lease_ms).await {
-                        Ok(entries) => {
-                            scheduler.claimed(now, entries.len(), limit);
-                            self.fire(entries, false, &mut scheduler, settle).await;
-                        }
-                        Err(e) => {
-                            self.metrics.store_error("claim_due");
-                            tracing::warn!(error = %e, "claiming due notifications failed");
-                            self.pause(shutdown).await;
-                        }
-                    }
+            let due = ready.take_due(now);
+            if !due.scheduled.is_empty() || !due.from_hold.is_empty() {
+                self.fire(due.scheduled, false, &mut scheduler, settle)
+                    .await;
+                self.fire(due.from_hold, true, &mut scheduler, settle).await;
+                continue;
+            }
+            let ahead = now.saturating_add(ahead_ms);
+            let action = match scheduler.poll(ahead) {
+                // Wait for the claim in flight, or for room in `ready`.
+                Action::Claim { .. } if claiming.is_some() || ready.is_full() => None,
+                Action::Claim { .. } if now < claim_after => {
+                    Some(Action::SleepUntil(claim_after.saturating_add(ahead_ms)))
                 }
-                Action::SleepUntil(t) => {
-                    let wait = Duration::from_millis(t.saturating_sub(now).max(1));
+                Action::Refill { .. } if refilling.is_some() => None,
+                Action::Refill { .. } if now < refill_after => {
+                    Some(Action::SleepUntil(refill_after.saturating_add(ahead_ms)))
+                }
+                other => Some(other),
+            };
+            match action {
+                Some(Action::Refill { until, limit }) => {
+                    let store = Arc::clone(&self.store);
+                    refilling = Some(Refilling {
+                        at: ahead,
+                        limit,
+                        task: tokio::spawn(async move { store.upcoming(until, limit).await }),
+                    });
+                }
+                Some(Action::Claim { limit }) => {
+                    let store = Arc::clone(&self.store);
+                    let lease = self.config.lease_ms;
+                    claiming = Some(Claiming {
+                        at: ahead,
+                        limit,
+                        task: tokio::spawn(
+                            async move { store.claim_due(ahead, limit, lease).await },
+                        ),
+                    });
+                }
+                sleep => {
+                    // On the scheduler's clock, `ahead_ms` early.
+                    let until = match sleep {
+                        Some(Action::SleepUntil(t)) => t.saturating_sub(ahead_ms),
+                        _ => Millis::MAX,
+                    };
+                    let wake = until.min(ready.next_at().unwrap_or(Millis::MAX));
+                    let wait =
+                        Duration::from_millis(wake.saturating_sub(now).clamp(1, MAX_SLEEP_MS));
                     tokio::select! {
-                        _ = shutdown.cancelled() => return,
+                        // The next turn releases what waits in `ready`.
+                        _ = shutdown.cancelled() => {}
+                        done = async { (&mut claiming.as_mut().expect("guarded").task).await }, if claiming.is_some() => {
+                            let c = claiming.take().expect("guarded");
+                            let (entries, failed) = self.claim_done(done, c.at, c.limit, &mut scheduler);
+                            if failed {
+                                claim_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
+                            }
+                            // Overdue ones (late, retried, re-claimed) go at
+                            // the next turn of the loop.
+                            for e in entries {
+                                ready.push(e.due_ms, e, false);
+                            }
+                        }
+                        done = async { (&mut refilling.as_mut().expect("guarded").task).await }, if refilling.is_some() => {
+                            let r = refilling.take().expect("guarded");
+                            match done {
+                                Ok(Ok(items)) => scheduler.refilled(r.at, items, r.limit),
+                                Ok(Err(e)) => {
+                                    self.metrics.store_error("upcoming");
+                                    tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
+                                    refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
+                                }
+                                Err(e) => {
+                                    self.metrics.store_error("upcoming");
+                                    tracing::error!(error = %e, "the refill task failed");
+                                    refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
+                                }
+                            }
+                        }
+                        // Hand over the pile while nothing else is to do.
+                        _ = settle.flush(), if !settle.pile.is_empty() => {}
                         _ = tokio::time::sleep(wait) => {}
                         Some((fire_at, id)) = self.hints.recv() => {
                             scheduler.scheduled(fire_at, id);
@@ -129,15 +221,47 @@ impl Firer {
         }
     }
 
-    async fn pause(&self, shutdown: &CancellationToken) {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = tokio::time::sleep(STORE_RETRY) => {}
+    /// The outcome of a claim made at `at` (scheduler clock) for `limit`:
+    /// the entries, and whether it failed.
+    fn claim_done(
+        &self,
+        done: Result<Result<Vec<Entry>, StoreError>, tokio::task::JoinError>,
+        at: Millis,
+        limit: usize,
+        scheduler: &mut Scheduler,
+    ) -> (Vec<Entry>, bool) {
+        match done {
+            Ok(Ok(entries)) => {
+                scheduler.claimed(at, entries.len(), limit);
+                (entries, false)
+            }
+            Ok(Err(e)) => {
+                self.metrics.store_error("claim_due");
+                tracing::warn!(error = %e, "claiming due notifications failed");
+                (Vec::new(), true)
+            }
+            Err(e) => {
+                self.metrics.store_error("claim_due");
+                tracing::error!(error = %e, "the claim task failed");
+                (Vec::new(), true)
+            }
+        }
+    }
+
+    /// Shutdown: entries claimed ahead go back to the queue at their time.
+    async fn release_ready(&self, ready: &mut Ready, scheduler: &mut Scheduler) {
+        let mut by_time: std::collections::BTreeMap<Millis, Vec<String>> = Default::default();
+        for (at, e) in ready.drain() {
+            by_time.entry(at).or_default().push(e.id().to_owned());
+        }
+        let now = now_ms();
+        for (at, ids) in by_time {
+            self.release(ids, at, now, scheduler).await;
         }
     }
 
     /// `user` came online: fire what is held for them.
-    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler, settle: &Settle) {
+    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler, settle: &mut Settle) {
         let batch = self.config.claim_batch;
         loop {
             let now = now_ms();
@@ -172,7 +296,7 @@ impl Firer {
         entries: Vec<Entry>,
         from_hold: bool,
         scheduler: &mut Scheduler,
-        settle: &Settle,
+        settle: &mut Settle,
     ) {
         if entries.is_empty() {
             return;
@@ -228,10 +352,15 @@ impl Firer {
         // Merge first (a merged group is one send), then space the sends
         // to each user by the topic's minimum interval: a send too soon
         // after the last one to that user (in this batch or before) is
-        // postponed to the end of the interval.
+        // postponed to the end of the interval. Released entries come back
+        // claimed ahead (their due time has passed, so they go when
+        // claimed): released `claim_ahead_ms` after the interval's end,
+        // they go no earlier than it.
         let mut send = self.merge(send);
+        let ahead_ms = self.config.claim_ahead_ms;
         send.retain(|(e, ids)| match self.spacing(e, now) {
             Some(at) => {
+                let at = at.saturating_add(ahead_ms);
                 postpone.extend(ids.iter().map(|id| (id.clone(), at)));
                 false
             }
@@ -261,12 +390,7 @@ impl Firer {
                 for late in lateness {
                     self.metrics.lateness.observe(late as f64 / 1000.0);
                 }
-                if settle.send(ids).await.is_err() {
-                    tracing::warn!(
-                        entries = n,
-                        "the settler has stopped; these fire again after their lease"
-                    );
-                }
+                settle.hand(ids).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, entries = ids.len(), retry_ms = self.config.retry_after_ms, "the link refused due notifications; retrying");
@@ -376,8 +500,66 @@ impl Firer {
     }
 }
 
-/// Where the firer hands the ids the link took.
-type Settle = mpsc::Sender<Vec<String>>;
+/// A refill running beside the firer's loop.
+struct Refilling {
+    /// The scheduler's clock it reads at.
+    at: Millis,
+    limit: usize,
+    task: tokio::task::JoinHandle<Result<Vec<(Millis, String)>, StoreError>>,
+}
+
+/// A claim running beside the firer's loop.
+struct Claiming {
+    /// The scheduler's clock it claims at (`claim_ahead_ms` ahead).
+    at: Millis,
+    limit: usize,
+    task: tokio::task::JoinHandle<Result<Vec<Entry>, StoreError>>,
+}
+
+/// The firer's end of the settler: ids the link took, piled up while the
+/// settler is busy.
+struct Settle {
+    tx: mpsc::Sender<Vec<String>>,
+    pile: Vec<String>,
+}
+
+impl Settle {
+    /// Hand over `ids`, with the pile, if the settler has room; wait for
+    /// room only once the pile holds [`SETTLE_MAX`] ids.
+    async fn hand(&mut self, ids: Vec<String>) {
+        self.pile.extend(ids);
+        match self.tx.try_send(std::mem::take(&mut self.pile)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(pile)) => {
+                self.pile = pile;
+                if self.pile.len() >= SETTLE_MAX {
+                    self.flush().await;
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(pile)) => {
+                tracing::warn!(
+                    entries = pile.len(),
+                    "the settler has stopped; these fire again after their lease"
+                );
+            }
+        }
+    }
+
+    /// Hand over the pile, waiting for room. Cancel-safe: the pile is
+    /// taken only once there is room.
+    async fn flush(&mut self) {
+        if self.pile.is_empty() {
+            return;
+        }
+        match self.tx.reserve().await {
+            Ok(permit) => permit.send(std::mem::take(&mut self.pile)),
+            Err(_) => tracing::warn!(
+                entries = self.pile.len(),
+                "the settler has stopped; these fire again after their lease"
+            ),
+        }
+    }
+}
 
 /// Mark delivered what the firer hands over, a commit for whatever has
 /// queued up (at most [`SETTLE_MAX`] ids), until the firer drops its end.
