@@ -30,6 +30,7 @@ pub mod entry;
 mod firer;
 pub mod metrics;
 pub mod presence;
+mod ready;
 pub mod record;
 pub mod scheduler;
 pub mod service;

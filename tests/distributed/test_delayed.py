@@ -14,7 +14,7 @@ from herald_dist import (TIMEOUT, amqp_publish, confirmed_channel, dead_letters,
 
 # Short enough to keep the suite fast, long enough that a notification
 # fired at once (not delayed) would show.
-DELAY_MS = 1500
+DELAY_MS = 3000
 
 
 def test_a_delayed_amqp_publication_arrives_no_earlier_than_its_due_time(dep):
