@@ -18,7 +18,8 @@
 //! from maintained counters and a per-minute histogram of scheduled fire
 //! times, with the partial minutes at the bucket edges counted exactly.
 //! Nothing proportional to the number of entries is held in memory (redb's
-//! page cache is bounded by [`EmbeddedConfig::cache_bytes`]).
+//! page cache is bounded by [`EmbeddedConfig::cache_bytes`], the ids not
+//! yet folded into the id index by [`EmbeddedConfig::fold_ids`]).
 //!
 //! Why redb: see `docs/delayed-store.md`.
 
