@@ -22,10 +22,16 @@ struct Gateway {
 
 impl Gateway {
     /// Start on `data`, with a short lease so claimed entries of a killed
-    /// process come back quickly.
+    /// process come back quickly, and a session queue that holds a whole
+    /// run: every notification goes to one user, and these tests are about
+    /// the store, not the slow-consumer policy.
     fn start(data: &Path) -> Gateway {
         let config = data.join("gateway.toml");
-        std::fs::write(&config, "[schedule]\nlease_ms = 1000\nclaim_batch = 200\n").unwrap();
+        std::fs::write(
+            &config,
+            "[session]\nqueue_messages = 50000\n[schedule]\nlease_ms = 1000\nclaim_batch = 200\n",
+        )
+        .unwrap();
         let (child, addr) = spawn_gateway_binary(&[
             "--config".as_ref(),
             config.as_ref(),
@@ -94,7 +100,10 @@ async fn receive(
             return;
         };
         let at = now_ms();
-        let id = f.header("message-id").unwrap().to_owned();
+        let id = f
+            .header("message-id")
+            .unwrap_or_else(|| panic!("a frame without a message-id: {f:?}"))
+            .to_owned();
         let due_at = due[&id];
         assert!(
             at >= due_at,
