@@ -1,7 +1,8 @@
 //! Crash tests: `kill -9` the standalone gateway binary while delayed
 //! notifications are pending, and while they are firing; restart it on the
 //! same data directory. Every notification answered 202 is delivered at
-//! least once after the restart, none before its due time, none lost.
+//! least once after the restart, none before its due time, none lost. And a
+//! SIGTERM puts back what was claimed ahead of its due time.
 
 mod common;
 
@@ -26,10 +27,15 @@ impl Gateway {
     /// run: every notification goes to one user, and these tests are about
     /// the store, not the slow-consumer policy.
     fn start(data: &Path) -> Gateway {
+        Gateway::start_with(data, "lease_ms = 1000\nclaim_batch = 200\n")
+    }
+
+    /// Start on `data` with these `[schedule]` settings.
+    fn start_with(data: &Path, schedule: &str) -> Gateway {
         let config = data.join("gateway.toml");
         std::fs::write(
             &config,
-            "[session]\nqueue_messages = 50000\n[schedule]\nlease_ms = 1000\nclaim_batch = 200\n",
+            format!("[session]\nqueue_messages = 50000\n[schedule]\n{schedule}"),
         )
         .unwrap();
         let (child, addr) = spawn_gateway_binary(&[
@@ -39,6 +45,17 @@ impl Gateway {
             data.as_ref(),
         ]);
         Gateway { child, addr }
+    }
+
+    /// SIGTERM, and wait for the process to exit.
+    fn terminate(mut self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        assert!(exit.success(), "the gateway exited with {exit}");
     }
 
     /// SIGKILL: no shutdown path runs.
@@ -215,4 +232,59 @@ async fn kill_9_while_firing_loses_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A notification claimed ahead of its due time (`claim_ahead_ms`) when the
+/// gateway is told to stop goes back to the queue: after the restart it
+/// arrives at its due time, not after the lease of the first claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_what_was_claimed_ahead() {
+    let data = tempfile::tempdir().unwrap();
+    // Claimed as soon as accepted; a lease far longer than the test waits
+    // for a frame, so only the release can bring it back in time.
+    let schedule = "lease_ms = 600000\nclaim_ahead_ms = 20000\n";
+    let first = Gateway::start_with(data.path(), schedule);
+    let gw = first.handle();
+    let due = publish(&gw, "rita", "ahead", 1, 3000).await;
+    let client = reqwest::Client::new();
+    let status = |addr: SocketAddr| {
+        let client = client.clone();
+        async move {
+            let body: Value = client
+                .get(format!("http://{addr}/v1/notifications/ahead-0"))
+                .bearer_auth(API_KEY)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body
+        }
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = status(gw.addr).await;
+        if body["state"] == "firing" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never claimed ahead: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(now_ms() < due["ahead-0"], "claimed, not yet due");
+    first.terminate();
+
+    let second = Gateway::start_with(data.path(), schedule);
+    let gw = second.handle();
+    let mut rita = gw.session(&token("rita", None, None)).await;
+    let mut seen = HashSet::new();
+    // `receive` fails after WAIT (10 s) without a frame: far inside the
+    // first claim's lease.
+    receive(&mut rita, &due, &mut seen, 1).await;
+    assert!(seen.contains("ahead-0"));
+    let body = status(gw.addr).await;
+    assert_eq!(body["attempts"], 2, "claimed once by each process: {body}");
 }
