@@ -76,6 +76,19 @@ impl Drop for Gateway {
     }
 }
 
+/// The status of notification `id`.
+async fn status(client: &reqwest::Client, addr: SocketAddr, id: &str) -> Value {
+    client
+        .get(format!("http://{addr}/v1/notifications/{id}"))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Publish `n` notifications for `user` due `delay_ms` from now, in batches
 /// of 500; returns each accepted id with its due time.
 async fn publish(
@@ -178,15 +191,7 @@ async fn kill_9_while_firing_loses_nothing() {
     let client = reqwest::Client::new();
     let mut handed_off_before_kill = HashSet::new();
     for id in due.keys() {
-        let body: Value = client
-            .get(format!("http://{}/v1/notifications/{id}", gw.addr))
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = status(&client, gw.addr, id).await;
         if body["state"] == "delivered" && body["updated_at_ms"].as_u64().unwrap() < before_restart
         {
             handed_off_before_kill.insert(id.clone());
@@ -247,24 +252,9 @@ async fn sigterm_releases_what_was_claimed_ahead() {
     let gw = first.handle();
     let due = publish(&gw, "rita", "ahead", 1, 3000).await;
     let client = reqwest::Client::new();
-    let status = |addr: SocketAddr| {
-        let client = client.clone();
-        async move {
-            let body: Value = client
-                .get(format!("http://{addr}/v1/notifications/ahead-0"))
-                .bearer_auth(API_KEY)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            body
-        }
-    };
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let body = status(gw.addr).await;
+        let body = status(&client, gw.addr, "ahead-0").await;
         if body["state"] == "firing" {
             break;
         }
@@ -285,6 +275,6 @@ async fn sigterm_releases_what_was_claimed_ahead() {
     // first claim's lease.
     receive(&mut rita, &due, &mut seen, 1).await;
     assert!(seen.contains("ahead-0"));
-    let body = status(gw.addr).await;
+    let body = status(&client, gw.addr, "ahead-0").await;
     assert_eq!(body["attempts"], 2, "claimed once by each process: {body}");
 }
