@@ -172,6 +172,9 @@ pub struct Metrics {
     pub root_reconnects: Counter,
     /// Edge mode: deliveries received from roots.
     pub uplink_received: Counter,
+    /// Edge mode: `basic.ack` frames sent to roots, each covering every
+    /// delivery routed since the previous one.
+    pub uplink_acks: Counter,
     /// Edge mode: deliveries from roots that failed validation (dropped).
     pub uplink_rejected: Counter,
     /// Edge mode: deliveries dropped as duplicates of a recent id.
@@ -246,6 +249,11 @@ impl Metrics {
             "herald_uplink_received",
             "Deliveries received from root brokers",
             self.uplink_received.clone(),
+        );
+        registry.register(
+            "herald_uplink_acks",
+            "Acks (multiple) sent to root brokers, each for every delivery routed since the last",
+            self.uplink_acks.clone(),
         );
         registry.register(
             "herald_uplink_rejected",

@@ -66,6 +66,30 @@ impl Root {
             .await;
     }
 
+    /// Publish all of `batch` at once, then wait for every confirm: the
+    /// edge's queue fills faster than one delivery at a time.
+    async fn forward_all(&self, batch: &[Notification]) {
+        let mut confirms = Vec::with_capacity(batch.len());
+        for n in batch {
+            let (properties, body) = herald_router::amqp::envelope::to_amqp(n);
+            confirms.push(
+                self.channel
+                    .basic_publish(
+                        self.exchange.as_str().into(),
+                        "".into(),
+                        BasicPublishOptions::default(),
+                        &body,
+                        properties,
+                    )
+                    .await
+                    .unwrap(),
+            );
+        }
+        for c in confirms {
+            c.await.unwrap();
+        }
+    }
+
     async fn forward(&self, n: &Notification) {
         let (properties, body) = herald_router::amqp::envelope::to_amqp(n);
         self.channel
@@ -104,7 +128,12 @@ fn close_connection(name: &str) {
 }
 
 async fn edge(exchange: &str) -> (TestGateway, String) {
-    let id = format!("test-{}", rand::random::<u32>());
+    edge_with_id(exchange, format!("test-{}", rand::random::<u32>())).await
+}
+
+/// An edge with a given id: a second edge with the same id consumes the
+/// first one's queue.
+async fn edge_with_id(exchange: &str, id: String) -> (TestGateway, String) {
     let edge_id = id.clone();
     let exchange = exchange.to_owned();
     let gw = start(move |c| {
@@ -170,6 +199,42 @@ async fn notifications_from_a_root_reach_sessions_once() {
         .publish(serde_json::json!({"users": ["alice"], "event": "x"}))
         .await;
     assert_eq!(status, 404);
+    root.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_burst_is_routed_in_order_and_acked_in_full() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, id) = edge(&exchange).await;
+    until_metric(&gw, "herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    let mut carol = gw.session(&token("carol", None, None)).await;
+    let burst: Vec<Notification> = (0..600)
+        .map(|i| note(&format!("b-{i}"), "carol", "burst"))
+        .collect();
+    root.forward_all(&burst).await;
+    for i in 0..600 {
+        let m = carol.message().await;
+        assert_eq!(m.header("message-id"), Some(format!("b-{i}").as_str()));
+    }
+    let acks = sample(&gw.metrics().await, "herald_uplink_acks_total").unwrap();
+    assert!(
+        (1.0..=600.0).contains(&acks),
+        "600 deliveries took {acks} acks"
+    );
+    // A second edge with the same id takes over the queue: had any of the
+    // 600 gone unacked, the broker would redeliver it before the marker.
+    gw.shutdown.cancel();
+    let (_, task) = gw.local.as_ref().unwrap();
+    while !task.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (again, _) = edge_with_id(&exchange, id).await;
+    until_metric(&again, "herald_root_links", 1.0).await;
+    let mut carol = again.session(&token("carol", None, None)).await;
+    root.forward(&note("marker", "carol", "after")).await;
+    assert_eq!(carol.message().await.header("message-id"), Some("marker"));
+    until_metric(&again, "herald_uplink_received_total", 1.0).await;
     root.cleanup().await;
 }
 
