@@ -22,7 +22,8 @@
 //!                                |
 //!         when-online and the user is offline? --> Store::hold --> (user online) claim_held
 //!                                |
-//!                     Link::publish --> Store::delivered
+//!      Link::send --> (confirmer) taken? --> Store::delivered (settler)
+//!                                  refused? --> Store::release (retry)
 //! ```
 
 pub mod config;

@@ -1,6 +1,8 @@
 //! [`AmqpLink`]: the [`Link`] of the distributed router. The HTTP publish
 //! API hands it batches; it publishes them to the edges exchange and answers
-//! once the broker has confirmed every one.
+//! once the broker has confirmed every one. The delayed firer uses
+//! [`Link::send`] instead: it publishes the next batch while the confirms
+//! of the ones before are still on their way.
 //!
 //! The link does not own a connection. The current session puts its
 //! [`Publisher`] in a [`PublisherSlot`] and takes it out when the connection
@@ -14,7 +16,7 @@ use herald_protocol::envelope::Notification;
 use tokio::sync::watch;
 
 use super::publisher::{Forwarded, Publisher};
-use crate::link::{Link, LinkError, LinkFuture};
+use crate::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
 
 /// Where the current session's [`Publisher`] lives. Clones share the slot.
 #[derive(Debug, Clone)]
@@ -86,18 +88,33 @@ impl AmqpLink {
         AmqpLink { slot, timeout }
     }
 
-    async fn publish_batch(&self, batch: Vec<Arc<Notification>>) -> Result<(), LinkError> {
+    /// Publish `batch` in order (each message handed to the channel
+    /// before the next), and return the wait for its confirms: a batch the
+    /// broker has not confirmed within the timeout, counted from now,
+    /// fails.
+    async fn send_batch(&self, batch: Vec<Arc<Notification>>) -> Result<Taken, LinkError> {
         let publisher = self
             .slot
             .current()
             .ok_or_else(|| LinkError("not connected to the AMQP broker".into()))?;
-        let amqp = |e: lapin::Error| LinkError(format!("AMQP: {e}"));
-        let work = async {
-            // Send them all, then wait: one round trip for the batch.
-            let mut confirms = Vec::with_capacity(batch.len());
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let timeout = self.timeout;
+        let mut confirms = Vec::with_capacity(batch.len());
+        let sending = async {
             for n in &batch {
-                confirms.push(publisher.send(n).await.map_err(amqp)?);
+                let confirm = publisher
+                    .send(n)
+                    .await
+                    .map_err(|e| LinkError(format!("AMQP: {e}")))?;
+                confirms.push(confirm);
             }
+            Ok::<(), LinkError>(())
+        };
+        match tokio::time::timeout_at(deadline, sending).await {
+            Ok(r) => r?,
+            Err(_) => return Err(not_confirmed(timeout)),
+        }
+        let confirmed = async move {
             for (n, confirm) in batch.iter().zip(confirms) {
                 match publisher.confirmed(confirm).await {
                     Ok(Forwarded::Routed) => {}
@@ -109,18 +126,28 @@ impl AmqpLink {
             }
             Ok(())
         };
-        match tokio::time::timeout(self.timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(LinkError(format!(
-                "the broker did not confirm within {} ms",
-                self.timeout.as_millis()
-            ))),
-        }
+        Ok(Box::pin(async move {
+            match tokio::time::timeout_at(deadline, confirmed).await {
+                Ok(r) => r,
+                Err(_) => Err(not_confirmed(timeout)),
+            }
+        }))
     }
+}
+
+fn not_confirmed(timeout: Duration) -> LinkError {
+    LinkError(format!(
+        "the broker did not confirm within {} ms",
+        timeout.as_millis()
+    ))
 }
 
 impl Link for AmqpLink {
     fn publish(&self, batch: Vec<Arc<Notification>>) -> LinkFuture<'_> {
-        Box::pin(self.publish_batch(batch))
+        Box::pin(async move { self.send_batch(batch).await?.await })
+    }
+
+    fn send(&self, batch: Vec<Arc<Notification>>) -> SendFuture<'_> {
+        Box::pin(self.send_batch(batch))
     }
 }

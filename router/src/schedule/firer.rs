@@ -19,15 +19,24 @@
 //! - the rest go to the link in one batch, then are marked delivered. If
 //!   the link refuses, they are released to retry after `retry_after_ms`.
 //!
-//! Marking delivered is the settler's job, a task beside the firer: the
-//! firer hands it the ids of each batch the link took and goes on without
-//! waiting for that commit. The settler writes what has queued up in one
+//! The firer does not wait for the link to take a batch: it sends it
+//! ([`Link::send`], e.g. publishes it to the broker) and hands the wait
+//! (e.g. for the broker's confirms) to the confirmer, a task beside it,
+//! then goes on with the next batch. At most [`CONFIRM_QUEUE`] batches
+//! wait there (policy: backpressure, the firer waits for room). The
+//! confirmer counts what the link took and hands its ids to the settler;
+//! what the link refused it releases to retry after `retry_after_ms`.
+//!
+//! Marking delivered is the settler's job, a task beside the confirmer:
+//! the confirmer hands it the ids of each batch the link took and goes on
+//! without waiting for that commit. The settler writes what has queued up in one
 //! [`Store::delivered`] call. While it is busy (its queue of
-//! [`SETTLE_QUEUE`] messages is full), ids pile up on the firer's side and
-//! go over as one message; past [`SETTLE_MAX`] of them the firer waits
-//! (policy: backpressure), so a slow store slows firing instead of letting
-//! fired entries pile up towards the end of their lease. The firer hands
-//! over its pile before it sleeps.
+//! [`SETTLE_QUEUE`] messages is full), ids pile up on the confirmer's side
+//! and go over as one message; past [`SETTLE_MAX`] of them the confirmer
+//! waits (policy: backpressure), and so, once its queue is full, does the
+//! firer: a slow store slows firing instead of letting fired entries pile
+//! up towards the end of their lease. The confirmer hands over its pile
+//! whenever it has nothing else to do.
 //!
 //! A crash anywhere after the claim leaves the entries firing under their
 //! lease; another firer (or this one, restarted) claims them again when it
@@ -50,7 +59,7 @@ use super::ready::Ready;
 use super::scheduler::{Action, Scheduler};
 use super::store::{Store, StoreError};
 use super::timing::now_ms;
-use crate::link::Link;
+use crate::link::{Link, Taken};
 
 /// How long the firer waits after a store error before trying again.
 const STORE_RETRY: Duration = Duration::from_millis(200);
@@ -59,9 +68,11 @@ const STORE_RETRY: Duration = Duration::from_millis(200);
 const MAX_SLEEP_MS: u64 = 60_000;
 /// Messages waiting for the settler at most.
 const SETTLE_QUEUE: usize = 4;
-/// Most ids piled up on the firer's side (it waits beyond), and most ids
-/// the settler marks in one store call.
+/// Most ids piled up on the confirmer's side (it waits beyond), and most
+/// ids the settler marks in one store call.
 const SETTLE_MAX: usize = 20_000;
+/// Batches sent to the link and waiting for it to take them, at most.
+const CONFIRM_QUEUE: usize = 8;
 
 /// What the firer needs.
 pub(crate) struct Firer {
@@ -72,6 +83,8 @@ pub(crate) struct Firer {
     pub(crate) metrics: DelayedMetrics,
     /// Entries accepted by this process: (fire time, id).
     pub(crate) hints: mpsc::Receiver<(Millis, String)>,
+    /// The sending end of `hints`, for entries the confirmer releases.
+    pub(crate) hint: mpsc::Sender<(Millis, String)>,
     /// Users who came online.
     pub(crate) online: mpsc::Receiver<String>,
     /// Last `when-online` send per user (for the minimum interval).
@@ -89,18 +102,30 @@ impl Firer {
             self.metrics.clone(),
             queue,
         ));
-        let mut settle = Settle {
+        let settle = Settle {
             tx,
             pile: Vec::new(),
         };
-        self.fire_until(&shutdown, &mut settle).await;
-        // The settler marks what it was handed, then ends.
-        settle.flush().await;
-        drop(settle);
+        let (sent, queue) = mpsc::channel(CONFIRM_QUEUE);
+        let confirmer = tokio::spawn(
+            Confirmer {
+                store: Arc::clone(&self.store),
+                metrics: self.metrics.clone(),
+                hint: self.hint.clone(),
+                retry_after_ms: self.config.retry_after_ms,
+                settle,
+            }
+            .run(queue),
+        );
+        self.fire_until(&shutdown, &sent).await;
+        // The confirmer waits for what was sent, hands it to the settler
+        // and ends; the settler marks what it was handed, then ends.
+        drop(sent);
+        let _ = confirmer.await;
         let _ = settler.await;
     }
 
-    async fn fire_until(&mut self, shutdown: &CancellationToken, settle: &mut Settle) {
+    async fn fire_until(&mut self, shutdown: &CancellationToken, confirm: &Sender) {
         let mut scheduler = Scheduler::new(self.config.scheduler());
         // Claimed, not yet due: at most four claims' worth.
         let mut ready = Ready::new(self.config.claim_batch.saturating_mul(4));
@@ -127,9 +152,10 @@ impl Firer {
             let now = now_ms();
             let due = ready.take_due(now);
             if !due.scheduled.is_empty() || !due.from_hold.is_empty() {
-                self.fire(due.scheduled, false, &mut scheduler, settle)
+                self.fire(due.scheduled, false, &mut scheduler, confirm)
                     .await;
-                self.fire(due.from_hold, true, &mut scheduler, settle).await;
+                self.fire(due.from_hold, true, &mut scheduler, confirm)
+                    .await;
                 continue;
             }
             let ahead = now.saturating_add(ahead_ms);
@@ -205,8 +231,6 @@ impl Firer {
                                 }
                             }
                         }
-                        // Hand over the pile while nothing else is to do.
-                        _ = settle.flush(), if !settle.pile.is_empty() => {}
                         _ = tokio::time::sleep(wait) => {}
                         Some((fire_at, id)) = self.hints.recv() => {
                             scheduler.scheduled(fire_at, id);
@@ -214,7 +238,7 @@ impl Firer {
                                 scheduler.scheduled(fire_at, id);
                             }
                         }
-                        Some(user) = self.online.recv() => self.user_online(user, &mut scheduler, settle).await,
+                        Some(user) = self.online.recv() => self.user_online(user, &mut scheduler, confirm).await,
                     }
                 }
             }
@@ -261,7 +285,7 @@ impl Firer {
     }
 
     /// `user` came online: fire what is held for them.
-    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler, settle: &mut Settle) {
+    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler, confirm: &Sender) {
         let batch = self.config.claim_batch;
         loop {
             let now = now_ms();
@@ -276,7 +300,7 @@ impl Firer {
                         return;
                     }
                     tracing::debug!(user = %user, entries = entries.len(), "releasing held notifications");
-                    self.fire(entries, true, scheduler, settle).await;
+                    self.fire(entries, true, scheduler, confirm).await;
                     if !full {
                         return;
                     }
@@ -296,7 +320,7 @@ impl Firer {
         entries: Vec<Entry>,
         from_hold: bool,
         scheduler: &mut Scheduler,
-        settle: &mut Settle,
+        confirm: &Sender,
     ) {
         if entries.is_empty() {
             return;
@@ -383,14 +407,16 @@ impl Firer {
             ids.extend(merged_ids);
             batch.push(Arc::new(e.notification));
         }
-        match self.link.publish(batch).await {
-            Ok(()) => {
-                let n = ids.len() as u64;
-                self.metrics.fired.inc_by(n);
-                for late in lateness {
-                    self.metrics.lateness.observe(late as f64 / 1000.0);
+        match self.link.send(batch).await {
+            Ok(taken) => {
+                let sent = Sent {
+                    taken,
+                    ids,
+                    lateness,
+                };
+                if confirm.send(sent).await.is_err() {
+                    tracing::warn!("the confirmer has stopped; these fire again after their lease");
                 }
-                settle.hand(ids).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, entries = ids.len(), retry_ms = self.config.retry_after_ms, "the link refused due notifications; retrying");
@@ -516,8 +542,82 @@ struct Claiming {
     task: tokio::task::JoinHandle<Result<Vec<Entry>, StoreError>>,
 }
 
-/// The firer's end of the settler: ids the link took, piled up while the
-/// settler is busy.
+/// The firer's end of the confirmer.
+type Sender = mpsc::Sender<Sent>;
+
+/// A batch sent to the link.
+struct Sent {
+    /// Resolves when the link has taken it.
+    taken: Taken,
+    /// The ids it stands for.
+    ids: Vec<String>,
+    /// The lateness of its first attempts, to count once it is taken.
+    lateness: Vec<Millis>,
+}
+
+/// Waits, in order, for the link to take each batch sent; counts and
+/// settles what it took, releases what it refused.
+struct Confirmer {
+    store: Arc<dyn Store>,
+    metrics: DelayedMetrics,
+    hint: mpsc::Sender<(Millis, String)>,
+    retry_after_ms: u64,
+    settle: Settle,
+}
+
+impl Confirmer {
+    /// Until the firer drops its end and every batch sent is done.
+    async fn run(mut self, mut queue: mpsc::Receiver<Sent>) {
+        loop {
+            let sent = tokio::select! {
+                biased;
+                sent = queue.recv() => match sent {
+                    Some(sent) => sent,
+                    None => break,
+                },
+                // Hand over the pile while nothing else is to do.
+                _ = self.settle.flush(), if !self.settle.pile.is_empty() => continue,
+            };
+            self.confirm(sent).await;
+        }
+        self.settle.flush().await;
+    }
+
+    async fn confirm(&mut self, sent: Sent) {
+        match sent.taken.await {
+            Ok(()) => {
+                self.metrics.fired.inc_by(sent.ids.len() as u64);
+                for late in sent.lateness {
+                    self.metrics.lateness.observe(late as f64 / 1000.0);
+                }
+                self.settle.hand(sent.ids).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, entries = sent.ids.len(), retry_ms = self.retry_after_ms, "the link did not take due notifications; retrying");
+                let now = now_ms();
+                let retry = now.saturating_add(self.retry_after_ms);
+                match self.store.release(sent.ids.clone(), retry, now).await {
+                    Ok(()) => {
+                        for id in sent.ids {
+                            // A hint that does not fit is found by the
+                            // next refill.
+                            if self.hint.try_send((retry, id)).is_err() {
+                                self.metrics.hints_dropped.inc();
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.metrics.store_error("release");
+                        tracing::warn!(error = %e, "releasing notifications failed; they fire again after their lease");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The confirmer's end of the settler: ids the link took, piled up while
+/// the settler is busy.
 struct Settle {
     tx: mpsc::Sender<Vec<String>>,
     pile: Vec<String>,

@@ -116,6 +116,7 @@ impl Delayed {
             presence,
             metrics: self.inner.metrics.clone(),
             hints: receivers.hints,
+            hint: self.inner.hints.clone(),
             online: receivers.online,
             last_send: HashMap::new(),
         };

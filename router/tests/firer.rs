@@ -1,0 +1,193 @@
+//! The firer against a link it controls (and the embedded store): it sends
+//! the next batch while the link has not yet taken the one before, and an
+//! entry whose batch the link does not take is released and fired again.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use herald_protocol::envelope::{Notification, Scope};
+use herald_router::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
+use herald_router::schedule::config::ScheduleConfig;
+use herald_router::schedule::entry::{Entry, State};
+use herald_router::schedule::metrics::DelayedMetrics;
+use herald_router::schedule::presence::{Asked, Presence, PresenceFuture};
+use herald_router::schedule::service::Delayed;
+use herald_router::schedule::store::embedded::EmbeddedStore;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for what it expects.
+const WAIT: Duration = Duration::from_secs(10);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn entry(id: &str, due_ms: u64) -> Entry {
+    Entry {
+        notification: Notification {
+            id: id.into(),
+            scope: Scope::User,
+            users: vec!["u".into()],
+            clients: vec![],
+            sites: vec![],
+            event: "e".into(),
+            topic: None,
+            content_type: "application/json".into(),
+            payload: Bytes::from_static(b"{}"),
+            payload_is_utf8: true,
+            ttl: None,
+            encodings: Default::default(),
+        },
+        due_ms,
+        accepted_ms: now_ms(),
+        when_online: false,
+        attempts: 0,
+    }
+}
+
+struct Nobody;
+
+impl Presence for Nobody {
+    fn online<'a>(&'a self, who: &'a [Asked]) -> PresenceFuture<'a> {
+        Box::pin(async move { vec![false; who.len()] })
+    }
+}
+
+/// One batch sent: its ids, and what the link answers for it (dropping
+/// the sender makes it fail).
+type Sent = (Vec<String>, oneshot::Sender<Result<(), LinkError>>);
+
+/// A link that reports every batch it is sent and takes it when the test
+/// says so.
+struct Controlled {
+    sent: mpsc::UnboundedSender<Sent>,
+}
+
+impl Link for Controlled {
+    fn publish(&self, _batch: Vec<Arc<Notification>>) -> LinkFuture<'_> {
+        Box::pin(async { Err(LinkError("the firer sends, it does not publish".into())) })
+    }
+
+    fn send(&self, batch: Vec<Arc<Notification>>) -> SendFuture<'_> {
+        let ids = batch.iter().map(|n| n.id.to_string()).collect();
+        let (answer, taken) = oneshot::channel();
+        let _ = self.sent.send((ids, answer));
+        Box::pin(async move {
+            Ok(Box::pin(async move {
+                taken
+                    .await
+                    .unwrap_or_else(|_| Err(LinkError("dropped".into())))
+            }) as Taken)
+        })
+    }
+}
+
+struct Running {
+    delayed: Delayed,
+    sent: mpsc::UnboundedReceiver<Sent>,
+    shutdown: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+async fn start() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let config = ScheduleConfig {
+        retry_after_ms: 100,
+        claim_ahead_ms: 50,
+        ..ScheduleConfig::default()
+    };
+    let delayed = Delayed::new(config, store, DelayedMetrics::default());
+    let (tx, sent) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    delayed
+        .start(
+            Arc::new(Controlled { sent: tx }),
+            Arc::new(Nobody),
+            shutdown.clone(),
+        )
+        .expect("started once");
+    Running {
+        delayed,
+        sent,
+        shutdown,
+        _dir: dir,
+    }
+}
+
+impl Running {
+    async fn next_sent(&mut self) -> Sent {
+        tokio::time::timeout(WAIT, self.sent.recv())
+            .await
+            .expect("a batch sent in time")
+            .expect("the firer runs")
+    }
+
+    async fn until_state(&self, id: &str, state: State) -> u32 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let s = self.delayed.status(id).await.unwrap().expect("stored");
+            if s.state == state {
+                return s.attempts;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} stayed {:?}",
+                s.state
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_next_batch_goes_while_the_first_waits_to_be_taken() {
+    let mut r = start().await;
+    let now = now_ms();
+    r.delayed
+        .accept(vec![entry("first", now + 100), entry("second", now + 400)])
+        .await
+        .unwrap();
+    let (ids, first) = r.next_sent().await;
+    assert_eq!(ids, ["first"]);
+    // "first" is not taken yet; "second" goes all the same.
+    let (ids, second) = r.next_sent().await;
+    assert_eq!(ids, ["second"]);
+    assert_eq!(r.until_state("first", State::Firing).await, 1);
+    second.send(Ok(())).unwrap();
+    first.send(Ok(())).unwrap();
+    r.until_state("first", State::Delivered).await;
+    r.until_state("second", State::Delivered).await;
+    assert_eq!(r.delayed.metrics().fired.get(), 2);
+    r.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_batch_the_link_does_not_take_fires_again() {
+    let mut r = start().await;
+    r.delayed
+        .accept(vec![entry("again", now_ms() + 50)])
+        .await
+        .unwrap();
+    let (ids, answer) = r.next_sent().await;
+    assert_eq!(ids, ["again"]);
+    answer
+        .send(Err(LinkError("the broker did not confirm".into())))
+        .unwrap();
+    // Released to retry after `retry_after_ms`, then claimed again.
+    let (ids, answer) = r.next_sent().await;
+    assert_eq!(ids, ["again"]);
+    answer.send(Ok(())).unwrap();
+    assert_eq!(r.until_state("again", State::Delivered).await, 2);
+    assert_eq!(
+        r.delayed.metrics().fired.get(),
+        1,
+        "counted once, when taken"
+    );
+    r.shutdown.cancel();
+}
