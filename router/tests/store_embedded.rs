@@ -118,6 +118,41 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
     assert_eq!(s.state, herald_router::schedule::entry::State::Firing);
 }
 
+#[tokio::test]
+async fn a_page_of_firing_entries_among_many_scheduled_ones_ends_early_and_goes_on() {
+    use herald_router::schedule::entry::State;
+    use herald_router::schedule::store::ListFilter;
+    let (store, _dir) = open().await;
+    let t0 = store_suite::T0;
+    let firing = ["f0", "f1"].map(|id| store_suite::entry(id, t0, Some("many"), "u"));
+    store.insert(firing.to_vec(), t0).await.unwrap();
+    assert_eq!(store.claim_due(t0, 10, 60_000).await.unwrap().len(), 2);
+    // Listed under scheduled, and before the firing ones: a page of firing
+    // entries reads past them.
+    let scheduled: Vec<_> = (0..10_050)
+        .map(|i| store_suite::entry(&format!("s{i}"), t0 - 1, Some("many"), "u"))
+        .collect();
+    store.insert(scheduled, t0).await.unwrap();
+    let filter = ListFilter {
+        topic: Some("many".into()),
+        state: State::Firing,
+    };
+    let mut found = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list(filter.clone(), after, 100).await.unwrap();
+        pages += 1;
+        found.extend(page.items.into_iter().map(|s| s.id));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(found, ["f0", "f1"]);
+    assert_eq!(pages, 2, "the first page stops after 10,000 keys");
+}
+
 #[test]
 fn a_second_process_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();

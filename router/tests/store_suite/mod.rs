@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use herald_protocol::envelope::{Notification, Scope};
 use herald_router::schedule::entry::{Entry, Millis, State};
-use herald_router::schedule::store::{Cancel, Cursor, Insert, ListFilter, Store};
+use herald_router::schedule::store::{Cancel, Cursor, Insert, ListFilter, Page, Store};
 
 /// A fixed start of time (2027-01-15).
 pub const T0: Millis = 1_800_000_000_000;
@@ -630,6 +630,39 @@ pub async fn list_pages_by_topic_and_state(store: &dyn Store) {
             .map(|s| s.id.as_str())
             .collect::<Vec<_>>(),
         vec!["b3"]
+    );
+    // Claimed entries are listed as firing, no longer as scheduled.
+    let claimed = store.claim_due(T0 + 1, 10, 60_000).await.unwrap();
+    let mut claimed_ids = ids(&claimed);
+    claimed_ids.sort();
+    assert_eq!(claimed_ids, ["b0", "b1", "n0", "n1"]);
+    let listed = |page: Page| -> Vec<String> { page.items.into_iter().map(|s| s.id).collect() };
+    assert_eq!(
+        listed(store.list(beta(State::Firing), None, 100).await.unwrap()),
+        ["b0", "b1"]
+    );
+    assert_eq!(
+        listed(store.list(beta(State::Scheduled), None, 100).await.unwrap()),
+        ["b2", "b4"]
+    );
+    let no_topic = |state| ListFilter { topic: None, state };
+    assert_eq!(
+        listed(
+            store
+                .list(no_topic(State::Firing), None, 100)
+                .await
+                .unwrap()
+        ),
+        ["n0", "n1"]
+    );
+    assert_eq!(
+        listed(
+            store
+                .list(no_topic(State::Scheduled), None, 100)
+                .await
+                .unwrap()
+        ),
+        ["n2"]
     );
     let empty = store
         .list(

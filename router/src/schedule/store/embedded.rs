@@ -292,6 +292,11 @@ fn read_recent(db: &Database, recent: &RecentIds) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Most keys one list page reads beyond its items: a page of a rare
+/// state listed among many entries of the other (firing among scheduled)
+/// ends there, with a cursor to go on from.
+const LIST_SCAN: usize = 10_000;
+
 /// The writer's bounds.
 #[derive(Debug, Clone, Copy)]
 struct Limits {
@@ -599,7 +604,10 @@ impl Store for EmbeddedStore {
         Box::pin(self.read_by_id(move |tables| {
             let list = &tables.list;
             let topic = filter.topic.as_deref();
-            let prefix = list_prefix(topic, filter.state);
+            // Firing entries are listed under scheduled: a page of either
+            // reads those keys and keeps the entries in the state asked.
+            let keyed = list_state(filter.state);
+            let prefix = list_prefix(topic, keyed);
             let end = prefix_end(&prefix);
             let start = match &after {
                 // Just after the cursor's own key; if the cursor's entry
@@ -607,7 +615,7 @@ impl Store for EmbeddedStore {
                 // (a page may then repeat entries, but never skips one).
                 Some(c) => match tables.seq_of(&c.id)? {
                     Some(seq) => {
-                        let mut k = list_key(topic, filter.state, c.due_ms, seq, &c.id);
+                        let mut k = list_key(topic, keyed, c.due_ms, seq, &c.id);
                         k.push(0);
                         k
                     }
@@ -619,30 +627,35 @@ impl Store for EmbeddedStore {
                 },
                 None => prefix.clone(),
             };
-            let mut items = Vec::new();
-            let mut more = false;
+            let mut items: Vec<Status> = Vec::new();
+            // A page ends at `limit` items, or after LIST_SCAN keys (a page
+            // of firing entries among many scheduled ones); when more keys
+            // follow, its cursor is the last key it read.
+            let mut stop: Option<Cursor> = None;
+            let mut last: Option<Cursor> = None;
+            let mut scanned = 0;
             for kv in list.range(start.as_slice()..end.as_slice()).map_err(io)? {
                 let (k, _) = kv.map_err(io)?;
-                if items.len() == limit {
-                    more = true;
-                    break;
-                }
-                let Some((_, _, id)) = k.value().get(prefix.len()..).and_then(split_queue_key)
+                let Some((due, _, id)) = k.value().get(prefix.len()..).and_then(split_queue_key)
                 else {
                     continue;
                 };
-                if let Some(s) = tables.status(id)? {
+                if items.len() == limit || scanned == LIST_SCAN {
+                    stop = last.take();
+                    break;
+                }
+                scanned += 1;
+                if let Some(s) = tables.status(id)?
+                    && s.state == filter.state
+                {
                     items.push(s);
                 }
+                last = Some(Cursor {
+                    due_ms: due,
+                    id: id.to_owned(),
+                });
             }
-            let next = match (more, items.last()) {
-                (true, Some(last)) => Some(Cursor {
-                    due_ms: last.due_ms,
-                    id: last.id.clone(),
-                }),
-                _ => None,
-            };
-            Ok(Page { items, next })
+            Ok(Page { items, next: stop })
         }))
     }
 

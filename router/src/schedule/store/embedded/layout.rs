@@ -11,6 +11,7 @@
 //! held     user ++ 0x00 ++ due(8 BE) ++ id      held, per user, (due, id) order
 //! holdx    expires(8 BE) ++ id                  held, by hold expiry
 //! list     topic ++ 0x00 ++ state ++ due(8 BE) ++ seq(8 BE) ++ id   per topic and state
+//!                                               (firing entries under scheduled)
 //! final    updated(8 BE) ++ id                  final, by when they became final
 //! hist     fire minute -> count                 scheduled, for the pending gauges
 //! counts   state code -> count                  scheduled, firing, held
@@ -140,6 +141,16 @@ pub(super) fn list_prefix(topic: Option<&str>, state: State) -> Vec<u8> {
     k.push(0);
     k.push(state.code());
     k
+}
+
+/// The state whose list keys an entry in `state` has: a firing entry keeps
+/// the key it had when scheduled, so claiming (the busiest transition of
+/// all) leaves the list alone.
+pub(super) fn list_state(state: State) -> State {
+    match state {
+        State::Firing => State::Scheduled,
+        other => other,
+    }
 }
 
 /// A list key: `topic ++ 0 ++ state ++ due ++ seq ++ id`, so entries due

@@ -151,10 +151,17 @@ impl<'t> Tables<'t> {
 
     /// Take `s` out of the indexes of its current state.
     fn leave(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
+        self.leave_queues(id, seq, s)?;
         let h = s.header;
         self.list
-            .remove(list_key(s.topic(), h.state, s.due(), seq, id).as_slice())
+            .remove(list_key(s.topic(), list_state(h.state), s.due(), seq, id).as_slice())
             .map_err(io)?;
+        Ok(())
+    }
+
+    /// [`Tables::leave`] but for the list index.
+    fn leave_queues(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
+        let h = s.header;
         match h.state {
             State::Scheduled => {
                 self.sched
@@ -198,10 +205,16 @@ impl<'t> Tables<'t> {
         let h = s.header;
         self.list
             .insert(
-                list_key(s.topic(), h.state, s.due(), seq, id).as_slice(),
+                list_key(s.topic(), list_state(h.state), s.due(), seq, id).as_slice(),
                 (),
             )
             .map_err(io)?;
+        self.enter_queues(id, seq, s)
+    }
+
+    /// [`Tables::enter`] but for the list index.
+    fn enter_queues(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
+        let h = s.header;
         match h.state {
             State::Scheduled => {
                 self.sched
@@ -286,11 +299,22 @@ impl<'t> Tables<'t> {
         now: Millis,
         lease_ms: u64,
     ) -> R<Option<Entry>> {
-        self.leave(id, seq, &s)?;
+        // Scheduled and firing share their list keys: a claim from either
+        // leaves the list alone.
+        let listed = list_state(s.header.state) == State::Scheduled;
+        if listed {
+            self.leave_queues(id, seq, &s)?;
+        } else {
+            self.leave(id, seq, &s)?;
+        }
         s.header.state = State::Firing;
         s.header.attempts = s.header.attempts.saturating_add(1);
         s.header.deadline = now.saturating_add(lease_ms);
-        self.enter(id, seq, &s)?;
+        if listed {
+            self.enter_queues(id, seq, &s)?;
+        } else {
+            self.enter(id, seq, &s)?;
+        }
         Ok(s.entry())
     }
 
