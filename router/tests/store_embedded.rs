@@ -153,6 +153,81 @@ async fn a_page_of_firing_entries_among_many_scheduled_ones_ends_early_and_goes_
     assert_eq!(pages, 2, "the first page stops after 10,000 keys");
 }
 
+/// The `list` keys of topic `t` in state `state` (raw, with the store
+/// closed).
+fn raw_list_keys(path: &std::path::Path, topic: &str, state: u8) -> Vec<Vec<u8>> {
+    use redb::{ReadableTable, TableDefinition};
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let list = txn
+        .open_table(TableDefinition::<&[u8], ()>::new("list"))
+        .unwrap();
+    let mut prefix = topic.as_bytes().to_vec();
+    prefix.extend([0, state]);
+    list.iter()
+        .unwrap()
+        .map(|kv| kv.unwrap().0.value().to_vec())
+        .filter(|k| k.starts_with(&prefix))
+        .collect()
+}
+
+#[tokio::test]
+async fn firing_entries_listed_the_old_way_are_moved_at_open() {
+    use herald_router::schedule::entry::State;
+    use herald_router::schedule::store::ListFilter;
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = store_suite::T0;
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let e = store_suite::entry("old", t0, Some("t"), "u");
+        store.insert(vec![e], t0).await.unwrap();
+        assert_eq!(store.claim_due(t0, 1, 600_000).await.unwrap().len(), 1);
+    }
+    // What a store written before firing shared scheduled's list keys has:
+    // the firing entry under a key of its own state.
+    let path = dir.path().join("store.redb");
+    let (scheduled, firing) = (State::Scheduled.code(), State::Firing.code());
+    {
+        let keys = raw_list_keys(&path, "t", scheduled);
+        assert_eq!(keys.len(), 1);
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut list = txn
+                .open_table(redb::TableDefinition::<&[u8], ()>::new("list"))
+                .unwrap();
+            list.remove(keys[0].as_slice()).unwrap();
+            let mut old = keys[0].clone();
+            old[2] = firing;
+            list.insert(old.as_slice(), ()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    assert_eq!(raw_list_keys(&path, "t", firing).len(), 1);
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let page = store
+            .list(
+                ListFilter {
+                    topic: Some("t".into()),
+                    state: State::Firing,
+                },
+                None,
+                10,
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 1, "listed as firing after the open");
+        store.delivered(vec!["old".into()], t0 + 1).await.unwrap();
+    }
+    assert!(
+        raw_list_keys(&path, "t", firing).is_empty(),
+        "none left behind"
+    );
+    assert!(raw_list_keys(&path, "t", scheduled).is_empty());
+    assert_eq!(raw_list_keys(&path, "t", State::Delivered.code()).len(), 1);
+}
+
 #[test]
 fn a_second_process_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -197,8 +197,14 @@ impl EmbeddedStore {
         let recent = Arc::new(RecentIds::default());
         let txn = db.begin_write().map_err(io)?;
         check_format(&txn, &path)?;
-        drop(Tables::open(&txn, &recent)?);
+        let relisted = Tables::open(&txn, &recent)?.relist_firing()?;
         txn.commit().map_err(io)?;
+        if relisted > 0 {
+            tracing::info!(
+                entries = relisted,
+                "firing entries of an earlier Herald are now listed under scheduled"
+            );
+        }
         read_recent(&db, &recent)?;
         let db = Arc::new(db);
         let (requests, rx) = mpsc::channel(config.queue.max(1));

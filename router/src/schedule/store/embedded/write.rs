@@ -82,6 +82,32 @@ impl<'t> Tables<'t> {
         Ok(self.next_seq)
     }
 
+    /// Firing entries written before firing was listed under scheduled
+    /// (`layout::list_state`) have list keys of their own: move them.
+    /// Firing entries are few (those of a crash), so this reads `lease`.
+    pub(super) fn relist_firing(&mut self) -> R<usize> {
+        let mut leased = Vec::new();
+        for kv in self.lease.iter().map_err(io)? {
+            let (k, _) = kv.map_err(io)?;
+            if let Some((_, seq, id)) = split_queue_key(k.value()) {
+                leased.push((seq, id.to_owned()));
+            }
+        }
+        let mut moved = 0;
+        for (seq, id) in leased {
+            let Some(s) = self.get_at(&id, seq)? else {
+                continue;
+            };
+            let old = list_key(s.topic(), State::Firing, s.due(), seq, &id);
+            if self.list.remove(old.as_slice()).map_err(io)?.is_some() {
+                let new = list_key(s.topic(), list_state(State::Firing), s.due(), seq, &id);
+                self.list.insert(new.as_slice(), ()).map_err(io)?;
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
     /// Write the counter changes of the transaction; call once, before
     /// the commit.
     pub(super) fn flush_counters(&mut self) -> R<()> {
