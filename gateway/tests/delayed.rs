@@ -61,7 +61,7 @@ async fn a_delayed_notification_arrives_at_its_due_time_never_before() {
     let gw = start(|_| {}).await;
     let mut alice = gw.session(&token("alice", None, None)).await;
     let (code, body) = gw
-        .publish(json!({"id": "d-1", "users": ["alice"], "event": "reminder", "payload": {"n": 1}, "delay_ms": 300}))
+        .publish(json!({"id": "d-1", "users": ["alice"], "event": "reminder", "payload": {"n": 1}, "delay_ms": 2000}))
         .await;
     assert_eq!(code, 202, "{body}");
     assert_eq!(body["ids"], json!(["d-1"]));
@@ -73,6 +73,8 @@ async fn a_delayed_notification_arrives_at_its_due_time_never_before() {
             .unwrap()
             .ends_with('Z')
     );
+    // Claimed `claim_ahead_ms` (500) before it is due, so it is still
+    // scheduled for the first 1.5 s.
     let s = status_of(&gw, "d-1").await;
     assert_eq!(s["state"], "scheduled");
     assert_eq!(s["due_at_ms"].as_u64(), Some(due));

@@ -114,8 +114,16 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let due = store.upcoming(u64::MAX, 1000).await.unwrap();
     assert_eq!(due.len(), 100);
+    // Claims live in memory: what the closed store had claimed is
+    // scheduled again, and due at once.
     let s = store.status("e3").await.unwrap().unwrap();
-    assert_eq!(s.state, herald_router::schedule::entry::State::Firing);
+    assert_eq!(s.state, herald_router::schedule::entry::State::Scheduled);
+    let again = store
+        .claim_due(store_suite::T0 + 10, 5, 1000)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = again.iter().map(|e| e.id()).collect();
+    assert_eq!(ids, ["e0", "e1", "e2", "e3", "e4"]);
 }
 
 #[tokio::test]
@@ -171,61 +179,114 @@ fn raw_list_keys(path: &std::path::Path, topic: &str, state: u8) -> Vec<Vec<u8>>
         .collect()
 }
 
+/// Make the one entry of a closed store firing under a lease until
+/// `lease_until`, the way stores written before claims were kept in
+/// memory hold an entry claimed when their process died: state, attempts
+/// and deadline in the record's header, a `lease` key instead of its
+/// `sched` key, a list key of its own state, and the counters.
+fn make_firing_the_old_way(path: &std::path::Path, topic: &str, lease_until: u64) {
+    use redb::{ReadableTable, TableDefinition};
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut records = txn
+            .open_table(TableDefinition::<u64, &[u8]>::new("records"))
+            .unwrap();
+        let mut raw = records.get(0).unwrap().unwrap().value().to_vec();
+        let fire = u64::from_be_bytes(raw[21..29].try_into().unwrap());
+        raw[0] = 1; // firing
+        raw[1..5].copy_from_slice(&1u32.to_be_bytes());
+        raw[13..21].copy_from_slice(&lease_until.to_be_bytes());
+        let id =
+            std::str::from_utf8(&raw[31..31 + usize::from(u16::from_be_bytes([raw[29], raw[30]]))])
+                .unwrap()
+                .to_owned();
+        records.insert(0, raw.as_slice()).unwrap();
+        let key = |t: u64| {
+            let mut k = t.to_be_bytes().to_vec();
+            k.extend(0u64.to_be_bytes());
+            k.extend(id.as_bytes());
+            k
+        };
+        let mut sched = txn
+            .open_table(TableDefinition::<&[u8], ()>::new("sched"))
+            .unwrap();
+        assert!(sched.remove(key(fire).as_slice()).unwrap().is_some());
+        let mut lease = txn
+            .open_table(TableDefinition::<&[u8], ()>::new("lease"))
+            .unwrap();
+        lease.insert(key(lease_until).as_slice(), ()).unwrap();
+        let mut list = txn
+            .open_table(TableDefinition::<&[u8], ()>::new("list"))
+            .unwrap();
+        let mut listed = topic.as_bytes().to_vec();
+        listed.extend([0, 0]);
+        listed.extend(key(fire));
+        assert!(list.remove(listed.as_slice()).unwrap().is_some());
+        listed[topic.len() + 1] = 1;
+        list.insert(listed.as_slice(), ()).unwrap();
+        let mut counts = txn
+            .open_table(TableDefinition::<u8, u64>::new("counts"))
+            .unwrap();
+        counts.insert(0, 0).unwrap();
+        counts.insert(1, 1).unwrap();
+        let mut hist = txn
+            .open_table(TableDefinition::<u64, u64>::new("hist"))
+            .unwrap();
+        assert!(hist.remove(fire / 60_000).unwrap().is_some());
+    }
+    txn.commit().unwrap();
+}
+
 #[tokio::test]
-async fn firing_entries_listed_the_old_way_are_moved_at_open() {
+async fn an_entry_left_firing_by_an_older_store_fires_when_its_lease_ends() {
     use herald_router::schedule::entry::State;
     use herald_router::schedule::store::ListFilter;
     let dir = tempfile::tempdir().unwrap();
     let t0 = store_suite::T0;
+    let lease_until = t0 + 600_000;
     {
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let e = store_suite::entry("old", t0, Some("t"), "u");
         store.insert(vec![e], t0).await.unwrap();
-        assert_eq!(store.claim_due(t0, 1, 600_000).await.unwrap().len(), 1);
     }
-    // What a store written before firing shared scheduled's list keys has:
-    // the firing entry under a key of its own state.
     let path = dir.path().join("store.redb");
-    let (scheduled, firing) = (State::Scheduled.code(), State::Firing.code());
-    {
-        let keys = raw_list_keys(&path, "t", scheduled);
-        assert_eq!(keys.len(), 1);
-        let db = redb::Database::open(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut list = txn
-                .open_table(redb::TableDefinition::<&[u8], ()>::new("list"))
-                .unwrap();
-            list.remove(keys[0].as_slice()).unwrap();
-            let mut old = keys[0].clone();
-            old[2] = firing;
-            list.insert(old.as_slice(), ()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
-    assert_eq!(raw_list_keys(&path, "t", firing).len(), 1);
+    make_firing_the_old_way(&path, "t", lease_until);
+    assert_eq!(raw_list_keys(&path, "t", State::Firing.code()).len(), 1);
     {
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let page = store
+        let s = store.status("old").await.unwrap().unwrap();
+        assert_eq!((s.state, s.attempts), (State::Scheduled, 1));
+        let counts = store.counts(t0, vec![]).await.unwrap();
+        assert_eq!((counts.scheduled, counts.firing), (vec![1], 0));
+        assert_eq!(
+            store.upcoming(u64::MAX, 10).await.unwrap(),
+            vec![(lease_until, "old".to_owned())]
+        );
+        let scheduled = store
             .list(
                 ListFilter {
                     topic: Some("t".into()),
-                    state: State::Firing,
+                    state: State::Scheduled,
                 },
                 None,
                 10,
             )
             .await
             .unwrap();
-        assert_eq!(page.items.len(), 1, "listed as firing after the open");
-        store.delivered(vec!["old".into()], t0 + 1).await.unwrap();
+        assert_eq!(scheduled.items.len(), 1);
+        assert!(
+            store
+                .claim_due(lease_until - 1, 10, 1000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let again = store.claim_due(lease_until, 10, 1000).await.unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].attempts, 2);
     }
-    assert!(
-        raw_list_keys(&path, "t", firing).is_empty(),
-        "none left behind"
-    );
-    assert!(raw_list_keys(&path, "t", scheduled).is_empty());
-    assert_eq!(raw_list_keys(&path, "t", State::Delivered.code()).len(), 1);
+    assert!(raw_list_keys(&path, "t", State::Firing.code()).is_empty());
 }
 
 #[test]

@@ -15,7 +15,10 @@
 //! A method that returns `Ok` has made its change durable (embedded: the
 //! transaction is fsynced, with concurrent callers grouped into one commit;
 //! Redis: acknowledged by the server, durable as far as its persistence
-//! settings go). Changes are atomic per entry: two firers racing for the
+//! settings go). Claims are the exception in the embedded store: one
+//! process owns it, so its claims live in that process's memory (a crash
+//! ends them, and what they held is due again at the next open, without
+//! waiting for the lease). Changes are atomic per entry: two firers racing for the
 //! same entry never both claim it within one lease, and a cancel racing a
 //! claim either cancels the entry (and the claim does not return it) or
 //! finds it claimed (and reports [`Cancel::TooLate`]).

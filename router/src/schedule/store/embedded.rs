@@ -10,7 +10,9 @@
 //! concurrent inserters share one fsync. The request queue is bounded
 //! ([`EmbeddedConfig::queue`]); when it is full, callers wait (policy:
 //! backpressure). Reads (status, list, upcoming, counts) use their own
-//! snapshot on the blocking pool and never wait for the writer.
+//! snapshot on the blocking pool; they wait for the writer only while it
+//! commits (claims live in memory, see `claims`, and a reader holds their
+//! lock so its snapshot and the claims agree).
 //!
 //! # Layout
 //! One table per index (`layout`), so every operation is a range over the
@@ -23,6 +25,7 @@
 //!
 //! Why redb: see `docs/delayed-store.md`.
 
+mod claims;
 mod layout;
 mod recent;
 mod write;
@@ -31,9 +34,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use parking_lot::Mutex;
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
+use self::claims::Claims;
 use self::layout::*;
 use self::recent::RecentIds;
 use self::write::{Tables, io};
@@ -137,10 +142,18 @@ impl Answer {
     }
 }
 
+/// What the store keeps in memory, shared by the writer and readers: the
+/// ids not folded yet, and the claims.
+#[derive(Debug, Default)]
+struct Memory {
+    recent: RecentIds,
+    claims: Mutex<Claims>,
+}
+
 /// The embedded store. Cheap to share (`Arc`).
 pub struct EmbeddedStore {
     db: Arc<Database>,
-    recent: Arc<RecentIds>,
+    mem: Arc<Memory>,
     requests: mpsc::Sender<Request>,
     path: PathBuf,
     writer: Option<JoinHandle<()>>,
@@ -194,37 +207,42 @@ impl EmbeddedStore {
             })?;
         // Check the format, and create every table, so reads never find one
         // missing.
-        let recent = Arc::new(RecentIds::default());
+        let mem = Arc::new(Memory::default());
         let txn = db.begin_write().map_err(io)?;
         check_format(&txn, &path)?;
-        let relisted = Tables::open(&txn, &recent)?.relist_firing()?;
+        let unleased = {
+            let mut t = Tables::open(&txn, &mem.recent, &mem.claims)?;
+            let n = t.unlease()?;
+            t.flush_counters()?;
+            n
+        };
         txn.commit().map_err(io)?;
-        if relisted > 0 {
+        if unleased > 0 {
             tracing::info!(
-                entries = relisted,
-                "firing entries of an earlier Herald are now listed under scheduled"
+                entries = unleased,
+                "entries left firing by an earlier Herald are scheduled again, due when their lease runs out"
             );
         }
-        read_recent(&db, &recent)?;
+        read_recent(&db, &mem.recent)?;
         let db = Arc::new(db);
         let (requests, rx) = mpsc::channel(config.queue.max(1));
         let writer = {
             let db = Arc::clone(&db);
-            let recent = Arc::clone(&recent);
+            let mem = Arc::clone(&mem);
             let limits = Limits {
                 max_group: config.max_group.max(1),
                 fold_ids: config.fold_ids.max(1),
             };
             std::thread::Builder::new()
                 .name("herald-store-writer".into())
-                .spawn(move || run_writer(&db, &recent, rx, limits))
+                .spawn(move || run_writer(&db, &mem, rx, limits))
                 .map_err(|e| {
                     StoreError::Unavailable(format!("cannot start the store writer: {e}"))
                 })?
         };
         Ok(EmbeddedStore {
             db,
-            recent,
+            mem,
             requests,
             path,
             writer: Some(writer),
@@ -262,18 +280,38 @@ impl EmbeddedStore {
         .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
     }
 
+    /// A read that needs the claims: it holds their lock, so its snapshot
+    /// and the claims agree (the writer holds the lock across each commit
+    /// and the removal of the claims it settled).
+    async fn read_claimed<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&redb::ReadTransaction, &Claims) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = Arc::clone(&self.db);
+        let mem = Arc::clone(&self.mem);
+        tokio::task::spawn_blocking(move || {
+            let claims = mem.claims.lock();
+            let txn = db.begin_read().map_err(io)?;
+            f(&txn, &claims)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
+    }
+
     /// A read that looks ids up: it holds the recent ids' gate, so no fold
-    /// drops an id from memory that its snapshot does not have on disk.
+    /// drops an id from memory that its snapshot does not have on disk, and
+    /// the claims' lock (see [`EmbeddedStore::read_claimed`]).
     async fn read_by_id<T: Send + 'static>(
         &self,
         f: impl FnOnce(&StatusTables<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let db = Arc::clone(&self.db);
-        let recent = Arc::clone(&self.recent);
+        let mem = Arc::clone(&self.mem);
         tokio::task::spawn_blocking(move || {
-            let _gate = recent.gate();
+            let _gate = mem.recent.gate();
+            let claims = mem.claims.lock();
             let txn = db.begin_read().map_err(io)?;
-            f(&StatusTables::open(&txn, &recent)?)
+            f(&StatusTables::open(&txn, &mem.recent, &claims)?)
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
@@ -312,7 +350,7 @@ struct Limits {
 
 /// The writer thread: group commit until the queue closes, folding the
 /// recent ids whenever there are enough of them.
-fn run_writer(db: &Database, recent: &RecentIds, mut rx: mpsc::Receiver<Request>, limits: Limits) {
+fn run_writer(db: &Database, mem: &Memory, mut rx: mpsc::Receiver<Request>, limits: Limits) {
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         while group.len() < limits.max_group {
@@ -321,21 +359,22 @@ fn run_writer(db: &Database, recent: &RecentIds, mut rx: mpsc::Receiver<Request>
                 Err(_) => break,
             }
         }
-        commit_group(db, recent, group);
-        if recent.len() >= limits.fold_ids {
-            fold(db, recent);
+        commit_group(db, mem, group);
+        if mem.recent.len() >= limits.fold_ids {
+            fold(db, mem);
         }
     }
 }
 
 /// Fold the recent ids into `ids`, in a commit of their own. If it fails,
 /// they stay in memory and the next group tries again.
-fn fold(db: &Database, recent: &RecentIds) {
+fn fold(db: &Database, mem: &Memory) {
+    let recent = &mem.recent;
     let started = std::time::Instant::now();
     let n = recent.len();
     let outcome = (|| -> Result<u64, StoreError> {
         let txn = db.begin_write().map_err(io)?;
-        let folded = Tables::open(&txn, recent)?.fold()?;
+        let folded = Tables::open(&txn, recent, &mem.claims)?.fold()?;
         txn.commit().map_err(io)?;
         Ok(folded)
     })();
@@ -354,14 +393,16 @@ fn fold(db: &Database, recent: &RecentIds) {
     }
 }
 
-fn commit_group(db: &Database, recent: &RecentIds, group: Vec<Request>) {
+fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
+    let recent = &mem.recent;
     let mut answers = Vec::with_capacity(group.len());
     let mut added = Vec::new();
     let mut removed = Vec::new();
+    let mut settled = Vec::new();
     let outcome = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(io)?;
-        {
-            let mut t = Tables::open(&txn, recent)?;
+        let wrote = {
+            let mut t = Tables::open(&txn, recent, &mem.claims)?;
             // A request that fails is answered with its error at once;
             // what it wrote before failing is committed with the others
             // (inserts are idempotent and claims leased, so a caller that
@@ -374,9 +415,22 @@ fn commit_group(db: &Database, recent: &RecentIds, group: Vec<Request>) {
             }
             added = std::mem::take(&mut t.added);
             removed = std::mem::take(&mut t.removed);
+            settled = std::mem::take(&mut t.settled);
             t.flush_counters()?;
+            t.wrote
+        };
+        if !wrote {
+            // Claims alone: nothing to commit (they live in memory).
+            return txn.abort().map_err(io);
         }
-        txn.commit().map_err(io)
+        // Readers hold the claims' lock while they read: the commit and
+        // the end of the claims it settled are one step for them.
+        let mut claims = mem.claims.lock();
+        txn.commit().map_err(io)?;
+        for seq in settled.drain(..) {
+            claims.remove(seq);
+        }
+        Ok(())
     })();
     match outcome {
         Ok(()) => {
@@ -467,15 +521,21 @@ struct StatusTables<'r> {
     records: redb::ReadOnlyTable<u64, &'static [u8]>,
     list: redb::ReadOnlyTable<&'static [u8], ()>,
     recent: &'r RecentIds,
+    claims: &'r Claims,
 }
 
 impl<'r> StatusTables<'r> {
-    fn open(txn: &redb::ReadTransaction, recent: &'r RecentIds) -> Result<Self, StoreError> {
+    fn open(
+        txn: &redb::ReadTransaction,
+        recent: &'r RecentIds,
+        claims: &'r Claims,
+    ) -> Result<Self, StoreError> {
         Ok(StatusTables {
             ids: txn.open_table(IDS).map_err(io)?,
             records: txn.open_table(RECORDS).map_err(io)?,
             list: txn.open_table(LIST).map_err(io)?,
             recent,
+            claims,
         })
     }
 
@@ -487,11 +547,18 @@ impl<'r> StatusTables<'r> {
     }
 
     fn status(&self, id: &str) -> Result<Option<Status>, StoreError> {
-        let Some(seq) = self.seq_of(id)? else {
-            return Ok(None);
-        };
+        match self.seq_of(id)? {
+            Some(seq) => self.status_at(id, seq),
+            None => Ok(None),
+        }
+    }
+
+    /// The status of entry `id` at `seq`, firing if it is claimed.
+    fn status_at(&self, id: &str, seq: u64) -> Result<Option<Status>, StoreError> {
         match self.records.get(seq).map_err(io)? {
-            Some(v) => Stored::decode(id, v.value()).map(|s| Some(s.status(id))),
+            Some(v) => {
+                Stored::decode(id, v.value()).map(|s| Some(self.claims.status(seq, s.status(id))))
+            }
             None => Ok(None),
         }
     }
@@ -529,16 +596,28 @@ impl Store for EmbeddedStore {
     }
 
     fn upcoming(&self, until: Millis, limit: usize) -> StoreFuture<'_, Vec<(Millis, String)>> {
-        Box::pin(self.read(move |txn| {
+        Box::pin(self.read_claimed(move |txn, claims| {
             let bound = time_bound(until);
-            let mut out = Vec::new();
-            for def in [SCHED, LEASE] {
-                let table = txn.open_table(def).map_err(io)?;
-                for kv in table.range(..bound.as_slice()).map_err(io)?.take(limit) {
-                    let (k, _) = kv.map_err(io)?;
-                    if let Some((t, _, id)) = split_queue_key(k.value()) {
-                        out.push((t, id.to_owned()));
-                    }
+            // Claimed entries come at their lease's end.
+            let mut out: Vec<(Millis, String)> = claims
+                .iter()
+                .filter(|c| c.deadline <= until)
+                .map(|c| (c.deadline, c.id.clone()))
+                .collect();
+            out.sort();
+            out.truncate(limit);
+            let sched = txn.open_table(SCHED).map_err(io)?;
+            let mut unclaimed = 0;
+            for kv in sched.range(..bound.as_slice()).map_err(io)? {
+                if unclaimed == limit {
+                    break;
+                }
+                let (k, _) = kv.map_err(io)?;
+                if let Some((t, seq, id)) = split_queue_key(k.value())
+                    && claims.get(seq).is_none()
+                {
+                    out.push((t, id.to_owned()));
+                    unclaimed += 1;
                 }
             }
             out.sort();
@@ -642,7 +721,7 @@ impl Store for EmbeddedStore {
             let mut scanned = 0;
             for kv in list.range(start.as_slice()..end.as_slice()).map_err(io)? {
                 let (k, _) = kv.map_err(io)?;
-                let Some((due, _, id)) = k.value().get(prefix.len()..).and_then(split_queue_key)
+                let Some((due, seq, id)) = k.value().get(prefix.len()..).and_then(split_queue_key)
                 else {
                     continue;
                 };
@@ -651,7 +730,7 @@ impl Store for EmbeddedStore {
                     break;
                 }
                 scanned += 1;
-                if let Some(s) = tables.status(id)?
+                if let Some(s) = tables.status_at(id, seq)?
                     && s.state == filter.state
                 {
                     items.push(s);
@@ -674,7 +753,7 @@ impl Store for EmbeddedStore {
     }
 
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
-        Box::pin(self.read(move |txn| {
+        Box::pin(self.read_claimed(move |txn, claims| {
             let counts = txn.open_table(COUNTS).map_err(io)?;
             let get = |s: State| -> Result<u64, StoreError> {
                 Ok(counts.get(s.code()).map_err(io)?.map_or(0, |v| v.value()))
@@ -696,10 +775,24 @@ impl Store for EmbeddedStore {
                 below = upto;
             }
             scheduled.push(total.saturating_sub(below));
+            // Claimed entries are still scheduled (or held) in the tables:
+            // count them as firing instead.
+            let mut claimed_held = 0;
+            for c in claims.iter() {
+                if c.from == State::Held {
+                    claimed_held += 1;
+                    continue;
+                }
+                let bucket = bounds
+                    .iter()
+                    .position(|b| c.fire < now.saturating_add(*b))
+                    .unwrap_or(bounds.len());
+                scheduled[bucket] = scheduled[bucket].saturating_sub(1);
+            }
             Ok(Counts {
                 scheduled,
-                firing: get(State::Firing)?,
-                held: get(State::Held)?,
+                firing: get(State::Firing)?.saturating_add(claims.len() as u64),
+                held: get(State::Held)?.saturating_sub(claimed_held),
             })
         }))
     }

@@ -7,14 +7,15 @@
 //! records  seq -> header (29 B) ++ id ++ record       (live: scheduled, firing, held)
 //!              -> header ++ id ++ due, accepted, topic (final: delivered, cancelled, expired)
 //! sched    fire(8 BE) ++ seq(8 BE) ++ id        scheduled, by fire time
-//! lease    lease_until(8 BE) ++ seq(8 BE) ++ id firing, by lease expiry
+//! lease    lease_until(8 BE) ++ seq(8 BE) ++ id empty (firing entries of older stores,
+//!                                               moved to sched at open: claims are in memory)
 //! held     user ++ 0x00 ++ due(8 BE) ++ id      held, per user, (due, id) order
 //! holdx    expires(8 BE) ++ id                  held, by hold expiry
 //! list     topic ++ 0x00 ++ state ++ due(8 BE) ++ seq(8 BE) ++ id   per topic and state
 //!                                               (firing entries under scheduled)
 //! final    updated(8 BE) ++ id                  final, by when they became final
 //! hist     fire minute -> count                 scheduled, for the pending gauges
-//! counts   state code -> count                  scheduled, firing, held
+//! counts   state code -> count                  scheduled, held
 //! ```
 //!
 //! Entries are stored under their *seq*, the order of acceptance, and

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use parking_lot::Mutex;
+
+use super::claims::{Claim, Claims};
 use super::layout::*;
 use super::recent::RecentIds;
 use crate::schedule::entry::{Entry, Millis, State};
@@ -34,6 +37,13 @@ pub(super) struct Tables<'t> {
     next_seq: u64,
     /// Ids not folded into `ids` yet.
     recent: &'t RecentIds,
+    /// The claims (in memory).
+    claims: &'t Mutex<Claims>,
+    /// Seqs settled by this transaction: their claims go once it commits.
+    pub(super) settled: Vec<u64>,
+    /// Whether this transaction wrote anything (a group of claims alone
+    /// does not: it is not committed).
+    pub(super) wrote: bool,
     /// Ids this transaction added to `recent` (taken out again if it
     /// fails) and removed from the store (taken out of `recent` once it
     /// commits).
@@ -48,7 +58,11 @@ pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
 type R<T> = Result<T, StoreError>;
 
 impl<'t> Tables<'t> {
-    pub(super) fn open(txn: &'t WriteTransaction, recent: &'t RecentIds) -> R<Tables<'t>> {
+    pub(super) fn open(
+        txn: &'t WriteTransaction,
+        recent: &'t RecentIds,
+        claims: &'t Mutex<Claims>,
+    ) -> R<Tables<'t>> {
         let meta = txn.open_table(META).map_err(io)?;
         let next_seq = meta.get(NEXT_SEQ).map_err(io)?.map_or(0, |v| v.value());
         Ok(Tables {
@@ -67,6 +81,9 @@ impl<'t> Tables<'t> {
             hist_deltas: BTreeMap::new(),
             next_seq,
             recent,
+            claims,
+            settled: Vec::new(),
+            wrote: false,
             added: Vec::new(),
             removed: Vec::new(),
         })
@@ -75,6 +92,7 @@ impl<'t> Tables<'t> {
     /// Write every id of `recent` into `ids` (sorted: each page once) and
     /// record that seqs below the next one are folded. Returns that seq.
     pub(super) fn fold(&mut self) -> R<u64> {
+        self.wrote = true;
         for (id, seq) in self.recent.sorted() {
             self.ids.insert(&*id, seq).map_err(io)?;
         }
@@ -82,35 +100,12 @@ impl<'t> Tables<'t> {
         Ok(self.next_seq)
     }
 
-    /// Firing entries written before firing was listed under scheduled
-    /// (`layout::list_state`) have list keys of their own: move them.
-    /// Firing entries are few (those of a crash), so this reads `lease`.
-    pub(super) fn relist_firing(&mut self) -> R<usize> {
-        let mut leased = Vec::new();
-        for kv in self.lease.iter().map_err(io)? {
-            let (k, _) = kv.map_err(io)?;
-            if let Some((_, seq, id)) = split_queue_key(k.value()) {
-                leased.push((seq, id.to_owned()));
-            }
-        }
-        let mut moved = 0;
-        for (seq, id) in leased {
-            let Some(s) = self.get_at(&id, seq)? else {
-                continue;
-            };
-            let old = list_key(s.topic(), State::Firing, s.due(), seq, &id);
-            if self.list.remove(old.as_slice()).map_err(io)?.is_some() {
-                let new = list_key(s.topic(), list_state(State::Firing), s.due(), seq, &id);
-                self.list.insert(new.as_slice(), ()).map_err(io)?;
-                moved += 1;
-            }
-        }
-        Ok(moved)
-    }
-
     /// Write the counter changes of the transaction; call once, before
     /// the commit.
     pub(super) fn flush_counters(&mut self) -> R<()> {
+        if !self.wrote {
+            return Ok(());
+        }
         self.meta.insert(NEXT_SEQ, self.next_seq).map_err(io)?;
         for (code, delta) in self.count_deltas.iter_mut().enumerate() {
             if *delta == 0 {
@@ -159,6 +154,7 @@ impl<'t> Tables<'t> {
     }
 
     fn put(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
+        self.wrote = true;
         self.records
             .insert(seq, s.encode(id).as_slice())
             .map_err(io)?;
@@ -187,6 +183,7 @@ impl<'t> Tables<'t> {
 
     /// [`Tables::leave`] but for the list index.
     fn leave_queues(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
+        self.wrote = true;
         let h = s.header;
         match h.state {
             State::Scheduled => {
@@ -246,6 +243,7 @@ impl<'t> Tables<'t> {
                 self.sched
                     .insert(queue_key(h.fire, seq, id).as_slice(), ())
                     .map_err(io)?;
+                self.claims.lock().scheduled(h.fire, seq);
                 self.hist(h.fire, 1)?;
             }
             State::Firing => {
@@ -298,84 +296,111 @@ impl<'t> Tables<'t> {
         Ok(out)
     }
 
-    /// The first `limit` keys of `sched` and `lease` up to `now`, merged in
-    /// (time, seq) order: (time, seq, id).
-    fn due_keys(&self, now: Millis, limit: usize) -> R<Vec<(Millis, u64, String)>> {
+    /// Claim what is due at `now`, at most `limit`: first entries whose
+    /// lease ran out, then scheduled ones in `sched` order from where the
+    /// last claim stopped. Claims live in memory ([`Claims`]): the tables
+    /// do not change.
+    pub(super) fn claim_due(&mut self, now: Millis, limit: usize, lease_ms: u64) -> R<Vec<Entry>> {
+        let claims = self.claims;
+        let mut claims = claims.lock();
+        let deadline = now.saturating_add(lease_ms);
+        let mut out = Vec::new();
+        for seq in claims.expired(now, limit) {
+            let Some(c) = claims.get(seq).cloned() else {
+                continue;
+            };
+            let live = self
+                .get_at(&c.id, seq)?
+                .filter(|s| s.header.state == c.from);
+            let Some(mut e) = live.and_then(|s| s.entry()) else {
+                // Settled or gone without its claim: nothing to fire.
+                claims.remove(seq);
+                continue;
+            };
+            e.attempts = c.attempts.saturating_add(1);
+            claims.insert(
+                seq,
+                Claim {
+                    deadline,
+                    attempts: e.attempts,
+                    at: now,
+                    ..c
+                },
+            );
+            out.push(e);
+        }
+        let start = match claims.cursor() {
+            // Just after the cursor's (time, seq): seqs are unique.
+            Some((t, seq)) => queue_key(t, seq.saturating_add(1), ""),
+            None => Vec::new(),
+        };
         let bound = time_bound(now);
+        let mut cursor = claims.cursor();
         let mut keys = Vec::new();
-        for table in [&self.sched, &self.lease] {
-            for kv in table.range(..bound.as_slice()).map_err(io)?.take(limit) {
-                let (k, _) = kv.map_err(io)?;
-                if let Some((t, seq, id)) = split_queue_key(k.value()) {
+        for kv in self
+            .sched
+            .range(start.as_slice()..bound.as_slice())
+            .map_err(io)?
+        {
+            if keys.len() + out.len() >= limit {
+                break;
+            }
+            let (k, _) = kv.map_err(io)?;
+            if let Some((t, seq, id)) = split_queue_key(k.value()) {
+                cursor = Some((t, seq));
+                if claims.get(seq).is_none() {
                     keys.push((t, seq, id.to_owned()));
                 }
             }
         }
-        keys.sort();
-        keys.truncate(limit);
-        Ok(keys)
-    }
-
-    /// Claim one live entry (scheduled, firing or held) for firing.
-    fn claim(
-        &mut self,
-        id: &str,
-        seq: u64,
-        mut s: Stored,
-        now: Millis,
-        lease_ms: u64,
-    ) -> R<Option<Entry>> {
-        // Scheduled and firing share their list keys: a claim from either
-        // leaves the list alone.
-        let listed = list_state(s.header.state) == State::Scheduled;
-        if listed {
-            self.leave_queues(id, seq, &s)?;
-        } else {
-            self.leave(id, seq, &s)?;
-        }
-        s.header.state = State::Firing;
-        s.header.attempts = s.header.attempts.saturating_add(1);
-        s.header.deadline = now.saturating_add(lease_ms);
-        if listed {
-            self.enter_queues(id, seq, &s)?;
-        } else {
-            self.enter(id, seq, &s)?;
-        }
-        Ok(s.entry())
-    }
-
-    pub(super) fn claim_due(&mut self, now: Millis, limit: usize, lease_ms: u64) -> R<Vec<Entry>> {
-        let mut out = Vec::new();
-        for (_, seq, id) in self.due_keys(now, limit)? {
+        claims.set_cursor(cursor);
+        for (t, seq, id) in keys {
             let Some(s) = self.get_at(&id, seq)? else {
                 continue;
             };
-            let due = match s.header.state {
-                State::Scheduled => s.header.fire <= now,
-                State::Firing => s.header.deadline <= now,
-                _ => false,
-            };
-            if due && let Some(e) = self.claim(&id, seq, s, now, lease_ms)? {
-                out.push(e);
+            if s.header.state != State::Scheduled || s.header.fire > now {
+                continue;
             }
+            let Some(mut e) = s.entry() else {
+                continue;
+            };
+            e.attempts = s.header.attempts.saturating_add(1);
+            claims.insert(
+                seq,
+                Claim {
+                    id,
+                    from: State::Scheduled,
+                    fire: t,
+                    deadline,
+                    attempts: e.attempts,
+                    at: now,
+                },
+            );
+            out.push(e);
         }
         Ok(out)
     }
 
-    /// Move firing entries to `state` (a final one, or scheduled/held with
-    /// `deadline`/`fire`).
+    /// Move claimed entries to `state` (a final one, or scheduled/held with
+    /// `deadline`/`fire`), with the attempts of their claim. Their claims
+    /// go once the transaction commits.
     fn settle(&mut self, ids: Vec<String>, now: Millis, to: impl Fn(&mut Stored)) -> R<()> {
         for id in ids {
             let Some((seq, mut s)) = self.get(&id)? else {
                 continue;
             };
-            if s.header.state != State::Firing {
+            let Some(c) = self.claims.lock().get(seq).cloned() else {
+                continue;
+            };
+            if s.header.state != c.from {
                 continue;
             }
             self.leave(&id, seq, &s)?;
+            s.header.attempts = c.attempts;
             s.header.updated = now;
             to(&mut s);
             self.enter(&id, seq, &s)?;
+            self.settled.push(seq);
         }
         Ok(())
     }
@@ -399,6 +424,8 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// Claim what is held for `user`, at most `limit` (in memory, as
+    /// [`Tables::claim_due`]: they stay held in the tables until settled).
     pub(super) fn claim_held(
         &mut self,
         user: &str,
@@ -406,6 +433,8 @@ impl<'t> Tables<'t> {
         limit: usize,
         lease_ms: u64,
     ) -> R<Vec<Entry>> {
+        let claims = self.claims;
+        let mut claims = claims.lock();
         let prefix = held_prefix(user);
         let end = prefix_end(&prefix);
         let mut ids = Vec::new();
@@ -413,8 +442,10 @@ impl<'t> Tables<'t> {
             .held
             .range(prefix.as_slice()..end.as_slice())
             .map_err(io)?
-            .take(limit)
         {
+            if ids.len() >= limit {
+                break;
+            }
             let (k, _) = kv.map_err(io)?;
             if let Some((_, id)) = id_after(k.value(), prefix.len()) {
                 ids.push(id.to_owned());
@@ -425,19 +456,72 @@ impl<'t> Tables<'t> {
             let Some((seq, s)) = self.get(&id)? else {
                 continue;
             };
-            if s.header.state == State::Held
-                && let Some(e) = self.claim(&id, seq, s, now, lease_ms)?
-            {
-                out.push(e);
+            if s.header.state != State::Held || claims.get(seq).is_some() {
+                continue;
             }
+            let Some(mut e) = s.entry() else {
+                continue;
+            };
+            e.attempts = s.header.attempts.saturating_add(1);
+            claims.insert(
+                seq,
+                Claim {
+                    id,
+                    from: State::Held,
+                    fire: s.due(),
+                    deadline: now.saturating_add(lease_ms),
+                    attempts: e.attempts,
+                    at: now,
+                },
+            );
+            out.push(e);
         }
         Ok(out)
+    }
+
+    /// Entries of the first layouts left firing (a crash) go back to
+    /// scheduled, due when their lease runs out, and their list key moves
+    /// to scheduled's. Claims are kept in memory now, so nothing else is
+    /// ever firing in the tables. Returns how many.
+    pub(super) fn unlease(&mut self) -> R<usize> {
+        let mut leased = Vec::new();
+        for kv in self.lease.iter().map_err(io)? {
+            let (k, _) = kv.map_err(io)?;
+            if let Some((_, seq, id)) = split_queue_key(k.value()) {
+                leased.push((seq, id.to_owned()));
+            }
+        }
+        let mut moved = 0;
+        for (seq, id) in leased {
+            let Some(mut s) = self.get_at(&id, seq)? else {
+                continue;
+            };
+            if s.header.state != State::Firing {
+                continue;
+            }
+            // Its list key may be firing's own (written before firing was
+            // listed under scheduled) or scheduled's.
+            self.list
+                .remove(list_key(s.topic(), State::Firing, s.due(), seq, &id).as_slice())
+                .map_err(io)?;
+            self.leave(&id, seq, &s)?;
+            s.header.state = State::Scheduled;
+            s.header.fire = s.header.deadline;
+            s.header.deadline = 0;
+            self.enter(&id, seq, &s)?;
+            moved += 1;
+        }
+        Ok(moved)
     }
 
     pub(super) fn cancel(&mut self, id: &str, now: Millis) -> R<Cancel> {
         let Some((seq, mut s)) = self.get(id)? else {
             return Ok(Cancel::NotFound);
         };
+        let status = self.claims.lock().status(seq, s.status(id));
+        if status.state == State::Firing {
+            return Ok(Cancel::TooLate(status));
+        }
         match s.header.state {
             State::Scheduled | State::Held => {
                 self.leave(id, seq, &s)?;
@@ -469,7 +553,7 @@ impl<'t> Tables<'t> {
             let Some((seq, mut s)) = self.get(&id)? else {
                 continue;
             };
-            if s.header.state != State::Held {
+            if s.header.state != State::Held || self.claims.lock().get(seq).is_some() {
                 continue;
             }
             self.leave(&id, seq, &s)?;
