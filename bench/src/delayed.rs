@@ -68,6 +68,8 @@ const INGEST_GOAL_ROUTER: f64 = 100_000.0;
 const INGEST_GOAL_STANDALONE: f64 = 50_000.0;
 const LATENESS_GOAL_P99_MS: u64 = 10;
 const HERD_GOAL_MS: u64 = 2_000;
+/// Longest wait for Herald's counters to catch up with what arrived.
+const COUNTERS_WAIT: Duration = Duration::from_secs(10);
 
 /// The gateway holds one socket per session and may hold at most 20,000 file descriptors.
 const MAX_SESSIONS: usize = 19_000;
@@ -779,7 +781,20 @@ async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, Ben
         problems.push(format!("{dropped} sessions were ended by the gateway"));
     }
 
-    let scrape_after = scrape(&mut metrics_conn).await?;
+    // Herald counts a notification fired once its link took it, a step
+    // after the sessions got it: read the counters once they have caught
+    // up with what arrived (or after COUNTERS_WAIT, reporting them as
+    // they are).
+    let arrived = delivery.as_ref().map_or(0, |d| d.received);
+    let counters_deadline = tokio::time::Instant::now() + COUNTERS_WAIT;
+    let scrape_after = loop {
+        let scraped = scrape(&mut metrics_conn).await?;
+        let fired = ServerCounters::between(&scrape_before, &scraped).fired;
+        if fired >= arrived || tokio::time::Instant::now() >= counters_deadline {
+            break scraped;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let server_lateness = ServerLateness::between(&scrape_before, &scrape_after);
     let server_counters = ServerCounters::between(&scrape_before, &scrape_after);
     if !server_counters.store_errors.is_empty() {

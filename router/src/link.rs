@@ -23,6 +23,12 @@ pub trait Link: Send + Sync + 'static {
     /// Hand a batch of validated notifications to the link.
     fn publish(&self, batch: Vec<Arc<Notification>>) -> LinkFuture<'_>;
 
+    /// Most notifications [`Link::send`] should get at once (a caller with
+    /// more sends several batches). Unbounded by default.
+    fn batch_limit(&self) -> usize {
+        usize::MAX
+    }
+
     /// Hand a batch over without waiting for the link to take
     /// responsibility for it: resolves once the batch is on its way, in
     /// order after every batch sent before it, with a [`Taken`] that

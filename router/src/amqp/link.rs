@@ -135,6 +135,9 @@ impl AmqpLink {
     }
 }
 
+/// Most publishes in one [`Link::send`] of the delayed firer.
+const SEND_BATCH: usize = 1_000;
+
 fn not_confirmed(timeout: Duration) -> LinkError {
     LinkError(format!(
         "the broker did not confirm within {} ms",
@@ -149,5 +152,12 @@ impl Link for AmqpLink {
 
     fn send(&self, batch: Vec<Arc<Notification>>) -> SendFuture<'_> {
         Box::pin(self.send_batch(batch))
+    }
+
+    /// One wait for confirms covers at most this many publishes, so the
+    /// delayed firer's queue of batches waiting for confirms (8) holds at
+    /// most 8,000 messages.
+    fn batch_limit(&self) -> usize {
+        SEND_BATCH
     }
 }

@@ -22,15 +22,16 @@
 //! The firer does not wait for the link to take a batch: it sends it
 //! ([`Link::send`], e.g. publishes it to the broker) and hands the wait
 //! (e.g. for the broker's confirms) to the confirmer, a task beside it,
-//! then goes on with the next batch. At most [`CONFIRM_QUEUE`] batches
-//! wait there (policy: backpressure, the firer waits for room). The
+//! then goes on with the next batch (of at most [`Link::batch_limit`]
+//! notifications: 1,000 over AMQP, a whole claim in process). At most
+//! [`CONFIRM_QUEUE`] batches wait there (policy: backpressure, the firer waits for room). The
 //! confirmer counts what the link took and hands its ids to the settler;
 //! what the link refused it releases to retry after `retry_after_ms`.
 //!
 //! Marking delivered is the settler's job, a task beside the confirmer:
 //! the confirmer hands it the ids of each batch the link took and goes on
-//! without waiting for that commit. The settler writes what has queued up in one
-//! [`Store::delivered`] call. While it is busy (its queue of
+//! without waiting for that commit. The settler writes what has queued up,
+//! [`SETTLE_CHUNK`] ids per [`Store::delivered`] call. While it is busy (its queue of
 //! [`SETTLE_QUEUE`] messages is full), ids pile up on the confirmer's side
 //! and go over as one message; past [`SETTLE_MAX`] of them the confirmer
 //! waits (policy: backpressure), and so, once its queue is full, does the
@@ -69,8 +70,11 @@ const MAX_SLEEP_MS: u64 = 60_000;
 /// Messages waiting for the settler at most.
 const SETTLE_QUEUE: usize = 4;
 /// Most ids piled up on the confirmer's side (it waits beyond), and most
-/// ids the settler marks in one store call.
+/// ids the settler takes at once.
 const SETTLE_MAX: usize = 20_000;
+/// Most ids the settler marks in one store call: a store call is one
+/// commit, and other calls (the firer's claims) wait behind it.
+const SETTLE_CHUNK: usize = 2_000;
 /// Batches sent to the link and waiting for it to take them, at most.
 const CONFIRM_QUEUE: usize = 8;
 
@@ -397,31 +401,39 @@ impl Firer {
         if send.is_empty() {
             return;
         }
-        let mut ids = Vec::with_capacity(send.len());
-        let mut batch = Vec::with_capacity(send.len());
-        let mut lateness = Vec::with_capacity(send.len());
-        for (e, merged_ids) in send {
-            if e.attempts == 1 && !from_hold {
-                lateness.push(now.saturating_sub(e.due_ms));
-            }
-            ids.extend(merged_ids);
-            batch.push(Arc::new(e.notification));
-        }
-        match self.link.send(batch).await {
-            Ok(taken) => {
-                let sent = Sent {
-                    taken,
-                    ids,
-                    lateness,
-                };
-                if confirm.send(sent).await.is_err() {
-                    tracing::warn!("the confirmer has stopped; these fire again after their lease");
+        // To the link in batches of at most its limit, each waited for on
+        // its own by the confirmer.
+        let limit = self.link.batch_limit().max(1);
+        let mut send = send.into_iter().peekable();
+        while send.peek().is_some() {
+            let mut ids = Vec::new();
+            let mut batch = Vec::new();
+            let mut lateness = Vec::new();
+            for (e, merged_ids) in send.by_ref().take(limit) {
+                if e.attempts == 1 && !from_hold {
+                    lateness.push(now.saturating_sub(e.due_ms));
                 }
+                ids.extend(merged_ids);
+                batch.push(Arc::new(e.notification));
             }
-            Err(e) => {
-                tracing::warn!(error = %e, entries = ids.len(), retry_ms = self.config.retry_after_ms, "the link refused due notifications; retrying");
-                let retry = now.saturating_add(self.config.retry_after_ms);
-                self.release(ids, retry, now, scheduler).await;
+            match self.link.send(batch).await {
+                Ok(taken) => {
+                    let sent = Sent {
+                        taken,
+                        ids,
+                        lateness,
+                    };
+                    if confirm.send(sent).await.is_err() {
+                        tracing::warn!(
+                            "the confirmer has stopped; these fire again after their lease"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, entries = ids.len(), retry_ms = self.config.retry_after_ms, "the link refused due notifications; retrying");
+                    let retry = now.saturating_add(self.config.retry_after_ms);
+                    self.release(ids, retry, now, scheduler).await;
+                }
             }
         }
     }
@@ -675,10 +687,14 @@ async fn settler(
                 Err(_) => break,
             }
         }
-        let n = ids.len();
-        if let Err(e) = store.delivered(ids, now_ms()).await {
-            metrics.store_error("delivered");
-            tracing::warn!(error = %e, entries = n, "marking notifications delivered failed; they fire again after their lease");
+        while !ids.is_empty() {
+            let rest = ids.split_off(ids.len().min(SETTLE_CHUNK));
+            let chunk = std::mem::replace(&mut ids, rest);
+            let n = chunk.len();
+            if let Err(e) = store.delivered(chunk, now_ms()).await {
+                metrics.store_error("delivered");
+                tracing::warn!(error = %e, entries = n, "marking notifications delivered failed; they fire again after their lease");
+            }
         }
     }
 }

@@ -39,7 +39,7 @@ impl Default for SchedulerConfig {
             horizon_ms: 5_000,
             refill_every_ms: 1_000,
             max_window: 100_000,
-            claim_batch: 1_000,
+            claim_batch: 20_000,
         }
     }
 }

@@ -403,12 +403,25 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
         let txn = db.begin_write().map_err(io)?;
         let wrote = {
             let mut t = Tables::open(&txn, recent, &mem.claims)?;
+            // Claims first, answered at once: they write nothing (claims
+            // live in memory) and, applied before anything else of the
+            // group, see only what is committed. So a claim waits for no
+            // commit, only for the group ahead of it, and the firer is not
+            // held up behind a large batch being marked delivered.
+            let (claims, others): (Vec<Request>, Vec<Request>) = group
+                .into_iter()
+                .partition(|r| matches!(r, Request::ClaimDue(..) | Request::ClaimHeld(..)));
+            for request in claims {
+                if let Some(a) = apply(&mut t, request) {
+                    a.send();
+                }
+            }
             // A request that fails is answered with its error at once;
             // what it wrote before failing is committed with the others
             // (inserts are idempotent and claims leased, so a caller that
             // retries finds duplicates, and a claim nobody got comes back
             // when its lease runs out). A failed commit fails them all.
-            for request in group {
+            for request in others {
                 if let Some(a) = apply(&mut t, request) {
                     answers.push(a);
                 }
