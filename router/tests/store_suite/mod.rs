@@ -406,6 +406,39 @@ pub async fn released_entries_fire_at_the_retry_time(store: &dyn Store) {
     assert_eq!(again[0].attempts, 2);
 }
 
+pub async fn an_entry_due_before_the_last_claimed_one_is_still_claimed(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("b", T0 + 100, None, "u"),
+            entry("c", T0 + 300, None, "u"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        ids(&store.claim_due(T0 + 200, 10, LEASE).await.unwrap()),
+        ["b"]
+    );
+    // Accepted late, with a due time already past.
+    insert_ok(store, vec![entry("a", T0 + 50, None, "u")]).await;
+    assert_eq!(
+        ids(&store.claim_due(T0 + 200, 10, LEASE).await.unwrap()),
+        ["a"]
+    );
+    // Released to a time before the last claimed one.
+    store
+        .release(vec!["b".into()], T0 + 60, T0 + 201)
+        .await
+        .unwrap();
+    let again = store.claim_due(T0 + 200, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&again), ["b"]);
+    assert_eq!(again[0].attempts, 2);
+    assert_eq!(
+        ids(&store.claim_due(T0 + 300, 10, LEASE).await.unwrap()),
+        ["c"]
+    );
+}
+
 pub async fn cancel_in_every_state(store: &dyn Store) {
     insert_ok(
         store,
@@ -751,6 +784,7 @@ macro_rules! store_suite_tests {
             claim_held_respects_its_limit,
             held_entries_expire,
             released_entries_fire_at_the_retry_time,
+            an_entry_due_before_the_last_claimed_one_is_still_claimed,
             cancel_in_every_state,
             list_pages_by_topic_and_state,
             purge_removes_old_final_statuses,
