@@ -91,19 +91,7 @@ impl Root {
     }
 
     async fn forward(&self, n: &Notification) {
-        let (properties, body) = herald_router::amqp::envelope::to_amqp(n);
-        self.channel
-            .basic_publish(
-                self.exchange.as_str().into(),
-                "".into(),
-                BasicPublishOptions::default(),
-                &body,
-                properties,
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        self.forward_all(std::slice::from_ref(n)).await;
     }
 }
 

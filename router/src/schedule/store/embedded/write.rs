@@ -361,21 +361,9 @@ impl<'t> Tables<'t> {
             if s.header.state != State::Scheduled || s.header.fire > now {
                 continue;
             }
-            let Some(mut e) = s.entry() else {
+            let Some(e) = first_claim(&mut claims, seq, id, &s, t, now, deadline) else {
                 continue;
             };
-            e.attempts = s.header.attempts.saturating_add(1);
-            claims.insert(
-                seq,
-                Claim {
-                    id,
-                    from: State::Scheduled,
-                    fire: t,
-                    deadline,
-                    attempts: e.attempts,
-                    at: now,
-                },
-            );
             out.push(e);
         }
         Ok(out)
@@ -459,21 +447,10 @@ impl<'t> Tables<'t> {
             if s.header.state != State::Held || claims.get(seq).is_some() {
                 continue;
             }
-            let Some(mut e) = s.entry() else {
+            let deadline = now.saturating_add(lease_ms);
+            let Some(e) = first_claim(&mut claims, seq, id, &s, s.due(), now, deadline) else {
                 continue;
             };
-            e.attempts = s.header.attempts.saturating_add(1);
-            claims.insert(
-                seq,
-                Claim {
-                    id,
-                    from: State::Held,
-                    fire: s.due(),
-                    deadline: now.saturating_add(lease_ms),
-                    attempts: e.attempts,
-                    at: now,
-                },
-            );
             out.push(e);
         }
         Ok(out)
@@ -592,4 +569,32 @@ impl<'t> Tables<'t> {
         }
         Ok(n)
     }
+}
+
+/// Claim the unclaimed live entry `s` (id `id`, at `seq`, queued at
+/// `fire`) until `deadline`: its entry, with this claim counted in its
+/// attempts.
+fn first_claim(
+    claims: &mut Claims,
+    seq: u64,
+    id: String,
+    s: &Stored,
+    fire: Millis,
+    now: Millis,
+    deadline: Millis,
+) -> Option<Entry> {
+    let mut e = s.entry()?;
+    e.attempts = s.header.attempts.saturating_add(1);
+    claims.insert(
+        seq,
+        Claim {
+            id,
+            from: s.header.state,
+            fire,
+            deadline,
+            attempts: e.attempts,
+            at: now,
+        },
+    );
+    Some(e)
 }
