@@ -391,6 +391,7 @@ async fn a_redis_cluster_passes_the_suite() {
         claim_held_respects_its_limit,
         held_entries_expire,
         released_entries_fire_at_the_retry_time,
+        an_entry_due_before_the_last_claimed_one_is_still_claimed,
         cancel_in_every_state,
         list_pages_by_topic_and_state,
         purge_removes_old_final_statuses,
