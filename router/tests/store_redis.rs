@@ -1057,3 +1057,79 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
     let c = store.counts(T0, vec![]).await.unwrap();
     assert_eq!((c.scheduled, c.firing, c.held), (vec![389], 50, 0));
 }
+
+/// An entry claimed by an older Herald is listed in the firing set
+/// (`l:firing`); a claim now leaves it in scheduled's. Settling either
+/// takes it out of where it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_listed_as_firing_by_an_older_router_leaves_that_list_when_it_settles() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(config(&prefix)).await;
+    let (old, new) = (
+        entry("old", T0, Some("t"), "u"),
+        entry("new", T0, Some("t"), "u"),
+    );
+    store.insert(vec![old, new], T0).await.unwrap();
+    assert_eq!(store.claim_due(T0, 10, 60_000).await.unwrap().len(), 2);
+    let shard = shard_of_entry(&prefix, "old");
+    let base = format!("{prefix}:{{{shard}}}");
+    let scheduled = format!("{base}:l:scheduled:t");
+    let firing = format!("{base}:l:firing:t");
+    let mut member = T0.to_be_bytes().to_vec();
+    member.extend_from_slice(b"old");
+    let mut c = sync_conn(&redis_url());
+    // What an older router's claim left: the member in the firing set.
+    let moved: i64 = redis::cmd("ZREM")
+        .arg(&scheduled)
+        .arg(&member)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(moved, 1, "a claim leaves the entry in scheduled's list");
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&firing)
+        .arg(0)
+        .arg(&member)
+        .query(&mut c)
+        .unwrap();
+    // Released, it is listed as scheduled again; claimed again, it stays.
+    store
+        .release(vec!["old".into()], T0 + 5, T0 + 1)
+        .await
+        .unwrap();
+    let listed = |state| ListFilter {
+        topic: Some("t".into()),
+        state,
+    };
+    let page = store
+        .list(listed(State::Scheduled), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items.len(),
+        1,
+        "the released one is listed as scheduled"
+    );
+    assert_eq!(
+        ids(&store.claim_due(T0 + 5, 10, 60_000).await.unwrap()),
+        ["old"]
+    );
+    let page = store.list(listed(State::Firing), None, 10).await.unwrap();
+    assert_eq!(page.items.len(), 2);
+    store
+        .delivered(vec!["old".into(), "new".into()], T0 + 6)
+        .await
+        .unwrap();
+    for set in [&scheduled, &firing] {
+        let left: i64 = redis::cmd("ZCARD").arg(set).query(&mut c).unwrap();
+        assert_eq!(left, 0, "{set} still lists something");
+    }
+    let delivered = store
+        .list(listed(State::Delivered), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(delivered.items.len(), 2);
+}

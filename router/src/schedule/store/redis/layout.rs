@@ -117,7 +117,13 @@ impl Keys {
 
 /// The list a (state, topic) filter reads: `state` or `state:topic`,
 /// appended to `<base>:l:`.
+/// Firing entries are listed in scheduled's sets (`listed` in
+/// `prelude.lua`): a page of either reads those and keeps the state asked.
 pub(super) fn list_suffix(state: State, topic: Option<&str>) -> String {
+    let state = match state {
+        State::Firing => State::Scheduled,
+        other => other,
+    };
     match topic {
         Some(t) => format!("{}:{t}", state.as_str()),
         None => state.as_str().to_owned(),

@@ -116,7 +116,11 @@ impl RedisStore {
                     "a delayed-store list named an entry that is missing; skipped"
                 );
             } else {
-                items.push(layout::status(&id, &header)?);
+                let status = layout::status(&id, &header)?;
+                // Scheduled and firing share their lists.
+                if status.state == filter.state {
+                    items.push(status);
+                }
             }
             last = Some(Cursor { due_ms: due, id });
         }

@@ -11,6 +11,7 @@
 --   <base>:hx                   ZSET hold expiry -> id      (held)
 --   <base>:fin                  ZSET updated -> id          (final; purge)
 --   <base>:l:<state>[:<topic>]  ZSET, score 0, member due(8 bytes BE)..id
+--                               (firing entries in scheduled's)
 --   <base>:h:<user>             ZSET, score 0, member due(8 bytes BE)..id:
 --                               the entries held here for user
 --   <base>:ht:<user>            SET of tokens of the holds applied here for
@@ -76,11 +77,31 @@ local function lkey(state, topic)
   return k
 end
 
+-- The state whose list an entry in `state` is in: firing entries stay in
+-- scheduled's, so a claim (the busiest change) leaves the lists alone.
+local function listed(state)
+  if state == FIRING then
+    return SCHEDULED
+  end
+  return state
+end
+
 -- Move the entry from its state's list to state `to`'s.
 local function relist(id, e, to)
+  local from, dest = listed(e.state), listed(to)
   local m = e.due .. id
-  redis.call('ZREM', lkey(e.state, e.topic), m)
-  redis.call('ZADD', lkey(to, e.topic), 0, m)
+  if from == dest then
+    -- Released to scheduled: only one an older Herald claimed moves.
+    if e.state == FIRING and redis.call('ZREM', lkey(FIRING, e.topic), m) == 1 then
+      redis.call('ZADD', lkey(dest, e.topic), 0, m)
+    end
+    return
+  end
+  if redis.call('ZREM', lkey(from, e.topic), m) == 0 and e.state == FIRING then
+    -- Claimed by an older Herald, which listed firing entries apart.
+    redis.call('ZREM', lkey(FIRING, e.topic), m)
+  end
+  redis.call('ZADD', lkey(dest, e.topic), 0, m)
 end
 
 -- Overwrite the mutable part of the header in place.
