@@ -272,12 +272,7 @@ impl EmbeddedStore {
         f: impl FnOnce(&redb::ReadTransaction) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(io)?;
-            f(&txn)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
+        blocking(move || f(&db.begin_read().map_err(io)?)).await
     }
 
     /// A read that needs the claims: it holds their lock, so its snapshot
@@ -289,13 +284,11 @@ impl EmbeddedStore {
     ) -> Result<T, StoreError> {
         let db = Arc::clone(&self.db);
         let mem = Arc::clone(&self.mem);
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let claims = mem.claims.lock();
-            let txn = db.begin_read().map_err(io)?;
-            f(&txn, &claims)
+            f(&db.begin_read().map_err(io)?, &claims)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
     }
 
     /// A read that looks ids up: it holds the recent ids' gate, so no fold
@@ -307,15 +300,23 @@ impl EmbeddedStore {
     ) -> Result<T, StoreError> {
         let db = Arc::clone(&self.db);
         let mem = Arc::clone(&self.mem);
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let _gate = mem.recent.gate();
             let claims = mem.claims.lock();
             let txn = db.begin_read().map_err(io)?;
             f(&StatusTables::open(&txn, &mem.recent, &claims)?)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
     }
+}
+
+/// Run a read on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store read task failed: {e}")))?
 }
 
 /// Know again the ids not folded yet: every record from `meta["folded"]`
@@ -553,10 +554,7 @@ impl<'r> StatusTables<'r> {
     }
 
     fn seq_of(&self, id: &str) -> Result<Option<u64>, StoreError> {
-        Ok(match self.recent.get(id.as_bytes()) {
-            Some(seq) => Some(seq),
-            None => self.ids.get(id.as_bytes()).map_err(io)?.map(|v| v.value()),
-        })
+        self.recent.seq_of(&self.ids, id)
     }
 
     fn status(&self, id: &str) -> Result<Option<Status>, StoreError> {
@@ -617,8 +615,6 @@ impl Store for EmbeddedStore {
                 .filter(|c| c.deadline <= until)
                 .map(|c| (c.deadline, c.id.clone()))
                 .collect();
-            out.sort();
-            out.truncate(limit);
             let sched = txn.open_table(SCHED).map_err(io)?;
             let mut unclaimed = 0;
             for kv in sched.range(..bound.as_slice()).map_err(io)? {

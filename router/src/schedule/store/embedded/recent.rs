@@ -18,6 +18,10 @@
 use std::collections::HashMap;
 
 use parking_lot::{RwLock, RwLockReadGuard};
+use redb::ReadableTable;
+
+use super::write::io;
+use crate::schedule::store::StoreError;
 
 /// The in-memory part of the id index. Shared by the writer and readers.
 #[derive(Debug, Default)]
@@ -34,6 +38,19 @@ impl RecentIds {
 
     pub(super) fn get(&self, id: &[u8]) -> Option<u64> {
         self.map.read().get(id).copied()
+    }
+
+    /// The seq of `id`: here, or else in the on-disk index `ids` (of a
+    /// write transaction or a read snapshot).
+    pub(super) fn seq_of(
+        &self,
+        ids: &impl ReadableTable<&'static [u8], u64>,
+        id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        match self.get(id.as_bytes()) {
+            Some(seq) => Ok(Some(seq)),
+            None => Ok(ids.get(id.as_bytes()).map_err(io)?.map(|v| v.value())),
+        }
     }
 
     pub(super) fn insert(&self, id: &[u8], seq: u64) {

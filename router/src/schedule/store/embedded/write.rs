@@ -135,11 +135,7 @@ impl<'t> Tables<'t> {
 
     /// The entry stored under `id`, with its seq.
     fn get(&self, id: &str) -> R<Option<(u64, Stored)>> {
-        let seq = match self.recent.get(id.as_bytes()) {
-            Some(seq) => Some(seq),
-            None => self.ids.get(id.as_bytes()).map_err(io)?.map(|v| v.value()),
-        };
-        let Some(seq) = seq else {
+        let Some(seq) = self.recent.seq_of(&self.ids, id)? else {
             return Ok(None);
         };
         Ok(self.get_at(id, seq)?.map(|s| (seq, s)))
@@ -173,18 +169,11 @@ impl<'t> Tables<'t> {
 
     /// Take `s` out of the indexes of its current state.
     fn leave(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
-        self.leave_queues(id, seq, s)?;
+        self.wrote = true;
         let h = s.header;
         self.list
             .remove(list_key(s.topic(), list_state(h.state), s.due(), seq, id).as_slice())
             .map_err(io)?;
-        Ok(())
-    }
-
-    /// [`Tables::leave`] but for the list index.
-    fn leave_queues(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
-        self.wrote = true;
-        let h = s.header;
         match h.state {
             State::Scheduled => {
                 self.sched
@@ -232,12 +221,6 @@ impl<'t> Tables<'t> {
                 (),
             )
             .map_err(io)?;
-        self.enter_queues(id, seq, s)
-    }
-
-    /// [`Tables::enter`] but for the list index.
-    fn enter_queues(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
-        let h = s.header;
         match h.state {
             State::Scheduled => {
                 self.sched
@@ -349,19 +332,19 @@ impl<'t> Tables<'t> {
             if let Some((t, seq, id)) = split_queue_key(k.value()) {
                 cursor = Some((t, seq));
                 if claims.get(seq).is_none() {
-                    keys.push((t, seq, id.to_owned()));
+                    keys.push((seq, id.to_owned()));
                 }
             }
         }
         claims.set_cursor(cursor);
-        for (t, seq, id) in keys {
+        for (seq, id) in keys {
             let Some(s) = self.get_at(&id, seq)? else {
                 continue;
             };
             if s.header.state != State::Scheduled || s.header.fire > now {
                 continue;
             }
-            let Some(e) = first_claim(&mut claims, seq, id, &s, t, now, deadline) else {
+            let Some(e) = first_claim(&mut claims, seq, id, &s, now, deadline) else {
                 continue;
             };
             out.push(e);
@@ -448,7 +431,7 @@ impl<'t> Tables<'t> {
                 continue;
             }
             let deadline = now.saturating_add(lease_ms);
-            let Some(e) = first_claim(&mut claims, seq, id, &s, s.due(), now, deadline) else {
+            let Some(e) = first_claim(&mut claims, seq, id, &s, now, deadline) else {
                 continue;
             };
             out.push(e);
@@ -571,19 +554,23 @@ impl<'t> Tables<'t> {
     }
 }
 
-/// Claim the unclaimed live entry `s` (id `id`, at `seq`, queued at
-/// `fire`) until `deadline`: its entry, with this claim counted in its
-/// attempts.
+/// Claim the unclaimed live entry `s` (id `id`, at `seq`) until
+/// `deadline`: its entry, with this claim counted in its attempts.
 fn first_claim(
     claims: &mut Claims,
     seq: u64,
     id: String,
     s: &Stored,
-    fire: Millis,
     now: Millis,
     deadline: Millis,
 ) -> Option<Entry> {
     let mut e = s.entry()?;
+    // Where it waits in the tables: its `sched` time, or its due time
+    // when held.
+    let fire = match s.header.state {
+        State::Scheduled => s.header.fire,
+        _ => s.due(),
+    };
     e.attempts = s.header.attempts.saturating_add(1);
     claims.insert(
         seq,
