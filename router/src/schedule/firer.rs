@@ -221,16 +221,11 @@ impl Firer {
                         }
                         done = async { (&mut refilling.as_mut().expect("guarded").task).await }, if refilling.is_some() => {
                             let r = refilling.take().expect("guarded");
-                            match done {
-                                Ok(Ok(items)) => scheduler.refilled(r.at, items, r.limit),
-                                Ok(Err(e)) => {
-                                    self.metrics.store_error("upcoming");
-                                    tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
-                                    refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
-                                }
+                            match joined(done) {
+                                Ok(items) => scheduler.refilled(r.at, items, r.limit),
                                 Err(e) => {
                                     self.metrics.store_error("upcoming");
-                                    tracing::error!(error = %e, "the refill task failed");
+                                    tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
                                     refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
                                 }
                             }
@@ -258,19 +253,14 @@ impl Firer {
         limit: usize,
         scheduler: &mut Scheduler,
     ) -> (Vec<Entry>, bool) {
-        match done {
-            Ok(Ok(entries)) => {
+        match joined(done) {
+            Ok(entries) => {
                 scheduler.claimed(at, entries.len(), limit);
                 (entries, false)
             }
-            Ok(Err(e)) => {
-                self.metrics.store_error("claim_due");
-                tracing::warn!(error = %e, "claiming due notifications failed");
-                (Vec::new(), true)
-            }
             Err(e) => {
                 self.metrics.store_error("claim_due");
-                tracing::error!(error = %e, "the claim task failed");
+                tracing::warn!(error = %e, "claiming due notifications failed");
                 (Vec::new(), true)
             }
         }
@@ -416,24 +406,19 @@ impl Firer {
                 ids.extend(merged_ids);
                 batch.push(Arc::new(e.notification));
             }
-            match self.link.send(batch).await {
-                Ok(taken) => {
-                    let sent = Sent {
-                        taken,
-                        ids,
-                        lateness,
-                    };
-                    if confirm.send(sent).await.is_err() {
-                        tracing::warn!(
-                            "the confirmer has stopped; these fire again after their lease"
-                        );
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, entries = ids.len(), retry_ms = self.config.retry_after_ms, "the link refused due notifications; retrying");
-                    let retry = now.saturating_add(self.config.retry_after_ms);
-                    self.release(ids, retry, now, scheduler).await;
-                }
+            // A batch the link refuses at once goes the way of one it does
+            // not take later: the confirmer releases it for a retry.
+            let taken = match self.link.send(batch).await {
+                Ok(taken) => taken,
+                Err(e) => Box::pin(std::future::ready(Err(e))) as Taken,
+            };
+            let sent = Sent {
+                taken,
+                ids,
+                lateness,
+            };
+            if confirm.send(sent).await.is_err() {
+                tracing::warn!("the confirmer has stopped; these fire again after their lease");
             }
         }
     }
@@ -536,6 +521,12 @@ impl Firer {
         self.last_send
             .retain(|_, last| last.saturating_add(longest) > now);
     }
+}
+
+/// The outcome of a store call run as a task: a task that failed (it
+/// panicked) is a store error like any other.
+fn joined<T>(done: Result<Result<T, StoreError>, tokio::task::JoinError>) -> Result<T, StoreError> {
+    done.map_err(|e| StoreError::Unavailable(format!("the store task failed: {e}")))?
 }
 
 /// A refill running beside the firer's loop.
