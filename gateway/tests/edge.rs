@@ -193,7 +193,7 @@ async fn notifications_from_a_root_reach_sessions_once() {
 #[tokio::test]
 async fn a_burst_is_routed_in_order_and_acked_in_full() {
     let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
-    let (gw, id) = edge(&exchange).await;
+    let (mut gw, id) = edge(&exchange).await;
     until_metric(&gw, "herald_root_links", 1.0).await;
     let root = Root::connect(&exchange).await;
     let mut carol = gw.session(&token("carol", None, None)).await;
@@ -213,10 +213,8 @@ async fn a_burst_is_routed_in_order_and_acked_in_full() {
     // A second edge with the same id takes over the queue: had any of the
     // 600 gone unacked, the broker would redeliver it before the marker.
     gw.shutdown.cancel();
-    let (_, task) = gw.local.as_ref().unwrap();
-    while !task.is_finished() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (_, task) = gw.local.take().unwrap();
+    task.await.unwrap();
     let (again, _) = edge_with_id(&exchange, id).await;
     until_metric(&again, "herald_root_links", 1.0).await;
     let mut carol = again.session(&token("carol", None, None)).await;
