@@ -170,12 +170,17 @@ pub struct Metrics {
     pub root_links: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
     pub root_reconnects: Counter,
-    /// Edge mode: deliveries received from roots.
+    /// Edge mode: notifications received from roots (a bundle counts each
+    /// of its notifications).
     pub uplink_received: Counter,
+    /// Edge mode: deliveries from roots that were bundles of several
+    /// notifications (each one counted in `uplink_received` too).
+    pub uplink_bundles: Counter,
     /// Edge mode: `basic.ack` frames sent to roots, each covering every
     /// delivery routed since the previous one.
     pub uplink_acks: Counter,
-    /// Edge mode: deliveries from roots that failed validation (dropped).
+    /// Edge mode: notifications from roots that failed validation, and
+    /// bundles that could not be read (dropped).
     pub uplink_rejected: Counter,
     /// Edge mode: deliveries dropped as duplicates of a recent id.
     pub duplicates: Counter,
@@ -247,8 +252,13 @@ impl Metrics {
         );
         registry.register(
             "herald_uplink_received",
-            "Deliveries received from root brokers",
+            "Notifications received from root brokers (each one of a bundle counted)",
             self.uplink_received.clone(),
+        );
+        registry.register(
+            "herald_uplink_bundles",
+            "Deliveries from root brokers that were bundles of several notifications",
+            self.uplink_bundles.clone(),
         );
         registry.register(
             "herald_uplink_acks",
@@ -257,7 +267,7 @@ impl Metrics {
         );
         registry.register(
             "herald_uplink_rejected",
-            "Deliveries from roots that failed validation and were dropped",
+            "Notifications from roots that failed validation, and bundles that could not be read, dropped",
             self.uplink_rejected.clone(),
         );
         registry.register(

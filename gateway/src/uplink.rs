@@ -3,7 +3,8 @@
 //! Each link declares this edge's queue `herald.edge.<id>` on its root
 //! (durable, so it survives a short edge restart; `x-expires`, so a root
 //! forgets an edge that is gone for long), binds it to the routers'
-//! fanout exchange, and consumes with a bounded prefetch. A delivery is
+//! fanout exchange, and consumes with a bounded prefetch. A delivery (one
+//! notification, or a bundle of several: `type` `herald.bundle`) is
 //! parsed with the router's own AMQP envelope code, deduplicated by id, and
 //! routed by [`Hub::deliver`], the same routing core standalone mode uses;
 //! it is acknowledged after that: the deliveries already waiting are
@@ -18,8 +19,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
-use herald_protocol::envelope::Limits;
-use herald_router::amqp::envelope::from_amqp_bytes;
+use herald_protocol::bundle;
+use herald_protocol::envelope::{Limits, Notification};
+use herald_router::amqp::envelope::{BUNDLE_TYPE, from_amqp_bytes};
 use herald_router::amqp::presence::PresenceReport;
 use herald_router::amqp::supervisor::redact;
 use lapin::options::{
@@ -294,8 +296,17 @@ impl Uplink {
         delivery.delivery_tag
     }
 
-    /// Parse, deduplicate and deliver one notification.
+    /// Parse, deduplicate and deliver one delivery: a notification, or a
+    /// bundle of several.
     fn route(&self, properties: &lapin::BasicProperties, body: Bytes) {
+        if properties
+            .kind()
+            .as_ref()
+            .is_some_and(|k| k.as_str() == BUNDLE_TYPE)
+        {
+            self.route_bundle(body);
+            return;
+        }
         self.metrics.uplink_received.inc();
         let n = match from_amqp_bytes(
             properties,
@@ -313,7 +324,36 @@ impl Uplink {
                 return;
             }
         };
+        self.deliver(n, Instant::now());
+    }
+
+    /// Route each notification of a bundle, in order. One that fails
+    /// validation is dropped alone; a bundle that cannot be read is
+    /// dropped whole (acknowledged: it would fail the same way again).
+    fn route_bundle(&self, body: Bytes) {
+        self.metrics.uplink_bundles.inc();
+        let batch = match bundle::decode(body) {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.metrics.uplink_rejected.inc();
+                tracing::warn!(reason = %e, "unreadable bundle from a root dropped");
+                return;
+            }
+        };
+        self.metrics.uplink_received.inc_by(batch.len() as u64);
         let now = Instant::now();
+        for mut n in batch {
+            if let Err(e) = n.validate(&self.limits) {
+                self.metrics.uplink_rejected.inc();
+                tracing::warn!(id = %n.id, reason = %e, "invalid notification in a bundle dropped");
+                continue;
+            }
+            self.deliver(n, now);
+        }
+    }
+
+    /// Deduplicate and deliver one valid notification.
+    fn deliver(&self, n: Notification, now: Instant) {
         let first = {
             let mut dedup = self.dedup.lock();
             let before = dedup.evicted_early();

@@ -90,6 +90,22 @@ impl Root {
         }
     }
 
+    /// Publish a message as is and wait for its confirm.
+    async fn forward_raw(&self, properties: lapin::BasicProperties, body: &[u8]) {
+        self.channel
+            .basic_publish(
+                self.exchange.as_str().into(),
+                "".into(),
+                BasicPublishOptions::default(),
+                body,
+                properties,
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
     async fn forward(&self, n: &Notification) {
         self.forward_all(std::slice::from_ref(n)).await;
     }
@@ -221,6 +237,49 @@ async fn a_burst_is_routed_in_order_and_acked_in_full() {
     root.forward(&note("marker", "carol", "after")).await;
     assert_eq!(carol.message().await.header("message-id"), Some("marker"));
     until_metric(&again, "herald_uplink_received_total", 1.0).await;
+    root.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, _) = edge(&exchange).await;
+    until_metric(&gw, "herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    let mut dana = gw.session(&token("dana", None, None)).await;
+    let mut erin = gw.session(&token("erin", None, None)).await;
+
+    // Exactly what a router sends for a batch: one message, several
+    // notifications, one of them invalid (no users for scope user).
+    let mut invalid = note("bad", "dana", "b");
+    invalid.users.clear();
+    let batch: Vec<std::sync::Arc<Notification>> = vec![
+        note("d-1", "dana", "b").into(),
+        note("e-1", "erin", "b").into(),
+        invalid.into(),
+        note("d-2", "dana", "b").into(),
+        // Already seen in this bundle: dropped as a duplicate.
+        note("d-1", "dana", "b").into(),
+    ];
+    let (properties, body) = herald_router::amqp::envelope::bundle_to_amqp(&batch);
+    root.forward_raw(properties.clone(), &body).await;
+    // A bundle that cannot be read is dropped whole; the link goes on.
+    root.forward_raw(properties, b"\x01\x05\x00\x00\x00garbage")
+        .await;
+    root.forward(&note("d-3", "dana", "single")).await;
+
+    for (id, seq) in [("d-1", "1"), ("d-2", "2"), ("d-3", "3")] {
+        let m = dana.message().await;
+        assert_eq!(m.header("message-id"), Some(id));
+        assert_eq!(m.header("seq"), Some(seq));
+        assert_eq!(&m.body[..], b"{\"via\":\"amqp\"}");
+    }
+    assert_eq!(erin.message().await.header("message-id"), Some("e-1"));
+    until_metric(&gw, "herald_uplink_received_total", 6.0).await;
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, "herald_uplink_bundles_total"), Some(2.0));
+    assert_eq!(sample(&metrics, "herald_uplink_rejected_total"), Some(2.0));
+    assert_eq!(sample(&metrics, "herald_duplicates_total"), Some(1.0));
     root.cleanup().await;
 }
 

@@ -3,6 +3,10 @@
 //! # Layout
 //! - [`envelope`]: the notification a backend publishes, its field names and
 //!   its validation against configured limits.
+//! - [`binary`]: the compact binary form of a notification, shared by the
+//!   delayed store's records and by bundles.
+//! - [`bundle`]: several notifications in one message, as routers hand
+//!   them to edges.
 //! - [`utf8`]: [`utf8::Utf8Bytes`], bytes proven to be UTF-8 once (simdutf8)
 //!   and trusted afterwards.
 //! - [`stomp`]: STOMP 1.0/1.1/1.2 frames: incremental decoding with limits,
@@ -29,6 +33,8 @@
 
 #![warn(missing_docs)]
 
+pub mod binary;
+pub mod bundle;
 pub mod envelope;
 pub mod sockjs;
 pub mod stomp;

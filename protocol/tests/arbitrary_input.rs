@@ -4,13 +4,16 @@
 //! limits, and every STOMP 1.2 frame decoded re-encodes to itself. SockJS
 //! payloads (`sockjs_decode`): only empty input is `Empty`, decoded
 //! messages re-encode to themselves, and escaped UTF-8 decodes back.
+//! Bundles (`bundle_decode`): what decodes re-encodes to a bundle of the
+//! same notifications.
 //!
 //! Besides random bytes, the inputs are frame-shaped "soups" built from
 //! mostly well-formed pieces, so that they get past the first line or the
 //! first two bytes (SockJS: the JSON punctuation) and reach the deeper
 //! states.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use herald_protocol::bundle;
 use herald_protocol::sockjs::{
     self, DecodeError, decode_messages, encode_array, encoded_array_len, escaped_len,
 };
@@ -293,6 +296,31 @@ fn check_websocket(data: &[u8], sizes: &[usize], max: usize) {
     }
 }
 
+/// Bundle-shaped input: a version byte, a small count, then notification
+/// pieces: flags, scope codes, short lengths and bytes.
+fn bundle_soup() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        4 => prop::sample::select(&[0u8, 1, 2, 4, 8, 14, 15, 255][..]).prop_map(|b| vec![b]),
+        4 => (0u8..6).prop_map(|n| vec![n, 0]),
+        2 => (0u8..6).prop_map(|n| vec![n, 0, 0, 0]),
+        2 => prop::collection::vec(b'a'..=b'z', 0..6),
+        1 => prop::collection::vec(any::<u8>(), 0..4),
+    ];
+    (0u8..4, prop::collection::vec(piece, 0..40)).prop_map(|(count, pieces)| {
+        let mut out = vec![bundle::VERSION, count, 0, 0, 0];
+        out.extend(pieces.concat());
+        out
+    })
+}
+
+fn check_bundle(data: &[u8]) {
+    if let Ok(batch) = bundle::decode(Bytes::copy_from_slice(data)) {
+        let again = bundle::encode(&batch);
+        assert_eq!(again.len(), bundle::encoded_len(&batch));
+        assert_eq!(bundle::decode(again).as_ref(), Ok(&batch));
+    }
+}
+
 fn small_limits() -> Limits {
     Limits {
         max_frame_bytes: 64,
@@ -342,5 +370,15 @@ proptest! {
     #[test]
     fn sockjs_random_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..300)) {
         check_sockjs(&data);
+    }
+
+    #[test]
+    fn bundles_never_panic(data in bundle_soup()) {
+        check_bundle(&data);
+    }
+
+    #[test]
+    fn bundle_random_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..300)) {
+        check_bundle(&data);
     }
 }

@@ -44,7 +44,7 @@ pub mod topology;
 
 pub use envelope::{Rejection, from_amqp, from_amqp_bytes, to_amqp};
 pub use ingest::{Ingest, IngestConfig};
-pub use link::{AmqpLink, PublisherSlot};
+pub use link::{AmqpLink, Bundling, PublisherSlot};
 pub use metrics::AmqpMetrics;
 pub use publisher::Publisher;
 pub use supervisor::{Backoff, SessionError, Supervisor, SupervisorConfig};

@@ -46,6 +46,14 @@ pub struct AmqpConfig {
     pub connect_timeout_ms: u64,
     /// Longest the HTTP API waits for the broker's confirms (then 503).
     pub publish_timeout_ms: u64,
+    /// Most notifications in one message to the edges: a batch (an HTTP
+    /// batch, delayed notifications falling due) goes as bundles of up to
+    /// this many. 1 sends one message per notification, for edges older
+    /// than bundles.
+    pub bundle_max: usize,
+    /// Most bytes in one bundle; a notification larger than this goes
+    /// alone.
+    pub bundle_max_bytes: usize,
     /// Exchange and queue names.
     pub topology: Topology,
 }
@@ -61,6 +69,8 @@ impl Default for AmqpConfig {
             reconnect_max_ms: backoff.max.as_millis() as u64,
             connect_timeout_ms: 10_000,
             publish_timeout_ms: 5_000,
+            bundle_max: 256,
+            bundle_max_bytes: 256 * 1024,
             topology: Topology::default(),
         }
     }
@@ -349,6 +359,8 @@ impl Config {
             ("amqp.reconnect_max_ms", a.reconnect_max_ms),
             ("amqp.connect_timeout_ms", a.connect_timeout_ms),
             ("amqp.publish_timeout_ms", a.publish_timeout_ms),
+            ("amqp.bundle_max", a.bundle_max as u64),
+            ("amqp.bundle_max_bytes", a.bundle_max_bytes as u64),
         ];
         for (name, value) in positive {
             if value == 0 {

@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::amqp::presence_intake::PresenceIntake;
-use crate::amqp::{AmqpLink, AmqpMetrics, Ingest, PublisherSlot, Supervisor};
+use crate::amqp::{AmqpLink, AmqpMetrics, Bundling, Ingest, PublisherSlot, Supervisor};
 use crate::config::Config;
 use crate::metrics::PublishMetrics;
 use crate::publish::PublishApi;
@@ -74,6 +74,10 @@ pub async fn run(
     let link = AmqpLink::new(
         slot.clone(),
         std::time::Duration::from_millis(config.amqp.publish_timeout_ms),
+        Bundling {
+            max: config.amqp.bundle_max,
+            max_bytes: config.amqp.bundle_max_bytes,
+        },
     );
     let delayed = store.map(|store| {
         let metrics = DelayedMetrics::default();

@@ -329,16 +329,19 @@ async fn the_http_api_publishes_to_the_edges() {
     assert_eq!(raw.status(), 202);
 
     let got = broker
-        .take(&broker.edge_queue, 3, Duration::from_secs(10))
+        .take_notifications(&broker.edge_queue, 3, Duration::from_secs(10))
         .await;
-    let limits = Limits::default();
-    let parsed: BTreeMap<String, _> = got
+    let ids: Vec<&str> = got.iter().map(|(n, _)| n.id.as_str()).collect();
+    assert_eq!(ids, ["h-1", "h-2", "h-3"], "in the order accepted");
+    // The batch went as one bundle, the single request as a plain message.
+    let kinds: Vec<Option<&str>> = got
         .iter()
-        .map(|d| {
-            let n = from_amqp(&d.properties, &d.data, &limits, || panic!("no id")).unwrap();
-            (n.id.clone(), n)
-        })
+        .map(|(_, p)| p.kind().as_ref().map(|k| k.as_str()))
         .collect();
+    assert_eq!(kinds, [Some("herald.bundle"), Some("herald.bundle"), None]);
+    assert_eq!(router.metric("herald_amqp_bundles_total").await, 1.0);
+    assert_eq!(router.metric("herald_amqp_bundled_total").await, 2.0);
+    let parsed: BTreeMap<String, _> = got.into_iter().map(|(n, _)| (n.id.clone(), n)).collect();
     let h1 = &parsed["h-1"];
     assert_eq!(h1.users, ["alice", "bob"]);
     assert_eq!(&h1.payload[..], br#"{"text":"hi"}"#);

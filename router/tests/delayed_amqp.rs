@@ -111,20 +111,16 @@ async fn timing_headers_delay_a_publication_and_it_fires_to_the_edges() {
     assert!(due >= sent_at + 300, "due {due} fixed at acceptance");
     router.wait_state("d-past", "delivered").await;
     let got = broker
-        .take(&broker.edge_queue, 2, Duration::from_secs(10))
+        .take_notifications(&broker.edge_queue, 2, Duration::from_secs(10))
         .await;
-    let ids: Vec<_> = got
-        .iter()
-        .map(|d| d.properties.message_id().as_ref().unwrap().to_string())
-        .collect();
-    assert!(
-        ids.contains(&"d-300".to_string()) && ids.contains(&"d-past".to_string()),
-        "{ids:?}"
-    );
-    // The forward is an ordinary notification: no timing headers left.
-    for d in &got {
-        let h = d.properties.headers().as_ref().unwrap();
-        assert!(!h.contains_key(headers::DELAY_MS) && !h.contains_key(headers::DELIVER_AT));
+    let ids: Vec<_> = got.iter().map(|(n, _)| n.id.as_str()).collect();
+    assert!(ids.contains(&"d-300") && ids.contains(&"d-past"), "{ids:?}");
+    // The forward is an ordinary notification (or a bundle of them): no
+    // timing headers left.
+    for (_, p) in &got {
+        assert!(p.headers().as_ref().is_none_or(|h| {
+            !h.contains_key(headers::DELAY_MS) && !h.contains_key(headers::DELIVER_AT)
+        }));
     }
     assert_eq!(router.metric("herald_delayed_fired_total").await, 2.0);
     assert_eq!(
@@ -272,12 +268,9 @@ async fn when_online_waits_for_an_edge_to_report_the_user() {
     let s = router.wait_state("w-1", "delivered").await;
     assert_eq!(s["attempts"], 2);
     let got = broker
-        .take(&broker.edge_queue, 1, Duration::from_secs(10))
+        .take_notifications(&broker.edge_queue, 1, Duration::from_secs(10))
         .await;
-    assert_eq!(
-        got[0].properties.message_id().as_ref().unwrap().as_str(),
-        "w-1"
-    );
+    assert_eq!(got[0].0.id, "w-1");
     // Online now (the edge is alive with that boot): the next one goes at once.
     let p = timed(
         "w-2",

@@ -325,6 +325,24 @@ pub fn to_amqp(n: &Notification) -> (BasicProperties, Bytes) {
     (properties, n.payload.clone())
 }
 
+/// The `type` property of a bundle: several notifications in one message
+/// to the edges ([`herald_protocol::bundle`]). Routers never forward a
+/// publication with a `type`, so an edge tells bundles apart by it (not
+/// by the content type, which a publisher chooses).
+pub const BUNDLE_TYPE: &str = "herald.bundle";
+
+/// The AMQP form of several notifications in one message: a bundle body,
+/// content type [`herald_protocol::bundle::CONTENT_TYPE`], type
+/// [`BUNDLE_TYPE`].
+pub fn bundle_to_amqp(batch: &[std::sync::Arc<Notification>]) -> (BasicProperties, Bytes) {
+    let body = herald_protocol::bundle::encode(batch.iter().map(|n| &**n));
+    let properties = BasicProperties::default()
+        .with_content_type(short(herald_protocol::bundle::CONTENT_TYPE))
+        .with_type(short(BUNDLE_TYPE))
+        .with_delivery_mode(PERSISTENT);
+    (properties, body)
+}
+
 /// The properties of a dead letter: the publication's own, plus
 /// `x-herald-error`, `x-herald-field` and `x-herald-routing-key`.
 pub fn dead_letter_properties(

@@ -2,17 +2,22 @@
 //! API hands it batches; it publishes them to the edges exchange and answers
 //! once the broker has confirmed every one. The delayed firer uses
 //! [`Link::send`] instead: it publishes the next batch while the confirms
-//! of the ones before are still on their way.
+//! of the ones before are still on their way. A batch goes as bundles
+//! ([`herald_protocol::bundle`]) of up to [`Bundling::max`] notifications
+//! each: one message, one confirm and one delivery to each edge for many
+//! notifications.
 //!
 //! The link does not own a connection. The current session puts its
 //! [`Publisher`] in a [`PublisherSlot`] and takes it out when the connection
 //! goes; between the two the link fails fast (HTTP 503) instead of waiting
 //! for a reconnect.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 use herald_protocol::envelope::Notification;
+use herald_protocol::{binary, bundle};
 use tokio::sync::watch;
 
 use super::publisher::{Forwarded, Publisher};
@@ -73,19 +78,59 @@ impl Drop for SlotGuard {
     }
 }
 
+/// How [`AmqpLink`] groups a batch into messages: up to `max`
+/// notifications and `max_bytes` of bundle in one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bundling {
+    /// Most notifications in one message (1: one message each).
+    pub max: usize,
+    /// Most bytes in one bundle; a larger notification goes alone.
+    pub max_bytes: usize,
+}
+
+impl Bundling {
+    /// The messages `batch` goes as, in order: ranges of `batch`, each one
+    /// message (a range of one is sent as a plain notification).
+    pub fn split(&self, batch: &[Arc<Notification>]) -> Vec<Range<usize>> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut bytes = bundle::HEADER_LEN;
+        for (i, n) in batch.iter().enumerate() {
+            let len = binary::encoded_len(n);
+            let full = i - start >= self.max.max(1) || bytes + len > self.max_bytes;
+            if i > start && full {
+                out.push(start..i);
+                start = i;
+                bytes = bundle::HEADER_LEN;
+            }
+            bytes += len;
+        }
+        if start < batch.len() {
+            out.push(start..batch.len());
+        }
+        out
+    }
+}
+
 /// The AMQP [`Link`]: publishes to the edges exchange with confirms.
 #[derive(Debug, Clone)]
 pub struct AmqpLink {
     slot: PublisherSlot,
     timeout: Duration,
+    bundling: Bundling,
 }
 
 impl AmqpLink {
-    /// A link publishing through whatever publisher `slot` holds, failing a
-    /// batch the broker has not confirmed within `timeout` (e.g. while a
-    /// resource alarm blocks publishers).
-    pub fn new(slot: PublisherSlot, timeout: Duration) -> Self {
-        AmqpLink { slot, timeout }
+    /// A link publishing through whatever publisher `slot` holds, grouping
+    /// batches as `bundling` says, failing a batch the broker has not
+    /// confirmed within `timeout` (e.g. while a resource alarm blocks
+    /// publishers).
+    pub fn new(slot: PublisherSlot, timeout: Duration, bundling: Bundling) -> Self {
+        AmqpLink {
+            slot,
+            timeout,
+            bundling,
+        }
     }
 
     /// Publish `batch` in order (each message handed to the channel
@@ -99,14 +144,15 @@ impl AmqpLink {
             .ok_or_else(|| LinkError("not connected to the AMQP broker".into()))?;
         let deadline = tokio::time::Instant::now() + self.timeout;
         let timeout = self.timeout;
-        let mut confirms = Vec::with_capacity(batch.len());
+        let messages = self.bundling.split(&batch);
+        let mut confirms = Vec::with_capacity(messages.len());
         let sending = async {
-            for n in &batch {
-                let confirm = publisher
-                    .send(n)
-                    .await
-                    .map_err(|e| LinkError(format!("AMQP: {e}")))?;
-                confirms.push(confirm);
+            for range in &messages {
+                let sent = match &batch[range.clone()] {
+                    [one] => publisher.send(one).await,
+                    several => publisher.send_bundle(several).await,
+                };
+                confirms.push(sent.map_err(|e| LinkError(format!("AMQP: {e}")))?);
             }
             Ok::<(), LinkError>(())
         };
@@ -115,12 +161,14 @@ impl AmqpLink {
             Err(_) => return Err(not_confirmed(timeout)),
         }
         let confirmed = async move {
-            for (n, confirm) in batch.iter().zip(confirms) {
+            for (range, confirm) in messages.into_iter().zip(confirms) {
                 match publisher.confirmed(confirm).await {
                     Ok(Forwarded::Routed) => {}
-                    Ok(Forwarded::Unroutable) => {
-                        tracing::debug!(id = %n.id, "no edge is bound to the edges exchange")
-                    }
+                    Ok(Forwarded::Unroutable) => tracing::debug!(
+                        first = %batch[range.start].id,
+                        notifications = range.len(),
+                        "no edge is bound to the edges exchange"
+                    ),
                     Err(e) => return Err(LinkError(e.to_string())),
                 }
             }
@@ -135,7 +183,7 @@ impl AmqpLink {
     }
 }
 
-/// Most publishes in one [`Link::send`] of the delayed firer.
+/// Most notifications in one [`Link::send`] of the delayed firer.
 const SEND_BATCH: usize = 1_000;
 
 fn not_confirmed(timeout: Duration) -> LinkError {
@@ -154,10 +202,69 @@ impl Link for AmqpLink {
         Box::pin(self.send_batch(batch))
     }
 
-    /// One wait for confirms covers at most this many publishes, so the
-    /// delayed firer's queue of batches waiting for confirms (8) holds at
-    /// most 8,000 messages.
+    /// One wait for confirms covers at most this many notifications, so
+    /// the delayed firer's queue of batches waiting for confirms (8) holds
+    /// at most 8,000.
     fn batch_limit(&self) -> usize {
         SEND_BATCH
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn batch(payloads: &[usize]) -> Vec<Arc<Notification>> {
+        payloads
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                Arc::new(Notification {
+                    id: format!("n{i}"),
+                    scope: herald_protocol::envelope::Scope::Global,
+                    users: vec![],
+                    clients: vec![],
+                    sites: vec![],
+                    event: "e".into(),
+                    topic: None,
+                    content_type: "c".into(),
+                    payload: Bytes::from(vec![b'x'; len]),
+                    payload_is_utf8: true,
+                    ttl: None,
+                    encodings: Default::default(),
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_splits_by_count() {
+        let b = Bundling {
+            max: 3,
+            max_bytes: 1 << 20,
+        };
+        assert_eq!(b.split(&batch(&[1; 7])), vec![0..3, 3..6, 6..7]);
+        assert_eq!(b.split(&[]), Vec::<Range<usize>>::new());
+    }
+
+    #[test]
+    fn a_batch_splits_by_bytes_and_a_large_one_goes_alone() {
+        // Each notification of payload p takes 22 + p bytes in a bundle.
+        let b = Bundling {
+            max: 100,
+            max_bytes: bundle::HEADER_LEN + 2 * (22 + 100),
+        };
+        let parts = b.split(&batch(&[100, 100, 100, 5_000, 100]));
+        assert_eq!(parts, vec![0..2, 2..3, 3..4, 4..5]);
+    }
+
+    #[test]
+    fn one_per_message_when_bundles_are_off() {
+        let b = Bundling {
+            max: 1,
+            max_bytes: 1 << 20,
+        };
+        assert_eq!(b.split(&batch(&[1; 3])), vec![0..1, 1..2, 2..3]);
     }
 }

@@ -25,6 +25,10 @@ pub struct AmqpMetrics {
     pub unroutable: Counter,
     /// Forwards the broker refused (`basic.nack`); the delivery is retried.
     pub nacked: Counter,
+    /// Messages to the edges that each carried several notifications.
+    pub bundles: Counter,
+    /// Notifications that went to the edges inside a bundle.
+    pub bundled: Counter,
 }
 
 impl AmqpMetrics {
@@ -59,6 +63,16 @@ impl AmqpMetrics {
             "herald_amqp_nacked",
             "Forwards the broker refused (basic.nack)",
             self.nacked.clone(),
+        );
+        registry.register(
+            "herald_amqp_bundles",
+            "Messages to the edges that each carried several notifications",
+            self.bundles.clone(),
+        );
+        registry.register(
+            "herald_amqp_bundled",
+            "Notifications that went to the edges inside a bundle",
+            self.bundled.clone(),
         );
     }
 }

@@ -7,7 +7,9 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 
-use super::envelope::{short, to_amqp};
+use std::sync::Arc;
+
+use super::envelope::{bundle_to_amqp, short, to_amqp};
 use super::metrics::AmqpMetrics;
 
 /// What the broker did with a confirmed message.
@@ -78,6 +80,20 @@ impl Publisher {
     pub async fn send(&self, n: &Notification) -> lapin::Result<PublisherConfirm> {
         let (properties, body) = to_amqp(n);
         self.send_raw(self.edges.clone(), short(&n.event), properties, &body)
+            .await
+    }
+
+    /// Publish `batch` as one bundle to the edges exchange (routing key:
+    /// the first notification's event). Resolves like [`Publisher::send`].
+    pub async fn send_bundle(
+        &self,
+        batch: &[Arc<Notification>],
+    ) -> lapin::Result<PublisherConfirm> {
+        let (properties, body) = bundle_to_amqp(batch);
+        self.metrics.bundles.inc();
+        self.metrics.bundled.inc_by(batch.len() as u64);
+        let key = batch.first().map_or("", |n| n.event.as_str());
+        self.send_raw(self.edges.clone(), short(key), properties, &body)
             .await
     }
 

@@ -6,6 +6,7 @@
 //! ```text
 //! u8  version (1)
 //! u64 due_ms | u64 accepted_ms | u32 attempts
+//! then the notification's binary form (herald_protocol::binary):
 //! u8  flags: 1 when_online, 2 payload_is_utf8, 4 has topic, 8 has ttl
 //! u8  scope: 0 user, 1 client, 2 global
 //! str id | str event | str content_type | [str topic] | [u64 ttl_ms]
@@ -13,202 +14,70 @@
 //! u32 payload length, payload bytes           (str = u16 length, then UTF-8)
 //! ```
 
-use std::time::Duration;
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use herald_protocol::envelope::{Notification, Scope};
+use herald_protocol::binary::{self, CALLER_FLAG, DecodeError};
 
 use super::entry::Entry;
 
 /// The record version this code writes.
 pub const VERSION: u8 = 1;
 
-const WHEN_ONLINE: u8 = 1;
-const UTF8: u8 = 2;
-const HAS_TOPIC: u8 = 4;
-const HAS_TTL: u8 = 8;
+/// Bytes of a record before its notification.
+const HEADER_LEN: usize = 1 + 8 + 8 + 4;
 
 /// A record that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    /// Fewer bytes than the layout needs.
-    #[error("record truncated while reading {0}")]
-    Truncated(&'static str),
-    /// A version this code does not know.
-    #[error("record version {0} is not supported (this build reads {VERSION})")]
-    Version(u8),
-    /// A string field that is not UTF-8.
-    #[error("record field {0} is not UTF-8")]
-    Utf8(&'static str),
-    /// An unknown scope code.
-    #[error("record scope code {0} is unknown")]
-    Scope(u8),
-    /// Bytes left after the payload.
-    #[error("record has {0} bytes after its payload")]
-    Trailing(usize),
-}
+#[error("record {0}")]
+pub struct RecordError(#[from] pub DecodeError);
 
-/// Encode `entry`.
+/// Encode `entry`: its own fields, then the notification in its binary
+/// form ([`herald_protocol::binary`]), `when_online` in the flag bit left
+/// to the caller.
 pub fn encode(entry: &Entry) -> Bytes {
     let n = &entry.notification;
-    let strs: usize = [&n.id, &n.event, &n.content_type]
-        .iter()
-        .map(|s| 2 + s.len())
-        .sum::<usize>()
-        + n.topic.as_ref().map_or(0, |t| 2 + t.len())
-        + [&n.users, &n.clients, &n.sites]
-            .iter()
-            .map(|l| 2 + l.iter().map(|s| 2 + s.len()).sum::<usize>())
-            .sum::<usize>();
-    let mut out = BytesMut::with_capacity(1 + 20 + 2 + 8 + strs + 4 + n.payload.len());
+    let mut out = BytesMut::with_capacity(HEADER_LEN + binary::encoded_len(n));
     out.put_u8(VERSION);
     out.put_u64_le(entry.due_ms);
     out.put_u64_le(entry.accepted_ms);
     out.put_u32_le(entry.attempts);
-    let mut flags = 0;
-    if entry.when_online {
-        flags |= WHEN_ONLINE;
-    }
-    if n.payload_is_utf8 {
-        flags |= UTF8;
-    }
-    if n.topic.is_some() {
-        flags |= HAS_TOPIC;
-    }
-    if n.ttl.is_some() {
-        flags |= HAS_TTL;
-    }
-    out.put_u8(flags);
-    out.put_u8(match n.scope {
-        Scope::User => 0,
-        Scope::Client => 1,
-        Scope::Global => 2,
-    });
-    put_str(&mut out, &n.id);
-    put_str(&mut out, &n.event);
-    put_str(&mut out, &n.content_type);
-    if let Some(topic) = &n.topic {
-        put_str(&mut out, topic);
-    }
-    if let Some(ttl) = n.ttl {
-        out.put_u64_le(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-    }
-    for list in [&n.users, &n.clients, &n.sites] {
-        // Validation caps lists at far fewer than 65,535 entries and
-        // identifiers at far fewer than 65,535 bytes.
-        out.put_u16_le(list.len() as u16);
-        for s in list.iter() {
-            put_str(&mut out, s);
-        }
-    }
-    out.put_u32_le(n.payload.len() as u32);
-    out.put_slice(&n.payload);
+    binary::put(&mut out, n, if entry.when_online { CALLER_FLAG } else { 0 });
     out.freeze()
-}
-
-fn put_str(out: &mut BytesMut, s: &str) {
-    out.put_u16_le(s.len() as u16);
-    out.put_slice(s.as_bytes());
 }
 
 /// Decode a record made by [`encode`]. The payload shares `record`'s
 /// memory.
 pub fn decode(mut record: Bytes) -> Result<Entry, RecordError> {
     let r = &mut record;
-    let version = u8_(r, "version")?;
+    let version = binary::u8_(r, "version")?;
     if version != VERSION {
-        return Err(RecordError::Version(version));
+        return Err(DecodeError::Version {
+            found: version,
+            reads: VERSION,
+        }
+        .into());
     }
-    let due_ms = u64_(r, "due_ms")?;
-    let accepted_ms = u64_(r, "accepted_ms")?;
-    let attempts = need(r, 4, "attempts").map(|r| r.get_u32_le())?;
-    let flags = u8_(r, "flags")?;
-    let scope = match u8_(r, "scope")? {
-        0 => Scope::User,
-        1 => Scope::Client,
-        2 => Scope::Global,
-        other => return Err(RecordError::Scope(other)),
-    };
-    let id = str_(r, "id")?;
-    let event = str_(r, "event")?;
-    let content_type = str_(r, "content_type")?;
-    let topic = if flags & HAS_TOPIC != 0 {
-        Some(str_(r, "topic")?)
-    } else {
-        None
-    };
-    let ttl = if flags & HAS_TTL != 0 {
-        Some(Duration::from_millis(u64_(r, "ttl_ms")?))
-    } else {
-        None
-    };
-    let users = list(r, "users")?;
-    let clients = list(r, "clients")?;
-    let sites = list(r, "sites")?;
-    let len = need(r, 4, "payload length").map(|r| r.get_u32_le())? as usize;
-    need(r, len, "payload")?;
-    let payload = r.split_to(len);
+    let due_ms = binary::u64_(r, "due_ms")?;
+    let accepted_ms = binary::u64_(r, "accepted_ms")?;
+    let attempts = binary::u32_(r, "attempts")?;
+    let (notification, flag) = binary::get(r)?;
     if r.has_remaining() {
-        return Err(RecordError::Trailing(r.remaining()));
+        return Err(DecodeError::Trailing(r.remaining()).into());
     }
     Ok(Entry {
-        notification: Notification {
-            id,
-            scope,
-            users,
-            clients,
-            sites,
-            event,
-            topic,
-            content_type,
-            payload,
-            payload_is_utf8: flags & UTF8 != 0,
-            ttl,
-            encodings: Default::default(),
-        },
+        notification,
         due_ms,
         accepted_ms,
-        when_online: flags & WHEN_ONLINE != 0,
+        when_online: flag == CALLER_FLAG,
         attempts,
     })
-}
-
-fn need<'a>(r: &'a mut Bytes, n: usize, what: &'static str) -> Result<&'a mut Bytes, RecordError> {
-    if r.remaining() < n {
-        Err(RecordError::Truncated(what))
-    } else {
-        Ok(r)
-    }
-}
-
-fn u8_(r: &mut Bytes, what: &'static str) -> Result<u8, RecordError> {
-    need(r, 1, what).map(|r| r.get_u8())
-}
-
-fn u64_(r: &mut Bytes, what: &'static str) -> Result<u64, RecordError> {
-    need(r, 8, what).map(|r| r.get_u64_le())
-}
-
-fn str_(r: &mut Bytes, what: &'static str) -> Result<String, RecordError> {
-    let len = need(r, 2, what).map(|r| r.get_u16_le())? as usize;
-    need(r, len, what)?;
-    let raw = r.split_to(len);
-    String::from_utf8(raw.to_vec()).map_err(|_| RecordError::Utf8(what))
-}
-
-fn list(r: &mut Bytes, what: &'static str) -> Result<Vec<String>, RecordError> {
-    let count = need(r, 2, what).map(|r| r.get_u16_le())? as usize;
-    let mut out = Vec::with_capacity(count.min(r.remaining() / 2));
-    for _ in 0..count {
-        out.push(str_(r, what)?);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_protocol::envelope::{Notification, Scope};
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn entry(
         payload: Vec<u8>,
@@ -269,13 +138,45 @@ mod tests {
         }
         let mut long = full.to_vec();
         long.push(0);
-        assert_eq!(decode(Bytes::from(long)), Err(RecordError::Trailing(1)));
+        assert_eq!(
+            decode(Bytes::from(long)),
+            Err(RecordError(DecodeError::Trailing(1)))
+        );
+    }
+
+    #[test]
+    fn the_layout_is_the_one_stores_hold() {
+        let mut e = entry(b"hi".to_vec(), Some("t".into()), Some(5), vec!["u".into()]);
+        e.notification.id = "i".into();
+        e.notification.event = "e".into();
+        e.notification.content_type = "c".into();
+        let mut want = vec![1u8];
+        want.extend(1_700_000_000_123u64.to_le_bytes());
+        want.extend(1_700_000_000_000u64.to_le_bytes());
+        want.extend(2u32.to_le_bytes());
+        want.extend([1 | 4 | 8, 1]); // when_online, topic, ttl; scope client
+        for s in ["i", "e", "c", "t"] {
+            want.extend([1, 0]);
+            want.extend(s.as_bytes());
+        }
+        want.extend(5u64.to_le_bytes());
+        want.extend([1, 0, 1, 0, b'u']); // users
+        want.extend([1, 0, 4, 0]); // clients
+        want.extend(b"acme");
+        want.extend([0, 0]); // sites
+        want.extend(2u32.to_le_bytes());
+        want.extend(b"hi");
+        assert_eq!(&encode(&e)[..], &want[..]);
+        assert_eq!(decode(Bytes::from(want)).unwrap(), e);
     }
 
     #[test]
     fn unknown_version_is_refused() {
         let mut raw = encode(&entry(vec![], None, None, vec![])).to_vec();
         raw[0] = 9;
-        assert_eq!(decode(Bytes::from(raw)), Err(RecordError::Version(9)));
+        assert_eq!(
+            decode(Bytes::from(raw)),
+            Err(RecordError(DecodeError::Version { found: 9, reads: 1 }))
+        );
     }
 }

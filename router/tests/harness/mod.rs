@@ -8,6 +8,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use herald_protocol::envelope::Notification;
+use herald_router::amqp::envelope::{BUNDLE_TYPE, from_amqp};
 use herald_router::amqp::{Topology, presence_intake};
 use herald_router::config::Config;
 use lapin::options::{
@@ -184,6 +186,38 @@ impl Broker {
                     panic!("{queue}: got {} of {n} messages in {timeout:?}", got.len())
                 }
                 None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        got
+    }
+
+    /// Take messages from `queue` until they hold `n` notifications (a
+    /// bundle holds several), waiting up to `timeout`. Each comes with
+    /// the properties of the message that carried it.
+    pub async fn take_notifications(
+        &self,
+        queue: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<(Notification, BasicProperties)> {
+        let deadline = Instant::now() + timeout;
+        let limits = herald_protocol::envelope::Limits::default();
+        let mut got = Vec::new();
+        while got.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            for d in self.take(queue, 1, left).await {
+                let bundled = d
+                    .properties
+                    .kind()
+                    .as_ref()
+                    .is_some_and(|k| k.as_str() == BUNDLE_TYPE);
+                if bundled {
+                    let batch = herald_protocol::bundle::decode(d.data.into()).unwrap();
+                    got.extend(batch.into_iter().map(|n| (n, d.properties.clone())));
+                } else {
+                    let n = from_amqp(&d.properties, &d.data, &limits, || panic!("no id")).unwrap();
+                    got.push((n, d.properties));
+                }
             }
         }
         got
