@@ -625,6 +625,40 @@ async fn a_batch_larger_than_a_script_is_split_and_duplicates_within_it_are_foun
     assert_eq!(store.purge(T0 + 7, 1000).await.unwrap(), 250);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_thousands_in_one_shard_moves_them_all_in_order() {
+    // One shard: the whole claim is one script, its sorted-set moves made
+    // with variadic calls sliced below Lua's unpack limit.
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(RedisConfig {
+        shards: 1,
+        max_entries_per_script: 2_000,
+        ..config(&prefix)
+    })
+    .await;
+    let all: Vec<Entry> = (0..6_000)
+        .map(|i| entry(&format!("k{i:05}"), T0 + 5, None, "u"))
+        .collect();
+    store.insert(all.clone(), T0).await.unwrap();
+    let claimed = store.claim_due(T0 + 5, 6_000, LEASE).await.unwrap();
+    assert_eq!(ids(&claimed), ids(&all));
+    assert!(claimed.iter().all(|e| e.attempts == 1));
+    let c = store.counts(T0 + 5, vec![]).await.unwrap();
+    assert_eq!((c.scheduled, c.firing), (vec![0], 6_000));
+    assert!(store.claim_due(T0 + 5, 10, LEASE).await.unwrap().is_empty());
+    store.delivered(ids(&claimed), T0 + 6).await.unwrap();
+    let c = store.counts(T0 + 6, vec![]).await.unwrap();
+    assert_eq!((c.scheduled, c.firing), (vec![0], 0));
+    let s = store.status("k05999").await.unwrap().unwrap();
+    assert_eq!((s.state, s.attempts), (State::Delivered, 1));
+    assert_eq!(store.purge(T0 + 7, 10_000).await.unwrap(), 6_000);
+    assert_eq!(store.status("k00000").await.unwrap(), None);
+}
+
 // ---------------------------------------------------------------------------
 // Held entries and the per-user hint.
 

@@ -7,30 +7,37 @@
 -- replaced by this shard's next due entries, up to `want` in all.
 -- Returns id, fire time, value, ... for each claimed entry; the value is
 -- empty for an index entry whose entry is missing (it is dropped).
+--
+-- Per entry: one ZSCORE, one GET (the value, header included), one
+-- SETRANGE; the moves between sorted sets are gathered and made with one
+-- variadic call per set (`changes`).
 local now, lease_until, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local due, lease = B .. ':due', B .. ':lease'
 local out, n, done = {}, 0, {}
+local c = changes()
 
 local function claim(id, from, score)
   done[id] = true
-  redis.call('ZREM', from, id)
+  later_rem(c, from, id)
   local k = ekey(id)
-  local h = header(k)
-  if not h then
+  local v = redis.call('GET', k)
+  if not v then
     out[#out + 1] = id
     out[#out + 1] = score
     out[#out + 1] = ''
     return
   end
-  local e = parse(h)
-  redis.call('ZADD', lease, lease_until, id)
+  local e = parse(v)
+  later_add(c, lease, lease_until, id)
   if e.state ~= FIRING then
-    relist(id, e, FIRING)
+    relist_later(c, id, e, FIRING)
   end
   put_state(k, FIRING, e.attempts + 1, now, lease_until)
+  -- The value as stored now: the header just updated in place.
   out[#out + 1] = id
   out[#out + 1] = score
-  out[#out + 1] = redis.call('GET', k)
+  out[#out + 1] = string.sub(v, 1, 1) .. struct.pack('>BI4I8I8', FIRING, e.attempts + 1, now, lease_until)
+    .. string.sub(v, 23)
   n = n + 1
 end
 
@@ -58,6 +65,7 @@ end
 
 -- Replacements for picks lost to other claimers, earliest fire time first
 -- (an entry claimed above is back in lease only with a zero lease: skipped).
+flush(c)
 if n < want then
   local a = redis.call('ZRANGE', due, '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, want - n, 'WITHSCORES')
   local b = redis.call('ZRANGE', lease, '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, want - n, 'WITHSCORES')
@@ -79,4 +87,5 @@ if n < want then
     end
   end
 end
+flush(c)
 return out

@@ -1,6 +1,11 @@
 -- The link took these firing entries: each becomes delivered (final).
 -- ARGV: now, id...   Returns how many.
+--
+-- Per entry: one GETRANGE (the header) and one SET; the sorted-set changes
+-- are gathered and made with one variadic call per set (`changes`).
 local now = tonumber(ARGV[1])
+local lease = B .. ':lease'
+local c = changes()
 local n = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
@@ -9,10 +14,11 @@ for i = 2, #ARGV do
   if h then
     local e = parse(h)
     if e.state == FIRING then
-      redis.call('ZREM', B .. ':lease', id)
-      finish(k, id, h, e, DELIVERED, now)
+      later_rem(c, lease, id)
+      finish_later(c, k, id, h, e, DELIVERED, now)
       n = n + 1
     end
   end
 end
+flush(c)
 return n

@@ -30,10 +30,8 @@ for i = 1, #ARGV, 2 do
     out[#out + 1] = header(k)
   end
 end
-if #due_args > 0 then
-  redis.call('ZADD', due, unpack(due_args))
-end
+bulk('ZADD', due, due_args)
 for lk, members in pairs(lists) do
-  redis.call('ZADD', lk, unpack(members))
+  bulk('ZADD', lk, members)
 end
 return out

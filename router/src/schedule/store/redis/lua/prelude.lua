@@ -104,18 +104,108 @@ local function relist(id, e, to)
   redis.call('ZADD', lkey(dest, e.topic), 0, m)
 end
 
+-- Sorted-set changes gathered while a script walks its entries, made by
+-- `flush` with one variadic call per key and command: a redis.call costs
+-- more than the change it makes, so a script touching thousands of
+-- entries makes a few calls per key, not a few per entry. Removals go
+-- before additions, so an id removed and added again ends up added.
+local function changes()
+  return { rem = {}, add = {}, order = {} }
+end
+
+local function note_key(c, key)
+  if not c.rem[key] and not c.add[key] then
+    c.order[#c.order + 1] = key
+  end
+end
+
+local function later_rem(c, key, member)
+  note_key(c, key)
+  local t = c.rem[key]
+  if not t then
+    t = {}
+    c.rem[key] = t
+  end
+  t[#t + 1] = member
+end
+
+local function later_add(c, key, score, member)
+  note_key(c, key)
+  local t = c.add[key]
+  if not t then
+    t = {}
+    c.add[key] = t
+  end
+  t[#t + 1] = score
+  t[#t + 1] = member
+end
+
+-- `cmd key args...` over `args` in slices: Lua's unpack takes at most a
+-- few thousand values (an even slice keeps ZADD's score, member pairs).
+local function bulk(cmd, key, args)
+  local i, n = 1, #args
+  while i <= n do
+    local j = math.min(i + 3999, n)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+
+local function flush(c)
+  for _, key in ipairs(c.order) do
+    if c.rem[key] then
+      bulk('ZREM', key, c.rem[key])
+    end
+  end
+  for _, key in ipairs(c.order) do
+    if c.add[key] then
+      bulk('ZADD', key, c.add[key])
+    end
+  end
+  c.rem, c.add, c.order = {}, {}, {}
+end
+
+-- `relist`, with its sorted-set changes gathered in `c` (see `changes`).
+-- An entry an older Herald claimed may be in firing's own list: it is
+-- removed from there too (a no-op for everyone else).
+local function relist_later(c, id, e, to)
+  local from, dest = listed(e.state), listed(to)
+  local m = e.due .. id
+  if e.state == FIRING then
+    later_rem(c, lkey(FIRING, e.topic), m)
+  end
+  if from ~= dest then
+    later_rem(c, lkey(from, e.topic), m)
+  end
+  if from ~= dest or e.state == FIRING then
+    later_add(c, lkey(dest, e.topic), 0, m)
+  end
+end
+
 -- Overwrite the mutable part of the header in place.
 local function put_state(k, state, attempts, now, deadline)
   redis.call('SETRANGE', k, 1, struct.pack('>BI4I8I8', state, attempts, now, deadline))
+end
+
+-- The header of a final entry: `h` with its new state, at `now`.
+local function final_header(h, e, state, now)
+  return string.sub(h, 1, 1) .. struct.pack('>BI4I8I8', state, e.attempts, now, 0)
+    .. string.sub(h, 23)
 end
 
 -- Make an entry final: its status stays (header only: the body is dropped),
 -- listed under its new state and queued for purge.
 local function finish(k, id, h, e, state, now)
   relist(id, e, state)
-  redis.call('SET', k, string.sub(h, 1, 1) .. struct.pack('>BI4I8I8', state, e.attempts, now, 0)
-    .. string.sub(h, 23))
+  redis.call('SET', k, final_header(h, e, state, now))
   redis.call('ZADD', B .. ':fin', now, id)
+end
+
+-- `finish`, with its sorted-set changes gathered in `c`.
+local function finish_later(c, k, id, h, e, state, now)
+  relist_later(c, id, e, state)
+  redis.call('SET', k, final_header(h, e, state, now))
+  later_add(c, B .. ':fin', now, id)
 end
 
 -- When nothing is held here for user any more, hand back (and forget) the

@@ -2,18 +2,22 @@
 -- ARGV: before (exclusive), limit   Returns how many were removed.
 local fin = B .. ':fin'
 local ids = redis.call('ZRANGE', fin, '-inf', '(' .. ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
-local n = 0
+local c = changes()
+local gone = {}
 for _, id in ipairs(ids) do
-  redis.call('ZREM', fin, id)
+  later_rem(c, fin, id)
   local k = ekey(id)
   local h = header(k)
   if h then
     local e = parse(h)
     if e.state >= DELIVERED then
-      redis.call('ZREM', lkey(e.state, e.topic), e.due .. id)
-      redis.call('DEL', k)
-      n = n + 1
+      later_rem(c, lkey(e.state, e.topic), e.due .. id)
+      gone[#gone + 1] = k
     end
   end
 end
-return n
+flush(c)
+for i = 1, #gone, 1000 do
+  redis.call('DEL', unpack(gone, i, math.min(i + 999, #gone)))
+end
+return #gone
