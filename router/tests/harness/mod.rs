@@ -22,6 +22,22 @@ use tokio_util::sync::CancellationToken;
 
 pub const API_KEY: &str = "test-key";
 
+/// The notifications a message on the edges exchange carries: one, or a
+/// bundle's (`type` `herald.bundle`), in order.
+pub fn notifications_of(d: &lapin::message::Delivery) -> Vec<Notification> {
+    let bundled = d
+        .properties
+        .kind()
+        .as_ref()
+        .is_some_and(|k| k.as_str() == BUNDLE_TYPE);
+    if bundled {
+        herald_protocol::bundle::decode(d.data.clone().into()).unwrap()
+    } else {
+        let limits = herald_protocol::envelope::Limits::default();
+        vec![from_amqp(&d.properties, &d.data, &limits, || panic!("no id")).unwrap()]
+    }
+}
+
 pub fn amqp_url() -> String {
     std::env::var("HERALD_TEST_AMQP_URL")
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
@@ -201,23 +217,15 @@ impl Broker {
         timeout: Duration,
     ) -> Vec<(Notification, BasicProperties)> {
         let deadline = Instant::now() + timeout;
-        let limits = herald_protocol::envelope::Limits::default();
         let mut got = Vec::new();
         while got.len() < n {
             let left = deadline.saturating_duration_since(Instant::now());
             for d in self.take(queue, 1, left).await {
-                let bundled = d
-                    .properties
-                    .kind()
-                    .as_ref()
-                    .is_some_and(|k| k.as_str() == BUNDLE_TYPE);
-                if bundled {
-                    let batch = herald_protocol::bundle::decode(d.data.into()).unwrap();
-                    got.extend(batch.into_iter().map(|n| (n, d.properties.clone())));
-                } else {
-                    let n = from_amqp(&d.properties, &d.data, &limits, || panic!("no id")).unwrap();
-                    got.push((n, d.properties));
-                }
+                got.extend(
+                    notifications_of(&d)
+                        .into_iter()
+                        .map(|n| (n, d.properties.clone())),
+                );
             }
         }
         got
