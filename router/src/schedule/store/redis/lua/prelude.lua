@@ -69,12 +69,37 @@ local function parse(h)
   return e
 end
 
+-- The list key of a state (and topic), remembered for the script's run:
+-- a script walking thousands of entries asks for the same few keys.
+local lkeys = {}
 local function lkey(state, topic)
-  local k = B .. ':l:' .. STATE[state]
-  if topic then
-    k = k .. ':' .. topic
+  local by_topic = lkeys[state]
+  if not by_topic then
+    by_topic = {}
+    lkeys[state] = by_topic
+  end
+  local k = by_topic[topic or false]
+  if not k then
+    k = B .. ':l:' .. STATE[state]
+    if topic then
+      k = k .. ':' .. topic
+    end
+    by_topic[topic or false] = k
   end
   return k
+end
+
+-- Whether firing's own list exists for `topic`: only an older Herald,
+-- which listed firing entries apart, made one. Asked once per script run.
+local firing_lists = {}
+local function firing_list(topic)
+  local k = lkey(FIRING, topic)
+  local exists = firing_lists[k]
+  if exists == nil then
+    exists = redis.call('EXISTS', k) == 1
+    firing_lists[k] = exists
+  end
+  return exists
 end
 
 -- The state whose list an entry in `state` is in: firing entries stay in
@@ -167,19 +192,21 @@ end
 
 -- `relist`, with its sorted-set changes gathered in `c` (see `changes`).
 -- An entry an older Herald claimed may be in firing's own list: it is
--- removed from there too (a no-op for everyone else).
+-- removed from there too, when that list exists.
 local function relist_later(c, id, e, to)
   local from, dest = listed(e.state), listed(to)
+  local legacy = e.state == FIRING and firing_list(e.topic)
+  if from == dest and not legacy then
+    return
+  end
   local m = e.due .. id
-  if e.state == FIRING then
+  if legacy then
     later_rem(c, lkey(FIRING, e.topic), m)
   end
   if from ~= dest then
     later_rem(c, lkey(from, e.topic), m)
   end
-  if from ~= dest or e.state == FIRING then
-    later_add(c, lkey(dest, e.topic), 0, m)
-  end
+  later_add(c, lkey(dest, e.topic), 0, m)
 end
 
 -- Overwrite the mutable part of the header in place.
