@@ -37,10 +37,14 @@ impl RedisStore {
         let entries = &entries;
         let answers = try_join_all(by_shard.iter().flat_map(|(&s, idx)| {
             idx.chunks(max).map(move |chunk| async move {
-                let mut args = Vec::with_capacity(2 * chunk.len());
+                let mut args = Vec::with_capacity(3 * chunk.len());
                 for &i in chunk {
-                    args.push(entries[i].id().as_bytes().to_vec());
-                    args.push(layout::encode_new(&entries[i], now));
+                    let e = &entries[i];
+                    args.push(e.id().as_bytes().to_vec());
+                    args.push(layout::encode_new(e, now));
+                    // The `due` score as text: a Lua number handed to a
+                    // redis.call is formatted with sprintf, per entry.
+                    args.push(score(e.due_ms).to_string().into_bytes());
                 }
                 let v = self.run(&self.scripts.insert, s, args).await?;
                 Ok::<_, StoreError>((chunk, array(v)?))

@@ -28,7 +28,7 @@ local function claim(id, from, score)
     return
   end
   local e = parse(v)
-  later_add(c, lease, lease_until, id)
+  later_add(c, lease, ARGV[2], id)
   if e.state ~= FIRING then
     relist_later(c, id, e, FIRING)
   end

@@ -15,7 +15,7 @@ for i = 2, #ARGV do
     local e = parse(h)
     if e.state == FIRING then
       later_rem(c, lease, id)
-      finish_later(c, k, id, h, e, DELIVERED, now)
+      finish_later(c, k, id, h, e, DELIVERED, now, ARGV[1])
       n = n + 1
     end
   end

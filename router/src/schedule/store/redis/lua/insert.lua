@@ -1,4 +1,5 @@
--- Insert new entries, scheduled. ARGV: id, value, id, value, ...
+-- Insert new entries, scheduled. ARGV: id, value, due, id, value, due, ...
+-- (due: the header's due time as decimal text, the `due` score).
 -- Returns, per entry: 1 when stored, or the header of the entry that
 -- already has that id (in any state, until purged: nothing changes).
 --
@@ -10,12 +11,12 @@ local due = B .. ':due'
 local out = {}
 local due_args = {}
 local lists = {}
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, 3 do
   local id, v = ARGV[i], ARGV[i + 1]
   local k = ekey(id)
   if redis.call('SET', k, v, 'NX') then
     local e = parse(v)
-    due_args[#due_args + 1] = struct.unpack('>I8', v, 23)
+    due_args[#due_args + 1] = ARGV[i + 2]
     due_args[#due_args + 1] = id
     local lk = lkey(SCHEDULED, e.topic)
     local members = lists[lk]

@@ -130,7 +130,8 @@ local function relist(id, e, to)
 end
 
 -- Sorted-set changes gathered while a script walks its entries, made by
--- `flush` with one variadic call per key and command: a redis.call costs
+-- `flush` with one variadic call per key and command (scores as text, as
+-- the caller passed them): a redis.call costs
 -- more than the change it makes, so a script touching thousands of
 -- entries makes a few calls per key, not a few per entry. Removals go
 -- before additions, so an id removed and added again ends up added.
@@ -228,11 +229,13 @@ local function finish(k, id, h, e, state, now)
   redis.call('ZADD', B .. ':fin', now, id)
 end
 
--- `finish`, with its sorted-set changes gathered in `c`.
-local function finish_later(c, k, id, h, e, state, now)
+-- `finish`, with its sorted-set changes gathered in `c`; `now_text` is
+-- `now` as the caller passed it (a Lua number handed to a redis.call is
+-- formatted with sprintf, per entry).
+local function finish_later(c, k, id, h, e, state, now, now_text)
   relist_later(c, id, e, state)
   redis.call('SET', k, final_header(h, e, state, now))
-  later_add(c, B .. ':fin', now, id)
+  later_add(c, B .. ':fin', now_text, id)
 end
 
 -- When nothing is held here for user any more, hand back (and forget) the
