@@ -10,7 +10,7 @@
 //! order; concurrent claimers never get the same entry (the script moves
 //! it to `lease` before anyone else can see it due) and share the work.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use futures_util::future::try_join_all;
@@ -112,8 +112,9 @@ impl RedisStore {
         let now = score(now);
         let until = score(now.saturating_add(lease_ms));
         let streams = 2 * usize::from(self.keys.shards());
-        let mut got: Vec<Entry> = Vec::new();
-        let mut fire: HashMap<String, Millis> = HashMap::new();
+        // Each claimed entry with its fire time, to sort by at the end.
+        let mut got: Vec<(Millis, Entry)> = Vec::new();
+        let mut one = Vec::with_capacity(1);
         for _ in 0..MAX_CLAIM_ROUNDS {
             let want = limit - got.len();
             let picks = merge(streams, want, false, |r| self.fire_stream(now, r))
@@ -138,9 +139,9 @@ impl RedisStore {
             let mut moved = 0;
             for answer in answers {
                 for [id, s, value] in groups(array(answer)?, "claim")? {
-                    let id = text(id)?;
-                    fire.insert(id.clone(), parse_score(&s)?);
-                    self.take_claimed(&id, blob(value)?, &mut got);
+                    let fire = parse_score(&s)?;
+                    self.take_claimed(&text(id)?, blob(value)?, &mut one);
+                    got.extend(one.drain(..).map(|e| (fire, e)));
                     moved += 1;
                 }
             }
@@ -148,11 +149,7 @@ impl RedisStore {
                 break;
             }
         }
-        got.sort_by(|a, b| {
-            let fa = fire.get(a.id()).copied().unwrap_or(0);
-            let fb = fire.get(b.id()).copied().unwrap_or(0);
-            (fa, a.id()).cmp(&(fb, b.id()))
-        });
-        Ok(got)
+        got.sort_unstable_by(|(fa, a), (fb, b)| (fa, a.id()).cmp(&(fb, b.id())));
+        Ok(got.into_iter().map(|(_, e)| e).collect())
     }
 }
