@@ -72,26 +72,19 @@ impl Root {
         let mut confirms = Vec::with_capacity(batch.len());
         for n in batch {
             let (properties, body) = herald_router::amqp::envelope::to_amqp(n);
-            confirms.push(
-                self.channel
-                    .basic_publish(
-                        self.exchange.as_str().into(),
-                        "".into(),
-                        BasicPublishOptions::default(),
-                        &body,
-                        properties,
-                    )
-                    .await
-                    .unwrap(),
-            );
+            confirms.push(self.publish(properties, &body).await);
         }
         for c in confirms {
             c.await.unwrap();
         }
     }
 
-    /// Publish a message as is and wait for its confirm.
-    async fn forward_raw(&self, properties: lapin::BasicProperties, body: &[u8]) {
+    /// Publish a message as is; its confirm, to await.
+    async fn publish(
+        &self,
+        properties: lapin::BasicProperties,
+        body: &[u8],
+    ) -> lapin::PublisherConfirm {
         self.channel
             .basic_publish(
                 self.exchange.as_str().into(),
@@ -102,8 +95,11 @@ impl Root {
             )
             .await
             .unwrap()
-            .await
-            .unwrap();
+    }
+
+    /// Publish a message as is and wait for its confirm.
+    async fn forward_raw(&self, properties: lapin::BasicProperties, body: &[u8]) {
+        self.publish(properties, body).await.await.unwrap();
     }
 
     async fn forward(&self, n: &Notification) {

@@ -139,29 +139,26 @@ local function changes()
   return { rem = {}, add = {}, order = {} }
 end
 
-local function note_key(c, key)
-  if not c.rem[key] and not c.add[key] then
-    c.order[#c.order + 1] = key
+-- The list of pending `which` ('rem' or 'add') changes of `key`.
+local function pending(c, which, key)
+  local t = c[which][key]
+  if not t then
+    if not c.rem[key] and not c.add[key] then
+      c.order[#c.order + 1] = key
+    end
+    t = {}
+    c[which][key] = t
   end
+  return t
 end
 
 local function later_rem(c, key, member)
-  note_key(c, key)
-  local t = c.rem[key]
-  if not t then
-    t = {}
-    c.rem[key] = t
-  end
+  local t = pending(c, 'rem', key)
   t[#t + 1] = member
 end
 
 local function later_add(c, key, score, member)
-  note_key(c, key)
-  local t = c.add[key]
-  if not t then
-    t = {}
-    c.add[key] = t
-  end
+  local t = pending(c, 'add', key)
   t[#t + 1] = score
   t[#t + 1] = member
 end
