@@ -1,6 +1,7 @@
 //! The firer against a link it controls (and the embedded store): it sends
-//! the next batch while the link has not yet taken the one before, and an
-//! entry whose batch the link does not take is released and fired again.
+//! the next batch while the link has not yet taken the one before, an
+//! entry whose batch the link does not take is released and fired again,
+//! and a steady stream is claimed and settled in slices, not per entry.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -95,13 +96,17 @@ struct Running {
 }
 
 async fn start() -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    let config = ScheduleConfig {
+    start_with(ScheduleConfig {
         retry_after_ms: 100,
         claim_ahead_ms: 50,
         ..ScheduleConfig::default()
-    };
+    })
+    .await
+}
+
+async fn start_with(config: ScheduleConfig) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
     let delayed = Delayed::new(config, store, DelayedMetrics::default());
     let (tx, sent) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
@@ -188,6 +193,51 @@ async fn a_batch_the_link_does_not_take_fires_again() {
         r.delayed.metrics().fired.get(),
         1,
         "counted once, when taken"
+    );
+    r.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_steady_stream_is_claimed_and_settled_in_slices() {
+    // claim_ahead 400 ms: a claim takes all due within 400 ms and the next
+    // starts once something is due within 300 ms, so a stream spread over
+    // a second is claimed about every 100 ms, not once per entry.
+    let mut r = start_with(ScheduleConfig {
+        claim_ahead_ms: 400,
+        ..ScheduleConfig::default()
+    })
+    .await;
+    let start = now_ms();
+    let due: Vec<(String, u64)> = (0..100)
+        .map(|i| (format!("s{i:03}"), start + 100 + 10 * i))
+        .collect();
+    let entries = due.iter().map(|(id, at)| entry(id, *at)).collect();
+    r.delayed.accept(entries).await.unwrap();
+    let mut seen = 0;
+    while seen < due.len() {
+        let (ids, answer) = r.next_sent().await;
+        let at = now_ms();
+        for id in &ids {
+            let (_, due_at) = due.iter().find(|(d, _)| d == id).unwrap();
+            assert!(at >= *due_at, "{id} sent at {at}, due {due_at}");
+        }
+        seen += ids.len();
+        answer.send(Ok(())).unwrap();
+    }
+    for (id, _) in &due {
+        r.until_state(id, State::Delivered).await;
+    }
+    let m = r.delayed.metrics();
+    assert_eq!(m.fired.get(), 100);
+    let claims = m.claims.get();
+    assert!(
+        (1..=20).contains(&claims),
+        "100 entries over a second took {claims} claims"
+    );
+    let settles = m.settles.get();
+    assert!(
+        (1..=40).contains(&settles),
+        "100 entries over a second took {settles} settles"
     );
     r.shutdown.cancel();
 }

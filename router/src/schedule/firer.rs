@@ -2,11 +2,16 @@
 //! process; it sleeps until the scheduler's next deadline, claims what is
 //! due, and hands it to the [`Link`].
 //!
-//! It looks `claim_ahead_ms` ahead: it asks the scheduler and claims as if
-//! it were that much later, and holds what it claimed in [`Ready`] until
-//! each entry's due time, so the claim's commit happens before the due
-//! time instead of after it. Nothing goes out before it is due. At
-//! shutdown, entries still waiting are released to fire at their time.
+//! It looks `claim_ahead_ms` ahead: it claims everything due within
+//! `claim_ahead_ms` and holds what it claimed in [`Ready`] until each
+//! entry's due time, so the claim's commit happens before the due time
+//! instead of after it. Nothing goes out before it is due. A claim starts
+//! once the earliest entry is due within three quarters of
+//! `claim_ahead_ms` (it asks the scheduler as if it were that much later):
+//! a steady stream is claimed in slices of a quarter of `claim_ahead_ms`
+//! (8 claims a second with the default 500 ms), not one claim per entry
+//! crossing the horizon. At shutdown, entries still waiting are released
+//! to fire at their time.
 //!
 //! For each claimed batch:
 //! - a `when-online` entry whose user is offline is held
@@ -31,7 +36,8 @@
 //! Marking delivered is the settler's job, a task beside the confirmer:
 //! the confirmer hands it the ids of each batch the link took and goes on
 //! without waiting for that commit. The settler writes what has queued up,
-//! [`SETTLE_CHUNK`] ids per [`Store::delivered`] call. While it is busy (its queue of
+//! [`SETTLE_CHUNK`] ids per [`Store::delivered`] call; a pile smaller than
+//! that waits up to [`SETTLE_LINGER`] for more first. While it is busy (its queue of
 //! [`SETTLE_QUEUE`] messages is full), ids pile up on the confirmer's side
 //! and go over as one message; past [`SETTLE_MAX`] of them the confirmer
 //! waits (policy: backpressure), and so, once its queue is full, does the
@@ -77,6 +83,13 @@ const SETTLE_MAX: usize = 20_000;
 const SETTLE_CHUNK: usize = 2_000;
 /// Batches sent to the link and waiting for it to take them, at most.
 const CONFIRM_QUEUE: usize = 8;
+/// A claim takes everything due within `claim_ahead_ms`, and the next one
+/// starts once something is due within all but 1/`CLAIM_SLICES` of it.
+const CLAIM_SLICES: u64 = 4;
+/// How long the settler lets a pile smaller than [`SETTLE_CHUNK`] grow
+/// before marking it delivered: at a steady rate, one store call per
+/// this much instead of one per batch the link took.
+const SETTLE_LINGER: Duration = Duration::from_millis(50);
 
 /// What the firer needs.
 pub(crate) struct Firer {
@@ -134,6 +147,9 @@ impl Firer {
         // Claimed, not yet due: at most four claims' worth.
         let mut ready = Ready::new(self.config.claim_batch.saturating_mul(4));
         let ahead_ms = self.config.claim_ahead_ms;
+        // The scheduler's clock runs this far ahead: a claim starts when
+        // something is due within it, and takes all due within `ahead_ms`.
+        let trigger_ms = ahead_ms - ahead_ms / CLAIM_SLICES;
         // The claim in flight: it runs beside the loop, so entries already
         // claimed go out on time while the next claim commits.
         let mut claiming: Option<Claiming> = None;
@@ -163,15 +179,16 @@ impl Firer {
                 continue;
             }
             let ahead = now.saturating_add(ahead_ms);
-            let action = match scheduler.poll(ahead) {
+            let clock = now.saturating_add(trigger_ms);
+            let action = match scheduler.poll(clock) {
                 // Wait for the claim in flight, or for room in `ready`.
                 Action::Claim { .. } if claiming.is_some() || ready.is_full() => None,
                 Action::Claim { .. } if now < claim_after => {
-                    Some(Action::SleepUntil(claim_after.saturating_add(ahead_ms)))
+                    Some(Action::SleepUntil(claim_after.saturating_add(trigger_ms)))
                 }
                 Action::Refill { .. } if refilling.is_some() => None,
                 Action::Refill { .. } if now < refill_after => {
-                    Some(Action::SleepUntil(refill_after.saturating_add(ahead_ms)))
+                    Some(Action::SleepUntil(refill_after.saturating_add(trigger_ms)))
                 }
                 other => Some(other),
             };
@@ -179,12 +196,13 @@ impl Firer {
                 Some(Action::Refill { until, limit }) => {
                     let store = Arc::clone(&self.store);
                     refilling = Some(Refilling {
-                        at: ahead,
+                        at: clock,
                         limit,
                         task: tokio::spawn(async move { store.upcoming(until, limit).await }),
                     });
                 }
                 Some(Action::Claim { limit }) => {
+                    self.metrics.claims.inc();
                     let store = Arc::clone(&self.store);
                     let lease = self.config.lease_ms;
                     claiming = Some(Claiming {
@@ -196,9 +214,9 @@ impl Firer {
                     });
                 }
                 sleep => {
-                    // On the scheduler's clock, `ahead_ms` early.
+                    // On the scheduler's clock, `trigger_ms` early.
                     let until = match sleep {
-                        Some(Action::SleepUntil(t)) => t.saturating_sub(ahead_ms),
+                        Some(Action::SleepUntil(t)) => t.saturating_sub(trigger_ms),
                         _ => Millis::MAX,
                     };
                     let wake = until.min(ready.next_at().unwrap_or(Millis::MAX));
@@ -539,7 +557,8 @@ struct Refilling {
 
 /// A claim running beside the firer's loop.
 struct Claiming {
-    /// The scheduler's clock it claims at (`claim_ahead_ms` ahead).
+    /// The time it claims up to (`claim_ahead_ms` ahead): everything
+    /// due by then, when the claim comes back short.
     at: Millis,
     limit: usize,
     task: tokio::task::JoinHandle<Result<Vec<Entry>, StoreError>>,
@@ -672,6 +691,18 @@ async fn settler(
     mut queue: mpsc::Receiver<Vec<String>>,
 ) {
     while let Some(mut ids) = queue.recv().await {
+        let linger = tokio::time::sleep(SETTLE_LINGER);
+        tokio::pin!(linger);
+        while ids.len() < SETTLE_CHUNK {
+            tokio::select! {
+                more = queue.recv() => match more {
+                    Some(more) => ids.extend(more),
+                    // The firer is done: mark what is here, then end.
+                    None => break,
+                },
+                _ = &mut linger => break,
+            }
+        }
         while ids.len() < SETTLE_MAX {
             match queue.try_recv() {
                 Ok(more) => ids.extend(more),
@@ -682,6 +713,7 @@ async fn settler(
             let rest = ids.split_off(ids.len().min(SETTLE_CHUNK));
             let chunk = std::mem::replace(&mut ids, rest);
             let n = chunk.len();
+            metrics.settles.inc();
             if let Err(e) = store.delivered(chunk, now_ms()).await {
                 metrics.store_error("delivered");
                 tracing::warn!(error = %e, entries = n, "marking notifications delivered failed; they fire again after their lease");

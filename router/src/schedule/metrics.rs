@@ -36,6 +36,10 @@ pub struct DelayedMetrics {
     pub duplicates: Counter,
     /// Entries handed to the link when due (or when their user came online).
     pub fired: Counter,
+    /// Claims made (store calls that took due entries).
+    pub claims: Counter,
+    /// Store calls that marked fired notifications delivered.
+    pub settles: Counter,
     /// Firing lateness, seconds from due time to hand-off (first attempt of
     /// entries not held).
     pub lateness: Histogram,
@@ -80,6 +84,8 @@ impl Default for DelayedMetrics {
             accepted: Counter::default(),
             duplicates: Counter::default(),
             fired: Counter::default(),
+            claims: Counter::default(),
+            settles: Counter::default(),
             lateness: Histogram::new([
                 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
@@ -121,6 +127,16 @@ impl DelayedMetrics {
             "fired",
             "Delayed notifications handed to the link",
             self.fired.clone(),
+        );
+        r.register(
+            "claims",
+            "Claims of due notifications made (store calls)",
+            self.claims.clone(),
+        );
+        r.register(
+            "settles",
+            "Store calls that marked fired notifications delivered",
+            self.settles.clone(),
         );
         r.register(
             "lateness_seconds",
@@ -233,6 +249,8 @@ mod tests {
             "herald_delayed_accepted_total",
             "herald_delayed_duplicates_total",
             "herald_delayed_fired_total",
+            "herald_delayed_claims_total",
+            "herald_delayed_settles_total",
             "herald_delayed_lateness_seconds_bucket",
             "herald_delayed_pending{due=\"1m\"}",
             "herald_delayed_firing",
