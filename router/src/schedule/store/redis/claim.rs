@@ -83,22 +83,23 @@ impl RedisStore {
         self.peek(key, max, &r).await
     }
 
-    /// Decode a claimed entry into `out`; skip (and count) a missing or
-    /// corrupt one.
-    pub(super) fn take_claimed(&self, id: &str, value: Vec<u8>, out: &mut Vec<Entry>) {
+    /// Decode a claimed entry; `None` (counted) for a missing or corrupt
+    /// one.
+    pub(super) fn take_claimed(&self, id: &str, value: Vec<u8>) -> Option<Entry> {
         if value.is_empty() {
             self.metrics.orphans.inc();
             tracing::error!(
                 id,
                 "a delayed-store index named an entry that is missing (evicted or lost by Redis); dropped"
             );
-            return;
+            return None;
         }
         match layout::entry(id, Bytes::from(value)) {
-            Ok(e) => out.push(e),
+            Ok(e) => Some(e),
             Err(e) => {
                 self.metrics.corrupt.inc();
                 tracing::error!(id, error = %e, "a claimed delayed entry cannot be decoded; it stays firing until its lease expires");
+                None
             }
         }
     }
@@ -114,7 +115,6 @@ impl RedisStore {
         let streams = 2 * usize::from(self.keys.shards());
         // Each claimed entry with its fire time, to sort by at the end.
         let mut got: Vec<(Millis, Entry)> = Vec::new();
-        let mut one = Vec::with_capacity(1);
         for _ in 0..MAX_CLAIM_ROUNDS {
             let want = limit - got.len();
             let picks = merge(streams, want, false, |r| self.fire_stream(now, r))
@@ -140,8 +140,9 @@ impl RedisStore {
             for answer in answers {
                 for [id, s, value] in groups(array(answer)?, "claim")? {
                     let fire = parse_score(&s)?;
-                    self.take_claimed(&text(id)?, blob(value)?, &mut one);
-                    got.extend(one.drain(..).map(|e| (fire, e)));
+                    if let Some(e) = self.take_claimed(&text(id)?, blob(value)?) {
+                        got.push((fire, e));
+                    }
                     moved += 1;
                 }
             }

@@ -208,7 +208,7 @@ impl RedisStore {
                 done.push(format!("{s}:{}", text(t)?));
             }
             for [id, value] in groups(array(pairs)?, "claim_held")? {
-                self.take_claimed(&text(id)?, blob(value)?, &mut got);
+                got.extend(self.take_claimed(&text(id)?, blob(value)?));
             }
         }
         self.unhint(user, done).await?;

@@ -36,8 +36,7 @@ local function claim(id, from, score)
   -- The value as stored now: the header just updated in place.
   out[#out + 1] = id
   out[#out + 1] = score
-  out[#out + 1] = string.sub(v, 1, 1) .. struct.pack('>BI4I8I8', FIRING, e.attempts + 1, now, lease_until)
-    .. string.sub(v, 23)
+  out[#out + 1] = with_state(v, FIRING, e.attempts + 1, now, lease_until)
   n = n + 1
 end
 

@@ -111,24 +111,6 @@ local function listed(state)
   return state
 end
 
--- Move the entry from its state's list to state `to`'s.
-local function relist(id, e, to)
-  local from, dest = listed(e.state), listed(to)
-  local m = e.due .. id
-  if from == dest then
-    -- Released to scheduled: only one an older Herald claimed moves.
-    if e.state == FIRING and redis.call('ZREM', lkey(FIRING, e.topic), m) == 1 then
-      redis.call('ZADD', lkey(dest, e.topic), 0, m)
-    end
-    return
-  end
-  if redis.call('ZREM', lkey(from, e.topic), m) == 0 and e.state == FIRING then
-    -- Claimed by an older Herald, which listed firing entries apart.
-    redis.call('ZREM', lkey(FIRING, e.topic), m)
-  end
-  redis.call('ZADD', lkey(dest, e.topic), 0, m)
-end
-
 -- Sorted-set changes gathered while a script walks its entries, made by
 -- `flush` with one variadic call per key and command (scores as text, as
 -- the caller passed them): a redis.call costs
@@ -188,9 +170,10 @@ local function flush(c)
   c.rem, c.add, c.order = {}, {}, {}
 end
 
--- `relist`, with its sorted-set changes gathered in `c` (see `changes`).
--- An entry an older Herald claimed may be in firing's own list: it is
--- removed from there too, when that list exists.
+-- Move the entry from its state's list to state `to`'s, the sorted-set
+-- changes gathered in `c` (see `changes`). An entry an older Herald
+-- claimed may be in firing's own list: it is removed from there too, when
+-- that list exists.
 local function relist_later(c, id, e, to)
   local from, dest = listed(e.state), listed(to)
   local legacy = e.state == FIRING and firing_list(e.topic)
@@ -207,23 +190,27 @@ local function relist_later(c, id, e, to)
   later_add(c, lkey(dest, e.topic), 0, m)
 end
 
+-- Move the entry from its state's list to state `to`'s, now.
+local function relist(id, e, to)
+  local c = changes()
+  relist_later(c, id, e, to)
+  flush(c)
+end
+
+-- The mutable part of a header: the bytes after the layout byte, up to
+-- `due_ms`.
+local function state_bytes(state, attempts, now, deadline)
+  return struct.pack('>BI4I8I8', state, attempts, now, deadline)
+end
+
+-- `v` (a header, or a whole value) with its mutable part replaced.
+local function with_state(v, state, attempts, now, deadline)
+  return string.sub(v, 1, 1) .. state_bytes(state, attempts, now, deadline) .. string.sub(v, 23)
+end
+
 -- Overwrite the mutable part of the header in place.
 local function put_state(k, state, attempts, now, deadline)
-  redis.call('SETRANGE', k, 1, struct.pack('>BI4I8I8', state, attempts, now, deadline))
-end
-
--- The header of a final entry: `h` with its new state, at `now`.
-local function final_header(h, e, state, now)
-  return string.sub(h, 1, 1) .. struct.pack('>BI4I8I8', state, e.attempts, now, 0)
-    .. string.sub(h, 23)
-end
-
--- Make an entry final: its status stays (header only: the body is dropped),
--- listed under its new state and queued for purge.
-local function finish(k, id, h, e, state, now)
-  relist(id, e, state)
-  redis.call('SET', k, final_header(h, e, state, now))
-  redis.call('ZADD', B .. ':fin', now, id)
+  redis.call('SETRANGE', k, 1, state_bytes(state, attempts, now, deadline))
 end
 
 -- `finish`, with its sorted-set changes gathered in `c`; `now_text` is
@@ -231,8 +218,16 @@ end
 -- formatted with sprintf, per entry).
 local function finish_later(c, k, id, h, e, state, now, now_text)
   relist_later(c, id, e, state)
-  redis.call('SET', k, final_header(h, e, state, now))
+  redis.call('SET', k, with_state(h, state, e.attempts, now, 0))
   later_add(c, B .. ':fin', now_text, id)
+end
+
+-- Make an entry final: its status stays (header only: the body is dropped),
+-- listed under its new state and queued for purge.
+local function finish(k, id, h, e, state, now)
+  local c = changes()
+  finish_later(c, k, id, h, e, state, now, now)
+  flush(c)
 end
 
 -- When nothing is held here for user any more, hand back (and forget) the
