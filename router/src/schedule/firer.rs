@@ -442,17 +442,8 @@ impl Firer {
     }
 
     async fn release(&self, ids: Vec<String>, at: Millis, now: Millis, scheduler: &mut Scheduler) {
-        let hints: Vec<String> = ids.clone();
-        match self.store.release(ids, at, now).await {
-            Ok(()) => {
-                for id in hints {
-                    scheduler.scheduled(at, id);
-                }
-            }
-            Err(e) => {
-                self.metrics.store_error("release");
-                tracing::warn!(error = %e, "releasing notifications failed; they fire again after their lease");
-            }
+        for id in released(&*self.store, &self.metrics, ids, at, now).await {
+            scheduler.scheduled(at, id);
         }
     }
 
@@ -547,6 +538,25 @@ fn joined<T>(done: Result<Result<T, StoreError>, tokio::task::JoinError>) -> Res
     done.map_err(|e| StoreError::Unavailable(format!("the store task failed: {e}")))?
 }
 
+/// Release `ids` to fire at `at`: the ids, once the store took them; none
+/// when it failed (counted and logged: they fire again after their lease).
+async fn released(
+    store: &dyn Store,
+    metrics: &DelayedMetrics,
+    ids: Vec<String>,
+    at: Millis,
+    now: Millis,
+) -> Vec<String> {
+    match store.release(ids.clone(), at, now).await {
+        Ok(()) => ids,
+        Err(e) => {
+            metrics.store_error("release");
+            tracing::warn!(error = %e, "releasing notifications failed; they fire again after their lease");
+            Vec::new()
+        }
+    }
+}
+
 /// A refill running beside the firer's loop.
 struct Refilling {
     /// The scheduler's clock it reads at.
@@ -618,19 +628,10 @@ impl Confirmer {
                 tracing::warn!(error = %e, entries = sent.ids.len(), retry_ms = self.retry_after_ms, "the link did not take due notifications; retrying");
                 let now = now_ms();
                 let retry = now.saturating_add(self.retry_after_ms);
-                match self.store.release(sent.ids.clone(), retry, now).await {
-                    Ok(()) => {
-                        for id in sent.ids {
-                            // A hint that does not fit is found by the
-                            // next refill.
-                            if self.hint.try_send((retry, id)).is_err() {
-                                self.metrics.hints_dropped.inc();
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        self.metrics.store_error("release");
-                        tracing::warn!(error = %e, "releasing notifications failed; they fire again after their lease");
+                for id in released(&*self.store, &self.metrics, sent.ids, retry, now).await {
+                    // A hint that does not fit is found by the next refill.
+                    if self.hint.try_send((retry, id)).is_err() {
+                        self.metrics.hints_dropped.inc();
                     }
                 }
             }
