@@ -379,6 +379,23 @@ impl Router {
             .unwrap()
     }
 
+    /// The metrics page once it holds every one of `lines`. Counters
+    /// the router moves after a broker confirm can trail what a test
+    /// sees in a queue, so a test asking for exact counts waits for
+    /// them (up to 10 s) instead of reading the page once.
+    pub async fn metrics_showing(&self, lines: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let m = self.metrics().await;
+            if lines.iter().all(|l| m.contains(l)) {
+                return m;
+            }
+            let missing: Vec<&&str> = lines.iter().filter(|l| !m.contains(*l)).collect();
+            assert!(Instant::now() < deadline, "never showed {missing:?}\n{m}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The value of the metric line starting with `series`.
     pub async fn metric(&self, series: &str) -> f64 {
         let text = self.metrics().await;
