@@ -323,9 +323,10 @@ impl Hub {
         };
         match n.scope {
             Scope::User => {
+                // Allocated only for a notification to several users.
                 let mut seen: HashSet<&str> = HashSet::new();
                 for user in &n.users {
-                    if !seen.insert(user) {
+                    if n.users.len() > 1 && !seen.insert(user) {
                         continue;
                     }
                     let mut shard = self.shards[shard_of(user)].lock();
