@@ -35,6 +35,54 @@ pub(crate) struct Delivery {
     /// Arrivals within `goal_ms` of their due time (when a goal is given).
     pub(crate) goal_ms: Option<u64>,
     pub(crate) within_goal: Option<u64>,
+    /// When the slowest 1% were due: the [`SLOW_BINS`] bins of [`SLOW_BIN_MS`] (by due time,
+    /// from the first due time) holding most of them. Periodic work inside Herald (claims,
+    /// refills, marking delivered) shows as bins a period apart.
+    pub(crate) slowest: Vec<SlowBin>,
+}
+
+/// Width of the due-time bins of [`Delivery::slowest`], ms.
+pub(crate) const SLOW_BIN_MS: u64 = 100;
+/// Bins reported in [`Delivery::slowest`].
+pub(crate) const SLOW_BINS: usize = 8;
+
+/// Arrivals among the slowest 1% that were due in one bin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct SlowBin {
+    /// The bin's start, ms after the first due time.
+    pub(crate) due_offset_ms: u64,
+    /// Slowest-1% arrivals due in it.
+    pub(crate) count: u64,
+    /// The latest of them, ns.
+    pub(crate) max_late_ns: u64,
+}
+
+/// The bins holding most of the slowest 1% of `(due ms, lateness ns)`, most first.
+fn slowest(mut late: Vec<(u64, u64)>, first_due_ms: u64) -> Vec<SlowBin> {
+    if late.is_empty() {
+        return Vec::new();
+    }
+    let n = late.len().div_ceil(100);
+    late.select_nth_unstable_by(n - 1, |a, b| b.1.cmp(&a.1));
+    let mut bins: std::collections::BTreeMap<u64, SlowBin> = Default::default();
+    for &(due, ns) in &late[..n] {
+        let offset = due.saturating_sub(first_due_ms) / SLOW_BIN_MS * SLOW_BIN_MS;
+        let bin = bins.entry(offset).or_insert(SlowBin {
+            due_offset_ms: offset,
+            count: 0,
+            max_late_ns: 0,
+        });
+        bin.count += 1;
+        bin.max_late_ns = bin.max_late_ns.max(ns);
+    }
+    let mut bins: Vec<SlowBin> = bins.into_values().collect();
+    bins.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.due_offset_ms.cmp(&b.due_offset_ms))
+    });
+    bins.truncate(SLOW_BINS);
+    bins
 }
 
 /// Summarizes `arrivals` (`(seq, unix ns)`, any order, duplicates included) against `plan`,
@@ -70,6 +118,7 @@ pub(crate) fn summarize(
             .saturating_mul(1_000_000)
     };
     let mut lateness = Vec::with_capacity(arrivals.len());
+    let mut by_due = Vec::with_capacity(arrivals.len());
     let (mut early, mut most_early) = (0u64, None::<u64>);
     let mut within = 0u64;
     let mut last_arrival = None::<u64>;
@@ -86,6 +135,7 @@ pub(crate) fn summarize(
             within += 1;
         }
         lateness.push(late);
+        by_due.push((due / 1_000_000, late));
     }
     let received = lateness.len() as u64;
     let last_due_ms = dues
@@ -114,12 +164,39 @@ pub(crate) fn summarize(
             .map(|at| (i128::from(at) - i128::from(last_due_ms) * 1_000_000) as f64 / 1e6),
         goal_ms,
         within_goal: goal_ms.map(|_| within),
+        slowest: slowest(by_due, first_due_ms),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_slowest_percent_is_binned_by_due_time() {
+        // 1,000 due one per ms from 5,000; those due at 5,200 - 5,209 are 50 ms late, the rest
+        // 1 ms: the slowest 1% (10) all fall in the bin at +200 ms.
+        let late: Vec<(u64, u64)> = (0..1_000u64)
+            .map(|k| {
+                let due = 5_000 + k;
+                let ns = if (200..210).contains(&k) {
+                    50_000_000
+                } else {
+                    1_000_000
+                };
+                (due, ns)
+            })
+            .collect();
+        assert_eq!(
+            slowest(late, 5_000),
+            vec![SlowBin {
+                due_offset_ms: 200,
+                count: 10,
+                max_late_ns: 50_000_000
+            }]
+        );
+        assert_eq!(slowest(Vec::new(), 0), vec![]);
+    }
     use crate::delayed::plan::Dues;
 
     const T: u64 = 1_800_000_000_000;

@@ -203,6 +203,25 @@ impl DelayedReport {
                     }
                 );
             }
+            if !d.slowest.is_empty() {
+                let bins: Vec<String> = d
+                    .slowest
+                    .iter()
+                    .map(|b| {
+                        format!(
+                            "+{:.1} s: {} (max {})",
+                            b.due_offset_ms as f64 / 1000.0,
+                            b.count,
+                            human_ms(b.max_late_ns as f64)
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "slowest 1%    due at (100 ms bins, from the first due time) {}",
+                    bins.join(", ")
+                );
+            }
         }
         if let Some(l) = &self.server_lateness {
             let _ = writeln!(
