@@ -30,6 +30,7 @@ pub mod config;
 pub mod entry;
 mod firer;
 pub mod metrics;
+mod pace;
 pub mod presence;
 mod ready;
 pub mod record;

@@ -44,6 +44,32 @@ pub struct ScheduleConfig {
     /// lateness. A cancel that comes later than this before the due time
     /// finds the entry firing (too late). Must be less than `lease_ms`.
     pub claim_ahead_ms: u64,
+    /// How far ahead a pile (many entries due close together, a herd) may
+    /// be claimed: its claims start early enough to be done by its due
+    /// time, at the pace claims were measured to take, but no earlier than
+    /// this. Cancels of a pile's entries later than this before their due
+    /// time may find them firing. At least `claim_ahead_ms`, at most
+    /// `horizon_ms` (the window sees no further), less than `lease_ms`.
+    /// Unset: 4 s, or less to fit a short lease or horizon
+    /// ([`ScheduleConfig::claim_ahead_max_ms`]).
+    pub claim_ahead_max_ms: Option<u64>,
+    /// Most claimed entries held in memory until they are due (when
+    /// full, the firer stops claiming until some go: policy
+    /// backpressure). About 0.5 KiB each plus the payload.
+    pub max_claimed: usize,
+    /// Most fired entries waiting to be marked delivered (beyond, firing
+    /// waits for the store: policy backpressure). A herd goes out at the
+    /// link's pace and is marked delivered behind it; if the process dies,
+    /// these fire again after their lease.
+    pub max_unsettled: usize,
+    /// How long fired entries wait before they are marked delivered (the
+    /// first of a round waits this long, the rest less): a burst goes out
+    /// before its bookkeeping competes with it, and a steady stream makes
+    /// a few large writes instead of many small ones. Their status reads
+    /// `firing` meanwhile; if the process dies, they fire again after
+    /// their lease. Unset: 2 s, or less to fit a short lease
+    /// ([`ScheduleConfig::settle_delay_ms`]).
+    pub settle_delay_ms: Option<u64>,
     /// How long a `when-online` notification is held for an offline user
     /// before it expires.
     pub hold_max_ms: u64,
@@ -85,6 +111,10 @@ impl Default for ScheduleConfig {
             max_window: s.max_window,
             claim_batch: s.claim_batch,
             claim_ahead_ms: 500,
+            claim_ahead_max_ms: None,
+            max_claimed: 250_000,
+            max_unsettled: 250_000,
+            settle_delay_ms: None,
             hold_max_ms: 7 * 24 * 3600 * 1000,
             retention_ms: 3 * 24 * 3600 * 1000,
             maintenance_every_ms: 5_000,
@@ -99,7 +129,31 @@ impl Default for ScheduleConfig {
     }
 }
 
+/// `claim_ahead_max_ms` when unset, if lease and horizon allow.
+const CLAIM_AHEAD_MAX_MS: u64 = 4_000;
+/// `settle_delay_ms` when unset, if the lease allows.
+const SETTLE_DELAY_MS: u64 = 2_000;
+
 impl ScheduleConfig {
+    /// How far ahead a pile may be claimed: as set, or 4 s, at most a
+    /// quarter of the lease and the horizon, at least `claim_ahead_ms`.
+    pub fn claim_ahead_max_ms(&self) -> u64 {
+        self.claim_ahead_max_ms.unwrap_or_else(|| {
+            CLAIM_AHEAD_MAX_MS
+                .min(self.horizon_ms)
+                .min(self.lease_ms / 4)
+                .max(self.claim_ahead_ms)
+        })
+    }
+
+    /// How long fired entries wait to be marked delivered: as set, or
+    /// 2 s, at most half of what the lease leaves after a pile's claim.
+    pub fn settle_delay_ms(&self) -> u64 {
+        self.settle_delay_ms.unwrap_or_else(|| {
+            SETTLE_DELAY_MS.min(self.lease_ms.saturating_sub(self.claim_ahead_max_ms()) / 2)
+        })
+    }
+
     /// Every rule, as problems named `schedule.*`.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
@@ -121,6 +175,8 @@ impl ScheduleConfig {
         }
         for (key, value) in [
             ("claim_batch", self.claim_batch),
+            ("max_claimed", self.max_claimed),
+            ("max_unsettled", self.max_unsettled),
             ("online_queue", self.online_queue),
             ("hint_queue", self.hint_queue),
         ] {
@@ -137,6 +193,7 @@ impl ScheduleConfig {
                 self.claim_ahead_ms, self.lease_ms
             ));
         }
+        self.pile_problems(&mut p);
         if self.refill_every_ms > self.horizon_ms {
             p.push(format!(
                 "schedule.refill_every_ms ({}) must not exceed schedule.horizon_ms ({}), or entries due between refills would be missed until the next one",
@@ -156,6 +213,40 @@ impl ScheduleConfig {
             }
         }
         p
+    }
+
+    /// Rules of the values set for `claim_ahead_max_ms` and
+    /// `settle_delay_ms` (unset, they are derived to fit).
+    fn pile_problems(&self, p: &mut Vec<String>) {
+        let ahead_max = self.claim_ahead_max_ms();
+        let settle = self.settle_delay_ms();
+        if let Some(max) = self.claim_ahead_max_ms {
+            if max < self.claim_ahead_ms {
+                p.push(format!(
+                    "schedule.claim_ahead_max_ms ({max}) must be at least schedule.claim_ahead_ms ({})",
+                    self.claim_ahead_ms
+                ));
+            }
+            if max >= self.lease_ms {
+                p.push(format!(
+                    "schedule.claim_ahead_max_ms ({max}) must be less than schedule.lease_ms ({}), or a pile claimed ahead would be claimed again before it is due",
+                    self.lease_ms
+                ));
+            }
+            if max > self.horizon_ms {
+                p.push(format!(
+                    "schedule.claim_ahead_max_ms ({max}) must not exceed schedule.horizon_ms ({}): the window does not see further ahead",
+                    self.horizon_ms
+                ));
+            }
+        }
+        let set = self.claim_ahead_max_ms.is_some() || self.settle_delay_ms.is_some();
+        if set && ahead_max.saturating_add(settle) >= self.lease_ms {
+            p.push(format!(
+                "schedule.claim_ahead_max_ms ({ahead_max}) plus schedule.settle_delay_ms ({settle}) must be less than schedule.lease_ms ({}), or entries would be claimed again before they are marked delivered",
+                self.lease_ms
+            ));
+        }
     }
 
     /// The scheduler's settings.
@@ -210,10 +301,71 @@ mod tests {
         let p = c.problems();
         assert_eq!(p.len(), 5, "{p:?}");
         assert!(p.iter().any(|m| m.contains("schedule.lease_ms")));
-        assert!(p.iter().any(|m| m.contains("schedule.claim_ahead_ms")));
+        assert!(p.iter().any(|m| m.starts_with("schedule.claim_ahead_ms")));
         assert!(p.iter().any(|m| m.contains("schedule.claim_batch")));
         assert!(p.iter().any(|m| m.contains("refill_every_ms")));
         assert!(p.iter().any(|m| m.contains("bad name")));
+    }
+
+    #[test]
+    fn a_pile_is_claimed_within_the_window_and_the_lease() {
+        let problems = |max| {
+            ScheduleConfig {
+                claim_ahead_max_ms: Some(max),
+                ..ScheduleConfig::default()
+            }
+            .problems()
+        };
+        assert!(problems(500).is_empty(), "as far as claim_ahead_ms");
+        assert!(problems(5_000).is_empty(), "as far as the horizon");
+        assert!(problems(499)[0].contains("at least schedule.claim_ahead_ms (500)"));
+        assert!(problems(5_001)[0].contains("must not exceed schedule.horizon_ms (5000)"));
+        let long = ScheduleConfig {
+            horizon_ms: 60_000,
+            claim_ahead_max_ms: Some(30_000),
+            ..ScheduleConfig::default()
+        };
+        assert!(long.problems()[0].contains("less than schedule.lease_ms (30000)"));
+        let slow = ScheduleConfig {
+            settle_delay_ms: Some(26_000),
+            ..ScheduleConfig::default()
+        };
+        assert_eq!(
+            slow.problems(),
+            [
+                "schedule.claim_ahead_max_ms (4000) plus schedule.settle_delay_ms (26000) must be less than schedule.lease_ms (30000), or entries would be claimed again before they are marked delivered"
+            ]
+        );
+    }
+
+    #[test]
+    fn unset_pile_settings_fit_the_lease_and_the_horizon() {
+        let d = ScheduleConfig::default();
+        assert_eq!(
+            (d.claim_ahead_max_ms(), d.settle_delay_ms()),
+            (4_000, 2_000)
+        );
+        let short = ScheduleConfig {
+            lease_ms: 1_000,
+            ..ScheduleConfig::default()
+        };
+        assert_eq!(short.problems(), Vec::<String>::new());
+        assert_eq!(
+            (short.claim_ahead_max_ms(), short.settle_delay_ms()),
+            (500, 250),
+            "claim_ahead_ms, and half of what the lease leaves"
+        );
+        let near = ScheduleConfig {
+            horizon_ms: 2_000,
+            refill_every_ms: 500,
+            ..ScheduleConfig::default()
+        };
+        assert_eq!(near.problems(), Vec::<String>::new());
+        assert_eq!(
+            near.claim_ahead_max_ms(),
+            2_000,
+            "as far as the window sees"
+        );
     }
 
     #[test]

@@ -10,8 +10,12 @@
 //! `claim_ahead_ms` (it asks the scheduler as if it were that much later):
 //! a steady stream is claimed in slices of a quarter of `claim_ahead_ms`
 //! (8 claims a second with the default 500 ms), not one claim per entry
-//! crossing the horizon. At shutdown, entries still waiting are released
-//! to fire at their time.
+//! crossing the horizon. A pile (a herd: many entries due close together)
+//! is claimed earlier, up to `claim_ahead_max_ms`: its claims start when
+//! the pace claims were measured to take ([`ClaimPace`]) says they must,
+//! for all of it to be claimed by its due time ([`Scheduler::pile`]). At
+//! most `max_claimed` entries wait in memory. At shutdown, entries still
+//! waiting are released to fire at their time.
 //!
 //! For each claimed batch:
 //! - a `when-online` entry whose user is offline is held
@@ -35,15 +39,22 @@
 //!
 //! Marking delivered is the settler's job, a task beside the confirmer:
 //! the confirmer hands it the ids of each batch the link took and goes on
-//! without waiting for that commit. The settler writes what has queued up,
-//! [`SETTLE_CHUNK`] ids per [`Store::delivered`] call; a pile smaller than
-//! that waits up to [`SETTLE_LINGER`] for more first. While it is busy (its queue of
+//! without waiting for that commit. The settler lets ids pile up for
+//! `settle_delay_ms` from the first (or until `max_unsettled` of them),
+//! then marks them delivered, [`SETTLE_CHUNK`] ids per
+//! [`Store::delivered`] call: a herd goes out before its bookkeeping
+//! competes with it for the store and the CPU, and a steady stream makes
+//! a few large writes instead of one per batch. (Marking as soon as firing
+//! pauses was tried: a herd's firing pauses whenever the broker holds the
+//! router back, and the marks then ran inside the herd.) While it is busy (its queue of
 //! [`SETTLE_QUEUE`] messages is full), ids pile up on the confirmer's side
-//! and go over as one message; past [`SETTLE_MAX`] of them the confirmer
+//! and go over as one message; past `max_unsettled` of them the confirmer
 //! waits (policy: backpressure), and so, once its queue is full, does the
 //! firer: a slow store slows firing instead of letting fired entries pile
-//! up towards the end of their lease. The confirmer hands over its pile
-//! whenever it has nothing else to do.
+//! up towards the end of their lease. The bound is large (250,000 by
+//! default) so that a herd goes out at the link's pace, not at the pace
+//! of marking it delivered. The confirmer hands over its pile whenever it
+//! has nothing else to do.
 //!
 //! A crash anywhere after the claim leaves the entries firing under their
 //! lease; another firer (or this one, restarted) claims them again when it
@@ -51,7 +62,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
 use herald_protocol::envelope::Notification;
@@ -61,9 +72,10 @@ use tokio_util::sync::CancellationToken;
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis};
 use super::metrics::DelayedMetrics;
+use super::pace::ClaimPace;
 use super::presence::{Asked, Presence};
 use super::ready::Ready;
-use super::scheduler::{Action, Scheduler};
+use super::scheduler::{Action, Scheduler, Window};
 use super::store::{Store, StoreError};
 use super::timing::now_ms;
 use crate::link::{Link, Taken};
@@ -75,9 +87,6 @@ const STORE_RETRY: Duration = Duration::from_millis(200);
 const MAX_SLEEP_MS: u64 = 60_000;
 /// Messages waiting for the settler at most.
 const SETTLE_QUEUE: usize = 4;
-/// Most ids piled up on the confirmer's side (it waits beyond), and most
-/// ids the settler takes at once.
-const SETTLE_MAX: usize = 20_000;
 /// Most ids the settler marks in one store call: a store call is one
 /// commit, and other calls (the firer's claims) wait behind it.
 const SETTLE_CHUNK: usize = 2_000;
@@ -86,10 +95,6 @@ const CONFIRM_QUEUE: usize = 8;
 /// A claim takes everything due within `claim_ahead_ms`, and the next one
 /// starts once something is due within all but 1/`CLAIM_SLICES` of it.
 const CLAIM_SLICES: u64 = 4;
-/// How long the settler lets a pile smaller than [`SETTLE_CHUNK`] grow
-/// before marking it delivered: at a steady rate, one store call per
-/// this much instead of one per batch the link took.
-const SETTLE_LINGER: Duration = Duration::from_millis(50);
 
 /// What the firer needs.
 pub(crate) struct Firer {
@@ -114,14 +119,18 @@ impl Firer {
     /// out their lease after a restart).
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let (tx, queue) = mpsc::channel(SETTLE_QUEUE);
+        let max = self.config.max_unsettled;
         let settler = tokio::spawn(settler(
             Arc::clone(&self.store),
             self.metrics.clone(),
             queue,
+            max,
+            Duration::from_millis(self.config.settle_delay_ms()),
         ));
         let settle = Settle {
             tx,
             pile: Vec::new(),
+            max,
         };
         let (sent, queue) = mpsc::channel(CONFIRM_QUEUE);
         let confirmer = tokio::spawn(
@@ -144,9 +153,11 @@ impl Firer {
 
     async fn fire_until(&mut self, shutdown: &CancellationToken, confirm: &Sender) {
         let mut scheduler = Scheduler::new(self.config.scheduler());
-        // Claimed, not yet due: at most four claims' worth.
-        let mut ready = Ready::new(self.config.claim_batch.saturating_mul(4));
+        // Claimed, not yet due.
+        let mut ready = Ready::new(self.config.max_claimed);
+        let mut pace = ClaimPace::default();
         let ahead_ms = self.config.claim_ahead_ms;
+        let ahead_max_ms = self.config.claim_ahead_max_ms();
         // The scheduler's clock runs this far ahead: a claim starts when
         // something is due within it, and takes all due within `ahead_ms`.
         let trigger_ms = ahead_ms - ahead_ms / CLAIM_SLICES;
@@ -161,7 +172,8 @@ impl Firer {
         loop {
             if shutdown.is_cancelled() {
                 if let Some(c) = claiming.take() {
-                    let (entries, _) = self.claim_done(c.task.await, c.at, c.limit, &mut scheduler);
+                    let (entries, _) =
+                        self.claim_done(c.task.await, (c.at, c.limit), &mut pace, &mut scheduler);
                     for e in entries {
                         ready.push(e.due_ms, e, false);
                     }
@@ -180,7 +192,26 @@ impl Firer {
             }
             let ahead = now.saturating_add(ahead_ms);
             let clock = now.saturating_add(trigger_ms);
-            let action = match scheduler.poll(clock) {
+            // A pile whose claims must start by now reaches as far as it
+            // needs; otherwise the usual claim-ahead, and a wake-up when
+            // the pile's claims must start.
+            let pile = scheduler.pile(now.saturating_add(ahead_max_ms), pace.planned_us());
+            let (polled, reach) = match pile {
+                Some(p) if p.start <= now => (
+                    Action::Claim {
+                        limit: self.config.claim_batch,
+                    },
+                    p.until.max(ahead),
+                ),
+                Some(p) => match scheduler.poll(clock) {
+                    Action::SleepUntil(t) => {
+                        (Action::SleepUntil(t.min(p.start + trigger_ms)), ahead)
+                    }
+                    other => (other, ahead),
+                },
+                None => (scheduler.poll(clock), ahead),
+            };
+            let action = match polled {
                 // Wait for the claim in flight, or for room in `ready`.
                 Action::Claim { .. } if claiming.is_some() || ready.is_full() => None,
                 Action::Claim { .. } if now < claim_after => {
@@ -195,10 +226,14 @@ impl Firer {
             match action {
                 Some(Action::Refill { until, limit }) => {
                     let store = Arc::clone(&self.store);
+                    let max_window = self.config.max_window;
+                    // Indexed in the task, off this loop.
                     refilling = Some(Refilling {
                         at: clock,
-                        limit,
-                        task: tokio::spawn(async move { store.upcoming(until, limit).await }),
+                        task: tokio::spawn(async move {
+                            let items = store.upcoming(until, limit).await?;
+                            Ok(Window::indexed(items, limit, max_window))
+                        }),
                     });
                 }
                 Some(Action::Claim { limit }) => {
@@ -206,11 +241,13 @@ impl Firer {
                     let store = Arc::clone(&self.store);
                     let lease = self.config.lease_ms;
                     claiming = Some(Claiming {
-                        at: ahead,
+                        at: reach,
                         limit,
-                        task: tokio::spawn(
-                            async move { store.claim_due(ahead, limit, lease).await },
-                        ),
+                        task: tokio::spawn(async move {
+                            let started = Instant::now();
+                            let claimed = store.claim_due(reach, limit, lease).await;
+                            (claimed, started.elapsed())
+                        }),
                     });
                 }
                 sleep => {
@@ -227,7 +264,8 @@ impl Firer {
                         _ = shutdown.cancelled() => {}
                         done = async { (&mut claiming.as_mut().expect("guarded").task).await }, if claiming.is_some() => {
                             let c = claiming.take().expect("guarded");
-                            let (entries, failed) = self.claim_done(done, c.at, c.limit, &mut scheduler);
+                            let (entries, failed) =
+                                self.claim_done(done, (c.at, c.limit), &mut pace, &mut scheduler);
                             if failed {
                                 claim_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
                             }
@@ -240,7 +278,11 @@ impl Firer {
                         done = async { (&mut refilling.as_mut().expect("guarded").task).await }, if refilling.is_some() => {
                             let r = refilling.take().expect("guarded");
                             match joined(done) {
-                                Ok(items) => scheduler.refilled(r.at, items, r.limit),
+                                Ok(window) => {
+                                    let old = scheduler.install(r.at, window);
+                                    // Freeing a window's ids takes a while too.
+                                    tokio::spawn(async move { drop(old) });
+                                }
                                 Err(e) => {
                                     self.metrics.store_error("upcoming");
                                     tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
@@ -262,15 +304,21 @@ impl Firer {
         }
     }
 
-    /// The outcome of a claim made at `at` (scheduler clock) for `limit`:
+    /// The outcome of a claim up to `at` (scheduler clock) for `limit`:
     /// the entries, and whether it failed.
     fn claim_done(
         &self,
-        done: Result<Result<Vec<Entry>, StoreError>, tokio::task::JoinError>,
-        at: Millis,
-        limit: usize,
+        done: Result<Claimed, tokio::task::JoinError>,
+        (at, limit): (Millis, usize),
+        pace: &mut ClaimPace,
         scheduler: &mut Scheduler,
     ) -> (Vec<Entry>, bool) {
+        let done = done.map(|(claimed, took)| {
+            if let Ok(entries) = &claimed {
+                pace.observe(entries.len(), took);
+            }
+            claimed
+        });
         match joined(done) {
             Ok(entries) => {
                 scheduler.claimed(at, entries.len(), limit);
@@ -417,9 +465,12 @@ impl Firer {
             let mut ids = Vec::new();
             let mut batch = Vec::new();
             let mut lateness = Vec::new();
+            // Lateness as of this batch: a herd's last batches go out
+            // later than its first.
+            let sending = now_ms();
             for (e, merged_ids) in send.by_ref().take(limit) {
                 if e.attempts == 1 && !from_hold {
-                    lateness.push(now.saturating_sub(e.due_ms));
+                    lateness.push(sending.saturating_sub(e.due_ms));
                 }
                 ids.extend(merged_ids);
                 batch.push(Arc::new(e.notification));
@@ -561,18 +612,20 @@ async fn released(
 struct Refilling {
     /// The scheduler's clock it reads at.
     at: Millis,
-    limit: usize,
-    task: tokio::task::JoinHandle<Result<Vec<(Millis, String)>, StoreError>>,
+    task: tokio::task::JoinHandle<Result<Window, StoreError>>,
 }
 
 /// A claim running beside the firer's loop.
 struct Claiming {
-    /// The time it claims up to (`claim_ahead_ms` ahead): everything
-    /// due by then, when the claim comes back short.
+    /// The time it claims up to (`claim_ahead_ms` ahead, or a pile's
+    /// reach): everything due by then, when the claim comes back short.
     at: Millis,
     limit: usize,
-    task: tokio::task::JoinHandle<Result<Vec<Entry>, StoreError>>,
+    task: tokio::task::JoinHandle<Claimed>,
 }
+
+/// What a claim returned, and how long it took.
+type Claimed = (Result<Vec<Entry>, StoreError>, Duration);
 
 /// The firer's end of the confirmer.
 type Sender = mpsc::Sender<Sent>;
@@ -644,18 +697,20 @@ impl Confirmer {
 struct Settle {
     tx: mpsc::Sender<Vec<String>>,
     pile: Vec<String>,
+    /// `max_unsettled`: beyond this many ids, wait for the settler.
+    max: usize,
 }
 
 impl Settle {
     /// Hand over `ids`, with the pile, if the settler has room; wait for
-    /// room only once the pile holds [`SETTLE_MAX`] ids.
+    /// room only once the pile holds `max` ids.
     async fn hand(&mut self, ids: Vec<String>) {
         self.pile.extend(ids);
         match self.tx.try_send(std::mem::take(&mut self.pile)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(pile)) => {
                 self.pile = pile;
-                if self.pile.len() >= SETTLE_MAX {
+                if self.pile.len() >= self.max {
                     self.flush().await;
                 }
             }
@@ -684,17 +739,20 @@ impl Settle {
     }
 }
 
-/// Mark delivered what the firer hands over, a commit for whatever has
-/// queued up (at most [`SETTLE_MAX`] ids), until the firer drops its end.
+/// Mark delivered what the firer hands over: what piled up over `delay`
+/// from the first id (at most `max` ids at once), [`SETTLE_CHUNK`] per
+/// store call, until the firer drops its end.
 async fn settler(
     store: Arc<dyn Store>,
     metrics: DelayedMetrics,
     mut queue: mpsc::Receiver<Vec<String>>,
+    max: usize,
+    delay: Duration,
 ) {
     while let Some(mut ids) = queue.recv().await {
-        let linger = tokio::time::sleep(SETTLE_LINGER);
+        let linger = tokio::time::sleep(delay);
         tokio::pin!(linger);
-        while ids.len() < SETTLE_CHUNK {
+        while ids.len() < max {
             tokio::select! {
                 more = queue.recv() => match more {
                     Some(more) => ids.extend(more),
@@ -704,15 +762,16 @@ async fn settler(
                 _ = &mut linger => break,
             }
         }
-        while ids.len() < SETTLE_MAX {
+        while ids.len() < max {
             match queue.try_recv() {
                 Ok(more) => ids.extend(more),
                 Err(_) => break,
             }
         }
+        // Chunks off the end: splitting off the front would move the rest
+        // each time (quadratic in a herd's pile).
         while !ids.is_empty() {
-            let rest = ids.split_off(ids.len().min(SETTLE_CHUNK));
-            let chunk = std::mem::replace(&mut ids, rest);
+            let chunk = ids.split_off(ids.len().saturating_sub(SETTLE_CHUNK));
             let n = chunk.len();
             metrics.settles.inc();
             if let Err(e) = store.delivered(chunk, now_ms()).await {

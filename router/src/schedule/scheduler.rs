@@ -15,8 +15,15 @@
 //! because of the bound. Entries accepted by other processes reach the
 //! window at the next refill (every `refill_every_ms`): that is their
 //! lateness bound if the process that accepted them dies first.
+//!
+//! Piles: beside the window it counts items per [`PILE_BUCKET_MS`] of fire
+//! time, so [`Scheduler::pile`] can say when a claim must start for the
+//! claims to be done by each item's due time, at a given cost per entry.
+//! A steady stream needs no more than the firer's usual claim-ahead; a
+//! herd (200,000 due in one second) needs its claims to start seconds
+//! earlier.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::entry::Millis;
 
@@ -38,7 +45,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             horizon_ms: 5_000,
             refill_every_ms: 1_000,
-            max_window: 100_000,
+            max_window: 250_000,
             claim_batch: 20_000,
         }
     }
@@ -65,11 +72,105 @@ pub enum Action {
     SleepUntil(Millis),
 }
 
+/// Width of the fire-time buckets the window's items are counted in.
+pub const PILE_BUCKET_MS: Millis = 10;
+
+/// When a claim must start for the window's items to be claimed by their
+/// due time ([`Scheduler::pile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pile {
+    /// The latest time the claims may start.
+    pub start: Millis,
+    /// How far the claims must reach: every item due by then.
+    pub until: Millis,
+    /// Items in the window due by `until`.
+    pub items: usize,
+}
+
+/// The window: `(fire time, id)` items in order, and their count per
+/// bucket of [`PILE_BUCKET_MS`] (keyed by the bucket's first millisecond),
+/// kept together. A refill's is built off the firer's loop
+/// ([`Window::indexed`]) and swapped in ([`Scheduler::install`]).
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    items: BTreeSet<(Millis, String)>,
+    buckets: BTreeMap<Millis, usize>,
+    /// The refill it came from read as many as it asked for: the store
+    /// may hold more.
+    truncated: bool,
+}
+
+fn bucket(t: Millis) -> Millis {
+    t - t % PILE_BUCKET_MS
+}
+
+impl Window {
+    /// The items a refill for `limit` read, at most `max_window` of them.
+    pub fn indexed(items: Vec<(Millis, String)>, limit: usize, max_window: usize) -> Window {
+        let truncated = items.len() >= limit;
+        let items: BTreeSet<_> = items.into_iter().take(max_window).collect();
+        Window {
+            buckets: counted(&items),
+            items,
+            truncated,
+        }
+    }
+
+    fn insert(&mut self, item: (Millis, String)) {
+        let b = bucket(item.0);
+        if self.items.insert(item) {
+            *self.buckets.entry(b).or_default() += 1;
+        }
+    }
+
+    fn pop_last(&mut self) -> Option<(Millis, String)> {
+        let last = self.items.pop_last()?;
+        let b = bucket(last.0);
+        if let Some(n) = self.buckets.get_mut(&b) {
+            *n -= 1;
+            if *n == 0 {
+                self.buckets.remove(&b);
+            }
+        }
+        Some(last)
+    }
+
+    /// Drop every item due before `from`.
+    fn forget_before(&mut self, from: Millis) {
+        self.items = self.items.split_off(&(from, String::new()));
+        // Whole buckets before `from` go; the one `from` falls in is
+        // counted again.
+        let first = bucket(from);
+        self.buckets = self.buckets.split_off(&first);
+        if self.buckets.contains_key(&first) {
+            let end = first.saturating_add(PILE_BUCKET_MS);
+            let n = self
+                .items
+                .range((first, String::new())..(end, String::new()))
+                .count();
+            if n == 0 {
+                self.buckets.remove(&first);
+            } else {
+                self.buckets.insert(first, n);
+            }
+        }
+    }
+}
+
+/// Items per bucket of [`PILE_BUCKET_MS`].
+fn counted(items: &BTreeSet<(Millis, String)>) -> BTreeMap<Millis, usize> {
+    let mut buckets = BTreeMap::new();
+    for (t, _) in items {
+        *buckets.entry(bucket(*t)).or_default() += 1;
+    }
+    buckets
+}
+
 /// The in-memory window and the refill clock.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     config: SchedulerConfig,
-    window: BTreeSet<(Millis, String)>,
+    window: Window,
     next_refill: Millis,
 }
 
@@ -78,7 +179,7 @@ impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
         Scheduler {
             config,
-            window: BTreeSet::new(),
+            window: Window::default(),
             next_refill: 0,
         }
     }
@@ -90,17 +191,17 @@ impl Scheduler {
 
     /// Items in the window.
     pub fn len(&self) -> usize {
-        self.window.len()
+        self.window.items.len()
     }
 
     /// Whether the window is empty.
     pub fn is_empty(&self) -> bool {
-        self.window.is_empty()
+        self.window.items.is_empty()
     }
 
     /// The earliest fire time in the window.
     pub fn next_fire(&self) -> Option<Millis> {
-        self.window.first().map(|(t, _)| *t)
+        self.window.items.first().map(|(t, _)| *t)
     }
 
     /// What to do at `now`.
@@ -121,27 +222,68 @@ impl Scheduler {
         }
     }
 
+    /// When claims taking `per_entry_us` per entry must start so that
+    /// every item of the window due by `within` is claimed by its due
+    /// time, and how far they must reach. `None` when nothing is due by
+    /// `within`. Items count from the start of their bucket (up to
+    /// [`PILE_BUCKET_MS`] early), and claims reach the end of the bucket
+    /// that needs the earliest start.
+    pub fn pile(&self, within: Millis, per_entry_us: u64) -> Option<Pile> {
+        let mut items = 0usize;
+        let mut best: Option<Pile> = None;
+        for (&bucket, &n) in self.window.buckets.range(..=within) {
+            items += n;
+            let work_ms = (items as u64).saturating_mul(per_entry_us) / 1_000;
+            let start = bucket.saturating_sub(work_ms);
+            if best.is_none_or(|b| start <= b.start) {
+                best = Some(Pile {
+                    start,
+                    until: bucket + (PILE_BUCKET_MS - 1),
+                    items,
+                });
+            }
+        }
+        best
+    }
+
+    /// Whether the bucket counts are those of the window (tests).
+    #[cfg(test)]
+    fn buckets_match(&self) -> bool {
+        counted(&self.window.items) == self.window.buckets
+    }
+
     /// The store's upcoming items, read at `now` for an
     /// [`Action::Refill`] with `limit`: they replace the window.
     pub fn refilled(&mut self, now: Millis, items: Vec<(Millis, String)>, limit: usize) {
-        let truncated = items.len() >= limit;
-        self.window = items.into_iter().take(self.config.max_window).collect();
+        let window = Window::indexed(items, limit, self.config.max_window);
+        self.install(now, window);
+    }
+
+    /// [`Scheduler::refilled`] with the window indexed beforehand
+    /// ([`Window::indexed`], off the caller's loop: indexing a quarter of
+    /// a million ids takes milliseconds). Answers the window it replaced,
+    /// for the caller to drop where that costs nothing.
+    pub fn install(&mut self, now: Millis, window: Window) -> Window {
+        let old = std::mem::replace(&mut self.window, window);
         self.next_refill = now.saturating_add(self.config.refill_every_ms);
-        if truncated && let Some((last, _)) = self.window.last() {
+        if self.window.truncated
+            && let Some((last, _)) = self.window.items.last()
+        {
             // The store has more than the window holds: read again by the
             // time the window runs out.
             self.next_refill = self.next_refill.min(*last);
         }
+        old
     }
 
     /// An entry this process accepted (or released for a retry) fires at
     /// `fire_at`.
     pub fn scheduled(&mut self, fire_at: Millis, id: String) {
-        if self.window.len() < self.config.max_window {
+        if self.len() < self.config.max_window {
             self.window.insert((fire_at, id));
             return;
         }
-        let later_than_all = self.window.last().is_some_and(|(t, _)| fire_at >= *t);
+        let later_than_all = self.window.items.last().is_some_and(|(t, _)| fire_at >= *t);
         if later_than_all {
             // keep-earliest: forget the newcomer, refill before it is due.
             self.next_refill = self.next_refill.min(fire_at);
@@ -160,15 +302,8 @@ impl Scheduler {
     /// again.
     pub fn claimed(&mut self, now: Millis, got: usize, limit: usize) {
         if got < limit {
-            self.forget_until(now);
+            self.window.forget_before(now.saturating_add(1));
         }
-    }
-
-    fn forget_until(&mut self, now: Millis) {
-        let later = self
-            .window
-            .split_off(&(now.saturating_add(1), String::new()));
-        self.window = later;
     }
 }
 
@@ -247,6 +382,34 @@ mod tests {
                 limit: 2
             }
         );
+    }
+
+    #[test]
+    fn a_pile_starts_its_claims_early_enough_to_be_done_when_due() {
+        let mut s = Scheduler::new(config(10_000));
+        s.refilled(0, vec![], 10_000);
+        assert_eq!(s.pile(100_000, 1_000), None, "nothing in the window");
+        // A stream of one every 10 ms: no claim needs to start before its
+        // first item is due.
+        for i in 0..100u64 {
+            s.scheduled(5_000 + 10 * i, format!("s{i:03}"));
+        }
+        let p = s.pile(100_000, 1_000).unwrap();
+        assert_eq!((p.start, p.until, p.items), (4_999, 5_009, 1));
+        // 3,000 more due at 6,005, at 1 ms each: claims must start 3.1 s
+        // before (the stream's 100 items and the pile), reaching the
+        // pile's bucket.
+        for i in 0..3_000u64 {
+            s.scheduled(6_005, format!("h{i:04}"));
+        }
+        let p = s.pile(100_000, 1_000).unwrap();
+        assert_eq!((p.start, p.until, p.items), (6_000 - 3_100, 6_009, 3_100));
+        // Looking no further than the stream, the pile is not seen.
+        assert_eq!(s.pile(5_999, 1_000).unwrap().until, 5_009);
+        // Once claimed up to the pile's end, only the stream's tail is left.
+        s.claimed(6_009, 10, 3_000);
+        assert_eq!(s.len(), 0);
+        assert_eq!(s.pile(100_000, 1_000), None);
     }
 
     #[test]
@@ -365,6 +528,7 @@ mod tests {
                     Op::Advance(d) => sim.advance_to(sim.now + d),
                 }
                 prop_assert!(sim.sched.len() <= max_window);
+                prop_assert!(sim.sched.buckets_match(), "bucket counts drifted from the window");
             }
             let end = sim.now + 5_000;
             sim.advance_to(end);
