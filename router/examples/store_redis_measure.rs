@@ -362,7 +362,7 @@ async fn main() {
     let mut reads = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        store.upcoming(T0 + 60_000, 1000).await.unwrap();
+        store.upcoming(0, T0 + 60_000, 1000).await.unwrap();
         reads.push(t.elapsed());
     }
     println!(

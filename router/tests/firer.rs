@@ -1,9 +1,11 @@
 //! The firer against a link it controls (and the embedded store): it sends
 //! the next batch while the link has not yet taken the one before, an
 //! entry whose batch the link does not take is released and fired again,
-//! a steady stream is claimed and settled in slices, not per entry, and a
-//! pile's claims start as early as its size needs.
+//! a steady stream is claimed and settled in slices, not per entry, a
+//! pile's claims start as early as its size needs, and entries stored by
+//! someone else are found by the refills.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,10 +14,13 @@ use herald_protocol::envelope::{Notification, Scope};
 use herald_router::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
 use herald_router::schedule::config::ScheduleConfig;
 use herald_router::schedule::entry::{Entry, State};
-use herald_router::schedule::metrics::DelayedMetrics;
+use herald_router::schedule::metrics::{DelayedMetrics, ReadLabels};
 use herald_router::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_router::schedule::service::Delayed;
+use herald_router::schedule::store::Store;
 use herald_router::schedule::store::embedded::EmbeddedStore;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -91,6 +96,7 @@ impl Link for Controlled {
 
 struct Running {
     delayed: Delayed,
+    store: Arc<EmbeddedStore>,
     sent: mpsc::UnboundedReceiver<Sent>,
     shutdown: CancellationToken,
     _dir: tempfile::TempDir,
@@ -108,7 +114,7 @@ async fn start() -> Running {
 async fn start_with(config: ScheduleConfig) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    let delayed = Delayed::new(config, store, DelayedMetrics::default());
+    let delayed = Delayed::new(config, store.clone(), DelayedMetrics::default());
     let (tx, sent) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
     delayed
@@ -120,6 +126,7 @@ async fn start_with(config: ScheduleConfig) -> Running {
         .expect("started once");
     Running {
         delayed,
+        store,
         sent,
         shutdown,
         _dir: dir,
@@ -297,4 +304,52 @@ async fn a_pile_is_claimed_ahead_of_the_usual_claim_ahead() {
     r.until_state_within("p00000", State::Delivered, 3 * WAIT)
         .await;
     r.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn entries_stored_elsewhere_come_in_with_the_refills() {
+    // Refills every 100 ms read the slice new to a 500 ms horizon; the
+    // whole horizon is read every second.
+    let mut r = start_with(ScheduleConfig {
+        horizon_ms: 500,
+        refill_every_ms: 100,
+        full_refill_every_ms: 1_000,
+        claim_ahead_ms: 50,
+        claim_ahead_max_ms: Some(100),
+        ..ScheduleConfig::default()
+    })
+    .await;
+    // Stored as another router would, without telling this firer: one due
+    // within what the first read covered (a whole read finds it), ten past
+    // every read so far, spread over 900 ms, so that most come in with
+    // slices (whole reads are a second apart).
+    let now = now_ms();
+    let mut due: HashMap<String, u64> = (0..10)
+        .map(|i| (format!("far{i}"), now + 2_000 + 100 * i))
+        .collect();
+    due.insert("near".into(), now + 100);
+    let entries = due.iter().map(|(id, at)| entry(id, *at)).collect();
+    r.store.insert(entries, now).await.unwrap();
+    while !due.is_empty() {
+        let (ids, answer) = r.next_sent().await;
+        let at = now_ms();
+        for id in ids {
+            let d = due.remove(&id).expect("sent once");
+            assert!(at >= d, "{id} sent at {at}, due {d}");
+        }
+        answer.send(Ok(())).unwrap();
+    }
+    let m = r.delayed.metrics();
+    assert!(reads(&m.refills, false) >= 3, "slices, 100 ms apart");
+    assert!(reads(&m.refills, true) >= 2, "whole reads, a second apart");
+    assert!(
+        reads(&m.refill_items, false) >= 1,
+        "entries came in with slices"
+    );
+    r.shutdown.cancel();
+}
+
+/// The count of whole reads or slices in `family`.
+fn reads(family: &Family<ReadLabels, Counter>, whole: bool) -> u64 {
+    family.get_or_create(&ReadLabels::of(whole)).get()
 }

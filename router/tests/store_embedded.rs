@@ -112,7 +112,7 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
             .unwrap();
     }
     let store = EmbeddedStore::open(dir.path()).unwrap();
-    let due = store.upcoming(u64::MAX, 1000).await.unwrap();
+    let due = store.upcoming(0, u64::MAX, 1000).await.unwrap();
     assert_eq!(due.len(), 100);
     // Claims live in memory: what the closed store had claimed is
     // scheduled again, and due at once.
@@ -260,7 +260,7 @@ async fn an_entry_left_firing_by_an_older_store_fires_when_its_lease_ends() {
         let counts = store.counts(t0, vec![]).await.unwrap();
         assert_eq!((counts.scheduled, counts.firing), (vec![1], 0));
         assert_eq!(
-            store.upcoming(u64::MAX, 10).await.unwrap(),
+            store.upcoming(0, u64::MAX, 10).await.unwrap(),
             vec![(lease_until, "old".to_owned())]
         );
         let scheduled = store

@@ -386,6 +386,7 @@ async fn a_redis_cluster_passes_the_suite() {
         a_claimed_entry_carries_its_notification_intact,
         an_expired_lease_is_claimed_again,
         upcoming_lists_fire_times_within_the_horizon,
+        upcoming_reads_a_slice_of_fire_times,
         delivered_is_final,
         held_entries_wait_for_their_user,
         claim_held_respects_its_limit,
@@ -550,9 +551,9 @@ async fn claims_upcoming_and_lists_keep_due_id_order_across_shards() {
     expected.sort();
     store.insert(all, T0).await.unwrap();
 
-    let up = store.upcoming(T0 + 100, 57).await.unwrap();
+    let up = store.upcoming(0, T0 + 100, 57).await.unwrap();
     assert_eq!(up, expected[..57].to_vec());
-    assert_eq!(store.upcoming(T0 + 4, 1000).await.unwrap().len(), 150);
+    assert_eq!(store.upcoming(0, T0 + 4, 1000).await.unwrap().len(), 150);
 
     let filter = ListFilter {
         topic: Some("t".into()),
@@ -938,7 +939,7 @@ async fn a_corrupt_entry_is_reported_and_skipped_and_a_missing_one_dropped() {
     assert_eq!(store.metrics().orphans.get(), 1);
     // The corrupt one stays firing and comes back after its lease; the
     // missing one is gone from the indexes.
-    let up = store.upcoming(u64::MAX, 10).await.unwrap();
+    let up = store.upcoming(0, u64::MAX, 10).await.unwrap();
     assert_eq!(
         up,
         vec![(T0 + 1000, "bad".into()), (T0 + 1000, "good".into())]

@@ -33,8 +33,14 @@ pub struct ScheduleConfig {
     pub lease_ms: u64,
     /// How far ahead the in-memory window looks.
     pub horizon_ms: u64,
-    /// Longest time between two reads of the store's upcoming entries.
+    /// Longest time between two reads of the store's upcoming entries
+    /// (each reads what came into the horizon since the one before).
     pub refill_every_ms: u64,
+    /// Longest time between two reads of the whole horizon, which also
+    /// find entries other routers accepted due before the last read's end:
+    /// their lateness bound if the router that accepted them dies first.
+    /// At least `refill_every_ms`; equal, every read is whole.
+    pub full_refill_every_ms: u64,
     /// Most entries in the in-memory window (keep-earliest when full).
     pub max_window: usize,
     /// Most entries one claim takes.
@@ -108,6 +114,7 @@ impl Default for ScheduleConfig {
             lease_ms: 30_000,
             horizon_ms: s.horizon_ms,
             refill_every_ms: s.refill_every_ms,
+            full_refill_every_ms: s.full_refill_every_ms,
             max_window: s.max_window,
             claim_batch: s.claim_batch,
             claim_ahead_ms: 500,
@@ -157,11 +164,12 @@ impl ScheduleConfig {
     /// Every rule, as problems named `schedule.*`.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
-        let positive: [(&str, u64); 9] = [
+        let positive: [(&str, u64); 10] = [
             ("max_delay_ms", self.max_delay_ms),
             ("lease_ms", self.lease_ms),
             ("horizon_ms", self.horizon_ms),
             ("refill_every_ms", self.refill_every_ms),
+            ("full_refill_every_ms", self.full_refill_every_ms),
             ("hold_max_ms", self.hold_max_ms),
             ("retention_ms", self.retention_ms),
             ("maintenance_every_ms", self.maintenance_every_ms),
@@ -198,6 +206,12 @@ impl ScheduleConfig {
             p.push(format!(
                 "schedule.refill_every_ms ({}) must not exceed schedule.horizon_ms ({}), or entries due between refills would be missed until the next one",
                 self.refill_every_ms, self.horizon_ms
+            ));
+        }
+        if self.full_refill_every_ms < self.refill_every_ms {
+            p.push(format!(
+                "schedule.full_refill_every_ms ({}) must be at least schedule.refill_every_ms ({})",
+                self.full_refill_every_ms, self.refill_every_ms
             ));
         }
         for (name, t) in &self.topics {
@@ -254,6 +268,7 @@ impl ScheduleConfig {
         SchedulerConfig {
             horizon_ms: self.horizon_ms,
             refill_every_ms: self.refill_every_ms,
+            full_refill_every_ms: self.full_refill_every_ms,
             max_window: self.max_window,
             claim_batch: self.claim_batch,
         }
@@ -295,11 +310,16 @@ mod tests {
             lease_ms: 0,
             claim_batch: 0,
             refill_every_ms: 10_000,
+            full_refill_every_ms: 2_000,
             topics: [("bad name".to_owned(), TopicPolicy::default())].into(),
             ..ScheduleConfig::default()
         };
         let p = c.problems();
-        assert_eq!(p.len(), 5, "{p:?}");
+        assert_eq!(p.len(), 6, "{p:?}");
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("schedule.full_refill_every_ms"))
+        );
         assert!(p.iter().any(|m| m.contains("schedule.lease_ms")));
         assert!(p.iter().any(|m| m.starts_with("schedule.claim_ahead_ms")));
         assert!(p.iter().any(|m| m.contains("schedule.claim_batch")));

@@ -71,11 +71,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis};
-use super::metrics::DelayedMetrics;
+use super::metrics::{DelayedMetrics, ReadLabels};
 use super::pace::ClaimPace;
 use super::presence::{Asked, Presence};
 use super::ready::Ready;
-use super::scheduler::{Action, Scheduler, Window};
+use super::scheduler::{Action, Read, Scheduler, Window};
 use super::store::{Store, StoreError};
 use super::timing::now_ms;
 use crate::link::{Link, Taken};
@@ -217,22 +217,28 @@ impl Firer {
                 Action::Claim { .. } if now < claim_after => {
                     Some(Action::SleepUntil(claim_after.saturating_add(trigger_ms)))
                 }
-                Action::Refill { .. } if refilling.is_some() => None,
-                Action::Refill { .. } if now < refill_after => {
+                Action::Refill(_) if refilling.is_some() => None,
+                Action::Refill(_) if now < refill_after => {
                     Some(Action::SleepUntil(refill_after.saturating_add(trigger_ms)))
                 }
                 other => Some(other),
             };
             match action {
-                Some(Action::Refill { until, limit }) => {
+                Some(Action::Refill(read)) => {
                     let store = Arc::clone(&self.store);
                     let max_window = self.config.max_window;
+                    scheduler.reading();
+                    self.metrics
+                        .refills
+                        .get_or_create(&ReadLabels::of(read.is_whole()))
+                        .inc();
                     // Indexed in the task, off this loop.
                     refilling = Some(Refilling {
                         at: clock,
+                        read,
                         task: tokio::spawn(async move {
-                            let items = store.upcoming(until, limit).await?;
-                            Ok(Window::indexed(items, limit, max_window))
+                            let items = store.upcoming(read.from, read.until, read.limit).await?;
+                            Ok(Window::indexed(items, read.limit, max_window))
                         }),
                     });
                 }
@@ -279,11 +285,16 @@ impl Firer {
                             let r = refilling.take().expect("guarded");
                             match joined(done) {
                                 Ok(window) => {
-                                    let old = scheduler.install(r.at, window);
+                                    self.metrics
+                                        .refill_items
+                                        .get_or_create(&ReadLabels::of(r.read.is_whole()))
+                                        .inc_by(window.len() as u64);
+                                    let old = scheduler.install(r.at, r.read, window);
                                     // Freeing a window's ids takes a while too.
                                     tokio::spawn(async move { drop(old) });
                                 }
                                 Err(e) => {
+                                    scheduler.read_failed();
                                     self.metrics.store_error("upcoming");
                                     tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
                                     refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
@@ -612,6 +623,7 @@ async fn released(
 struct Refilling {
     /// The scheduler's clock it reads at.
     at: Millis,
+    read: Read,
     task: tokio::task::JoinHandle<Result<Window, StoreError>>,
 }
 

@@ -27,6 +27,24 @@ pub struct OpLabels {
     pub op: &'static str,
 }
 
+/// Label of `herald_delayed_refills_total` and
+/// `herald_delayed_refill_items_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadLabels {
+    /// `whole` (the whole horizon, replacing the window) or `slice` (what
+    /// came into the horizon since the last read).
+    pub read: &'static str,
+}
+
+impl ReadLabels {
+    /// The label of a whole read or a slice.
+    pub fn of(whole: bool) -> Self {
+        ReadLabels {
+            read: if whole { "whole" } else { "slice" },
+        }
+    }
+}
+
 /// Counters, gauges and the lateness histogram.
 #[derive(Debug, Clone)]
 pub struct DelayedMetrics {
@@ -40,6 +58,10 @@ pub struct DelayedMetrics {
     pub claims: Counter,
     /// Store calls that marked fired notifications delivered.
     pub settles: Counter,
+    /// Reads of upcoming entries into the scheduler's window.
+    pub refills: Family<ReadLabels, Counter>,
+    /// (fire time, id) pairs those reads returned.
+    pub refill_items: Family<ReadLabels, Counter>,
     /// Firing lateness, seconds from due time to hand-off (first attempt of
     /// entries not held).
     pub lateness: Histogram,
@@ -86,6 +108,8 @@ impl Default for DelayedMetrics {
             fired: Counter::default(),
             claims: Counter::default(),
             settles: Counter::default(),
+            refills: Family::default(),
+            refill_items: Family::default(),
             lateness: Histogram::new([
                 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
@@ -137,6 +161,16 @@ impl DelayedMetrics {
             "settles",
             "Store calls that marked fired notifications delivered",
             self.settles.clone(),
+        );
+        r.register(
+            "refills",
+            "Reads of upcoming notifications into the scheduler's window (read: whole horizon or the slice new since the last read)",
+            self.refills.clone(),
+        );
+        r.register(
+            "refill_items",
+            "Upcoming notifications those reads returned",
+            self.refill_items.clone(),
         );
         r.register(
             "lateness_seconds",
@@ -243,6 +277,8 @@ mod tests {
         m.register(&mut registry);
         m.pending.get_or_create(&DueLabels { due: "1m" }).set(1);
         m.store_error("insert");
+        m.refills.get_or_create(&ReadLabels::of(true)).inc();
+        m.refill_items.get_or_create(&ReadLabels::of(false)).inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for name in [
@@ -251,6 +287,8 @@ mod tests {
             "herald_delayed_fired_total",
             "herald_delayed_claims_total",
             "herald_delayed_settles_total",
+            "herald_delayed_refills_total{read=\"whole\"}",
+            "herald_delayed_refill_items_total{read=\"slice\"}",
             "herald_delayed_lateness_seconds_bucket",
             "herald_delayed_pending{due=\"1m\"}",
             "herald_delayed_firing",

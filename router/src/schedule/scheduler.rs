@@ -9,12 +9,21 @@
 //! takes whatever the store says is due, so an entry cancelled or claimed
 //! by another router meanwhile costs nothing but a wake-up.
 //!
+//! Refills: every `refill_every_ms` it reads what came into its horizon
+//! since the last read (fire times after the last read's end), and every
+//! `full_refill_every_ms` the whole horizon, which replaces the window.
+//! Reading only the new slice keeps the store's and this process's work
+//! per refill to a refill period's worth of entries, not a horizon's.
+//! Entries accepted by this process go straight into the window; entries
+//! accepted by other processes with a fire time past the last read's end
+//! arrive with the next slice, those before it at the next whole read:
+//! `full_refill_every_ms` is their lateness bound if the process that
+//! accepted them dies first (that process fires them itself otherwise).
+//!
 //! Bounds: at most `max_window` items. Full, it keeps the earliest and
-//! forgets the rest (policy *keep-earliest*), and refills from the store no
-//! later than the earliest fire time it forgot, so nothing fires late
-//! because of the bound. Entries accepted by other processes reach the
-//! window at the next refill (every `refill_every_ms`): that is their
-//! lateness bound if the process that accepted them dies first.
+//! forgets the rest (policy *keep-earliest*), and reads the store again
+//! from the earliest fire time it forgot, no later than that time, so
+//! nothing fires late because of the bound.
 //!
 //! Piles: beside the window it counts items per [`PILE_BUCKET_MS`] of fire
 //! time, so [`Scheduler::pile`] can say when a claim must start for the
@@ -34,6 +43,8 @@ pub struct SchedulerConfig {
     pub horizon_ms: u64,
     /// Longest time between two refills (ms).
     pub refill_every_ms: u64,
+    /// Longest time between two refills that read the whole horizon (ms).
+    pub full_refill_every_ms: u64,
     /// Most items in the window.
     pub max_window: usize,
     /// Most entries one claim takes.
@@ -45,23 +56,38 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             horizon_ms: 5_000,
             refill_every_ms: 1_000,
+            full_refill_every_ms: 10_000,
             max_window: 250_000,
             claim_batch: 20_000,
         }
     }
 }
 
+/// A read of the store's upcoming items: fire times in `from..=until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    /// The earliest fire time read; 0 for the whole horizon.
+    pub from: Millis,
+    /// Horizon of the read.
+    pub until: Millis,
+    /// Most items to read.
+    pub limit: usize,
+}
+
+impl Read {
+    /// Whether it reads the whole horizon (its items replace the window)
+    /// rather than a slice (its items join the window).
+    pub fn is_whole(&self) -> bool {
+        self.from == 0
+    }
+}
+
 /// What the shell should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Read the store's upcoming items up to `until`, at most `limit`, and
-    /// hand them to [`Scheduler::refilled`].
-    Refill {
-        /// Horizon of the read.
-        until: Millis,
-        /// Most items to read.
-        limit: usize,
-    },
+    /// Read the store's upcoming items as the [`Read`] says and hand them
+    /// to [`Scheduler::refilled`].
+    Refill(Read),
     /// Something is due: claim up to `limit` entries and report with
     /// [`Scheduler::claimed`].
     Claim {
@@ -114,6 +140,16 @@ impl Window {
             items,
             truncated,
         }
+    }
+
+    /// Items held.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 
     fn insert(&mut self, item: (Millis, String)) {
@@ -172,15 +208,37 @@ pub struct Scheduler {
     config: SchedulerConfig,
     window: Window,
     next_refill: Millis,
+    /// When the next refill reads the whole horizon.
+    next_whole: Millis,
+    /// The window holds every entry the store had (as of its read) with a
+    /// fire time up to this; `None` before the first read.
+    covered: Option<Millis>,
+    /// What happened while a read was under way ([`Scheduler::reading`]).
+    during_read: Option<Aside>,
+}
+
+/// Kept aside while a read is under way, for [`Scheduler::install`]: a
+/// whole read replaces the window and may have missed items scheduled
+/// meanwhile, and a read sets what the window covers, which forgetting
+/// meanwhile must lower.
+#[derive(Debug, Clone, Default)]
+struct Aside {
+    /// Items scheduled; at most `max_window` (beyond, keep-earliest).
+    items: Vec<(Millis, String)>,
+    /// The earliest fire time forgotten.
+    forgot: Option<Millis>,
 }
 
 impl Scheduler {
-    /// An empty scheduler that refills at its first poll.
+    /// An empty scheduler that reads the whole horizon at its first poll.
     pub fn new(config: SchedulerConfig) -> Self {
         Scheduler {
             config,
             window: Window::default(),
             next_refill: 0,
+            next_whole: 0,
+            covered: None,
+            during_read: None,
         }
     }
 
@@ -213,10 +271,17 @@ impl Scheduler {
             Some(t) if t <= now => Action::Claim {
                 limit: self.config.claim_batch,
             },
-            _ if now >= self.next_refill => Action::Refill {
-                until: now.saturating_add(self.config.horizon_ms),
-                limit: self.config.max_window,
-            },
+            _ if now >= self.next_refill => {
+                let from = match self.covered {
+                    Some(c) if now < self.next_whole => c.saturating_add(1),
+                    _ => 0,
+                };
+                Action::Refill(Read {
+                    from,
+                    until: now.saturating_add(self.config.horizon_ms),
+                    limit: self.config.max_window,
+                })
+            }
             Some(t) => Action::SleepUntil(t.min(self.next_refill)),
             None => Action::SleepUntil(self.next_refill),
         }
@@ -253,32 +318,86 @@ impl Scheduler {
     }
 
     /// The store's upcoming items, read at `now` for an
-    /// [`Action::Refill`] with `limit`: they replace the window.
-    pub fn refilled(&mut self, now: Millis, items: Vec<(Millis, String)>, limit: usize) {
-        let window = Window::indexed(items, limit, self.config.max_window);
-        self.install(now, window);
+    /// [`Action::Refill`]: a whole read replaces the window, a slice joins
+    /// it.
+    pub fn refilled(&mut self, now: Millis, read: Read, items: Vec<(Millis, String)>) {
+        let window = Window::indexed(items, read.limit, self.config.max_window);
+        self.install(now, read, window);
     }
 
-    /// [`Scheduler::refilled`] with the window indexed beforehand
+    /// [`Scheduler::refilled`] with the items indexed beforehand
     /// ([`Window::indexed`], off the caller's loop: indexing a quarter of
-    /// a million ids takes milliseconds). Answers the window it replaced,
-    /// for the caller to drop where that costs nothing.
-    pub fn install(&mut self, now: Millis, window: Window) -> Window {
-        let old = std::mem::replace(&mut self.window, window);
+    /// a million ids takes milliseconds). Answers what is left to drop
+    /// (the replaced window), for the caller to drop where that costs
+    /// nothing.
+    pub fn install(&mut self, now: Millis, read: Read, window: Window) -> Window {
+        // A read that came back full may have left more from its last
+        // item on: read again from there, by the time it is due.
+        let cut = window
+            .truncated
+            .then(|| window.items.last().map(|(t, _)| *t))
+            .flatten();
         self.next_refill = now.saturating_add(self.config.refill_every_ms);
-        if self.window.truncated
-            && let Some((last, _)) = self.window.items.last()
-        {
-            // The store has more than the window holds: read again by the
-            // time the window runs out.
-            self.next_refill = self.next_refill.min(*last);
+        let rest = if read.is_whole() {
+            self.next_whole = now.saturating_add(self.config.full_refill_every_ms);
+            std::mem::replace(&mut self.window, window)
+        } else {
+            for item in window.items {
+                self.window.insert(item);
+            }
+            Window::default()
+        };
+        self.next_refill = self.next_refill.min(self.next_whole);
+        self.covered = Some(read.until);
+        let aside = self.during_read.take().unwrap_or_default();
+        for t in cut.into_iter().chain(aside.forgot) {
+            self.forgot(t);
         }
-        old
+        for item in aside.items {
+            self.window.insert(item);
+        }
+        while self.window.items.len() > self.config.max_window {
+            let (forgotten, _) = self.window.pop_last().expect("over the bound");
+            self.forgot(forgotten);
+        }
+        rest
+    }
+
+    /// The shell started the read [`Scheduler::poll`] asked for; items
+    /// scheduled from now until [`Scheduler::install`] are kept aside
+    /// too, since the read may not see them.
+    pub fn reading(&mut self) {
+        self.during_read = Some(Aside::default());
+    }
+
+    /// The read under way failed: nothing to install (what was scheduled
+    /// meanwhile is in the window already).
+    pub fn read_failed(&mut self) {
+        self.during_read = None;
+    }
+
+    /// keep-earliest: an item firing at `t` was forgotten (or never
+    /// taken in); read the store again from `t`, by `t`.
+    fn forgot(&mut self, t: Millis) {
+        self.next_refill = self.next_refill.min(t);
+        if let Some(c) = &mut self.covered {
+            *c = (*c).min(t.saturating_sub(1));
+        }
+        if let Some(a) = &mut self.during_read {
+            a.forgot = Some(a.forgot.map_or(t, |f| f.min(t)));
+        }
     }
 
     /// An entry this process accepted (or released for a retry) fires at
     /// `fire_at`.
     pub fn scheduled(&mut self, fire_at: Millis, id: String) {
+        if let Some(aside) = &mut self.during_read {
+            if aside.items.len() < self.config.max_window {
+                aside.items.push((fire_at, id.clone()));
+            } else {
+                self.forgot(fire_at);
+            }
+        }
         if self.len() < self.config.max_window {
             self.window.insert((fire_at, id));
             return;
@@ -286,12 +405,12 @@ impl Scheduler {
         let later_than_all = self.window.items.last().is_some_and(|(t, _)| fire_at >= *t);
         if later_than_all {
             // keep-earliest: forget the newcomer, refill before it is due.
-            self.next_refill = self.next_refill.min(fire_at);
+            self.forgot(fire_at);
             return;
         }
         self.window.insert((fire_at, id));
         if let Some((forgotten, _)) = self.window.pop_last() {
-            self.next_refill = self.next_refill.min(forgotten);
+            self.forgot(forgotten);
         }
     }
 
@@ -317,6 +436,7 @@ mod tests {
         SchedulerConfig {
             horizon_ms: 1_000,
             refill_every_ms: 500,
+            full_refill_every_ms: 1_500,
             max_window,
             claim_batch: 3,
         }
@@ -325,24 +445,31 @@ mod tests {
     #[test]
     fn first_poll_refills_then_sleeps_until_the_first_item() {
         let mut s = Scheduler::new(config(10));
-        assert_eq!(
-            s.poll(100),
-            Action::Refill {
-                until: 1_100,
-                limit: 10
-            }
-        );
-        s.refilled(100, vec![(300, "a".into())], 10);
+        let read = Read {
+            from: 0,
+            until: 1_100,
+            limit: 10,
+        };
+        assert_eq!(s.poll(100), Action::Refill(read));
+        s.refilled(100, read, vec![(300, "a".into())]);
         assert_eq!(s.poll(100), Action::SleepUntil(300));
         assert_eq!(s.poll(300), Action::Claim { limit: 3 });
         s.claimed(300, 1, 3);
         assert_eq!(s.poll(300), Action::SleepUntil(600), "next refill");
     }
 
+    fn whole(until: Millis, limit: usize) -> Read {
+        Read {
+            from: 0,
+            until,
+            limit,
+        }
+    }
+
     #[test]
     fn ties_are_ordered_by_id_and_a_full_claim_claims_again() {
         let mut s = Scheduler::new(config(10));
-        s.refilled(0, vec![], 10);
+        s.refilled(0, whole(1_000, 10), vec![]);
         for id in ["c", "a", "b", "d"] {
             s.scheduled(50, id.into());
         }
@@ -360,7 +487,7 @@ mod tests {
     #[test]
     fn a_full_window_keeps_the_earliest_and_refills_before_the_forgotten() {
         let mut s = Scheduler::new(config(2));
-        s.refilled(0, vec![], 2);
+        s.refilled(0, whole(1_000, 2), vec![]);
         s.scheduled(100, "a".into());
         s.scheduled(300, "c".into());
         s.scheduled(200, "b".into());
@@ -377,17 +504,19 @@ mod tests {
         );
         assert_eq!(
             s.poll(300),
-            Action::Refill {
+            Action::Refill(Read {
+                from: 300,
                 until: 1_300,
                 limit: 2
-            }
+            }),
+            "from the earliest forgotten on"
         );
     }
 
     #[test]
     fn a_pile_starts_its_claims_early_enough_to_be_done_when_due() {
         let mut s = Scheduler::new(config(10_000));
-        s.refilled(0, vec![], 10_000);
+        s.refilled(0, whole(1_000, 10_000), vec![]);
         assert_eq!(s.pile(100_000, 1_000), None, "nothing in the window");
         // A stream of one every 10 ms: no claim needs to start before its
         // first item is due.
@@ -415,10 +544,92 @@ mod tests {
     #[test]
     fn a_truncated_refill_reads_again_when_the_window_runs_out() {
         let mut s = Scheduler::new(config(2));
-        s.refilled(0, vec![(10, "a".into()), (20, "b".into())], 2);
+        s.refilled(0, whole(1_000, 2), vec![(10, "a".into()), (20, "b".into())]);
         assert_eq!(s.poll(0), Action::SleepUntil(10));
         s.claimed(20, 0, 3);
-        assert!(matches!(s.poll(20), Action::Refill { .. }));
+        assert_eq!(
+            s.poll(20),
+            Action::Refill(Read {
+                from: 20,
+                until: 1_020,
+                limit: 2
+            }),
+            "from the last item read on: the store may hold more at 20"
+        );
+    }
+
+    #[test]
+    fn refills_read_the_new_slice_and_the_whole_horizon_now_and_then() {
+        let mut s = Scheduler::new(config(10));
+        s.refilled(0, whole(1_000, 10), vec![(800, "a".into())]);
+        // A refill period later: only what came into the horizon.
+        let slice = Read {
+            from: 1_001,
+            until: 1_500,
+            limit: 10,
+        };
+        assert_eq!(s.poll(500), Action::Refill(slice));
+        s.refilled(500, slice, vec![(1_200, "b".into())]);
+        assert_eq!(s.len(), 2, "a slice joins the window");
+        assert_eq!(s.poll(500), Action::SleepUntil(800));
+        s.claimed(800, 1, 3);
+        let slice = Read {
+            from: 1_501,
+            until: 2_000,
+            limit: 10,
+        };
+        assert_eq!(s.poll(1_000), Action::Refill(slice));
+        s.refilled(1_000, slice, vec![]);
+        // The whole horizon, full_refill_every_ms after the last whole read,
+        // replaces the window: an entry cancelled meanwhile leaves it.
+        assert_eq!(s.poll(1_200), Action::Claim { limit: 3 });
+        s.claimed(1_200, 1, 3);
+        assert_eq!(s.poll(1_200), Action::SleepUntil(1_500));
+        s.scheduled(2_400, "c".into());
+        assert_eq!(s.poll(1_500), Action::Refill(whole(2_500, 10)));
+        s.refilled(1_500, whole(2_500, 10), vec![(1_900, "d".into())]);
+        assert_eq!(s.next_fire(), Some(1_900));
+        assert_eq!(s.len(), 1, "c was not in the store after all");
+    }
+
+    #[test]
+    fn what_is_scheduled_during_a_whole_read_survives_it() {
+        let mut s = Scheduler::new(config(10));
+        let Action::Refill(read) = s.poll(0) else {
+            panic!("a first read")
+        };
+        s.reading();
+        s.scheduled(300, "late".into());
+        // The read did not see it (committed after the read).
+        s.refilled(0, read, vec![(500, "a".into())]);
+        assert_eq!(s.next_fire(), Some(300));
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn forgetting_during_a_read_is_read_again() {
+        let mut s = Scheduler::new(config(1));
+        s.refilled(0, whole(1_000, 1), vec![]);
+        s.scheduled(900, "a".into());
+        let Action::Refill(read) = s.poll(500) else {
+            panic!("a slice")
+        };
+        assert_eq!(read.from, 1_001);
+        s.reading();
+        // The window is full: b pushes a out while the slice is read.
+        s.scheduled(700, "b".into());
+        s.refilled(500, read, vec![]);
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            s.poll(700),
+            Action::Claim { limit: 3 },
+            "b fires at its time"
+        );
+        s.claimed(700, 1, 3);
+        let Action::Refill(read) = s.poll(900) else {
+            panic!("a read by the time a is due")
+        };
+        assert_eq!(read.from, 900, "a is read again");
     }
 
     /// The shell, simulated: a store of (fire time, id), one scheduler,
@@ -435,15 +646,15 @@ mod tests {
         fn settle(&mut self) {
             for _ in 0..10_000 {
                 match self.sched.poll(self.now) {
-                    Action::Refill { until, limit } => {
+                    Action::Refill(read) => {
                         let items: Vec<_> = self
                             .store
                             .keys()
-                            .filter(|(t, _)| *t <= until)
-                            .take(limit)
+                            .filter(|(t, _)| (read.from..=read.until).contains(t))
+                            .take(read.limit)
                             .cloned()
                             .collect();
-                        self.sched.refilled(self.now, items, limit);
+                        self.sched.refilled(self.now, read, items);
                     }
                     Action::Claim { limit } => {
                         let due: Vec<_> = self
@@ -505,8 +716,8 @@ mod tests {
     proptest! {
         /// Against a model of the store: nothing fires early; everything
         /// accepted here fires exactly at its time; everything accepted
-        /// elsewhere fires within one refill period; the window stays
-        /// within its bound.
+        /// elsewhere fires within one period of whole reads; the window
+        /// stays within its bound.
         #[test]
         fn fires_on_time_never_early(ops in proptest::collection::vec(op(), 1..60), max_window in 1usize..6) {
             let cfg = config(max_window);
@@ -535,7 +746,7 @@ mod tests {
             prop_assert!(sim.store.is_empty(), "left over: {:?}", sim.store);
             for (due, at, id) in &sim.fired {
                 prop_assert!(at >= due, "{id} fired early: due {due}, at {at}");
-                let bound = if remote.contains(id) { cfg.refill_every_ms } else { 0 };
+                let bound = if remote.contains(id) { cfg.full_refill_every_ms } else { 0 };
                 prop_assert!(at - due <= bound, "{id} late: due {due}, at {at}");
             }
         }

@@ -138,9 +138,16 @@ pub trait Store: Send + Sync + 'static {
     fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>>;
 
     /// Up to `limit` (fire time, id) pairs of scheduled and firing entries
-    /// whose fire time is no later than `until`, earliest first: what the
-    /// scheduler's in-memory window holds. Reads only.
-    fn upcoming(&self, until: Millis, limit: usize) -> StoreFuture<'_, Vec<(Millis, String)>>;
+    /// whose fire time is in `from..=until`, earliest first: what the
+    /// scheduler's in-memory window holds (`from` 0 reads it whole; a
+    /// later `from` reads only what came into its horizon since the last
+    /// read). Reads only.
+    fn upcoming(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<(Millis, String)>>;
 
     /// The link took these firing entries: each becomes delivered at `now`
     /// (its body dropped). Ids not firing are left alone.

@@ -233,12 +233,12 @@ pub async fn upcoming_lists_fire_times_within_the_horizon(store: &dyn Store) {
         ],
     )
     .await;
-    let up = store.upcoming(T0 + 1000, 10).await.unwrap();
+    let up = store.upcoming(0, T0 + 1000, 10).await.unwrap();
     assert_eq!(up, vec![(T0 + 100, "a".into()), (T0 + 200, "b".into())]);
-    assert_eq!(store.upcoming(T0 + 1000, 1).await.unwrap().len(), 1);
+    assert_eq!(store.upcoming(0, T0 + 1000, 1).await.unwrap().len(), 1);
     // A firing entry is listed at its lease expiry.
     store.claim_due(T0 + 100, 1, 2000).await.unwrap();
-    let up = store.upcoming(T0 + 10_000, 10).await.unwrap();
+    let up = store.upcoming(0, T0 + 10_000, 10).await.unwrap();
     assert_eq!(
         up,
         vec![
@@ -246,6 +246,41 @@ pub async fn upcoming_lists_fire_times_within_the_horizon(store: &dyn Store) {
             (T0 + 2100, "a".into()),
             (T0 + 5000, "c".into())
         ]
+    );
+}
+
+pub async fn upcoming_reads_a_slice_of_fire_times(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("a", T0 + 100, None, "u"),
+            entry("b", T0 + 200, None, "u"),
+            entry("c", T0 + 300, None, "u"),
+            entry("d", T0 + 300, None, "u"),
+            entry("e", T0 + 400, None, "u"),
+        ],
+    )
+    .await;
+    // Both ends are included.
+    let up = store.upcoming(T0 + 200, T0 + 300, 10).await.unwrap();
+    let ids: Vec<&str> = up.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(ids, ["b", "c", "d"]);
+    assert_eq!(store.upcoming(T0 + 101, T0 + 199, 10).await.unwrap(), []);
+    assert_eq!(store.upcoming(T0 + 300, T0 + 200, 10).await.unwrap(), []);
+    // The limit counts from the slice's start.
+    let up = store.upcoming(T0 + 150, u64::MAX, 2).await.unwrap();
+    assert_eq!(up.len(), 2);
+    assert_eq!(up[0], (T0 + 200, "b".into()));
+    // A firing entry is in the slice holding its lease's end.
+    store.claim_due(T0 + 100, 1, 1000).await.unwrap();
+    assert_eq!(
+        store.upcoming(T0 + 1000, T0 + 1200, 10).await.unwrap(),
+        [(T0 + 1100, "a".into())]
+    );
+    assert_eq!(
+        store.upcoming(T0, T0 + 150, 10).await.unwrap(),
+        [],
+        "no longer at its due time"
     );
 }
 
@@ -275,7 +310,7 @@ pub async fn delivered_is_final(store: &dyn Store) {
     );
     assert!(
         store
-            .upcoming(u64::MAX, 10)
+            .upcoming(0, u64::MAX, 10)
             .await
             .unwrap()
             .iter()
@@ -310,7 +345,7 @@ pub async fn held_entries_wait_for_their_user(store: &dyn Store) {
             .unwrap()
             .is_empty()
     );
-    assert!(store.upcoming(u64::MAX, 10).await.unwrap().is_empty());
+    assert!(store.upcoming(0, u64::MAX, 10).await.unwrap().is_empty());
     assert!(
         store
             .claim_held("carol", T0 + 3, 10, LEASE)
@@ -398,7 +433,7 @@ pub async fn released_entries_fire_at_the_retry_time(store: &dyn Store) {
             .is_empty()
     );
     assert_eq!(
-        store.upcoming(u64::MAX, 10).await.unwrap(),
+        store.upcoming(0, u64::MAX, 10).await.unwrap(),
         vec![(T0 + 500, "a".into())]
     );
     let again = store.claim_due(T0 + 500, 10, LEASE).await.unwrap();
@@ -503,7 +538,7 @@ pub async fn cancel_in_every_state(store: &dyn Store) {
             .unwrap()
             .is_empty()
     );
-    let up = store.upcoming(u64::MAX, 10).await.unwrap();
+    let up = store.upcoming(0, u64::MAX, 10).await.unwrap();
     assert_eq!(up, vec![(T0 + LEASE, "firing".into())]);
 }
 
@@ -779,6 +814,7 @@ macro_rules! store_suite_tests {
             a_claimed_entry_carries_its_notification_intact,
             an_expired_lease_is_claimed_again,
             upcoming_lists_fire_times_within_the_horizon,
+            upcoming_reads_a_slice_of_fire_times,
             delivered_is_final,
             held_entries_wait_for_their_user,
             claim_held_respects_its_limit,

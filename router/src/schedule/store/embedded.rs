@@ -606,18 +606,30 @@ impl Store for EmbeddedStore {
         Box::pin(self.ask(move |tx| Request::ClaimDue(now, limit, lease_ms, tx)))
     }
 
-    fn upcoming(&self, until: Millis, limit: usize) -> StoreFuture<'_, Vec<(Millis, String)>> {
+    fn upcoming(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<(Millis, String)>> {
         Box::pin(self.read_claimed(move |txn, claims| {
+            if from > until {
+                return Ok(Vec::new());
+            }
+            let start = from.to_be_bytes();
             let bound = time_bound(until);
             // Claimed entries come at their lease's end.
             let mut out: Vec<(Millis, String)> = claims
                 .iter()
-                .filter(|c| c.deadline <= until)
+                .filter(|c| (from..=until).contains(&c.deadline))
                 .map(|c| (c.deadline, c.id.clone()))
                 .collect();
             let sched = txn.open_table(SCHED).map_err(io)?;
             let mut unclaimed = 0;
-            for kv in sched.range(..bound.as_slice()).map_err(io)? {
+            for kv in sched
+                .range(start.as_slice()..bound.as_slice())
+                .map_err(io)?
+            {
                 if unclaimed == limit {
                     break;
                 }

@@ -278,8 +278,13 @@ impl Store for RedisStore {
         self.op("claim_due", self.claim_due_all(now, limit, lease_ms))
     }
 
-    fn upcoming(&self, until: Millis, limit: usize) -> StoreFuture<'_, Vec<(Millis, String)>> {
-        self.op("upcoming", self.upcoming_all(until, limit))
+    fn upcoming(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<(Millis, String)>> {
+        self.op("upcoming", self.upcoming_all(from, until, limit))
     }
 
     fn delivered(&self, ids: Vec<String>, now: Millis) -> StoreFuture<'_, ()> {

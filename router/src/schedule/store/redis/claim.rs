@@ -31,30 +31,41 @@ pub const MAX_CLAIM_ROUNDS: usize = 8;
 
 impl RedisStore {
     /// Up to `limit` scheduled and firing (fire time, id) pairs with fire
-    /// time <= `until`, earliest first.
+    /// time in `from..=until`, earliest first.
     pub(super) async fn upcoming_all(
         &self,
+        from: Millis,
         until: Millis,
         limit: usize,
     ) -> Result<Vec<(Millis, String)>, StoreError> {
-        let until = score(until);
+        if from > until {
+            return Ok(Vec::new());
+        }
+        let (from, until) = (score(from), score(until));
         let streams = 2 * usize::from(self.keys.shards());
-        let merged = merge(streams, limit, false, |r| self.fire_stream(until, r)).await?;
+        let merged = merge(streams, limit, false, |r| {
+            self.fire_stream(Some(from), until, r)
+        })
+        .await?;
         Ok(merged.items.into_iter().map(|(_, k, ())| k).collect())
     }
 
-    /// Up to `r.count` (score, id) of `key` with score <= `max`, from
-    /// `r.offset`, earliest first.
+    /// Up to `r.count` (score, id) of `key` with score in `min..=max`
+    /// (no lower bound: `None`), from `r.offset`, earliest first.
     pub(super) async fn peek(
         &self,
         key: String,
+        min: Option<Millis>,
         max: Millis,
         r: &Resume<(Millis, String)>,
     ) -> Result<Vec<((Millis, String), ())>, StoreError> {
         let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(key)
-            .arg("-inf")
-            .arg(max)
+        cmd.arg(key);
+        match min {
+            Some(min) => cmd.arg(min),
+            None => cmd.arg("-inf"),
+        };
+        cmd.arg(max)
             .arg("BYSCORE")
             .arg("LIMIT")
             .arg(r.offset)
@@ -67,10 +78,11 @@ impl RedisStore {
             .collect()
     }
 
-    /// The scheduled and firing (fire time, id) pairs up to `max`: streams
-    /// `2s` (due) and `2s + 1` (lease) of shard `s`.
+    /// The scheduled and firing (fire time, id) pairs in `min..=max`:
+    /// streams `2s` (due) and `2s + 1` (lease) of shard `s`.
     pub(super) async fn fire_stream(
         &self,
+        min: Option<Millis>,
         max: Millis,
         r: Resume<(Millis, String)>,
     ) -> Result<Vec<((Millis, String), ())>, StoreError> {
@@ -80,7 +92,7 @@ impl RedisStore {
         } else {
             self.keys.lease(shard)
         };
-        self.peek(key, max, &r).await
+        self.peek(key, min, max, &r).await
     }
 
     /// Decode a claimed entry; `None` (counted) for a missing or corrupt
@@ -117,7 +129,7 @@ impl RedisStore {
         let mut got: Vec<(Millis, Entry)> = Vec::new();
         for _ in 0..MAX_CLAIM_ROUNDS {
             let want = limit - got.len();
-            let picks = merge(streams, want, false, |r| self.fire_stream(now, r))
+            let picks = merge(streams, want, false, |r| self.fire_stream(None, now, r))
                 .await?
                 .items;
             if picks.is_empty() {
