@@ -307,6 +307,47 @@ async fn a_pile_is_claimed_ahead_of_the_usual_claim_ahead() {
 }
 
 #[tokio::test]
+async fn a_pile_is_claimed_as_soon_as_it_comes_into_view() {
+    // 20,000 due in one instant need about 0.75 s of claims at the planned
+    // pace, more than claim_ahead_max_ms (400 ms): claims start as soon as
+    // the pile is within 400 ms, not at the next refill (refills are 5 s
+    // apart here) or the usual claim-ahead (10 ms).
+    let mut r = start_with(ScheduleConfig {
+        claim_ahead_ms: 10,
+        claim_ahead_max_ms: Some(400),
+        refill_every_ms: 5_000,
+        claim_batch: 1_000,
+        ..ScheduleConfig::default()
+    })
+    .await;
+    let due = now_ms() + 4_000;
+    let entries = (0..20_000)
+        .map(|i| entry(&format!("v{i:05}"), due))
+        .collect();
+    r.delayed.accept(entries).await.unwrap();
+    let claims = &r.delayed.metrics().claims;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while claims.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let claimed_at = now_ms();
+    assert!(
+        claimed_at + 200 < due,
+        "the pile's first claim started {} ms before due",
+        due as i64 - claimed_at as i64
+    );
+    let mut seen = 0;
+    while seen < 20_000 {
+        let (ids, answer) = r.next_sent().await;
+        assert!(now_ms() >= due, "nothing goes out early");
+        seen += ids.len();
+        answer.send(Ok(())).unwrap();
+    }
+    r.shutdown.cancel();
+}
+
+#[tokio::test]
 async fn entries_stored_elsewhere_come_in_with_the_refills() {
     // Refills every 100 ms read the slice new to a 500 ms horizon; the
     // whole horizon is read every second.

@@ -194,22 +194,30 @@ impl Firer {
             let clock = now.saturating_add(trigger_ms);
             // A pile whose claims must start by now reaches as far as it
             // needs; otherwise the usual claim-ahead, and a wake-up when
-            // the pile's claims must start.
-            let pile = scheduler.pile(now.saturating_add(ahead_max_ms), pace.planned_us());
-            let (polled, reach) = match pile {
-                Some(p) if p.start <= now => (
+            // the pile's claims must start or when the next bucket comes
+            // into view (a herd must be seen as soon as it may be
+            // claimed, not at the next refill).
+            let view = now.saturating_add(ahead_max_ms);
+            let pile = scheduler.pile(view, pace.planned_us());
+            let wake = [
+                pile.map(|p| p.start),
+                scheduler.next_bucket_after(view).map(|b| b - ahead_max_ms),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let (polled, reach) = match (pile, scheduler.poll(clock)) {
+                (Some(p), _) if p.start <= now => (
                     Action::Claim {
                         limit: self.config.claim_batch,
                     },
                     p.until.max(ahead),
                 ),
-                Some(p) => match scheduler.poll(clock) {
-                    Action::SleepUntil(t) => {
-                        (Action::SleepUntil(t.min(p.start + trigger_ms)), ahead)
-                    }
-                    other => (other, ahead),
-                },
-                None => (scheduler.poll(clock), ahead),
+                (_, Action::SleepUntil(t)) => (
+                    Action::SleepUntil(wake.map_or(t, |w| t.min(w.saturating_add(trigger_ms)))),
+                    ahead,
+                ),
+                (_, other) => (other, ahead),
             };
             let action = match polled {
                 // Wait for the claim in flight, or for room in `ready`.

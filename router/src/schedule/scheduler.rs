@@ -311,6 +311,17 @@ impl Scheduler {
         best
     }
 
+    /// The first bucket (its first millisecond) of items due after `t`:
+    /// where [`Scheduler::pile`] looking no further than `t` stops seeing.
+    pub fn next_bucket_after(&self, t: Millis) -> Option<Millis> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        self.window
+            .buckets
+            .range((Excluded(t), Unbounded))
+            .next()
+            .map(|(b, _)| *b)
+    }
+
     /// Whether the bucket counts are those of the window (tests).
     #[cfg(test)]
     fn buckets_match(&self) -> bool {
@@ -533,8 +544,11 @@ mod tests {
         }
         let p = s.pile(100_000, 1_000).unwrap();
         assert_eq!((p.start, p.until, p.items), (6_000 - 3_100, 6_009, 3_100));
-        // Looking no further than the stream, the pile is not seen.
+        // Looking no further than the stream, the pile is not seen; it
+        // comes into view with its bucket.
         assert_eq!(s.pile(5_999, 1_000).unwrap().until, 5_009);
+        assert_eq!(s.next_bucket_after(5_999), Some(6_000));
+        assert_eq!(s.next_bucket_after(6_000), None);
         // Once claimed up to the pile's end, only the stream's tail is left.
         s.claimed(6_009, 10, 3_000);
         assert_eq!(s.len(), 0);
