@@ -207,12 +207,12 @@ impl Firer {
             .flatten()
             .min();
             let (polled, reach) = match (pile, scheduler.poll(clock)) {
-                (Some(p), _) if p.start <= now => (
-                    Action::Claim {
-                        limit: self.config.claim_batch,
-                    },
-                    p.until.max(ahead),
-                ),
+                (Some(p), _) if p.start <= now => {
+                    // What falls due while a claim runs waits for it.
+                    let first = ready.last_at().or(scheduler.next_fire()).unwrap_or(now);
+                    let limit = pace.pile_claim(first.saturating_sub(now), self.config.claim_batch);
+                    (Action::Claim { limit }, p.until.max(ahead))
+                }
                 (_, Action::SleepUntil(t)) => (
                     Action::SleepUntil(wake.map_or(t, |w| t.min(w.saturating_add(trigger_ms)))),
                     ahead,

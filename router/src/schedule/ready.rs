@@ -43,6 +43,12 @@ impl Ready {
         self.len += 1;
     }
 
+    /// The latest time an entry waits for: claims come in due order, so
+    /// the next claim's entries are due no earlier.
+    pub(crate) fn last_at(&self) -> Option<Millis> {
+        self.by_time.last_key_value().map(|(t, _)| *t)
+    }
+
     /// Whether the firer should stop claiming.
     pub(crate) fn is_full(&self) -> bool {
         self.len >= self.max
