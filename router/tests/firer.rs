@@ -141,6 +141,31 @@ impl Running {
             .expect("the firer runs")
     }
 
+    /// When the firer's first claim started (epoch ms), waiting up to
+    /// `wait` for it.
+    async fn first_claim(&self, wait: Duration) -> u64 {
+        let claims = &self.delayed.metrics().claims;
+        let deadline = tokio::time::Instant::now() + wait;
+        while claims.get() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never claimed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        now_ms()
+    }
+
+    /// Take `count` entries as they are sent, checking none goes out
+    /// before `due`.
+    async fn take_not_before(&mut self, count: usize, due: u64) {
+        let mut seen = 0;
+        while seen < count {
+            let (ids, answer) = self.next_sent().await;
+            let at = now_ms();
+            assert!(at >= due, "sent at {at}, due {due}");
+            seen += ids.len();
+            answer.send(Ok(())).unwrap();
+        }
+    }
+
     async fn until_state(&self, id: &str, state: State) -> u32 {
         self.until_state_within(id, state, WAIT).await
     }
@@ -276,27 +301,13 @@ async fn a_pile_is_claimed_ahead_of_the_usual_claim_ahead() {
     // the last one is done by the due time depends on how busy the
     // machine is: the benchmarks show that). Nothing else is stored, so
     // nothing else is claimed.
-    let claims = &r.delayed.metrics().claims;
-    let deadline = tokio::time::Instant::now() + WAIT + Duration::from_secs(10);
-    while claims.get() == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "never claimed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let claimed_at = now_ms();
+    let claimed_at = r.first_claim(WAIT + Duration::from_secs(10)).await;
     assert!(
         claimed_at + 300 < due,
         "the pile's first claim started {} ms before due",
         due as i64 - claimed_at as i64
     );
-    // Nothing goes out before it is due.
-    let mut seen = 0;
-    while seen < 20_000 {
-        let (ids, answer) = r.next_sent().await;
-        let at = now_ms();
-        assert!(at >= due, "sent at {at}, due {due}");
-        seen += ids.len();
-        answer.send(Ok(())).unwrap();
-    }
+    r.take_not_before(20_000, due).await;
     let claims = r.delayed.metrics().claims.get();
     assert!(claims >= 20, "20,000 in claims of 1,000 took {claims}");
     // Marked delivered 2 s after the first went out, 2,000 per store call
@@ -325,25 +336,13 @@ async fn a_pile_is_claimed_as_soon_as_it_comes_into_view() {
         .map(|i| entry(&format!("v{i:05}"), due))
         .collect();
     r.delayed.accept(entries).await.unwrap();
-    let claims = &r.delayed.metrics().claims;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while claims.get() == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "never claimed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let claimed_at = now_ms();
+    let claimed_at = r.first_claim(WAIT).await;
     assert!(
         claimed_at + 200 < due,
         "the pile's first claim started {} ms before due",
         due as i64 - claimed_at as i64
     );
-    let mut seen = 0;
-    while seen < 20_000 {
-        let (ids, answer) = r.next_sent().await;
-        assert!(now_ms() >= due, "nothing goes out early");
-        seen += ids.len();
-        answer.send(Ok(())).unwrap();
-    }
+    r.take_not_before(20_000, due).await;
     r.shutdown.cancel();
 }
 

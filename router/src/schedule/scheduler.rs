@@ -166,11 +166,20 @@ impl Window {
     fn merge(&mut self, mut other: Window) {
         self.items.append(&mut other.items);
         for (b, _) in other.buckets {
-            let end = b.saturating_add(PILE_BUCKET_MS);
-            let n = self
-                .items
-                .range((b, String::new())..(end, String::new()))
-                .count();
+            self.recount(b);
+        }
+    }
+
+    /// Count bucket `b` (its first millisecond) again from the items.
+    fn recount(&mut self, b: Millis) {
+        let end = b.saturating_add(PILE_BUCKET_MS);
+        let n = self
+            .items
+            .range((b, String::new())..(end, String::new()))
+            .count();
+        if n == 0 {
+            self.buckets.remove(&b);
+        } else {
             self.buckets.insert(b, n);
         }
     }
@@ -195,16 +204,7 @@ impl Window {
         let first = bucket(from);
         self.buckets = self.buckets.split_off(&first);
         if self.buckets.contains_key(&first) {
-            let end = first.saturating_add(PILE_BUCKET_MS);
-            let n = self
-                .items
-                .range((first, String::new())..(end, String::new()))
-                .count();
-            if n == 0 {
-                self.buckets.remove(&first);
-            } else {
-                self.buckets.insert(first, n);
-            }
+            self.recount(first);
         }
     }
 }
