@@ -37,7 +37,7 @@ impl RedisStore {
         let entries = &entries;
         let answers = try_join_all(by_shard.iter().flat_map(|(&s, idx)| {
             idx.chunks(max).map(move |chunk| async move {
-                let mut args = Vec::with_capacity(3 * chunk.len());
+                let mut args = Vec::with_capacity(4 * chunk.len());
                 for &i in chunk {
                     let e = &entries[i];
                     args.push(e.id().as_bytes().to_vec());
@@ -45,6 +45,16 @@ impl RedisStore {
                     // The `due` score as text: a Lua number handed to a
                     // redis.call is formatted with sprintf, per entry.
                     args.push(score(e.due_ms).to_string().into_bytes());
+                    // The topic, so that the script need not parse the
+                    // header for it (empty: none; topics are never empty).
+                    args.push(
+                        e.notification
+                            .topic
+                            .as_deref()
+                            .unwrap_or_default()
+                            .as_bytes()
+                            .to_vec(),
+                    );
                 }
                 let v = self.run(&self.scripts.insert, s, args).await?;
                 Ok::<_, StoreError>((chunk, array(v)?))
