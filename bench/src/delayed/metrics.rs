@@ -142,6 +142,8 @@ pub(crate) struct ServerCounters {
     pub(crate) fired: u64,
     pub(crate) refired: u64,
     pub(crate) hints_dropped: u64,
+    /// Seconds the firer waited for the link.
+    pub(crate) link_wait_s: f64,
     /// Failed store operations, by operation.
     pub(crate) store_errors: BTreeMap<String, u64>,
 }
@@ -164,6 +166,9 @@ impl ServerCounters {
             fired: diff("herald_delayed_fired_total"),
             refired: diff("herald_delayed_refired_total"),
             hints_dropped: diff("herald_delayed_hints_dropped_total"),
+            link_wait_s: (after.get("herald_delayed_link_wait_seconds_total")
+                - before.get("herald_delayed_link_wait_seconds_total"))
+            .max(0.0),
             store_errors,
         }
     }

@@ -237,8 +237,14 @@ impl DelayedReport {
         let c = &self.server_counters;
         let _ = writeln!(
             s,
-            "counters      accepted {}, duplicates {}, fired {}, refired {}, hints dropped {}, store errors {:?}",
-            c.accepted, c.duplicates, c.fired, c.refired, c.hints_dropped, c.store_errors
+            "counters      accepted {}, duplicates {}, fired {}, refired {}, hints dropped {}, store errors {:?}, firing waited for the link {:.3} s",
+            c.accepted,
+            c.duplicates,
+            c.fired,
+            c.refired,
+            c.hints_dropped,
+            c.store_errors,
+            c.link_wait_s
         );
         if let Some(c) = &self.cpu_delivery {
             let _ = writeln!(s, "CPU (firing)  {}", c.human());

@@ -496,6 +496,7 @@ impl Firer {
             }
             // A batch the link refuses at once goes the way of one it does
             // not take later: the confirmer releases it for a retry.
+            let waiting = Instant::now();
             let taken = match self.link.send(batch).await {
                 Ok(taken) => taken,
                 Err(e) => Box::pin(std::future::ready(Err(e))) as Taken,
@@ -508,6 +509,9 @@ impl Firer {
             if confirm.send(sent).await.is_err() {
                 tracing::warn!("the confirmer has stopped; these fire again after their lease");
             }
+            self.metrics
+                .link_wait
+                .inc_by(waiting.elapsed().as_secs_f64());
         }
     }
 

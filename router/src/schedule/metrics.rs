@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Upper bounds (ms from now) of the `due` buckets of
 /// `herald_delayed_pending`; the last bucket is everything later.
@@ -58,6 +59,10 @@ pub struct DelayedMetrics {
     pub claims: Counter,
     /// Store calls that marked fired notifications delivered.
     pub settles: Counter,
+    /// Seconds the firer waited for the link: to hand it a batch, and for
+    /// room among the batches waiting for it to take them (over AMQP: the
+    /// broker's flow control and publisher confirms).
+    pub link_wait: Counter<f64, AtomicU64>,
     /// Reads of upcoming entries into the scheduler's window.
     pub refills: Family<ReadLabels, Counter>,
     /// (fire time, id) pairs those reads returned.
@@ -108,6 +113,7 @@ impl Default for DelayedMetrics {
             fired: Counter::default(),
             claims: Counter::default(),
             settles: Counter::default(),
+            link_wait: Counter::default(),
             refills: Family::default(),
             refill_items: Family::default(),
             lateness: Histogram::new([
@@ -161,6 +167,11 @@ impl DelayedMetrics {
             "settles",
             "Store calls that marked fired notifications delivered",
             self.settles.clone(),
+        );
+        r.register(
+            "link_wait_seconds",
+            "Seconds the firer waited for the link (to hand it a batch, or for room among the batches it has not taken yet)",
+            self.link_wait.clone(),
         );
         r.register(
             "refills",
@@ -287,6 +298,7 @@ mod tests {
             "herald_delayed_fired_total",
             "herald_delayed_claims_total",
             "herald_delayed_settles_total",
+            "herald_delayed_link_wait_seconds_total",
             "herald_delayed_refills_total{read=\"whole\"}",
             "herald_delayed_refill_items_total{read=\"slice\"}",
             "herald_delayed_lateness_seconds_bucket",
