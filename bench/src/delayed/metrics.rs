@@ -150,7 +150,8 @@ pub(crate) struct ServerCounters {
 
 impl ServerCounters {
     pub(crate) fn between(before: &Scrape, after: &Scrape) -> Self {
-        let diff = |name: &str| (after.get(name) - before.get(name)).max(0.0) as u64;
+        let seconds = |name: &str| (after.get(name) - before.get(name)).max(0.0);
+        let diff = |name: &str| seconds(name) as u64;
         let prefix = "herald_delayed_store_errors_total{op=\"";
         let store_errors = after
             .with_prefix(prefix)
@@ -166,9 +167,7 @@ impl ServerCounters {
             fired: diff("herald_delayed_fired_total"),
             refired: diff("herald_delayed_refired_total"),
             hints_dropped: diff("herald_delayed_hints_dropped_total"),
-            link_wait_s: (after.get("herald_delayed_link_wait_seconds_total")
-                - before.get("herald_delayed_link_wait_seconds_total"))
-            .max(0.0),
+            link_wait_s: seconds("herald_delayed_link_wait_seconds_total"),
             store_errors,
         }
     }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::delivery::Delivery;
+use super::delivery::{Delivery, SLOW_BIN_MS};
 use super::ingest::Ingested;
 use super::metrics::{ServerCounters, ServerLateness};
 use super::store::RedisInfo;
@@ -218,7 +218,7 @@ impl DelayedReport {
                     .collect();
                 let _ = writeln!(
                     s,
-                    "slowest 1%    due at (100 ms bins, from the first due time) {}",
+                    "slowest 1%    due at ({SLOW_BIN_MS} ms bins, from the first due time) {}",
                     bins.join(", ")
                 );
             }

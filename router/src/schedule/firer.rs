@@ -235,7 +235,7 @@ impl Firer {
                 Some(Action::Refill(read)) => {
                     let store = Arc::clone(&self.store);
                     let max_window = self.config.max_window;
-                    scheduler.reading();
+                    scheduler.reading(read);
                     self.metrics
                         .refills
                         .get_or_create(&ReadLabels::of(read.is_whole()))

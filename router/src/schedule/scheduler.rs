@@ -227,8 +227,9 @@ pub struct Scheduler {
     /// When the next refill reads the whole horizon.
     next_whole: Millis,
     /// The window holds every entry the store had (as of its read) with a
-    /// fire time up to this; `None` before the first read.
-    covered: Option<Millis>,
+    /// fire time up to this (until the first whole read, `next_whole` is 0
+    /// and this is not used).
+    covered: Millis,
     /// What happened while a read was under way ([`Scheduler::reading`]).
     during_read: Option<Aside>,
 }
@@ -239,6 +240,9 @@ pub struct Scheduler {
 /// meanwhile must lower.
 #[derive(Debug, Clone, Default)]
 struct Aside {
+    /// Whether the read is whole: only then are `items` kept (a slice
+    /// joins the window, which holds them already).
+    whole: bool,
     /// Items scheduled; at most `max_window` (beyond, keep-earliest).
     items: Vec<(Millis, String)>,
     /// The earliest fire time forgotten.
@@ -253,7 +257,7 @@ impl Scheduler {
             window: Window::default(),
             next_refill: 0,
             next_whole: 0,
-            covered: None,
+            covered: 0,
             during_read: None,
         }
     }
@@ -288,9 +292,10 @@ impl Scheduler {
                 limit: self.config.claim_batch,
             },
             _ if now >= self.next_refill => {
-                let from = match self.covered {
-                    Some(c) if now < self.next_whole => c.saturating_add(1),
-                    _ => 0,
+                let from = if now < self.next_whole {
+                    self.covered.saturating_add(1)
+                } else {
+                    0
                 };
                 Action::Refill(Read {
                     from,
@@ -373,7 +378,7 @@ impl Scheduler {
             Window::default()
         };
         self.next_refill = self.next_refill.min(self.next_whole);
-        self.covered = Some(read.until);
+        self.covered = read.until;
         let aside = self.during_read.take().unwrap_or_default();
         for t in cut.into_iter().chain(aside.forgot) {
             self.forgot(t);
@@ -388,11 +393,14 @@ impl Scheduler {
         rest
     }
 
-    /// The shell started the read [`Scheduler::poll`] asked for; items
-    /// scheduled from now until [`Scheduler::install`] are kept aside
-    /// too, since the read may not see them.
-    pub fn reading(&mut self) {
-        self.during_read = Some(Aside::default());
+    /// The shell started `read`, as [`Scheduler::poll`] asked; for a whole
+    /// read, items scheduled from now until [`Scheduler::install`] are
+    /// kept aside too, since the read may not see them.
+    pub fn reading(&mut self, read: Read) {
+        self.during_read = Some(Aside {
+            whole: read.is_whole(),
+            ..Aside::default()
+        });
     }
 
     /// The read under way failed: nothing to install (what was scheduled
@@ -405,9 +413,7 @@ impl Scheduler {
     /// taken in); read the store again from `t`, by `t`.
     fn forgot(&mut self, t: Millis) {
         self.next_refill = self.next_refill.min(t);
-        if let Some(c) = &mut self.covered {
-            *c = (*c).min(t.saturating_sub(1));
-        }
+        self.covered = self.covered.min(t.saturating_sub(1));
         if let Some(a) = &mut self.during_read {
             a.forgot = Some(a.forgot.map_or(t, |f| f.min(t)));
         }
@@ -416,7 +422,9 @@ impl Scheduler {
     /// An entry this process accepted (or released for a retry) fires at
     /// `fire_at`.
     pub fn scheduled(&mut self, fire_at: Millis, id: String) {
-        if let Some(aside) = &mut self.during_read {
+        if let Some(aside) = &mut self.during_read
+            && aside.whole
+        {
             if aside.items.len() < self.config.max_window {
                 aside.items.push((fire_at, id.clone()));
             } else {
@@ -626,7 +634,7 @@ mod tests {
         let Action::Refill(read) = s.poll(0) else {
             panic!("a first read")
         };
-        s.reading();
+        s.reading(read);
         s.scheduled(300, "late".into());
         // The read did not see it (committed after the read).
         s.refilled(0, read, vec![(500, "a".into())]);
@@ -643,7 +651,7 @@ mod tests {
             panic!("a slice")
         };
         assert_eq!(read.from, 1_001);
-        s.reading();
+        s.reading(read);
         // The window is full: b pushes a out while the slice is read.
         s.scheduled(700, "b".into());
         s.refilled(500, read, vec![]);

@@ -43,29 +43,24 @@ impl RedisStore {
         }
         let (from, until) = (score(from), score(until));
         let streams = 2 * usize::from(self.keys.shards());
-        let merged = merge(streams, limit, false, |r| {
-            self.fire_stream(Some(from), until, r)
-        })
-        .await?;
+        let merged = merge(streams, limit, false, |r| self.fire_stream(from, until, r)).await?;
         Ok(merged.items.into_iter().map(|(_, k, ())| k).collect())
     }
 
     /// Up to `r.count` (score, id) of `key` with score in `min..=max`
-    /// (no lower bound: `None`), from `r.offset`, earliest first.
+    /// (scores are never negative: `min` 0 has no lower bound), from
+    /// `r.offset`, earliest first.
     pub(super) async fn peek(
         &self,
         key: String,
-        min: Option<Millis>,
+        min: Millis,
         max: Millis,
         r: &Resume<(Millis, String)>,
     ) -> Result<Vec<((Millis, String), ())>, StoreError> {
         let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(key);
-        match min {
-            Some(min) => cmd.arg(min),
-            None => cmd.arg("-inf"),
-        };
-        cmd.arg(max)
+        cmd.arg(key)
+            .arg(min)
+            .arg(max)
             .arg("BYSCORE")
             .arg("LIMIT")
             .arg(r.offset)
@@ -82,7 +77,7 @@ impl RedisStore {
     /// streams `2s` (due) and `2s + 1` (lease) of shard `s`.
     pub(super) async fn fire_stream(
         &self,
-        min: Option<Millis>,
+        min: Millis,
         max: Millis,
         r: Resume<(Millis, String)>,
     ) -> Result<Vec<((Millis, String), ())>, StoreError> {
@@ -129,7 +124,7 @@ impl RedisStore {
         let mut got: Vec<(Millis, Entry)> = Vec::new();
         for _ in 0..MAX_CLAIM_ROUNDS {
             let want = limit - got.len();
-            let picks = merge(streams, want, false, |r| self.fire_stream(None, now, r))
+            let picks = merge(streams, want, false, |r| self.fire_stream(0, now, r))
                 .await?
                 .items;
             if picks.is_empty() {
