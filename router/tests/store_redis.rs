@@ -626,6 +626,64 @@ async fn a_batch_larger_than_a_script_is_split_and_duplicates_within_it_are_foun
     assert_eq!(store.purge(T0 + 7, 1000).await.unwrap(), 250);
 }
 
+/// Batches handed in together go to Redis as groups of at most
+/// `max_entries_per_script` x `shards` entries, and each caller gets its
+/// own answers. On a current-thread runtime the four inserts are all queued
+/// before the store's insert task runs, so the grouping is exact: A and B
+/// (6 entries; C would make 9 of at most 8), then C and D.
+#[tokio::test]
+async fn batches_handed_in_together_go_as_groups_and_each_gets_its_own_answers() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(RedisConfig {
+        max_entries_per_script: 4,
+        shards: 2,
+        ..config(&prefix)
+    })
+    .await;
+    let stored_before = entry("before", T0 + 1, None, "u");
+    assert_eq!(
+        store.insert(vec![stored_before], T0).await.unwrap(),
+        vec![Insert::Accepted]
+    );
+    let groups = store.metrics().insert_groups.get();
+    let batches = store.metrics().insert_batches.get();
+    let batch = |ids: &[&str], due: u64| -> Vec<Entry> {
+        ids.iter()
+            .map(|id| entry(id, T0 + due, None, "u"))
+            .collect()
+    };
+    let (a, b, c, d) = tokio::join!(
+        store.insert(batch(&["a1", "a2", "twice"], 10), T0),
+        // "twice" again, due later: the copy in A (earlier in the group) wins.
+        store.insert(batch(&["b1", "twice", "b2"], 20), T0),
+        store.insert(batch(&["c1", "before", "c2"], 30), T0),
+        store.insert(batch(&["d1", "d2", "d3"], 40), T0),
+    );
+    let accepted = |out: &[Insert], which: &[bool]| {
+        let got: Vec<bool> = out.iter().map(|o| *o == Insert::Accepted).collect();
+        assert_eq!(got, which, "{out:?}");
+    };
+    let (a, b, c, d) = (a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap());
+    accepted(&a, &[true, true, true]);
+    accepted(&b, &[true, false, true]);
+    accepted(&c, &[true, false, true]);
+    accepted(&d, &[true, true, true]);
+    match (&b[1], &c[1]) {
+        (Insert::Duplicate(twice), Insert::Duplicate(before)) => {
+            assert_eq!((twice.due_ms, twice.state), (T0 + 10, State::Scheduled));
+            assert_eq!((before.due_ms, before.state), (T0 + 1, State::Scheduled));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.metrics().insert_groups.get() - groups, 2);
+    assert_eq!(store.metrics().insert_batches.get() - batches, 4);
+    assert_eq!(store.counts(T0, vec![]).await.unwrap().scheduled, vec![11]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_of_thousands_in_one_shard_moves_them_all_in_order() {
     // One shard: the whole claim is one script, its sorted-set moves made

@@ -57,6 +57,7 @@ mod cancel;
 mod claim;
 mod config;
 mod conn;
+mod group;
 mod held;
 mod insert;
 mod layout;
@@ -82,6 +83,8 @@ pub use persistence::{Durability, Eviction, NodePersistence, Persistence};
 pub use presence::RedisPresence;
 
 use self::conn::{Conn, unavailable};
+use self::group::GroupCommit;
+use self::insert::Inserter;
 use self::layout::{Keys, score};
 use self::reply::num;
 use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
@@ -133,6 +136,8 @@ impl Scripts {
 /// many tasks at once.
 pub struct RedisStore {
     conn: Conn,
+    /// Inserts go through here, grouped ([`group`]).
+    inserts: GroupCommit,
     keys: Keys,
     scripts: Scripts,
     config: RedisConfig,
@@ -165,13 +170,25 @@ impl RedisStore {
         check_meta(&conn, &keys).await?;
         let persistence = Persistence::from_nodes(conn::config_of_masters(&conn).await);
         persistence.log();
+        let scripts = Scripts::new();
+        let metrics = RedisStoreMetrics::default();
+        let inserter = Inserter {
+            conn: conn.clone(),
+            keys: keys.clone(),
+            script: scripts.insert.clone(),
+            max: config.max_entries_per_script,
+        };
+        let max_group = config.max_entries_per_script * usize::from(config.shards);
+        let inserts =
+            GroupCommit::start(inserter, config.request_queue, max_group, metrics.clone());
         Ok(RedisStore {
             conn,
+            inserts,
             keys,
-            scripts: Scripts::new(),
+            scripts,
             config,
             persistence,
-            metrics: RedisStoreMetrics::default(),
+            metrics,
             rotation: AtomicUsize::new(0),
         })
     }
@@ -271,7 +288,7 @@ impl RedisStore {
 
 impl Store for RedisStore {
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
-        self.op("insert", self.insert_all(entries, now))
+        self.op("insert", self.inserts.insert(entries, now))
     }
 
     fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>> {

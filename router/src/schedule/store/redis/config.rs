@@ -50,6 +50,8 @@ pub struct RedisConfig {
     /// Requests queued for the single-server connection's writer; when the
     /// queue is full, callers wait for room (policy: block). The cluster
     /// client has its own queue of 100 requests, with the same policy.
+    /// Also bounds the insert batches waiting to be grouped (`group.rs`),
+    /// same policy.
     pub request_queue: usize,
 }
 

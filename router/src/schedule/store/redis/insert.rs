@@ -1,19 +1,42 @@
 //! Inserting a batch: one script call per shard touched (split past
 //! `max_entries_per_script`), all in flight at once. Each script is atomic
 //! and idempotent: an id already stored is reported with its status.
+//! Callers' batches reach here grouped ([`super::group`]).
 
 use std::collections::{BTreeMap, HashMap};
 
 use futures_util::future::try_join_all;
-use redis::Value;
+use redis::{Script, Value};
 
-use super::RedisStore;
-use super::layout::{self, score};
+use super::conn::{Conn, unavailable};
+use super::layout::{self, Keys, score};
 use super::reply::{array, blob, unexpected};
 use crate::schedule::entry::{Entry, Millis, State, Status};
 use crate::schedule::store::{Insert, StoreError};
 
-impl RedisStore {
+/// What inserting needs of the store, apart from it: the group-commit
+/// task owns one.
+pub(super) struct Inserter {
+    pub(super) conn: Conn,
+    pub(super) keys: Keys,
+    pub(super) script: Script,
+    /// Most entries per script (`max_entries_per_script`).
+    pub(super) max: usize,
+}
+
+impl Inserter {
+    /// Run the insert script in `shard` with `args`.
+    async fn run(&self, shard: u16, args: Vec<Vec<u8>>) -> Result<Value, StoreError> {
+        let mut call = self.script.prepare_invoke();
+        call.key(self.keys.base(shard));
+        for a in &args {
+            call.arg(a.as_slice());
+        }
+        call.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
     pub(super) async fn insert_all(
         &self,
         entries: Vec<Entry>,
@@ -33,7 +56,7 @@ impl RedisStore {
                 }
             }
         }
-        let max = self.config.max_entries_per_script;
+        let max = self.max;
         let entries = &entries;
         let answers = try_join_all(by_shard.iter().flat_map(|(&s, idx)| {
             idx.chunks(max).map(move |chunk| async move {
@@ -56,7 +79,7 @@ impl RedisStore {
                             .to_vec(),
                     );
                 }
-                let v = self.run(&self.scripts.insert, s, args).await?;
+                let v = self.run(s, args).await?;
                 Ok::<_, StoreError>((chunk, array(v)?))
             })
         }))

@@ -1,5 +1,5 @@
-//! Counters of the Redis store: failed operations and the entries it had
-//! to skip or drop.
+//! Counters of the Redis store: failed operations, the entries it had to
+//! skip or drop, and how inserts were grouped.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
@@ -17,6 +17,11 @@ pub struct RedisStoreMetrics {
     /// Index entries that pointed at a missing entry (only possible if
     /// Redis evicted or lost a key): dropped from the index.
     pub orphans: Counter,
+    /// Insert groups sent to Redis (see `group.rs`): with
+    /// `insert_batches`, how many callers' batches went together.
+    pub insert_groups: Counter,
+    /// Callers' insert batches, each in one group.
+    pub insert_batches: Counter,
 }
 
 impl RedisStoreMetrics {
@@ -36,6 +41,16 @@ impl RedisStoreMetrics {
             "herald_store_redis_orphans",
             "Delayed-store index entries dropped because their entry was missing",
             self.orphans.clone(),
+        );
+        registry.register(
+            "herald_store_redis_insert_groups",
+            "Insert groups sent to Redis: callers' batches that arrived together go as one",
+            self.insert_groups.clone(),
+        );
+        registry.register(
+            "herald_store_redis_insert_batches",
+            "Callers' insert batches (divide by insert_groups: batches per group)",
+            self.insert_batches.clone(),
         );
     }
 }
