@@ -245,14 +245,7 @@ impl RedisStore {
         shard: u16,
         args: Vec<Vec<u8>>,
     ) -> Result<Value, StoreError> {
-        let mut call = script.prepare_invoke();
-        call.key(self.keys.base(shard));
-        for a in &args {
-            call.arg(a.as_slice());
-        }
-        call.invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+        invoke(&self.conn, &self.keys, script, shard, &args).await
     }
 
     /// Run one command.
@@ -284,6 +277,25 @@ impl RedisStore {
         }))
         .await
     }
+}
+
+/// Run `script` on `conn` in `shard` (its key base the script's one key)
+/// with `args`.
+async fn invoke(
+    conn: &Conn,
+    keys: &Keys,
+    script: &Script,
+    shard: u16,
+    args: &[Vec<u8>],
+) -> Result<Value, StoreError> {
+    let mut call = script.prepare_invoke();
+    call.key(keys.base(shard));
+    for a in args {
+        call.arg(a.as_slice());
+    }
+    call.invoke_async(&mut conn.clone())
+        .await
+        .map_err(unavailable)
 }
 
 impl Store for RedisStore {

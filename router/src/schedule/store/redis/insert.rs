@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use futures_util::future::try_join_all;
 use redis::{Script, Value};
 
-use super::conn::{Conn, unavailable};
+use super::conn::Conn;
 use super::layout::{self, Keys, score};
 use super::reply::{array, blob, unexpected};
 use crate::schedule::entry::{Entry, Millis, State, Status};
@@ -27,14 +27,7 @@ pub(super) struct Inserter {
 impl Inserter {
     /// Run the insert script in `shard` with `args`.
     async fn run(&self, shard: u16, args: Vec<Vec<u8>>) -> Result<Value, StoreError> {
-        let mut call = self.script.prepare_invoke();
-        call.key(self.keys.base(shard));
-        for a in &args {
-            call.arg(a.as_slice());
-        }
-        call.invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+        super::invoke(&self.conn, &self.keys, &self.script, shard, &args).await
     }
 
     pub(super) async fn insert_all(
