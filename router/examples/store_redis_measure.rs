@@ -6,6 +6,10 @@
 //!     --url redis://127.0.0.1:6379 --entries 1000000
 //! ```
 //!
+//! `--url` may name a Redis Cluster's masters, separated by commas: the
+//! store connects as a cluster client and the CPU and memory figures add
+//! up every master.
+//!
 //! Works under a fresh key prefix and deletes it at the end (`--keep` to
 //! leave it). Phases, each timed: insert `--entries` entries in batches of
 //! `--batch` from `--concurrency` tasks; read `INFO memory` before and
@@ -29,7 +33,8 @@ use tokio::sync::Mutex;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// The Redis server to measure.
+    /// The Redis server to measure, or a cluster's masters separated by
+    /// commas (the CPU and memory figures add up every one of them).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     url: String,
     /// Entries to insert.
@@ -90,32 +95,48 @@ fn entry(i: usize, payload: &Bytes) -> Entry {
     }
 }
 
+/// `INFO section` of each node `url` names: one, or a cluster's masters
+/// separated by commas.
+fn infos(url: &str, section: &str) -> Vec<String> {
+    url.split(',')
+        .map(|node| {
+            let mut c = redis::Client::open(node)
+                .and_then(|c| c.get_connection())
+                .expect("connect for INFO");
+            redis::cmd("INFO").arg(section).query(&mut c).unwrap()
+        })
+        .collect()
+}
+
+/// Bytes of memory Redis uses, over every node.
 fn used_memory(url: &str) -> u64 {
-    let mut c = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connect for INFO");
-    let info: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory in INFO memory")
+    infos(url, "memory")
+        .iter()
+        .map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("used_memory:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .expect("used_memory in INFO memory")
+        })
+        .sum()
 }
 
 /// Microseconds of CPU Redis's main thread has used (`INFO cpu`): the
 /// server's own cost of the work, whatever the client's and however loaded
 /// the machine.
 fn busy_usec(url: &str) -> u64 {
-    let mut c = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .expect("connect for INFO");
-    let info: String = redis::cmd("INFO").arg("cpu").query(&mut c).unwrap();
-    let secs = |name: &str| -> f64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
-    ((secs("used_cpu_user_main_thread:") + secs("used_cpu_sys_main_thread:")) * 1e6) as u64
+    infos(url, "cpu")
+        .iter()
+        .map(|info| {
+            let secs = |name: &str| -> f64 {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0)
+            };
+            ((secs("used_cpu_user_main_thread:") + secs("used_cpu_sys_main_thread:")) * 1e6) as u64
+        })
+        .sum()
 }
 
 /// Microseconds of CPU this process has used (user + system, from
@@ -147,63 +168,69 @@ fn costs(url: &str) -> (u64, u64) {
     (busy_usec(url), own_usec())
 }
 
-/// `MEMORY USAGE` of every key matching `pattern` (SCAN), summed, and how
-/// many keys.
-fn usage_of(url: &str, pattern: &str) -> (u64, u64) {
-    let mut c = redis::Client::open(url)
+/// Every key of `node` matching `pattern`, a SCAN page at a time.
+fn scan_each(node: &str, pattern: &str, mut f: impl FnMut(&mut redis::Connection, Vec<Vec<u8>>)) {
+    let mut c = redis::Client::open(node)
         .and_then(|c| c.get_connection())
         .unwrap();
-    let (mut cursor, mut bytes, mut keys) = (0u64, 0u64, 0u64);
-    loop {
-        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(&mut c)
-            .unwrap();
-        for k in batch {
-            let n: Option<u64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(&k)
-                .arg("SAMPLES")
-                .arg(0)
-                .query(&mut c)
-                .unwrap();
-            bytes += n.unwrap_or(0);
-            keys += 1;
-        }
-        if next == 0 {
-            return (bytes, keys);
-        }
-        cursor = next;
-    }
-}
-
-fn delete_prefix(url: &str, prefix: &str) -> u64 {
-    let mut c = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .unwrap();
-    let (mut cursor, mut n) = (0u64, 0u64);
+    let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{prefix}:*"))
+            .arg(pattern)
             .arg("COUNT")
             .arg(10_000)
             .query(&mut c)
             .unwrap();
         if !keys.is_empty() {
-            n += keys.len() as u64;
-            redis::cmd("UNLINK").arg(keys).query::<u64>(&mut c).unwrap();
+            f(&mut c, keys);
         }
         if next == 0 {
-            return n;
+            return;
         }
         cursor = next;
     }
+}
+
+/// `MEMORY USAGE` of every key matching `pattern` (SCAN, on every node),
+/// summed, and how many keys.
+fn usage_of(url: &str, pattern: &str) -> (u64, u64) {
+    let (mut bytes, mut keys) = (0u64, 0u64);
+    for node in url.split(',') {
+        scan_each(node, pattern, |c, batch| {
+            for k in batch {
+                let n: Option<u64> = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(&k)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .query(c)
+                    .unwrap();
+                bytes += n.unwrap_or(0);
+                keys += 1;
+            }
+        });
+    }
+    (bytes, keys)
+}
+
+/// Delete every key under `prefix` on every node: one UNLINK per key (on
+/// a cluster node, keys of several slots cannot share a command),
+/// pipelined.
+fn delete_prefix(url: &str, prefix: &str) -> u64 {
+    let mut n = 0u64;
+    for node in url.split(',') {
+        scan_each(node, &format!("{prefix}:*"), |c, keys| {
+            n += keys.len() as u64;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("UNLINK").arg(k).ignore();
+            }
+            pipe.query::<()>(c).unwrap();
+        });
+    }
+    n
 }
 
 /// Latency percentiles of `samples`.
@@ -278,7 +305,11 @@ async fn main() {
             prefix: prefix.clone(),
             shards: args.shards,
             operation_timeout: Duration::from_secs(60),
-            ..RedisConfig::single(args.url.clone())
+            ..if args.url.contains(',') {
+                RedisConfig::cluster(args.url.split(','))
+            } else {
+                RedisConfig::single(args.url.clone())
+            }
         })
         .await
         .expect("connect"),
