@@ -108,16 +108,18 @@ fn infos(url: &str, section: &str) -> Vec<String> {
         .collect()
 }
 
+/// Field `name` (with its colon) of an `INFO` answer.
+fn field(info: &str, name: &str) -> Option<f64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Bytes of memory Redis uses, over every node.
 fn used_memory(url: &str) -> u64 {
     infos(url, "memory")
         .iter()
-        .map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("used_memory:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .expect("used_memory in INFO memory")
-        })
+        .map(|info| field(info, "used_memory:").expect("used_memory in INFO memory") as u64)
         .sum()
 }
 
@@ -128,12 +130,7 @@ fn busy_usec(url: &str) -> u64 {
     infos(url, "cpu")
         .iter()
         .map(|info| {
-            let secs = |name: &str| -> f64 {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0.0)
-            };
+            let secs = |name: &str| field(info, name).unwrap_or(0.0);
             ((secs("used_cpu_user_main_thread:") + secs("used_cpu_sys_main_thread:")) * 1e6) as u64
         })
         .sum()

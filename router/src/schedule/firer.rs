@@ -833,7 +833,8 @@ fn merged(group: Vec<Entry>) -> Entry {
 
 /// One send of a round, ready for the link.
 struct Out {
-    /// Who it goes to (a hash: equal for the same recipient).
+    /// Who it goes to (a hash: equal for the same recipient), in a round
+    /// that is grouped; 0 in one that keeps its order.
     recipient: u64,
     notification: Arc<Notification>,
     /// The entries it stands for (several when merged).
@@ -857,27 +858,29 @@ fn outs(send: Vec<(Entry, Vec<String>)>, from_hold: bool, limit: usize) -> Vec<O
     let herd = send.len() > limit;
     let mut out: Vec<Out> = send
         .into_iter()
-        .map(|(e, ids)| {
-            let n = &e.notification;
-            let who = match n.scope {
-                Scope::User => n.users.first(),
-                Scope::Client => n.clients.first(),
-                Scope::Global => None,
-            };
-            let mut h = std::hash::DefaultHasher::new();
-            (n.scope, who).hash(&mut h);
-            Out {
-                recipient: h.finish(),
-                first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
-                notification: Arc::new(e.notification),
-                ids,
-            }
+        .map(|(e, ids)| Out {
+            recipient: if herd { recipient(&e.notification) } else { 0 },
+            first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
+            notification: Arc::new(e.notification),
+            ids,
         })
         .collect();
     if herd {
         out.sort_by_key(|o| o.recipient);
     }
     out
+}
+
+/// A hash of who `n` goes to: equal for the same recipient.
+fn recipient(n: &Notification) -> u64 {
+    let who = match n.scope {
+        Scope::User => n.users.first(),
+        Scope::Client => n.clients.first(),
+        Scope::Global => None,
+    };
+    let mut h = std::hash::DefaultHasher::new();
+    (n.scope, who).hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]

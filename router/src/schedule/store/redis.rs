@@ -101,7 +101,6 @@ macro_rules! script {
 
 /// The scripts, each the prelude plus one operation.
 struct Scripts {
-    insert: Script,
     claim: Script,
     claim_held: Script,
     hold: Script,
@@ -117,7 +116,6 @@ struct Scripts {
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            insert: script!("insert.lua"),
             claim: script!("claim.lua"),
             claim_held: script!("claim_held.lua"),
             hold: script!("hold.lua"),
@@ -170,12 +168,11 @@ impl RedisStore {
         check_meta(&conn, &keys).await?;
         let persistence = Persistence::from_nodes(conn::config_of_masters(&conn).await);
         persistence.log();
-        let scripts = Scripts::new();
         let metrics = RedisStoreMetrics::default();
         let inserter = Inserter {
             conn: conn.clone(),
             keys: keys.clone(),
-            script: scripts.insert.clone(),
+            script: script!("insert.lua"),
             max: config.max_entries_per_script,
         };
         let max_group = config.max_entries_per_script * usize::from(config.shards);
@@ -185,7 +182,7 @@ impl RedisStore {
             conn,
             inserts,
             keys,
-            scripts,
+            scripts: Scripts::new(),
             config,
             persistence,
             metrics,
