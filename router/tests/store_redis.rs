@@ -626,6 +626,86 @@ async fn a_batch_larger_than_a_script_is_split_and_duplicates_within_it_are_foun
     assert_eq!(store.purge(T0 + 7, 1000).await.unwrap(), 250);
 }
 
+/// The ids listed under `topic` in `state`, page by page.
+async fn listed(store: &RedisStore, topic: Option<&str>, state: State) -> Vec<String> {
+    let filter = ListFilter {
+        topic: topic.map(str::to_owned),
+        state,
+    };
+    let mut out = Vec::new();
+    let mut after: Option<Cursor> = None;
+    loop {
+        let page = store.list(filter.clone(), after, 2).await.unwrap();
+        out.extend(page.items.into_iter().map(|s| s.id));
+        match page.next {
+            Some(c) => after = Some(c),
+            None => return out,
+        }
+    }
+}
+
+/// The insert script stores an all-new batch with one MSETNX and indexes
+/// it per topic; a batch with a known id goes one entry at a time. One
+/// shard, so each batch is one script whose entries the store sorts by
+/// topic: the answers still come in the caller's order, and every new
+/// entry is indexed under its own topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_new_and_known_ids_over_several_topics_is_stored_and_listed_per_topic() {
+    let prefix = unique_prefix();
+    let _guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    let store = connect(RedisConfig {
+        shards: 1,
+        ..config(&prefix)
+    })
+    .await;
+    // All new, topics interleaved: the one-call path.
+    let first = vec![
+        entry("a1", T0 + 1, Some("alpha"), "u"),
+        entry("n1", T0 + 2, None, "u"),
+        entry("b1", T0 + 3, Some("beta"), "u"),
+        entry("a2", T0 + 4, Some("alpha"), "u"),
+    ];
+    assert_eq!(
+        store.insert(first, T0).await.unwrap(),
+        vec![Insert::Accepted; 4]
+    );
+    // Two known ids among new ones: one at a time. "a1" comes back under
+    // another due time and "n1" under another topic: the first submission
+    // stands, and neither is indexed again.
+    let second = vec![
+        entry("b2", T0 + 5, Some("beta"), "u"),
+        entry("a1", T0 + 50, Some("alpha"), "u"),
+        entry("n2", T0 + 6, None, "u"),
+        entry("a3", T0 + 7, Some("alpha"), "u"),
+        entry("n1", T0 + 60, Some("gamma"), "u"),
+        entry("n3", T0 + 8, None, "u"),
+    ];
+    let out = store.insert(second, T0 + 1).await.unwrap();
+    let accepted: Vec<bool> = out.iter().map(|o| *o == Insert::Accepted).collect();
+    assert_eq!(accepted, [true, false, true, true, false, true], "{out:?}");
+    match (&out[1], &out[4]) {
+        (Insert::Duplicate(a1), Insert::Duplicate(n1)) => {
+            assert_eq!((a1.due_ms, a1.topic.as_deref()), (T0 + 1, Some("alpha")));
+            assert_eq!((n1.due_ms, n1.topic.as_deref()), (T0 + 2, None));
+        }
+        other => panic!("{other:?}"),
+    }
+    let s = State::Scheduled;
+    assert_eq!(listed(&store, Some("alpha"), s).await, ["a1", "a2", "a3"]);
+    assert_eq!(listed(&store, Some("beta"), s).await, ["b1", "b2"]);
+    assert_eq!(listed(&store, None, s).await, ["n1", "n2", "n3"]);
+    assert!(listed(&store, Some("gamma"), s).await.is_empty());
+    let claimed = store.claim_due(T0 + 100, 100, LEASE).await.unwrap();
+    assert_eq!(
+        ids(&claimed),
+        ["a1", "n1", "b1", "a2", "b2", "n2", "a3", "n3"],
+        "each once, at its first due time"
+    );
+}
+
 /// Batches handed in together go to Redis as groups of at most
 /// `max_entries_per_script` x `shards` entries, and each caller gets its
 /// own answers. On a current-thread runtime the four inserts are all queued

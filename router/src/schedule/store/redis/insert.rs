@@ -10,7 +10,7 @@ use redis::{Script, Value};
 
 use super::conn::Conn;
 use super::layout::{self, Keys, score};
-use super::reply::{array, blob, unexpected};
+use super::reply::{array, blob, num, unexpected};
 use crate::schedule::entry::{Entry, Millis, State, Status};
 use crate::schedule::store::{Insert, StoreError};
 
@@ -24,7 +24,52 @@ pub(super) struct Inserter {
     pub(super) max: usize,
 }
 
+/// An entry's topic as the insert script takes it: empty for none
+/// (topics are never empty).
+fn topic(e: &Entry) -> &str {
+    e.notification.topic.as_deref().unwrap_or_default()
+}
+
 impl Inserter {
+    /// The insert script's arguments for `chunk` (indexes into `entries`,
+    /// sorted by topic), in the layout `lua/insert.lua` documents: ready
+    /// to hand to Redis as they are, so the script makes no string per
+    /// entry.
+    fn args(&self, shard: u16, chunk: &[usize], entries: &[Entry], now: Millis) -> Vec<Vec<u8>> {
+        let prefix = self.keys.entry_prefix(shard);
+        let mut args = Vec::with_capacity(1 + 6 * chunk.len() + 2);
+        args.push(num(chunk.len() as u64));
+        for &i in chunk {
+            let e = &entries[i];
+            args.push([prefix.as_bytes(), e.id().as_bytes()].concat());
+            args.push(layout::encode_new(e, now));
+        }
+        for &i in chunk {
+            let e = &entries[i];
+            // The `due` score as text: a Lua number handed to a
+            // redis.call is formatted with sprintf, per entry.
+            args.push(num(score(e.due_ms)));
+            args.push(e.id().as_bytes().to_vec());
+        }
+        let mut rest = chunk;
+        while let Some(&first) = rest.first() {
+            let t = topic(&entries[first]);
+            let m = rest
+                .iter()
+                .take_while(|&&i| topic(&entries[i]) == t)
+                .count();
+            args.push(t.as_bytes().to_vec());
+            args.push(num(m as u64));
+            for &i in &rest[..m] {
+                let e = &entries[i];
+                args.push(b"0".to_vec());
+                args.push(layout::member(score(e.due_ms), e.id()));
+            }
+            rest = &rest[m..];
+        }
+        args
+    }
+
     /// Run the insert script in `shard` with `args`.
     async fn run(&self, shard: u16, args: Vec<Vec<u8>>) -> Result<Value, StoreError> {
         super::invoke(&self.conn, &self.keys, &self.script, shard, &args).await
@@ -53,27 +98,19 @@ impl Inserter {
         let entries = &entries;
         let answers = try_join_all(by_shard.iter().flat_map(|(&s, idx)| {
             idx.chunks(max).map(move |chunk| async move {
-                let mut args = Vec::with_capacity(4 * chunk.len());
-                for &i in chunk {
-                    let e = &entries[i];
-                    args.push(e.id().as_bytes().to_vec());
-                    args.push(layout::encode_new(e, now));
-                    // The `due` score as text: a Lua number handed to a
-                    // redis.call is formatted with sprintf, per entry.
-                    args.push(score(e.due_ms).to_string().into_bytes());
-                    // The topic, so that the script need not parse the
-                    // header for it (empty: none; topics are never empty).
-                    args.push(
-                        e.notification
-                            .topic
-                            .as_deref()
-                            .unwrap_or_default()
-                            .as_bytes()
-                            .to_vec(),
-                    );
-                }
-                let v = self.run(s, args).await?;
-                Ok::<_, StoreError>((chunk, array(v)?))
+                // By topic (stable), so that each topic's list section
+                // covers consecutive entries; the answer is in this order.
+                let mut chunk = chunk.to_vec();
+                chunk.sort_by(|&a, &b| topic(&entries[a]).cmp(topic(&entries[b])));
+                let args = self.args(s, &chunk, entries, now);
+                let answer = match self.run(s, args).await? {
+                    // Every one stored.
+                    Value::Int(n) if usize::try_from(n).ok() == Some(chunk.len()) => {
+                        vec![Value::Int(1); chunk.len()]
+                    }
+                    v => array(v)?,
+                };
+                Ok::<_, StoreError>((chunk, answer))
             })
         }))
         .await?;

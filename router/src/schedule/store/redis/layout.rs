@@ -82,6 +82,11 @@ impl Keys {
         format!("{}:{{{shard}}}", self.prefix)
     }
 
+    /// What an entry's key in `shard` is before its id: `<base>:e:`.
+    pub(super) fn entry_prefix(&self, shard: u16) -> String {
+        format!("{}:e:", self.base(shard))
+    }
+
     pub(super) fn due(&self, shard: u16) -> String {
         format!("{}:due", self.base(shard))
     }
