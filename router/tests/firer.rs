@@ -322,7 +322,12 @@ async fn a_pile_is_claimed_as_soon_as_it_comes_into_view() {
     // 20,000 due in one instant need about 0.75 s of claims at the planned
     // pace, more than claim_ahead_max_ms (400 ms): claims start as soon as
     // the pile is within 400 ms, not at the next refill (refills are 5 s
-    // apart here) or the usual claim-ahead (10 ms).
+    // apart here) or the usual claim-ahead (10 ms). Due 8 s ahead:
+    // accepting them took nearly 4 s in a debug build on a slow machine
+    // running the other tests. The pile reaches the window either with the
+    // accept (when it ends within the 5 s horizon of the due time) or with
+    // the refill at 5 s; either way it comes into view at 7.6 s, between
+    // two refills.
     let mut r = start_with(ScheduleConfig {
         claim_ahead_ms: 10,
         claim_ahead_max_ms: Some(400),
@@ -331,7 +336,7 @@ async fn a_pile_is_claimed_as_soon_as_it_comes_into_view() {
         ..ScheduleConfig::default()
     })
     .await;
-    let due = now_ms() + 4_000;
+    let due = now_ms() + 8_000;
     let entries = (0..20_000)
         .map(|i| entry(&format!("v{i:05}"), due))
         .collect();
