@@ -101,6 +101,17 @@ impl Drop for Guard {
     }
 }
 
+/// A fresh key prefix on the single Redis, and the guard that deletes its
+/// keys.
+fn fresh_prefix() -> (String, Guard) {
+    let prefix = unique_prefix();
+    let guard = Guard {
+        nodes: vec![redis_url()],
+        prefix: prefix.clone(),
+    };
+    (prefix, guard)
+}
+
 fn config(prefix: &str) -> RedisConfig {
     RedisConfig {
         prefix: prefix.into(),
@@ -114,15 +125,8 @@ async fn connect(config: RedisConfig) -> RedisStore {
 
 /// A fresh store on the single Redis, for the suite.
 async fn open() -> (Arc<dyn Store>, Guard) {
-    let prefix = unique_prefix();
-    let store = connect(config(&prefix)).await;
-    (
-        Arc::new(store),
-        Guard {
-            nodes: vec![redis_url()],
-            prefix,
-        },
-    )
+    let (prefix, guard) = fresh_prefix();
+    (Arc::new(connect(config(&prefix)).await), guard)
 }
 
 store_suite_tests!(open);
@@ -459,11 +463,7 @@ async fn a_redis_cluster_passes_the_suite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_routers_claim_every_entry_once() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let a = Arc::new(connect(config(&prefix)).await);
     let b = Arc::new(connect(config(&prefix)).await);
     let n = 2000;
@@ -500,11 +500,7 @@ async fn two_routers_claim_every_entry_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_routers_claims_come_back_to_another_after_the_lease() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let survivor = connect(config(&prefix)).await;
     {
         let crashed = connect(config(&prefix)).await;
@@ -588,11 +584,7 @@ async fn claims_upcoming_and_lists_keep_due_id_order_across_shards() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_larger_than_a_script_is_split_and_duplicates_within_it_are_found() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(RedisConfig {
         max_entries_per_script: 10,
         ..config(&prefix)
@@ -651,11 +643,7 @@ async fn listed(store: &RedisStore, topic: Option<&str>, state: State) -> Vec<St
 /// entry is indexed under its own topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_new_and_known_ids_over_several_topics_is_stored_and_listed_per_topic() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(RedisConfig {
         shards: 1,
         ..config(&prefix)
@@ -713,11 +701,7 @@ async fn a_batch_of_new_and_known_ids_over_several_topics_is_stored_and_listed_p
 /// (6 entries; C would make 9 of at most 8), then C and D.
 #[tokio::test]
 async fn batches_handed_in_together_go_as_groups_and_each_gets_its_own_answers() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(RedisConfig {
         max_entries_per_script: 4,
         shards: 2,
@@ -768,11 +752,7 @@ async fn batches_handed_in_together_go_as_groups_and_each_gets_its_own_answers()
 async fn a_claim_of_thousands_in_one_shard_moves_them_all_in_order() {
     // One shard: the whole claim is one script, its sorted-set moves made
     // with variadic calls sliced below Lua's unpack limit.
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(RedisConfig {
         shards: 1,
         max_entries_per_script: 2_000,
@@ -815,11 +795,7 @@ fn hint_keys(prefix: &str, user: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_entries_in_many_shards_come_back_in_order_and_the_hint_goes() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(config(&prefix)).await;
     let mut all: Vec<Entry> = (0..40u64)
         .map(|i| online_entry(&format!("a{i:02}"), T0 - 100 + (i % 5), "alice"))
@@ -862,11 +838,7 @@ async fn held_entries_in_many_shards_come_back_in_order_and_the_hint_goes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_expire_clean_the_hint_and_a_stale_hint_is_harmless() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(config(&prefix)).await;
     let carol: Vec<Entry> = (0..6)
         .map(|i| online_entry(&format!("c{i}"), T0, "carol"))
@@ -932,11 +904,7 @@ fn shard_of_entry(prefix: &str, id: &str) -> String {
 /// shard: removing it would strand what the hold is about to hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emptying_a_shard_keeps_the_hint_field_of_a_hold_in_flight() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(config(&prefix)).await;
     let mut c = sync_conn(&redis_url());
     for (user, empty_it) in ["claimed", "cancelled", "expired"].into_iter().enumerate() {
@@ -979,11 +947,7 @@ async fn emptying_a_shard_keeps_the_hint_field_of_a_hold_in_flight() {
 /// stranded held by a hint field removed too early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_racing_claim_held_never_strand_an_entry() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let holder = Arc::new(connect(config(&prefix)).await);
     let claimer = Arc::new(connect(config(&prefix)).await);
     let n = 90;
@@ -1035,11 +999,7 @@ async fn holds_racing_claim_held_never_strand_an_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_entry_is_reported_and_skipped_and_a_missing_one_dropped() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(config(&prefix)).await;
     store
         .insert(
@@ -1098,11 +1058,7 @@ async fn a_corrupt_entry_is_reported_and_skipped_and_a_missing_one_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_configurations_and_unreachable_redis_are_refused() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     connect(config(&prefix)).await;
     let other = RedisStore::connect(RedisConfig {
         shards: 8,
@@ -1236,11 +1192,7 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
 /// takes it out of where it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_listed_as_firing_by_an_older_router_leaves_that_list_when_it_settles() {
-    let prefix = unique_prefix();
-    let _guard = Guard {
-        nodes: vec![redis_url()],
-        prefix: prefix.clone(),
-    };
+    let (prefix, _guard) = fresh_prefix();
     let store = connect(config(&prefix)).await;
     let (old, new) = (
         entry("old", T0, Some("t"), "u"),
