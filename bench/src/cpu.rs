@@ -1,5 +1,8 @@
-//! CPU time of a process, from `/proc/PID/stat` (`utime` + `stime`, in clock ticks), and the
-//! machine's load average (`/proc/loadavg`), for the load context of a report.
+//! CPU time of a process, from `/proc/PID/stat` (`utime` + `stime`, in clock ticks), the
+//! machine's load average (`/proc/loadavg`), for the load context of a report, and a fixed
+//! reference workload that tells how fast this machine is.
+
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -60,6 +63,36 @@ pub(crate) fn load_average() -> Option<f64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// How many numbers [`reference_ms`] sorts.
+const REFERENCE_LEN: usize = 1_000_000;
+
+/// A fixed single-threaded workload, timed: sorting the same 1,000,000 pseudo-random `u64`s
+/// (branches and cache misses, like the servers' index work), the best of three runs, in ms.
+/// A yardstick for figures measured on different machines of the same kind: where it takes
+/// twice as long, expect about half the throughput. Run it before the servers start.
+pub(crate) fn reference_ms() -> f64 {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let numbers: Vec<u64> = (0..REFERENCE_LEN)
+        .map(|_| {
+            // xorshift64: the same sequence every run.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+        .collect();
+    (0..3)
+        .map(|_| {
+            let mut v = numbers.clone();
+            let start = Instant::now();
+            v.sort_unstable();
+            let ms = start.elapsed().as_secs_f64() * 1000.0;
+            std::hint::black_box(&v);
+            ms
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// The number of CPUs this process may run on.
 pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -98,5 +131,7 @@ mod tests {
         assert!(after.since(&before).total() >= 0.0);
         assert!(load_average().is_some());
         assert!(cores() >= 1);
+        let reference = reference_ms();
+        assert!(reference.is_finite() && reference > 0.0, "{reference}");
     }
 }

@@ -387,6 +387,7 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
         eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
     }
     let load_before = cpu::load_average();
+    let reference_ms = cpu::reference_ms();
     let mut system = System::begin(&settings).await?;
     eprintln!(
         "herald-bench: run {}: {} on {}",
@@ -398,6 +399,7 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
     let cleanup = system.finish().await;
     let mut report = measured?;
     report.load_before = load_before;
+    report.reference_ms = reference_ms;
     report.load_after = cpu::load_average();
     if cleanup.redis_problem.is_some() || !cleanup.amqp.problems.is_empty() {
         report.complete = false;
@@ -834,6 +836,7 @@ async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, Ben
         sessions_dropped: dropped,
         foreign_messages: foreign,
         cores: cpu::cores(),
+        reference_ms: 0.0,
         load_before: None,
         load_after: None,
         complete,

@@ -89,6 +89,8 @@ pub(crate) struct DelayedReport {
     pub(crate) sessions_dropped: u64,
     pub(crate) foreign_messages: u64,
     pub(crate) cores: usize,
+    /// [`crate::cpu::reference_ms`] before the run: how fast this machine is.
+    pub(crate) reference_ms: f64,
     pub(crate) load_before: Option<f64>,
     pub(crate) load_after: Option<f64>,
     pub(crate) complete: bool,
@@ -251,10 +253,11 @@ impl DelayedReport {
         }
         let _ = writeln!(
             s,
-            "machine       {} cores, load {} before, {} after",
+            "machine       {} cores, load {} before, {} after; reference workload {:.0} ms (one thread sorting 1,000,000 u64)",
             self.cores,
             maybe(self.load_before, 2),
-            maybe(self.load_after, 2)
+            maybe(self.load_after, 2),
+            self.reference_ms
         );
         if let Some(g) = &self.goal {
             let _ = writeln!(
