@@ -147,7 +147,10 @@ impl RedisStore {
             for answer in answers {
                 for [id, s, value] in groups(array(answer)?, "claim")? {
                     let fire = parse_score(&s)?;
-                    if let Some(e) = self.take_claimed(&text(id)?, blob(value)?) {
+                    // The value as it was before the claim: the claim
+                    // counted one more attempt.
+                    if let Some(mut e) = self.take_claimed(&text(id)?, blob(value)?) {
+                        e.attempts += 1;
                         got.push((fire, e));
                     }
                     moved += 1;

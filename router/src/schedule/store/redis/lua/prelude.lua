@@ -145,15 +145,42 @@ local function later_add(c, key, score, member)
   t[#t + 1] = member
 end
 
--- `cmd key args...` over `args` in slices: Lua's unpack takes at most a
--- few thousand values (an even slice keeps ZADD's score, member pairs).
+-- `cmd key args...` (`cmd args...` when key is nil) over `args` in
+-- slices: Lua's unpack takes at most a few thousand values (an even slice
+-- keeps ZADD's score, member pairs and MSET's key, value pairs).
 local function bulk(cmd, key, args)
   local i, n = 1, #args
   while i <= n do
     local j = math.min(i + 3999, n)
-    redis.call(cmd, key, unpack(args, i, j))
+    if key then
+      redis.call(cmd, key, unpack(args, i, j))
+    else
+      redis.call(cmd, unpack(args, i, j))
+    end
     i = j + 1
   end
+end
+
+-- A read answering one value per argument (MGET, ZMSCORE), over `args` in
+-- slices like `bulk`: the answers of every slice in one list (false where
+-- there is none).
+local function bulk_read(cmd, key, args)
+  local out = {}
+  local i, n = 1, #args
+  while i <= n do
+    local j = math.min(i + 3999, n)
+    local r
+    if key then
+      r = redis.call(cmd, key, unpack(args, i, j))
+    else
+      r = redis.call(cmd, unpack(args, i, j))
+    end
+    for k = 1, j - i + 1 do
+      out[#out + 1] = r[k]
+    end
+    i = j + 1
+  end
+  return out
 end
 
 local function flush(c)
