@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::delayed::plan::DueOrder;
 use crate::delayed::{DelayedTarget, Scenario};
 use crate::transport::Transport;
 
@@ -340,6 +341,13 @@ pub(crate) struct DelayedArgs {
     /// then), so none fires during the run.
     #[arg(long, default_value_t = 30)]
     pub(crate) far_days: u64,
+
+    /// Ingest and footprint: the order of the due times. `sequential` (one per ms, rising with
+    /// the sequence number: each index takes its inserts at one end, its best case) or
+    /// `random` (the same span of milliseconds, scrambled: inserts land anywhere in the
+    /// indexes, as many different delays do).
+    #[arg(long, value_enum, default_value_t = DueOrder::Sequential)]
+    pub(crate) due_order: DueOrder,
 
     /// After the last due time, wait at most this many seconds without a new arrival for the
     /// missing ones.

@@ -52,7 +52,7 @@ use self::delivery::Delivery;
 use self::fleet::Fleet;
 use self::ingest::{Ingested, Progress};
 use self::metrics::{Scrape, ServerCounters, ServerLateness};
-use self::plan::{DAY_MS, Dues, Plan, Users};
+use self::plan::{DAY_MS, DueOrder, Dues, Plan, Users};
 use self::report::{DelayedReport, Goal, Growth};
 use self::system::System;
 use self::usage::{Split, Usage};
@@ -142,6 +142,7 @@ pub(crate) struct Settings {
     pub(crate) probe: u64,
     pub(crate) probe_rate: u64,
     pub(crate) far_days: u64,
+    pub(crate) due_order: DueOrder,
     pub(crate) drain_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) startup_timeout: u64,
@@ -262,6 +263,7 @@ impl Settings {
             probe,
             probe_rate: a.probe_rate,
             far_days: a.far_days,
+            due_order: a.due_order,
             drain_timeout: Duration::from_secs(a.drain_timeout),
             handshake_timeout: Duration::from_secs(a.handshake_timeout),
             startup_timeout: a.startup_timeout,
@@ -288,9 +290,13 @@ impl Settings {
     /// The scenario's main plan, its due times counted from `now_ms`.
     fn main_plan(&self, now_ms: u64) -> Plan {
         let dues = match self.scenario {
-            Scenario::Ingest | Scenario::Footprint => Dues::Spread {
-                start_ms: now_ms + self.far_days * DAY_MS,
-            },
+            Scenario::Ingest | Scenario::Footprint => {
+                let start_ms = now_ms + self.far_days * DAY_MS;
+                match self.due_order {
+                    DueOrder::Sequential => Dues::Spread { start_ms },
+                    DueOrder::Random => Dues::scattered(start_ms, self.count),
+                }
+            }
             Scenario::Lateness => Dues::Steady {
                 start_ms: now_ms + self.lead_ms,
                 rate: self.rate,
@@ -309,10 +315,15 @@ impl Settings {
     /// The plan in words.
     fn describe_plan(&self) -> String {
         match self.scenario {
-            Scenario::Ingest => format!("due in {} days (none fires)", self.far_days),
-            Scenario::Footprint => format!(
-                "due in {} days (none fires), then {} probe notifications due at {}/s from {} s after",
+            Scenario::Ingest => format!(
+                "due in {} days (none fires), {}",
                 self.far_days,
+                self.due_order.describe()
+            ),
+            Scenario::Footprint => format!(
+                "due in {} days (none fires), {}, then {} probe notifications due at {}/s from {} s after",
+                self.far_days,
+                self.due_order.describe(),
                 self.probe,
                 grouped(self.probe_rate as f64),
                 PROBE_LEAD_MS / 1000
@@ -881,6 +892,34 @@ mod tests {
         assert_eq!(s.sessions, 0, "no probe, no sessions");
         let s = args(&["--scenario", "herd", "--count", "1000", "--lead-ms", "3000"]).unwrap();
         assert_eq!((s.count, s.lead_ms), (1000, 3000));
+    }
+
+    #[test]
+    fn due_order_picks_the_ingest_plan() {
+        let start = 1_000 + 30 * DAY_MS;
+        let s = args(&["--scenario", "ingest", "--count", "1000"]).unwrap();
+        assert_eq!(s.main_plan(1_000).dues, Dues::Spread { start_ms: start });
+        let s = args(&[
+            "--scenario",
+            "ingest",
+            "--count",
+            "1000",
+            "--due-order",
+            "random",
+        ])
+        .unwrap();
+        assert_eq!(s.main_plan(1_000).dues, Dues::scattered(start, 1000));
+        assert!(s.describe_plan().contains("scrambled"));
+        use clap::Parser as _;
+        let bad = [
+            "herald-bench",
+            "delayed",
+            "--scenario",
+            "ingest",
+            "--due-order",
+            "sideways",
+        ];
+        assert!(crate::cli::Cli::try_parse_from(bad).is_err());
     }
 
     #[test]

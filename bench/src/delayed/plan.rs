@@ -21,6 +21,55 @@ pub(crate) enum Dues {
     Herd { at_ms: u64 },
     /// One per millisecond from `start_ms`.
     Spread { start_ms: u64 },
+    /// The due times of `Spread` over `span_ms` milliseconds, in scrambled order: `k` is due
+    /// at `start_ms + (k * stride) mod span_ms`, a permutation since `stride` and `span_ms`
+    /// share no factor ([`Dues::scattered`]).
+    Scattered {
+        start_ms: u64,
+        span_ms: u64,
+        stride: u64,
+    },
+}
+
+/// The order of the due times of the ingest and footprint scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DueOrder {
+    /// Rising with the sequence number ([`Dues::Spread`]).
+    Sequential,
+    /// The same due times, scrambled ([`Dues::Scattered`]).
+    Random,
+}
+
+impl DueOrder {
+    /// The order in words, for the report.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            DueOrder::Sequential => "one per ms in sequence order",
+            DueOrder::Random => "one per ms in scrambled order",
+        }
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+impl Dues {
+    /// One due time per millisecond of `start_ms .. start_ms + count`, in scrambled order.
+    pub(crate) fn scattered(start_ms: u64, count: u64) -> Dues {
+        let span_ms = count.max(1);
+        // A stride near span / golden ratio, moved to the next one sharing no factor with the
+        // span: consecutive notifications land far apart.
+        let mut stride = ((span_ms as f64 / 1.618_033_988_75) as u64).max(1);
+        while gcd(stride, span_ms) != 1 {
+            stride += 1;
+        }
+        Dues::Scattered {
+            start_ms,
+            span_ms,
+            stride,
+        }
+    }
 }
 
 impl Dues {
@@ -33,6 +82,14 @@ impl Dues {
             }
             Dues::Herd { at_ms } => at_ms,
             Dues::Spread { start_ms } => start_ms.saturating_add(k),
+            Dues::Scattered {
+                start_ms,
+                span_ms,
+                stride,
+            } => {
+                let offset = u128::from(k) * u128::from(stride) % u128::from(span_ms.max(1));
+                start_ms.saturating_add(offset as u64)
+            }
         }
     }
 }
@@ -171,6 +228,25 @@ mod tests {
         let s = Dues::Spread { start_ms: 10 };
         assert_eq!(s.due_ms(0), 10);
         assert_eq!(s.due_ms(9_999_999), 10_000_009);
+    }
+
+    #[test]
+    fn scattered_dues_are_the_spread_ones_in_another_order() {
+        for count in [1u64, 2, 10, 1_000, 4_096, 500_000] {
+            let d = Dues::scattered(100, count);
+            let mut got: Vec<u64> = (0..count).map(|k| d.due_ms(k)).collect();
+            let rising = got.windows(2).filter(|w| w[0] < w[1]).count() as u64;
+            got.sort_unstable();
+            let want: Vec<u64> = (100..100 + count).collect();
+            assert_eq!(got, want, "count {count}: each millisecond once");
+            if count >= 1_000 {
+                // Neither rising nor falling: about as many steps up as down.
+                assert!(
+                    rising > count / 4 && rising < count * 3 / 4,
+                    "count {count}: {rising} steps up"
+                );
+            }
+        }
     }
 
     #[test]
