@@ -70,9 +70,7 @@ impl Dues {
             stride,
         }
     }
-}
 
-impl Dues {
     /// The due time of the `k`-th notification, epoch ms.
     pub(crate) fn due_ms(&self, k: u64) -> u64 {
         match *self {

@@ -43,7 +43,7 @@ local function claim_all(picks)
         -- that an entry in another state still moves to its list.
         relist_later(c, id, parse(v), FIRING)
       end
-      redis.call('SETRANGE', keys[i], 1, state_bytes(FIRING, struct.unpack('>I4', v, 3) + 1, now, lease_until))
+      put_state(keys[i], FIRING, struct.unpack('>I4', v, 3) + 1, now, lease_until)
       out[#out + 1] = v
       n = n + 1
     else

@@ -49,6 +49,11 @@ local function header(k)
   return string.sub(h, 1, len)
 end
 
+-- The header of a whole value read with GET or MGET.
+local function header_of(v)
+  return string.sub(v, 1, (struct.unpack('>H', v, 39)))
+end
+
 -- What the scripts need from a header.
 local function parse(h)
   local e = {}
@@ -111,14 +116,20 @@ local function listed(state)
   return state
 end
 
--- Sorted-set changes gathered while a script walks its entries, made by
--- `flush` with one variadic call per key and command (scores as text, as
--- the caller passed them): a redis.call costs
+-- Sorted-set changes (and whole values to write) gathered while a script
+-- walks its entries, made by `flush` with one variadic call per key and
+-- command (scores as text, as the caller passed them): a redis.call costs
 -- more than the change it makes, so a script touching thousands of
 -- entries makes a few calls per key, not a few per entry. Removals go
 -- before additions, so an id removed and added again ends up added.
 local function changes()
-  return { rem = {}, add = {}, order = {} }
+  return { rem = {}, add = {}, order = {}, sets = {} }
+end
+
+-- A value to write with the others at `flush` (one variadic MSET).
+local function later_set(c, key, value)
+  c.sets[#c.sets + 1] = key
+  c.sets[#c.sets + 1] = value
 end
 
 -- The list of pending `which` ('rem' or 'add') changes of `key`.
@@ -184,6 +195,7 @@ local function bulk_read(cmd, key, args)
 end
 
 local function flush(c)
+  bulk('MSET', nil, c.sets)
   for _, key in ipairs(c.order) do
     if c.rem[key] then
       bulk('ZREM', key, c.rem[key])
@@ -194,7 +206,7 @@ local function flush(c)
       bulk('ZADD', key, c.add[key])
     end
   end
-  c.rem, c.add, c.order = {}, {}, {}
+  c.rem, c.add, c.order, c.sets = {}, {}, {}, {}
 end
 
 -- Move the entry from its state's list to state `to`'s, the sorted-set
@@ -245,7 +257,7 @@ end
 -- formatted with sprintf, per entry).
 local function finish_later(c, k, id, h, e, state, now, now_text)
   relist_later(c, id, e, state)
-  redis.call('SET', k, with_state(h, state, e.attempts, now, 0))
+  later_set(c, k, with_state(h, state, e.attempts, now, 0))
   later_add(c, B .. ':fin', now_text, id)
 end
 
