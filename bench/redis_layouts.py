@@ -40,37 +40,32 @@ ORDER = os.environ.get("ORDER", "seq")
 REWRITES = os.environ.get("REWRITES", "0") == "1"
 PIPE = 16
 
-SCRIPTS = {
-    "current": """
+
+def msetnx_then(*zadds):
+    """A script storing n values with MSETNX, then making each ZADD given
+    (Lua source over `dues`, the first `due` argument, and `lists`)."""
+    body = "\n  ".join(zadds)
+    return f"""
 local n = tonumber(ARGV[1])
 local dues = 2 + 2 * n
 local lists = dues + 2 * n
 if redis.call('MSETNX', unpack(ARGV, 2, dues - 1)) == 1 then
-  redis.call('ZADD', KEYS[1], unpack(ARGV, dues, lists - 1))
-  redis.call('ZADD', KEYS[2], unpack(ARGV, lists, lists + 2 * n - 1))
+  {body}
   return n
 end
 return 0
-""",
-    "shared": """
-local n = tonumber(ARGV[1])
-local dues = 2 + 2 * n
-if redis.call('MSETNX', unpack(ARGV, 2, dues - 1)) == 1 then
-  redis.call('ZADD', KEYS[1], unpack(ARGV, dues, dues + 2 * n - 1))
-  redis.call('ZADD', KEYS[2], unpack(ARGV, dues, dues + 2 * n - 1))
-  return n
-end
-return 0
-""",
-    "nolist": """
-local n = tonumber(ARGV[1])
-local dues = 2 + 2 * n
-if redis.call('MSETNX', unpack(ARGV, 2, dues - 1)) == 1 then
-  redis.call('ZADD', KEYS[1], unpack(ARGV, dues, dues + 2 * n - 1))
-  return n
-end
-return 0
-""",
+"""
+
+
+DUE = "redis.call('ZADD', KEYS[1], unpack(ARGV, dues, lists - 1))"
+LIST_OWN = "redis.call('ZADD', KEYS[2], unpack(ARGV, lists, lists + 2 * n - 1))"
+LIST_SHARED = "redis.call('ZADD', KEYS[2], unpack(ARGV, dues, lists - 1))"
+
+SCRIPTS = {
+    "current": msetnx_then(DUE, LIST_OWN),
+    "byscore": msetnx_then(DUE, LIST_OWN),
+    "shared": msetnx_then(DUE, LIST_SHARED),
+    "nolist": msetnx_then(DUE),
     "multi": """
 if redis.call('DEL', KEYS[3]) == 1 then
   local n = tonumber(ARGV[1])
@@ -85,7 +80,6 @@ local n = tonumber(ARGV[1])
 return redis.call('MSETNX', unpack(ARGV, 2, 1 + 2 * n))
 """,
 }
-SCRIPTS["byscore"] = SCRIPTS["current"]
 
 
 def start(workdir):
