@@ -54,6 +54,7 @@ use self::ingest::{Ingested, Progress};
 use self::metrics::{Scrape, ServerCounters, ServerLateness};
 use self::plan::{DAY_MS, DueOrder, Dues, Plan, Users};
 use self::report::{DelayedReport, Goal, Growth};
+use self::store::AofRewrites;
 use self::system::System;
 use self::usage::{Split, Usage};
 use crate::cli::DelayedArgs;
@@ -569,7 +570,8 @@ fn due_table(plan: &Plan, answered: &[(u64, u64)]) -> Vec<u64> {
 
 /// Waits for the notifications of `plan` to arrive: until `expected` have, or nothing more
 /// arrived for the drain timeout after the last due time, or a process exited. Returns the
-/// CPU split from just before the first due time to the end.
+/// CPU split from just before the first due time to the end, and the Redis AOF rewrites that
+/// ran meanwhile.
 async fn await_delivery(
     s: &Settings,
     system: &mut System,
@@ -578,7 +580,7 @@ async fn await_delivery(
     plan: &Plan,
     expected: u64,
     problems: &mut Vec<String>,
-) -> Split {
+) -> (Split, Option<u64>) {
     // Sleep to just before the first due time, then start the CPU window.
     let first_due = plan.first_due_ms();
     let until_due = first_due.saturating_sub(now_ms()).saturating_sub(500);
@@ -589,6 +591,7 @@ async fn await_delivery(
         );
         tokio::time::sleep(Duration::from_millis(until_due)).await;
     }
+    let rewrites_start = system.aof_rewrites().await;
     let cpu_start = usage.read();
     let base = fleet.received();
     let mut last_count = base;
@@ -639,7 +642,16 @@ async fn await_delivery(
             break;
         }
     }
-    Split::between(&cpu_start, &usage.read())
+    let cpu = Split::between(&cpu_start, &usage.read());
+    (
+        cpu,
+        rewrites_during(rewrites_start, system.aof_rewrites().await),
+    )
+}
+
+/// The AOF rewrites between two readings, when both were read.
+fn rewrites_during(start: Option<AofRewrites>, end: Option<AofRewrites>) -> Option<u64> {
+    Some(start?.during(&end?))
 }
 
 async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, BenchError> {
@@ -702,9 +714,11 @@ async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, Ben
 
     let main = s.main_plan(now_ms());
     let delivers = matches!(s.scenario, Scenario::Lateness | Scenario::Herd);
+    let rewrites0 = system.aof_rewrites().await;
     let cpu0 = usage.read();
     let ingested = publish(s, system, main, users.clone(), delivers, "publishing").await?;
     let cpu_ingest = Split::between(&cpu0, &usage.read());
+    let rewrites_ingest = rewrites_during(rewrites0, system.aof_rewrites().await);
     if !ingested.refused.is_empty() {
         problems.push(format!("refused: {:?}", ingested.refused));
     }
@@ -760,11 +774,14 @@ async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, Ben
     };
 
     let mut cpu_delivery = None;
+    let mut rewrites_firing = None;
     let mut delivery = None;
     let (mut dropped, mut foreign) = (0, 0);
     if let (Some((plan, dues, expected)), Some(mut f)) = (to_deliver, fleet.take()) {
-        cpu_delivery =
-            Some(await_delivery(s, system, &mut f, &usage, &plan, expected, &mut problems).await);
+        let (cpu, rewrites) =
+            await_delivery(s, system, &mut f, &usage, &plan, expected, &mut problems).await;
+        cpu_delivery = Some(cpu);
+        rewrites_firing = rewrites;
         let received = f.close().await;
         dropped = received.dropped;
         foreign = received.foreign;
@@ -843,6 +860,8 @@ async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, Ben
         server_counters,
         cpu_ingest: Some(cpu_ingest),
         cpu_delivery,
+        aof_rewrites_ingest: rewrites_ingest,
+        aof_rewrites_firing: rewrites_firing,
         goal,
         sessions_dropped: dropped,
         foreign_messages: foreign,

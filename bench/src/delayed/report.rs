@@ -85,6 +85,10 @@ pub(crate) struct DelayedReport {
     pub(crate) server_counters: ServerCounters,
     pub(crate) cpu_ingest: Option<Split>,
     pub(crate) cpu_delivery: Option<Split>,
+    /// Redis AOF rewrites that ran while publishing, and while firing: each forks Redis and
+    /// takes a core, so they explain a slow run.
+    pub(crate) aof_rewrites_ingest: Option<u64>,
+    pub(crate) aof_rewrites_firing: Option<u64>,
     pub(crate) goal: Option<Goal>,
     pub(crate) sessions_dropped: u64,
     pub(crate) foreign_messages: u64,
@@ -100,6 +104,15 @@ pub(crate) struct DelayedReport {
 
 fn le(ms: Option<f64>) -> String {
     ms.map_or_else(|| "> 10 s".to_owned(), |m| format!("<= {m} ms"))
+}
+
+/// What the CPU line says about Redis's AOF rewrites in its window (nothing without Redis).
+fn rewrites_note(rewrites: Option<u64>) -> String {
+    match rewrites {
+        None => String::new(),
+        Some(1) => "; 1 Redis AOF rewrite ran".into(),
+        Some(n) => format!("; {n} Redis AOF rewrites ran"),
+    }
 }
 
 fn ingest_line(s: &mut String, label: &str, i: &Ingested) {
@@ -154,7 +167,12 @@ impl DelayedReport {
             ingest_line(&mut s, "ingest", i);
         }
         if let Some(c) = &self.cpu_ingest {
-            let _ = writeln!(s, "CPU (ingest)  {}", c.human());
+            let _ = writeln!(
+                s,
+                "CPU (ingest)  {}{}",
+                c.human(),
+                rewrites_note(self.aof_rewrites_ingest)
+            );
         }
         for g in &self.growth {
             let _ = writeln!(
@@ -249,7 +267,12 @@ impl DelayedReport {
             c.link_wait_s
         );
         if let Some(c) = &self.cpu_delivery {
-            let _ = writeln!(s, "CPU (firing)  {}", c.human());
+            let _ = writeln!(
+                s,
+                "CPU (firing)  {}{}",
+                c.human(),
+                rewrites_note(self.aof_rewrites_firing)
+            );
         }
         let _ = writeln!(
             s,

@@ -52,6 +52,26 @@ pub(crate) struct RedisInfo {
     pub(crate) persistence: String,
 }
 
+/// Redis's AOF rewrites at one moment (`INFO persistence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AofRewrites {
+    /// `aof_rewrites`: completed since Redis started.
+    pub(crate) done: u64,
+    /// `aof_rewrite_in_progress`.
+    pub(crate) running: bool,
+}
+
+impl AofRewrites {
+    /// How many rewrites ran (wholly or in part) between `self` and `later`: a rewrite forks
+    /// Redis and its child takes a core, so a window with one is not like one without.
+    pub(crate) fn during(&self, later: &AofRewrites) -> u64 {
+        // Those that finished in between (one running at the start among them), and the one
+        // running at the end, if any (it started after the last of those, or is the one that
+        // was already running at the start and never finished).
+        later.done.saturating_sub(self.done) + u64::from(later.running)
+    }
+}
+
 impl RedisProbe {
     pub(crate) async fn connect(url: &str, prefix: &str) -> Result<Self, String> {
         let client = redis::Client::open(url).map_err(|e| format!("redis {url}: {e}"))?;
@@ -77,6 +97,15 @@ impl RedisProbe {
     pub(crate) async fn used_memory(&self) -> Result<u64, String> {
         let info = self.info("memory").await?;
         info_field(&info, "used_memory").ok_or_else(|| "INFO memory has no used_memory".into())
+    }
+
+    /// The AOF rewrites Redis has done so far, and whether one is running.
+    pub(crate) async fn aof_rewrites(&self) -> Result<AofRewrites, String> {
+        let info = self.info("persistence").await?;
+        Ok(AofRewrites {
+            done: info_field(&info, "aof_rewrites").unwrap_or(0),
+            running: info_field(&info, "aof_rewrite_in_progress").unwrap_or(0) == 1,
+        })
     }
 
     /// Version, pid and persistence settings.
@@ -184,6 +213,22 @@ mod tests {
 
     const INFO: &str = "# Memory\r\nused_memory:1694584\r\nused_memory_human:1.62M\r\n\
                         used_memory_rss:10055680\r\n# Server\r\nredis_version:7.0.15\r\n";
+
+    #[test]
+    fn rewrites_during_a_window() {
+        let at = |done, running| AofRewrites { done, running };
+        let cases = [
+            (at(3, false), at(3, false), 0, "none"),
+            (at(3, false), at(5, false), 2, "two started and finished"),
+            (at(3, false), at(3, true), 1, "one started, still running"),
+            (at(3, true), at(3, true), 1, "the same one throughout"),
+            (at(3, true), at(4, false), 1, "the one running finished"),
+            (at(3, true), at(4, true), 2, "it finished, another started"),
+        ];
+        for (start, end, ran, what) in cases {
+            assert_eq!(start.during(&end), ran, "{what}");
+        }
+    }
 
     #[test]
     fn info_fields() {

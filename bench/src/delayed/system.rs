@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::store::{RedisInfo, RedisProbe};
+use super::store::{AofRewrites, RedisInfo, RedisProbe};
 use super::{DelayedTarget, Settings};
 use crate::configs::{self, RedisSettings, RunDir, StandaloneSettings};
 use crate::connections::BenchError;
@@ -216,6 +216,14 @@ impl System {
             s.exited()
                 .map(|status| format!("the {name} exited ({status})"))
         })
+    }
+
+    /// Redis's AOF rewrites now (`None` for the embedded store, or when Redis does not say).
+    pub(crate) async fn aof_rewrites(&self) -> Option<AofRewrites> {
+        match &self.store {
+            Store::Redis(r) => r.aof_rewrites().await.ok(),
+            Store::Embedded(_) => None,
+        }
     }
 
     /// Bytes the store holds now: Redis `used_memory`, or the embedded store's directory
