@@ -19,7 +19,8 @@ local due, lease = B .. ':due', B .. ':lease'
 local out, n, done = {}, 0, {}
 local c = changes()
 
--- Claim `picks` ({id, set it is due in, fire time} each, in order).
+-- Claim `picks` ({id, set it is due in, fire time} each, in order; each
+-- already marked in `done`).
 local function claim_all(picks)
   if #picks == 0 then
     return
@@ -31,7 +32,6 @@ local function claim_all(picks)
   local values = bulk_read('MGET', nil, keys)
   for i, p in ipairs(picks) do
     local id, from, score, v = p[1], p[2], p[3], values[i]
-    done[id] = true
     later_rem(c, from, id)
     out[#out + 1] = id
     out[#out + 1] = score
@@ -67,13 +67,13 @@ if #ids > 0 then
   local in_lease = bulk_read('ZMSCORE', lease, ids)
   for i, id in ipairs(ids) do
     local s = in_due[i]
+    local from = due
+    if not (s and tonumber(s) <= now) then
+      from, s = lease, in_lease[i]
+    end
     if s and tonumber(s) <= now then
-      picks[#picks + 1] = { id, due, s }
-    else
-      s = in_lease[i]
-      if s and tonumber(s) <= now then
-        picks[#picks + 1] = { id, lease, s }
-      end
+      done[id] = true
+      picks[#picks + 1] = { id, from, s }
     end
   end
 end

@@ -158,25 +158,9 @@ end
 
 -- `cmd key args...` (`cmd args...` when key is nil) over `args` in
 -- slices: Lua's unpack takes at most a few thousand values (an even slice
--- keeps ZADD's score, member pairs and MSET's key, value pairs).
-local function bulk(cmd, key, args)
-  local i, n = 1, #args
-  while i <= n do
-    local j = math.min(i + 3999, n)
-    if key then
-      redis.call(cmd, key, unpack(args, i, j))
-    else
-      redis.call(cmd, unpack(args, i, j))
-    end
-    i = j + 1
-  end
-end
-
--- A read answering one value per argument (MGET, ZMSCORE), over `args` in
--- slices like `bulk`: the answers of every slice in one list (false where
--- there is none).
-local function bulk_read(cmd, key, args)
-  local out = {}
+-- keeps ZADD's score, member pairs and MSET's key, value pairs). Hands
+-- each slice's answer to `each` (with the slice's length), when given.
+local function in_slices(cmd, key, args, each)
   local i, n = 1, #args
   while i <= n do
     local j = math.min(i + 3999, n)
@@ -186,11 +170,28 @@ local function bulk_read(cmd, key, args)
     else
       r = redis.call(cmd, unpack(args, i, j))
     end
-    for k = 1, j - i + 1 do
-      out[#out + 1] = r[k]
+    if each then
+      each(r, j - i + 1)
     end
     i = j + 1
   end
+end
+
+-- A write over `args` in slices (see `in_slices`).
+local function bulk(cmd, key, args)
+  in_slices(cmd, key, args)
+end
+
+-- A read answering one value per argument (MGET, ZMSCORE), over `args` in
+-- slices: the answers of every slice in one list (false where there is
+-- none).
+local function bulk_read(cmd, key, args)
+  local out = {}
+  in_slices(cmd, key, args, function(r, len)
+    for k = 1, len do
+      out[#out + 1] = r[k]
+    end
+  end)
   return out
 end
 
