@@ -56,7 +56,7 @@ use self::plan::{DAY_MS, DueOrder, Dues, Plan, Users};
 use self::report::{DelayedReport, Goal, Growth};
 use self::store::AofRewrites;
 use self::system::System;
-use self::usage::{Split, Usage};
+use self::usage::{Reading, Split, Usage};
 use crate::cli::DelayedArgs;
 use crate::connections::{BenchError, Outcome};
 use crate::cpu;
@@ -591,8 +591,7 @@ async fn await_delivery(
         );
         tokio::time::sleep(Duration::from_millis(until_due)).await;
     }
-    let rewrites_start = system.aof_rewrites().await;
-    let cpu_start = usage.read();
+    let window = Window::open(system, usage).await;
     let base = fleet.received();
     let mut last_count = base;
     let mut last_move = Instant::now();
@@ -642,16 +641,34 @@ async fn await_delivery(
             break;
         }
     }
-    let cpu = Split::between(&cpu_start, &usage.read());
-    (
-        cpu,
-        rewrites_during(rewrites_start, system.aof_rewrites().await),
-    )
+    window.close(system, usage).await
 }
 
-/// The AOF rewrites between two readings, when both were read.
-fn rewrites_during(start: Option<AofRewrites>, end: Option<AofRewrites>) -> Option<u64> {
-    Some(start?.during(&end?))
+/// A measuring window: the CPU every watched process used, and the Redis AOF rewrites that
+/// ran (when the store is Redis), from [`Window::open`] to [`Window::close`].
+struct Window {
+    cpu: Reading,
+    rewrites: Option<AofRewrites>,
+}
+
+impl Window {
+    async fn open(system: &System, usage: &Usage) -> Window {
+        Window {
+            rewrites: system.aof_rewrites().await,
+            cpu: usage.read(),
+        }
+    }
+
+    /// The CPU split over the window, and how many AOF rewrites ran in it (when Redis said so
+    /// at both ends).
+    async fn close(self, system: &System, usage: &Usage) -> (Split, Option<u64>) {
+        let cpu = Split::between(&self.cpu, &usage.read());
+        let rewrites = match (self.rewrites, system.aof_rewrites().await) {
+            (Some(start), Some(end)) => Some(start.during(&end)),
+            _ => None,
+        };
+        (cpu, rewrites)
+    }
 }
 
 async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, BenchError> {
@@ -714,11 +731,9 @@ async fn measure(s: &Settings, system: &mut System) -> Result<DelayedReport, Ben
 
     let main = s.main_plan(now_ms());
     let delivers = matches!(s.scenario, Scenario::Lateness | Scenario::Herd);
-    let rewrites0 = system.aof_rewrites().await;
-    let cpu0 = usage.read();
+    let window = Window::open(system, &usage).await;
     let ingested = publish(s, system, main, users.clone(), delivers, "publishing").await?;
-    let cpu_ingest = Split::between(&cpu0, &usage.read());
-    let rewrites_ingest = rewrites_during(rewrites0, system.aof_rewrites().await);
+    let (cpu_ingest, rewrites_ingest) = window.close(system, &usage).await;
     if !ingested.refused.is_empty() {
         problems.push(format!("refused: {:?}", ingested.refused));
     }
