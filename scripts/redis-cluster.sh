@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start, stop or check a local Redis Cluster: three masters, no replicas,
 # on loopback, every file under DIR. For the Redis store's tests
-# (router/tests/store_redis.rs) and for trying Herald against a cluster.
+# (engine/tests/store_redis.rs) and for trying Herald against a cluster.
 #
 #   scripts/redis-cluster.sh start      DIR [PORT PORT PORT]   (default 7101 7102 7103)
 #   scripts/redis-cluster.sh status     DIR

@@ -383,7 +383,7 @@ mod tests {
     /// are meant to be.
     #[test]
     fn the_router_accepts_the_publications() {
-        use herald_router::amqp::envelope::from_amqp;
+        use herald_amqp::envelope::from_amqp;
         let properties = publication("lat-3-99", "bench.latency", "bench-0-3", true);
         let body = payload(3, 200);
         let limits = herald_protocol::envelope::Limits::default();

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use herald_router::schedule::service::Delayed;
+use herald_engine::schedule::service::Delayed;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

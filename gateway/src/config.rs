@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use cli::Cli;
-pub use herald_router::config::{ConfigError, PublishConfig};
-use herald_router::config::{parse_toml, read_toml};
-use herald_router::schedule::config::ScheduleConfig;
+pub use herald_engine::config::{ConfigError, PublishConfig};
+use herald_engine::config::{parse_toml, read_toml};
+use herald_engine::schedule::config::ScheduleConfig;
 
 /// What a session does when its outbound queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -209,7 +209,7 @@ impl Default for EdgeConfig {
             dedup_max: 1_000_000,
             reconnect_min_ms: 100,
             reconnect_max_ms: 10_000,
-            presence_exchange: herald_router::amqp::presence::PRESENCE_EXCHANGE.into(),
+            presence_exchange: herald_amqp::presence::PRESENCE_EXCHANGE.into(),
             presence_batch_ms: 100,
             presence_heartbeat_ms: 10_000,
             presence_queue: 65_536,

@@ -1,16 +1,16 @@
 //! Delayed notifications in standalone Herald: the embedded store under
 //! the data directory, presence from this gateway's own mailboxes, and the
 //! local link into the hub. The scheduling itself is the router crate's
-//! ([`herald_router::schedule`]): one implementation for both modes.
+//! ([`herald_engine::schedule`]): one implementation for both modes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use herald_router::schedule::metrics::DelayedMetrics;
-use herald_router::schedule::presence::{Asked, Presence, PresenceFuture};
-use herald_router::schedule::service::Delayed;
-use herald_router::schedule::store::StoreError;
-use herald_router::schedule::store::embedded::EmbeddedStore;
+use herald_engine::schedule::metrics::DelayedMetrics;
+use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
+use herald_engine::schedule::service::Delayed;
+use herald_engine::schedule::store::StoreError;
+use herald_engine::schedule::store::embedded::EmbeddedStore;
 
 use crate::config::Config;
 use crate::hub::Hub;

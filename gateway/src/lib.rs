@@ -51,11 +51,11 @@ pub mod uplink;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_router::api_key::ApiKeys;
-use herald_router::metrics::PublishMetrics;
-use herald_router::publish::{PublishApi, PublishConfig};
-use herald_router::schedule::metrics::DelayedMetrics;
-use herald_router::schedule::store::StoreError;
+use herald_engine::api_key::ApiKeys;
+use herald_engine::metrics::PublishMetrics;
+use herald_engine::publish::{PublishApi, PublishConfig};
+use herald_engine::schedule::metrics::DelayedMetrics;
+use herald_engine::schedule::store::StoreError;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

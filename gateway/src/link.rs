@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use herald_engine::link::{Link, LinkFuture};
 use herald_protocol::envelope::Notification;
-use herald_router::link::{Link, LinkFuture};
 use tokio::time::Instant;
 
 use crate::hub::Hub;

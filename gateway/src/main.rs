@@ -3,13 +3,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use herald_engine::process::{
+    EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
+};
 use herald_gateway::Gateway;
 use herald_gateway::auth::Verifier;
 use herald_gateway::config::{Cli, Config, LogFormat};
 use herald_gateway::{dev, server};
-use herald_router::process::{
-    EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
-};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_router::amqp::presence::{MAX_REPORT_USERS, PresenceReport};
+use herald_amqp::presence::{MAX_REPORT_USERS, PresenceReport};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 

@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
+use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp_bytes};
+use herald_amqp::presence::{PresenceAmqp, PresenceReport};
+use herald_engine::process::redact;
 use herald_protocol::bundle;
 use herald_protocol::envelope::{Limits, Notification};
-use herald_router::amqp::envelope::{BUNDLE_TYPE, from_amqp_bytes};
-use herald_router::amqp::presence::PresenceReport;
-use herald_router::amqp::supervisor::redact;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
@@ -312,7 +312,7 @@ impl Uplink {
             properties,
             body,
             &self.limits,
-            herald_router::publish::new_id,
+            herald_engine::publish::new_id,
         ) {
             Ok(n) => n,
             Err(e) => {

@@ -369,7 +369,7 @@ async fn held_notifications_of_a_merging_topic_arrive_as_one() {
     let gw = start(|c| {
         c.schedule.topics.insert(
             "likes".into(),
-            herald_router::schedule::config::TopicPolicy {
+            herald_engine::schedule::config::TopicPolicy {
                 merge: Some(true),
                 ..Default::default()
             },

@@ -71,7 +71,7 @@ impl Root {
     async fn forward_all(&self, batch: &[Notification]) {
         let mut confirms = Vec::with_capacity(batch.len());
         for n in batch {
-            let (properties, body) = herald_router::amqp::envelope::to_amqp(n);
+            let (properties, body) = herald_amqp::envelope::to_amqp(n);
             confirms.push(self.publish(properties, &body).await);
         }
         for c in confirms {
@@ -257,7 +257,7 @@ async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
         // Already seen in this bundle: dropped as a duplicate.
         note("d-1", "dana", "b").into(),
     ];
-    let (properties, body) = herald_router::amqp::envelope::bundle_to_amqp(&batch);
+    let (properties, body) = herald_amqp::envelope::bundle_to_amqp(&batch);
     root.forward_raw(properties.clone(), &body).await;
     // A bundle that cannot be read is dropped whole; the link goes on.
     root.forward_raw(properties, b"\x01\x05\x00\x00\x00garbage")
@@ -301,8 +301,8 @@ async fn the_link_comes_back_after_the_broker_drops_it() {
 async fn until_report(
     channel: &lapin::Channel,
     queue: &str,
-    found: impl Fn(&herald_router::amqp::presence::PresenceReport) -> bool,
-) -> herald_router::amqp::presence::PresenceReport {
+    found: impl Fn(&herald_amqp::presence::PresenceReport) -> bool,
+) -> herald_amqp::presence::PresenceReport {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let got = channel
@@ -314,7 +314,7 @@ async fn until_report(
             .unwrap();
         match got {
             Some(m) => {
-                let report = herald_router::amqp::presence::PresenceReport::from_amqp(
+                let report = <herald_amqp::presence::PresenceReport as herald_amqp::presence::PresenceAmqp>::from_amqp(
                     &m.delivery.properties,
                 )
                 .expect("a well-formed presence report");

@@ -16,7 +16,11 @@ use serde::Deserialize;
 
 pub use cli::Cli;
 
-use crate::amqp::{Backoff, IngestConfig, SupervisorConfig, Topology};
+use herald_amqp::{Backoff, SupervisorConfig, Topology};
+pub use herald_engine::config::{ConfigError, PublishConfig};
+use herald_engine::config::{parse_toml, read_toml};
+
+use crate::ingest::IngestConfig;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -76,42 +80,6 @@ impl Default for AmqpConfig {
     }
 }
 
-/// Publication limits (HTTP and AMQP alike).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PublishConfig {
-    /// Largest payload.
-    pub max_payload_bytes: usize,
-    /// Largest HTTP request body (batches included).
-    pub max_body_bytes: usize,
-    /// Most notifications per HTTP batch.
-    pub max_batch: usize,
-    /// Most users per publication.
-    pub max_users: usize,
-    /// Most clients per publication.
-    pub max_clients: usize,
-    /// Most sites per publication.
-    pub max_sites: usize,
-    /// Longest `ttl-ms`.
-    pub max_ttl_ms: u64,
-}
-
-impl Default for PublishConfig {
-    fn default() -> Self {
-        let limits = herald_protocol::envelope::Limits::default();
-        let http = crate::publish::PublishConfig::default();
-        PublishConfig {
-            max_payload_bytes: limits.max_payload_bytes,
-            max_body_bytes: http.max_body_bytes,
-            max_batch: http.max_batch,
-            max_users: limits.max_users,
-            max_clients: limits.max_clients,
-            max_sites: limits.max_sites,
-            max_ttl_ms: limits.max_ttl.as_millis() as u64,
-        }
-    }
-}
-
 /// `[redis]`: the delayed-notification store (and presence) of the
 /// distributed routers. Delayed notifications are enabled when `url` or
 /// `cluster` is set.
@@ -139,7 +107,7 @@ pub struct RedisSection {
 
 impl Default for RedisSection {
     fn default() -> Self {
-        let d = crate::schedule::store::redis::RedisConfig::default();
+        let d = herald_engine::schedule::store::redis::RedisConfig::default();
         RedisSection {
             url: None,
             cluster: Vec::new(),
@@ -160,8 +128,8 @@ impl RedisSection {
     }
 
     /// The store's configuration, when enabled.
-    pub fn store_config(&self) -> Option<crate::schedule::store::redis::RedisConfig> {
-        use crate::schedule::store::redis::{RedisConfig, Topology};
+    pub fn store_config(&self) -> Option<herald_engine::schedule::store::redis::RedisConfig> {
+        use herald_engine::schedule::store::redis::{RedisConfig, Topology};
         let topology = match (&self.url, self.cluster.is_empty()) {
             (Some(url), true) => Topology::Single(url.clone()),
             (None, false) => Topology::Cluster(self.cluster.clone()),
@@ -211,7 +179,7 @@ pub struct Config {
     /// Publication limits.
     pub publish: PublishConfig,
     /// Delayed notifications (enabled with `[redis]`).
-    pub schedule: crate::schedule::config::ScheduleConfig,
+    pub schedule: herald_engine::schedule::config::ScheduleConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
 }
@@ -225,89 +193,8 @@ impl Default for Config {
             shutdown_grace_ms: 10_000,
             amqp: AmqpConfig::default(),
             publish: PublishConfig::default(),
-            schedule: crate::schedule::config::ScheduleConfig::default(),
+            schedule: herald_engine::schedule::config::ScheduleConfig::default(),
             redis: RedisSection::default(),
-        }
-    }
-}
-
-/// A configuration that cannot be used, with every reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", .problems.join("\n"))]
-pub struct ConfigError {
-    /// One line per problem.
-    pub problems: Vec<String>,
-}
-
-impl ConfigError {
-    /// An error with one problem.
-    pub fn one(problem: String) -> Self {
-        ConfigError {
-            problems: vec![problem],
-        }
-    }
-}
-
-/// Parse a TOML configuration document; errors name `origin` and the spot.
-/// Shared by every Herald binary.
-pub fn parse_toml<T: serde::de::DeserializeOwned>(
-    text: &str,
-    origin: &Path,
-) -> Result<T, ConfigError> {
-    toml::from_str(text).map_err(|e| {
-        ConfigError::one(format!(
-            "{}: {}",
-            origin.display(),
-            e.to_string().trim_end()
-        ))
-    })
-}
-
-/// Read and parse the TOML file at `path`, or the defaults when there is none.
-pub fn read_toml<T: serde::de::DeserializeOwned + Default>(
-    path: Option<&Path>,
-) -> Result<T, ConfigError> {
-    let Some(path) = path else {
-        return Ok(T::default());
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?;
-    parse_toml(&text, path)
-}
-
-impl PublishConfig {
-    /// Every rule on the limits, as problems named `publish.*`.
-    pub fn problems(&self) -> Vec<String> {
-        let mut p = Vec::new();
-        let positive = [
-            ("publish.max_payload_bytes", self.max_payload_bytes as u64),
-            ("publish.max_body_bytes", self.max_body_bytes as u64),
-            ("publish.max_batch", self.max_batch as u64),
-            ("publish.max_users", self.max_users as u64),
-            ("publish.max_clients", self.max_clients as u64),
-            ("publish.max_sites", self.max_sites as u64),
-            ("publish.max_ttl_ms", self.max_ttl_ms),
-        ];
-        for (name, value) in positive {
-            if value == 0 {
-                p.push(format!("{name} must be greater than 0"));
-            }
-        }
-        if self.max_body_bytes < self.max_payload_bytes {
-            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
-        }
-        p
-    }
-
-    /// The envelope limits these settings make.
-    pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
-        herald_protocol::envelope::Limits {
-            max_payload_bytes: self.max_payload_bytes,
-            max_users: self.max_users,
-            max_clients: self.max_clients,
-            max_sites: self.max_sites,
-            max_identifier_bytes: herald_protocol::envelope::Limits::default().max_identifier_bytes,
-            max_ttl: Duration::from_millis(self.max_ttl_ms),
         }
     }
 }
@@ -340,7 +227,7 @@ impl Config {
         if let Err(e) = a.url.parse::<lapin::uri::AMQPUri>() {
             p.push(format!(
                 "amqp.url {}: {e}",
-                crate::amqp::supervisor::redact(&a.url)
+                herald_engine::process::redact(&a.url)
             ));
         }
         if a.connection_name.is_empty() || a.connection_name.len() > 255 {
@@ -383,9 +270,9 @@ impl Config {
     }
 
     /// Settings of the HTTP publish API.
-    pub fn publish_api(&self) -> crate::publish::PublishConfig {
-        crate::publish::PublishConfig {
-            api_keys: crate::api_key::ApiKeys::new(&self.api_keys),
+    pub fn publish_api(&self) -> herald_engine::publish::PublishConfig {
+        herald_engine::publish::PublishConfig {
+            api_keys: herald_engine::api_key::ApiKeys::new(&self.api_keys),
             limits: self.envelope_limits(),
             max_body_bytes: self.publish.max_body_bytes,
             max_batch: self.publish.max_batch,

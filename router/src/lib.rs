@@ -1,26 +1,20 @@
 //! Herald's root layer: where publications come in.
 //!
 //! # Layout
-//! - [`publish`]: the HTTP publish API (`POST /v1/notifications`): parsing,
-//!   API-key authentication, validation, JSON errors.
-//! - [`amqp`]: the AMQP side (lapin): the [`amqp::topology`] it declares,
-//!   the AMQP form of a notification ([`amqp::envelope`], pure), the
-//!   connection [`amqp::supervisor`] (backoff, reconnect, shutdown), the
-//!   [`amqp::ingest`] that consumes `herald.publications` and forwards to
-//!   `herald.edges` (or dead-letters to `herald.dead`), and
-//!   [`amqp::link::AmqpLink`], the HTTP API's way out. Contract for
-//!   publishers: `router/AMQP.md`.
-//! - [`link`]: the [`link::Link`] trait through which accepted notifications
-//!   leave the router. Standalone Herald implements it in-process (straight
-//!   into the gateway's mailboxes); the distributed router implements it
-//!   over AMQP ([`amqp::AmqpLink`]). One routing core, two links.
+//! The shared engine (`herald-engine`: the publish API, the `Link` trait,
+//! scheduling and the stores) and the AMQP side (`herald-amqp`: envelope,
+//! topology, publisher, `AmqpLink`, the supervisor) are crates of their own;
+//! this crate is what only the root layer does:
+//! - [`ingest`]: the session that consumes `herald.publications` and
+//!   forwards to `herald.edges` (or dead-letters to `herald.dead`), acking
+//!   after the broker's confirm; delayed publications go to the store.
+//! - [`presence_intake`]: the consumer of the edges' presence reports, which
+//!   it records in the store for `when-online` notifications.
 //! - [`config`]: the `herald-router` binary's configuration (defaults, TOML,
 //!   `HERALD_ROUTER_*`, flags), validated all at once.
 //! - [`server`]: the binary's process: HTTP API, `/healthz`, `/metrics`, the
-//!   supervised intake, and shutdown.
-//! - [`api_key`]: API keys, compared in constant time.
-//! - [`metrics`]: counters for accepted and rejected publications
-//!   (`source` = `http` or `amqp`).
+//!   supervised intake, and shutdown. Contract for publishers:
+//!   `router/AMQP.md`.
 //!
 //! # Data flow (distributed)
 //! ```text
@@ -46,12 +40,7 @@
 //! connection lost between the confirm and the ack forwards the publication
 //! again with the same `message_id`.
 
-pub mod amqp;
-pub mod api_key;
 pub mod config;
-pub mod link;
-pub mod metrics;
-pub mod process;
-pub mod publish;
-pub mod schedule;
+pub mod ingest;
+pub mod presence_intake;
 pub mod server;

@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use herald_router::config::{Cli, Config, LogFormat};
-use herald_router::process::{
+use herald_engine::process::{
     EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
 };
+use herald_router::config::{Cli, Config, LogFormat};
 use herald_router::server;
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
             }
         };
         let addr = listener.local_addr().unwrap_or(config.listen);
-        tracing::info!(%addr, broker = %herald_router::amqp::supervisor::redact(&config.amqp.url), "herald-router listening");
+        tracing::info!(%addr, broker = %herald_engine::process::redact(&config.amqp.url), "herald-router listening");
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn({
             let shutdown = shutdown.clone();

@@ -3,7 +3,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /v1/notifications` | the publish API ([`crate::publish`]) over [`AmqpLink`] |
+//! | `POST /v1/notifications` | the publish API ([`herald_engine::publish`]) over [`AmqpLink`] |
 //! | `GET /healthz` | 200 while connected to the broker (topology declared), else 503 |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
@@ -29,15 +29,17 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::amqp::presence_intake::PresenceIntake;
-use crate::amqp::{AmqpLink, AmqpMetrics, Bundling, Ingest, PublisherSlot, Supervisor};
+use crate::presence_intake::PresenceIntake;
+use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
+
 use crate::config::Config;
-use crate::metrics::PublishMetrics;
-use crate::publish::PublishApi;
-use crate::schedule::metrics::DelayedMetrics;
-use crate::schedule::service::Delayed;
-use crate::schedule::store::StoreError;
-use crate::schedule::store::redis::RedisStore;
+use crate::ingest::Ingest;
+use herald_engine::metrics::PublishMetrics;
+use herald_engine::publish::PublishApi;
+use herald_engine::schedule::metrics::DelayedMetrics;
+use herald_engine::schedule::service::Delayed;
+use herald_engine::schedule::store::StoreError;
+use herald_engine::schedule::store::redis::RedisStore;
 
 /// Connect the delayed store when `[redis]` is configured. Fails when Redis
 /// cannot be reached or refuses the configuration.

@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use herald_amqp::Topology;
+use herald_amqp::envelope::{DELAYED_DISABLED, from_amqp, headers};
 use herald_protocol::envelope::Limits;
-use herald_router::amqp::Topology;
-use herald_router::amqp::envelope::{DELAYED_DISABLED, from_amqp, headers};
 use lapin::BasicProperties;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions,

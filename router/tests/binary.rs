@@ -53,7 +53,7 @@ fn sigterm_closes_the_broker_connection_and_exits_0() {
     let dir = std::env::temp_dir().join(format!("herald-router{suffix}"));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("router.toml");
-    let t = herald_router::amqp::Topology::with_suffix(&suffix);
+    let t = herald_amqp::Topology::with_suffix(&suffix);
     std::fs::write(
         &file,
         format!(
@@ -121,7 +121,7 @@ fn sigterm_closes_the_broker_connection_and_exits_0() {
 }
 
 /// Remove the topology the router declared.
-fn cleanup(t: &herald_router::amqp::Topology) {
+fn cleanup(t: &herald_amqp::Topology) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -8,9 +8,9 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::*;
-use herald_router::amqp::Topology;
-use herald_router::amqp::envelope::{CANCEL_TYPE, headers};
-use herald_router::amqp::presence::PresenceReport;
+use herald_amqp::Topology;
+use herald_amqp::envelope::{CANCEL_TYPE, headers};
+use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use lapin::BasicProperties;
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};

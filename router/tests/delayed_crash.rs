@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::*;
-use herald_router::amqp::Topology;
+use herald_amqp::Topology;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_herald-router");

@@ -8,10 +8,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use herald_amqp::Topology;
+use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp};
 use herald_protocol::envelope::Notification;
-use herald_router::amqp::envelope::{BUNDLE_TYPE, from_amqp};
-use herald_router::amqp::{Topology, presence_intake};
 use herald_router::config::Config;
+use herald_router::presence_intake;
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueBindOptions,
     QueueDeclareOptions, QueueDeleteOptions,

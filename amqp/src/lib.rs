@@ -1,4 +1,8 @@
-//! The AMQP side of the router (lapin, RabbitMQ).
+//! Herald's AMQP side (lapin, RabbitMQ), shared by the router and the edge
+//! gateway: the wire forms, the topology, the confirmed publisher and its
+//! link, and the one reconnect supervisor both binaries run their sessions
+//! under. The router's intake (`herald-router`'s `ingest`) and the edge's
+//! uplink (`herald-gateway`'s `uplink`) are built on it.
 //!
 //! ```text
 //!  backend --publish--> [herald] --#--> (herald.publications)
@@ -20,30 +24,25 @@
 //!   what the router forwards with the same [`envelope::from_amqp`].
 //! - [`supervisor`]: one connection kept alive: connect with backoff and
 //!   jitter, run a session, reconnect when it fails, until shutdown.
-//! - [`ingest`]: the router's session: consume, validate, forward or
-//!   dead-letter, ack after the confirm.
 //! - [`publisher`]: the confirm-mode channel forwards go through.
-//! - [`link`]: [`link::AmqpLink`], the [`crate::link::Link`] the HTTP API
+//! - [`link`]: [`link::AmqpLink`], the [`herald_engine::link::Link`] the HTTP API
 //!   publishes through; it follows reconnects through a
 //!   [`link::PublisherSlot`].
-//! - [`presence`]: the presence reports edges send to roots (pure), and
-//!   [`presence_intake`], the router's consumer of them.
+//! - [`presence`]: the AMQP form of the presence reports edges send to
+//!   roots (pure; the router's `presence_intake` consumes them).
 //! - [`metrics`]: connection and forward counters.
 //!
 //! The contract for publishers is in `router/AMQP.md`.
 
 pub mod envelope;
-pub mod ingest;
 pub mod link;
 pub mod metrics;
 pub mod presence;
-pub mod presence_intake;
 pub mod publisher;
 pub mod supervisor;
 pub mod topology;
 
 pub use envelope::{Rejection, from_amqp, from_amqp_bytes, to_amqp};
-pub use ingest::{Ingest, IngestConfig};
 pub use link::{AmqpLink, Bundling, PublisherSlot};
 pub use metrics::AmqpMetrics;
 pub use publisher::Publisher;

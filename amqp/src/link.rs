@@ -21,7 +21,7 @@ use herald_protocol::{binary, bundle};
 use tokio::sync::watch;
 
 use super::publisher::{Forwarded, Publisher};
-use crate::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
+use herald_engine::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
 
 /// Where the current session's [`Publisher`] lives. Clones share the slot.
 #[derive(Debug, Clone)]

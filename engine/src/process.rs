@@ -59,3 +59,38 @@ pub async fn wait_for_signal() {
         }
     }
 }
+
+/// `url` with the password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            redact("amqps://u:p@ss@host/v?heartbeat=10"),
+            "amqps://u:***@host/v?heartbeat=10"
+        );
+        assert_eq!(redact("amqp://host:5672"), "amqp://host:5672");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+}

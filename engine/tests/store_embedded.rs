@@ -8,9 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use herald_router::schedule::store::Insert;
-use herald_router::schedule::store::Store;
-use herald_router::schedule::store::embedded::{EmbeddedConfig, EmbeddedStore};
+use herald_engine::schedule::store::Insert;
+use herald_engine::schedule::store::Store;
+use herald_engine::schedule::store::embedded::{EmbeddedConfig, EmbeddedStore};
 
 async fn open() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -117,7 +117,7 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
     // Claims live in memory: what the closed store had claimed is
     // scheduled again, and due at once.
     let s = store.status("e3").await.unwrap().unwrap();
-    assert_eq!(s.state, herald_router::schedule::entry::State::Scheduled);
+    assert_eq!(s.state, herald_engine::schedule::entry::State::Scheduled);
     let again = store
         .claim_due(store_suite::T0 + 10, 5, 1000)
         .await
@@ -128,8 +128,8 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
 
 #[tokio::test]
 async fn a_page_of_firing_entries_among_many_scheduled_ones_ends_early_and_goes_on() {
-    use herald_router::schedule::entry::State;
-    use herald_router::schedule::store::ListFilter;
+    use herald_engine::schedule::entry::State;
+    use herald_engine::schedule::store::ListFilter;
     let (store, _dir) = open().await;
     let t0 = store_suite::T0;
     let firing = ["f0", "f1"].map(|id| store_suite::entry(id, t0, Some("many"), "u"));
@@ -240,8 +240,8 @@ fn make_firing_the_old_way(path: &std::path::Path, topic: &str, lease_until: u64
 
 #[tokio::test]
 async fn an_entry_left_firing_by_an_older_store_fires_when_its_lease_ends() {
-    use herald_router::schedule::entry::State;
-    use herald_router::schedule::store::ListFilter;
+    use herald_engine::schedule::entry::State;
+    use herald_engine::schedule::store::ListFilter;
     let dir = tempfile::tempdir().unwrap();
     let t0 = store_suite::T0;
     let lease_until = t0 + 600_000;

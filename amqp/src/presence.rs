@@ -20,7 +20,9 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 
-use super::envelope::Rejection;
+pub use herald_engine::schedule::presence::PresenceReport;
+
+use crate::envelope::Rejection;
 
 /// The `type` property of a presence report.
 pub const PRESENCE_TYPE: &str = "herald.presence";
@@ -41,22 +43,18 @@ pub mod headers {
     pub const OFFLINE: &str = "offline";
 }
 
-/// One report from an edge.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PresenceReport {
-    /// The edge id (`edge.id`).
-    pub edge: String,
-    /// Random per edge process start.
-    pub boot: String,
-    /// Users whose first session on this edge started.
-    pub online: Vec<String>,
-    /// Users whose last session on this edge ended.
-    pub offline: Vec<String>,
+/// The AMQP form of a [`PresenceReport`]: bring this trait into scope to
+/// call `report.to_amqp()` and `PresenceReport::from_amqp(..)`.
+pub trait PresenceAmqp: Sized {
+    /// The properties of the report's message (its body is empty).
+    fn to_amqp(&self) -> BasicProperties;
+    /// Read a report; a message that is not one is refused with the field
+    /// at fault.
+    fn from_amqp(properties: &BasicProperties) -> Result<Self, Rejection>;
 }
 
-impl PresenceReport {
-    /// The properties of the report's message (its body is empty).
-    pub fn to_amqp(&self) -> BasicProperties {
+impl PresenceAmqp for PresenceReport {
+    fn to_amqp(&self) -> BasicProperties {
         let text = |s: &str| AMQPValue::LongString(LongString::from(s));
         let array = |v: &[String]| {
             AMQPValue::FieldArray(FieldArray::from(
@@ -73,9 +71,7 @@ impl PresenceReport {
             .with_headers(table)
     }
 
-    /// Read a report; a message that is not one is refused with the field
-    /// at fault.
-    pub fn from_amqp(properties: &BasicProperties) -> Result<PresenceReport, Rejection> {
+    fn from_amqp(properties: &BasicProperties) -> Result<PresenceReport, Rejection> {
         let kind = properties.kind().as_ref().map(|k| k.as_str());
         if kind != Some(PRESENCE_TYPE) {
             return Err(Rejection::invalid(
@@ -88,7 +84,7 @@ impl PresenceReport {
         let get = |name: &str| table.inner().get(name);
         let text = |field: &'static str| -> Result<String, Rejection> {
             match get(field) {
-                Some(v) => super::envelope::string(field, v),
+                Some(v) => crate::envelope::string(field, v),
                 None => Err(Rejection::invalid(field, "the header is required")),
             }
         };
@@ -101,9 +97,9 @@ impl PresenceReport {
             ));
         }
         let online =
-            super::envelope::list(headers::ONLINE, get(headers::ONLINE), MAX_REPORT_USERS)?;
+            crate::envelope::list(headers::ONLINE, get(headers::ONLINE), MAX_REPORT_USERS)?;
         let offline =
-            super::envelope::list(headers::OFFLINE, get(headers::OFFLINE), MAX_REPORT_USERS)?;
+            crate::envelope::list(headers::OFFLINE, get(headers::OFFLINE), MAX_REPORT_USERS)?;
         Ok(PresenceReport {
             edge,
             boot,

@@ -63,20 +63,20 @@ use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
 use self::ordered::Ordered;
-use super::envelope::{
+use herald_amqp::envelope::{
     DELAYED_DISABLED, Rejection, cancel_from_amqp, dead_letter_properties, delay_from_amqp,
     from_amqp_bytes, headers, short,
 };
-use super::link::PublisherSlot;
-use super::metrics::AmqpMetrics;
-use super::publisher::{ForwardError, Forwarded, Publisher};
-use super::supervisor::SessionError;
-use super::topology::Topology;
-use crate::metrics::{PublishMetrics, RejectReason, SourceLabels};
-use crate::schedule::entry::Entry;
-use crate::schedule::service::Delayed;
-use crate::schedule::store::{Cancel, Insert};
-use crate::schedule::timing::now_ms;
+use herald_amqp::link::PublisherSlot;
+use herald_amqp::metrics::AmqpMetrics;
+use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
+use herald_amqp::supervisor::SessionError;
+use herald_amqp::topology::Topology;
+use herald_engine::metrics::{PublishMetrics, RejectReason, SourceLabels};
+use herald_engine::schedule::entry::Entry;
+use herald_engine::schedule::service::Delayed;
+use herald_engine::schedule::store::{Cancel, Insert};
+use herald_engine::schedule::timing::now_ms;
 
 /// Metric and log label of this intake.
 pub const SOURCE: &str = "amqp";
@@ -94,7 +94,7 @@ pub struct IngestConfig {
     pub drain_timeout: Duration,
 }
 
-/// The intake session: run by the [`super::supervisor::Supervisor`] on
+/// The intake session: run by the [`herald_amqp::Supervisor`] on
 /// every connection. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Ingest {
@@ -209,7 +209,7 @@ impl Ingest {
         channel
             .basic_qos(config.prefetch, BasicQosOptions::default())
             .await?;
-        let tag = format!("herald-router-{}", &crate::publish::new_id()[..12]);
+        let tag = format!("herald-router-{}", &herald_engine::publish::new_id()[..12]);
         let mut consumer = channel
             .basic_consume(
                 short(&topology.queue),
@@ -423,7 +423,7 @@ impl Ingest {
             };
         }
         let limits = &self.inner.config.limits;
-        let n = match from_amqp_bytes(properties, body, limits, crate::publish::new_id) {
+        let n = match from_amqp_bytes(properties, body, limits, herald_engine::publish::new_id) {
             Ok(n) => n,
             Err(rejection) => return Plan::Dead(rejection),
         };

@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::conn::{Conn, unavailable};
-use crate::amqp::presence::PresenceReport;
+use crate::schedule::presence::PresenceReport;
 use crate::schedule::presence::{Asked, Presence, PresenceBook, PresenceFuture, RecordFuture};
 
 /// How long a user's presence set outlives their last "online".

@@ -25,9 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use herald_router::schedule::entry::{Entry, State};
-use herald_router::schedule::store::redis::{Durability, Eviction, RedisConfig, RedisStore};
-use herald_router::schedule::store::{Cancel, Cursor, Insert, ListFilter, Store, StoreError};
+use herald_engine::schedule::entry::{Entry, State};
+use herald_engine::schedule::store::redis::{Durability, Eviction, RedisConfig, RedisStore};
+use herald_engine::schedule::store::{Cancel, Cursor, Insert, ListFilter, Store, StoreError};
 use store_suite::{LEASE, T0, entry, online_entry};
 
 // ---------------------------------------------------------------------------

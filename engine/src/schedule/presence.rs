@@ -1,7 +1,21 @@
-//! Who is online, for `when-online` notifications.
+//! Who is online, for `when-online` notifications, and the reports edges
+//! send about it ([`PresenceReport`]; its AMQP form lives in `herald-amqp`).
 
 use std::future::Future;
 use std::pin::Pin;
+
+/// One report from an edge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PresenceReport {
+    /// The edge id (`edge.id`).
+    pub edge: String,
+    /// Random per edge process start.
+    pub boot: String,
+    /// Users whose first session on this edge started.
+    pub online: Vec<String>,
+    /// Users whose last session on this edge ended.
+    pub offline: Vec<String>,
+}
 
 /// A future returned by [`Presence::online`].
 pub type PresenceFuture<'a> = Pin<Box<dyn Future<Output = Vec<bool>> + Send + 'a>>;
@@ -35,9 +49,5 @@ pub type RecordFuture<'a> =
 pub trait PresenceBook: Send + Sync + 'static {
     /// Apply one edge's report: it is alive (with this boot), these users
     /// came online on it, these went offline.
-    fn record<'a>(
-        &'a self,
-        report: &'a crate::amqp::presence::PresenceReport,
-        now_ms: u64,
-    ) -> RecordFuture<'a>;
+    fn record<'a>(&'a self, report: &'a PresenceReport, now_ms: u64) -> RecordFuture<'a>;
 }

@@ -30,8 +30,8 @@ use herald_protocol::envelope::{Limits, Notification, Scope, names};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
-use crate::metrics::RejectReason;
-use crate::schedule::timing::{DelayRequest, DeliverAt};
+use herald_engine::metrics::RejectReason;
+use herald_engine::schedule::timing::{DelayRequest, DeliverAt};
 
 /// Content type assumed when a publication has none.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -92,7 +92,8 @@ pub struct Rejection {
 pub const MAX_REASON_BYTES: usize = 512;
 
 impl Rejection {
-    pub(crate) fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {
+    /// A rejection of `field` for `message` (cut to [`MAX_REASON_BYTES`]).
+    pub fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {
         let mut reason = format!("{field}: {message}");
         if reason.len() > MAX_REASON_BYTES {
             let mut end = MAX_REASON_BYTES - 3;
@@ -192,7 +193,7 @@ pub fn from_amqp_bytes(
 }
 
 /// The timing headers of a publication (none set: not delayed). Their
-/// values are checked here for type; [`crate::schedule::timing::due_time`]
+/// values are checked here for type; [`herald_engine::schedule::timing::due_time`]
 /// checks their range.
 pub fn delay_from_amqp(properties: &BasicProperties) -> Result<DelayRequest, Rejection> {
     let empty = FieldTable::default();
@@ -368,7 +369,7 @@ pub fn dead_letter_properties(
 
 /// A short string from text known to fit; longer text is cut at a character
 /// boundary rather than panicking.
-pub(crate) fn short(s: &str) -> ShortString {
+pub fn short(s: &str) -> ShortString {
     let mut end = s.len().min(lapin::types::MAX_SHORT_STRING_LENGTH);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -14,7 +14,7 @@ use redis::{Cmd, RedisError, RedisFuture, Value};
 
 use super::config::{RedisConfig, Topology};
 use super::persistence::NodeConfig;
-use crate::amqp::supervisor::redact;
+use crate::process::redact;
 use crate::schedule::store::StoreError;
 
 /// How many times the cluster client retries a request that failed for a

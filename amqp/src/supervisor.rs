@@ -27,6 +27,8 @@ use lapin::{Connection, ConnectionProperties, Event};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use herald_engine::process::redact;
+
 use super::metrics::AmqpMetrics;
 
 /// How long closing a connection may take before it is dropped.
@@ -244,22 +246,6 @@ async fn first_error(events: impl futures_util::Stream<Item = Event>) -> lapin::
     std::future::pending().await
 }
 
-/// `url` with the password replaced by `***`.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***{}", &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,19 +267,5 @@ mod tests {
             let d = b.delay(failures, rand::random());
             assert!(d <= b.max && d >= Duration::from_millis(50), "{d:?}");
         }
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact("amqp://guest:guest@127.0.0.1:5672/%2f"),
-            "amqp://guest:***@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(
-            redact("amqps://u:p@ss@host/v?heartbeat=10"),
-            "amqps://u:***@host/v?heartbeat=10"
-        );
-        assert_eq!(redact("amqp://host:5672"), "amqp://host:5672");
-        assert_eq!(redact("not a url"), "not a url");
     }
 }

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use herald_engine::schedule::entry::{Entry, Millis, State};
+use herald_engine::schedule::store::{Cancel, Cursor, Insert, ListFilter, Page, Store};
 use herald_protocol::envelope::{Notification, Scope};
-use herald_router::schedule::entry::{Entry, Millis, State};
-use herald_router::schedule::store::{Cancel, Cursor, Insert, ListFilter, Page, Store};
 
 /// A fixed start of time (2027-01-15).
 pub const T0: Millis = 1_800_000_000_000;

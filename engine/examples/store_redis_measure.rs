@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
+use herald_engine::schedule::entry::{Entry, Millis};
+use herald_engine::schedule::store::Store;
+use herald_engine::schedule::store::redis::{RedisConfig, RedisStore};
 use herald_protocol::envelope::{Notification, Scope};
-use herald_router::schedule::entry::{Entry, Millis};
-use herald_router::schedule::store::Store;
-use herald_router::schedule::store::redis::{RedisConfig, RedisStore};
 use tokio::sync::Mutex;
 
 #[derive(Parser, Debug)]

@@ -1,7 +1,7 @@
 //! The durable store of delayed notifications, behind one trait.
 //!
 //! Two backends implement [`Store`] and pass the same test suite
-//! (`router/tests/store_suite/`): `embedded` (a file under the data
+//! (`engine/tests/store_suite/`): `embedded` (a file under the data
 //! directory; standalone Herald) and `redis` (one Redis or a Redis
 //! Cluster; the distributed routers share it).
 //!
@@ -30,7 +30,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
+#[cfg(feature = "embedded")]
 pub mod embedded;
+#[cfg(feature = "redis")]
 pub mod redis;
 
 use super::entry::{Entry, Millis, State, Status};

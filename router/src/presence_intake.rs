@@ -17,22 +17,22 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use tokio_util::sync::CancellationToken;
 
-use super::envelope::{dead_letter_properties, short};
-use super::metrics::AmqpMetrics;
-use super::presence::PresenceReport;
-use super::publisher::{Forwarded, Publisher};
-use super::supervisor::SessionError;
-use super::topology::Topology;
-use crate::schedule::presence::PresenceBook;
-use crate::schedule::service::Delayed;
-use crate::schedule::timing::now_ms;
+use herald_amqp::envelope::{dead_letter_properties, short};
+use herald_amqp::metrics::AmqpMetrics;
+use herald_amqp::presence::{PresenceAmqp, PresenceReport};
+use herald_amqp::publisher::{Forwarded, Publisher};
+use herald_amqp::supervisor::SessionError;
+use herald_amqp::topology::Topology;
+use herald_engine::schedule::presence::PresenceBook;
+use herald_engine::schedule::service::Delayed;
+use herald_engine::schedule::timing::now_ms;
 
 /// Reports in flight per router.
 const PREFETCH: u16 = 64;
 /// Most reports the shared queue keeps (drop-head beyond).
 pub const QUEUE_MAX_LENGTH: u32 = 100_000;
 
-/// The intake session, run by a [`super::Supervisor`] on every connection.
+/// The intake session, run by a [`herald_amqp::Supervisor`] on every connection.
 #[derive(Clone)]
 pub struct PresenceIntake {
     topology: Topology,
@@ -85,7 +85,10 @@ impl PresenceIntake {
         channel
             .basic_qos(PREFETCH, BasicQosOptions::default())
             .await?;
-        let tag = format!("herald-presence-{}", &crate::publish::new_id()[..12]);
+        let tag = format!(
+            "herald-presence-{}",
+            &herald_engine::publish::new_id()[..12]
+        );
         let mut consumer = channel
             .basic_consume(
                 short(&self.topology.presence_queue),

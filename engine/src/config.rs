@@ -1,0 +1,125 @@
+//! Configuration helpers shared by Herald's binaries: reading TOML, the
+//! error that lists every problem at once, and the publication limits both
+//! binaries take (`[publish]`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Publication limits (HTTP and AMQP alike).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PublishConfig {
+    /// Largest payload.
+    pub max_payload_bytes: usize,
+    /// Largest HTTP request body (batches included).
+    pub max_body_bytes: usize,
+    /// Most notifications per HTTP batch.
+    pub max_batch: usize,
+    /// Most users per publication.
+    pub max_users: usize,
+    /// Most clients per publication.
+    pub max_clients: usize,
+    /// Most sites per publication.
+    pub max_sites: usize,
+    /// Longest `ttl-ms`.
+    pub max_ttl_ms: u64,
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        let limits = herald_protocol::envelope::Limits::default();
+        let http = crate::publish::PublishConfig::default();
+        PublishConfig {
+            max_payload_bytes: limits.max_payload_bytes,
+            max_body_bytes: http.max_body_bytes,
+            max_batch: http.max_batch,
+            max_users: limits.max_users,
+            max_clients: limits.max_clients,
+            max_sites: limits.max_sites,
+            max_ttl_ms: limits.max_ttl.as_millis() as u64,
+        }
+    }
+}
+
+/// A configuration that cannot be used, with every reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct ConfigError {
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    /// An error with one problem.
+    pub fn one(problem: String) -> Self {
+        ConfigError {
+            problems: vec![problem],
+        }
+    }
+}
+
+/// Parse a TOML configuration document; errors name `origin` and the spot.
+/// Shared by every Herald binary.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &Path,
+) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        ConfigError::one(format!(
+            "{}: {}",
+            origin.display(),
+            e.to_string().trim_end()
+        ))
+    })
+}
+
+/// Read and parse the TOML file at `path`, or the defaults when there is none.
+pub fn read_toml<T: serde::de::DeserializeOwned + Default>(
+    path: Option<&Path>,
+) -> Result<T, ConfigError> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?;
+    parse_toml(&text, path)
+}
+
+impl PublishConfig {
+    /// Every rule on the limits, as problems named `publish.*`.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let positive = [
+            ("publish.max_payload_bytes", self.max_payload_bytes as u64),
+            ("publish.max_body_bytes", self.max_body_bytes as u64),
+            ("publish.max_batch", self.max_batch as u64),
+            ("publish.max_users", self.max_users as u64),
+            ("publish.max_clients", self.max_clients as u64),
+            ("publish.max_sites", self.max_sites as u64),
+            ("publish.max_ttl_ms", self.max_ttl_ms),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                p.push(format!("{name} must be greater than 0"));
+            }
+        }
+        if self.max_body_bytes < self.max_payload_bytes {
+            p.push("publish.max_body_bytes must be at least publish.max_payload_bytes".to_owned());
+        }
+        p
+    }
+
+    /// The envelope limits these settings make.
+    pub fn envelope_limits(&self) -> herald_protocol::envelope::Limits {
+        herald_protocol::envelope::Limits {
+            max_payload_bytes: self.max_payload_bytes,
+            max_users: self.max_users,
+            max_clients: self.max_clients,
+            max_sites: self.max_sites,
+            max_identifier_bytes: herald_protocol::envelope::Limits::default().max_identifier_bytes,
+            max_ttl: Duration::from_millis(self.max_ttl_ms),
+        }
+    }
+}

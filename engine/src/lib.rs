@@ -1,0 +1,39 @@
+//! Herald's engine: what the two binaries (`herald-router`, the root layer,
+//! and `herald-gateway`, the edge and the standalone server) share. No AMQP
+//! here: that side is `herald-amqp`, built on this crate.
+//!
+//! # Layout
+//! - [`process`]: process plumbing: exit codes, logging set-up, the
+//!   shutdown signal, URL redaction for logs.
+//! - [`config`]: configuration helpers every binary uses (TOML reading, an
+//!   error that lists every problem at once) and the `[publish]` limits.
+//! - [`link`]: the [`link::Link`] trait through which accepted
+//!   notifications leave the process. Standalone Herald implements it
+//!   in-process (straight into the gateway's mailboxes); the distributed
+//!   router implements it over AMQP (`herald_amqp::AmqpLink`). One routing
+//!   core, two links.
+//! - [`publish`]: the HTTP publish API (`POST /v1/notifications`, status,
+//!   cancel, list, `online`): parsing, API-key authentication, validation,
+//!   JSON errors.
+//! - [`api_key`]: API keys, compared in constant time.
+//! - [`metrics`]: counters for accepted and rejected publications
+//!   (`source` = `http` or `amqp`).
+//! - [`schedule`]: delayed notifications: the scheduler, the firer, and the
+//!   durable stores behind one trait: `embedded` (feature `embedded`, redb;
+//!   standalone) and `redis` (feature `redis`; the routers). The gateway
+//!   builds without `redis`, so an edge does not link the Redis client.
+//!
+//! # Contract
+//! A publication is parsed into a [`herald_protocol::envelope::Notification`],
+//! validated once against [`herald_protocol::envelope::Limits`], and handed
+//! to the link (or, when delayed, made durable in the store first). Nothing
+//! is acknowledged (HTTP 202, AMQP ack) before the link or the store has
+//! taken it. Delivery is at-least-once: a repeat carries the same id.
+
+pub mod api_key;
+pub mod config;
+pub mod link;
+pub mod metrics;
+pub mod process;
+pub mod publish;
+pub mod schedule;
