@@ -46,5 +46,7 @@ pub use envelope::{Rejection, from_amqp, from_amqp_bytes, to_amqp};
 pub use link::{AmqpLink, Bundling, PublisherSlot};
 pub use metrics::AmqpMetrics;
 pub use publisher::Publisher;
-pub use supervisor::{Backoff, SessionError, Supervisor, SupervisorConfig};
+pub use supervisor::{
+    Backoff, Reconnect, SessionError, Supervisor, SupervisorConfig, SupervisorEvents,
+};
 pub use topology::Topology;

@@ -17,6 +17,11 @@
 //! The backoff grows exponentially from `initial` to `max`, with jitter
 //! (each delay is drawn from the upper half of its step), and starts over
 //! once a session has run for at least `max`.
+//!
+//! Both binaries run their AMQP sessions under it: the router's intake and
+//! presence intake, and each of an edge's root links. Their configuration
+//! names the same three settings alike ([`Reconnect`]), and each says what
+//! it counts through [`SupervisorEvents`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -65,6 +70,99 @@ impl Backoff {
     }
 }
 
+/// The reconnect settings, named alike in every binary's configuration
+/// section (`reconnect_initial_ms`, `reconnect_max_ms`,
+/// `connect_timeout_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// First reconnect delay (before jitter), ms.
+    pub initial_ms: u64,
+    /// Longest reconnect delay, ms.
+    pub max_ms: u64,
+    /// Longest a connection attempt may take, ms.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        let backoff = Backoff::default();
+        Reconnect {
+            initial_ms: backoff.initial.as_millis() as u64,
+            max_ms: backoff.max.as_millis() as u64,
+            connect_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Reconnect {
+    /// Every rule on the settings, as problems named `{section}.*`.
+    pub fn problems(&self, section: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.initial_ms > self.max_ms {
+            p.push(format!(
+                "{section}.reconnect_initial_ms ({}) must not exceed {section}.reconnect_max_ms ({})",
+                self.initial_ms, self.max_ms
+            ));
+        }
+        for (name, value) in [
+            ("reconnect_initial_ms", self.initial_ms),
+            ("reconnect_max_ms", self.max_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+        ] {
+            if value == 0 {
+                p.push(format!("{section}.{name} must be greater than 0"));
+            }
+        }
+        p
+    }
+
+    /// The backoff these settings make.
+    pub fn backoff(&self) -> Backoff {
+        Backoff {
+            initial: Duration::from_millis(self.initial_ms),
+            max: Duration::from_millis(self.max_ms),
+        }
+    }
+
+    /// The connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+/// What a [`Supervisor`] tells about its connection as it comes and goes.
+/// The router counts it in [`AmqpMetrics`] (`herald_amqp_*`); an edge
+/// counts its root links its own way.
+pub trait SupervisorEvents: std::fmt::Debug + Send + Sync + 'static {
+    /// A connection attempt failed or timed out.
+    fn connect_failed(&self);
+    /// A connection is up; `again` for every one after the first.
+    fn connected(&self, again: bool);
+    /// A connection's session ended; `lost` when it ended with an error
+    /// (not by shutdown).
+    fn disconnected(&self, lost: bool);
+}
+
+impl SupervisorEvents for AmqpMetrics {
+    fn connect_failed(&self) {
+        self.connect_failures.inc();
+    }
+
+    fn connected(&self, again: bool) {
+        if again {
+            self.reconnects.inc();
+        }
+        self.connected.set(1);
+    }
+
+    fn disconnected(&self, lost: bool) {
+        self.connected.set(0);
+        if lost {
+            self.disconnects.inc();
+        }
+    }
+}
+
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct SupervisorConfig {
@@ -94,16 +192,17 @@ pub enum SessionError {
 #[derive(Debug)]
 pub struct Supervisor {
     config: SupervisorConfig,
-    metrics: AmqpMetrics,
+    events: Arc<dyn SupervisorEvents>,
     connected: watch::Sender<bool>,
 }
 
 impl Supervisor {
-    /// A supervisor for `config`, counting into `metrics`.
-    pub fn new(config: SupervisorConfig, metrics: AmqpMetrics) -> Self {
+    /// A supervisor for `config`, telling `events` (the router's
+    /// [`AmqpMetrics`], or an edge's root-link counters) what happens.
+    pub fn new(config: SupervisorConfig, events: impl SupervisorEvents) -> Self {
         Supervisor {
             config,
-            metrics,
+            events: Arc::new(events),
             connected: watch::Sender::new(false),
         }
     }
@@ -147,7 +246,7 @@ impl Supervisor {
             let connection = match attempt {
                 Ok(Ok(c)) => Arc::new(c),
                 Ok(Err(e)) => {
-                    self.metrics.connect_failures.inc();
+                    self.events.connect_failed();
                     let delay = self.config.backoff.delay(failures, rand::random());
                     failures = failures.saturating_add(1);
                     tracing::warn!(%broker, error = %e, failures, retry_in_ms = delay.as_millis() as u64, "cannot connect to the broker");
@@ -157,7 +256,7 @@ impl Supervisor {
                     continue;
                 }
                 Err(_) => {
-                    self.metrics.connect_failures.inc();
+                    self.events.connect_failed();
                     let delay = self.config.backoff.delay(failures, rand::random());
                     failures = failures.saturating_add(1);
                     tracing::warn!(%broker, timeout_ms = self.config.connect_timeout.as_millis() as u64, failures, retry_in_ms = delay.as_millis() as u64, "connecting to the broker timed out");
@@ -167,11 +266,8 @@ impl Supervisor {
                     continue;
                 }
             };
-            if connected_before {
-                self.metrics.reconnects.inc();
-            }
+            self.events.connected(connected_before);
             connected_before = true;
-            self.metrics.connected.set(1);
             self.connected.send_replace(true);
             tracing::info!(%broker, name = %self.config.connection_name, "connected to the broker");
             let started = Instant::now();
@@ -180,7 +276,7 @@ impl Supervisor {
                 r = session(Arc::clone(&connection), shutdown.clone()) => r,
                 e = first_error(events) => Err(SessionError::Amqp(e)),
             };
-            self.metrics.connected.set(0);
+            self.events.disconnected(outcome.is_err());
             self.connected.send_replace(false);
             if connection.status().connected() {
                 match tokio::time::timeout(CLOSE_TIMEOUT, connection.close(200, "OK".into())).await
@@ -198,7 +294,6 @@ impl Supervisor {
                 }
                 Ok(()) => tracing::info!(%broker, "session ended; reconnecting"),
                 Err(e) => {
-                    self.metrics.disconnects.inc();
                     tracing::warn!(%broker, error = %e, uptime_ms = started.elapsed().as_millis() as u64, "lost the broker connection");
                 }
             }

@@ -79,12 +79,54 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
 pub fn read_toml<T: serde::de::DeserializeOwned + Default>(
     path: Option<&Path>,
 ) -> Result<T, ConfigError> {
+    read_toml_renamed(path, &[]).map(|(config, _)| config)
+}
+
+/// A configuration key that was renamed. The old name keeps working (the
+/// field carries `#[serde(alias = "...")]`); [`read_toml_renamed`] warns
+/// when a file still uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renamed {
+    /// The old dotted path, e.g. `edge.reconnect_min_ms`.
+    pub old: &'static str,
+    /// The new dotted path.
+    pub new: &'static str,
+}
+
+/// [`read_toml`], and one warning for every key of `renamed` the file uses
+/// under its old name (a binary logs them once logging is up).
+pub fn read_toml_renamed<T: serde::de::DeserializeOwned + Default>(
+    path: Option<&Path>,
+    renamed: &[Renamed],
+) -> Result<(T, Vec<String>), ConfigError> {
     let Some(path) = path else {
-        return Ok(T::default());
+        return Ok((T::default(), Vec::new()));
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?;
-    parse_toml(&text, path)
+    let config = parse_toml(&text, path)?;
+    Ok((config, renamed_keys(&text, renamed)))
+}
+
+/// One warning for each key of `renamed` that `text` (a TOML document
+/// that already parsed) uses under its old name.
+pub fn renamed_keys(text: &str, renamed: &[Renamed]) -> Vec<String> {
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    renamed
+        .iter()
+        .filter(|r| {
+            let mut value: Option<&toml::Value> = None;
+            let mut at = Some(&table);
+            for part in r.old.split('.') {
+                value = at.and_then(|t| t.get(part));
+                at = value.and_then(|v| v.as_table());
+            }
+            value.is_some()
+        })
+        .map(|r| format!("{} is deprecated: use {} (same meaning)", r.old, r.new))
+        .collect()
 }
 
 impl PublishConfig {
@@ -121,5 +163,27 @@ impl PublishConfig {
             max_identifier_bytes: herald_protocol::envelope::Limits::default().max_identifier_bytes,
             max_ttl: Duration::from_millis(self.max_ttl_ms),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RENAMED: &[Renamed] = &[Renamed {
+        old: "edge.reconnect_min_ms",
+        new: "edge.reconnect_initial_ms",
+    }];
+
+    #[test]
+    fn an_old_key_is_named_in_a_warning() {
+        let warnings = renamed_keys("[edge]\nreconnect_min_ms = 50\n", RENAMED);
+        assert_eq!(
+            warnings,
+            ["edge.reconnect_min_ms is deprecated: use edge.reconnect_initial_ms (same meaning)"]
+        );
+        assert!(renamed_keys("[edge]\nreconnect_initial_ms = 50\n", RENAMED).is_empty());
+        assert!(renamed_keys("reconnect_min_ms = 50\n", RENAMED).is_empty());
+        assert!(renamed_keys("edge = 1\n", RENAMED).is_empty());
     }
 }

@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use cli::Cli;
+use herald_amqp::Reconnect;
 pub use herald_engine::config::{ConfigError, PublishConfig};
-use herald_engine::config::{parse_toml, read_toml};
+use herald_engine::config::{Renamed, parse_toml, read_toml_renamed, renamed_keys};
 use herald_engine::schedule::config::ScheduleConfig;
 
 /// What a session does when its outbound queue is full.
@@ -182,10 +183,15 @@ pub struct EdgeConfig {
     pub dedup_window_secs: u64,
     /// Most ids remembered for deduplication (oldest forgotten first).
     pub dedup_max: usize,
-    /// First reconnect delay after a broker connection fails.
-    pub reconnect_min_ms: u64,
+    /// First reconnect delay after a broker connection fails (grows
+    /// exponentially, with jitter). Read under its old name
+    /// `reconnect_min_ms` too, with a deprecation warning.
+    #[serde(alias = "reconnect_min_ms")]
+    pub reconnect_initial_ms: u64,
     /// Longest reconnect delay.
     pub reconnect_max_ms: u64,
+    /// Longest a connection attempt to a root may take.
+    pub connect_timeout_ms: u64,
     /// The fanout exchange presence reports go to on each root.
     pub presence_exchange: String,
     /// Longest a presence change waits before it is reported.
@@ -195,6 +201,18 @@ pub struct EdgeConfig {
     pub presence_heartbeat_ms: u64,
     /// Bound of the queue of presence changes (drop-newest when full).
     pub presence_queue: usize,
+}
+
+impl EdgeConfig {
+    /// The reconnect settings of every root link, as both binaries name
+    /// them.
+    pub fn reconnect(&self) -> Reconnect {
+        Reconnect {
+            initial_ms: self.reconnect_initial_ms,
+            max_ms: self.reconnect_max_ms,
+            connect_timeout_ms: self.connect_timeout_ms,
+        }
+    }
 }
 
 impl Default for EdgeConfig {
@@ -207,8 +225,9 @@ impl Default for EdgeConfig {
             queue_expires_secs: 600,
             dedup_window_secs: 120,
             dedup_max: 1_000_000,
-            reconnect_min_ms: 100,
-            reconnect_max_ms: 10_000,
+            reconnect_initial_ms: Reconnect::default().initial_ms,
+            reconnect_max_ms: Reconnect::default().max_ms,
+            connect_timeout_ms: Reconnect::default().connect_timeout_ms,
             presence_exchange: herald_amqp::presence::PRESENCE_EXCHANGE.into(),
             presence_batch_ms: 100,
             presence_heartbeat_ms: 10_000,
@@ -246,7 +265,17 @@ pub struct Config {
     pub publish: PublishConfig,
     /// Delayed notifications (standalone; an edge leaves them to its routers).
     pub schedule: ScheduleConfig,
+    /// Warnings from loading (keys used under a deprecated name), for
+    /// `main` to log once logging is up.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
+
+/// Keys that were renamed; the old names still work, with a warning.
+pub const RENAMED: &[Renamed] = &[Renamed {
+    old: "edge.reconnect_min_ms",
+    new: "edge.reconnect_initial_ms",
+}];
 
 impl Default for Config {
     fn default() -> Self {
@@ -266,6 +295,7 @@ impl Default for Config {
             edge: EdgeConfig::default(),
             publish: PublishConfig::default(),
             schedule: ScheduleConfig::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -273,13 +303,17 @@ impl Default for Config {
 impl Config {
     /// Parse a TOML document.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        parse_toml(text, origin)
+        let mut config: Config = parse_toml(text, origin)?;
+        config.warnings = renamed_keys(text, RENAMED);
+        Ok(config)
     }
 
     /// Load: defaults, the file named by `--config` (if any), then flags and
     /// environment. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
-        let mut config: Config = read_toml(cli.config.as_deref())?;
+        let (mut config, warnings): (Config, _) =
+            read_toml_renamed(cli.config.as_deref(), RENAMED)?;
+        config.warnings = warnings;
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
@@ -426,11 +460,7 @@ impl Config {
             if self.edge.prefetch == 0 || self.edge.dedup_max == 0 {
                 p.push("edge.prefetch and edge.dedup_max must be greater than 0".to_owned());
             }
-            if self.edge.reconnect_min_ms == 0
-                || self.edge.reconnect_max_ms < self.edge.reconnect_min_ms
-            {
-                p.push("edge.reconnect_min_ms must be > 0 and <= edge.reconnect_max_ms".to_owned());
-            }
+            p.extend(self.edge.reconnect().problems("edge"));
         }
         p.extend(self.publish.problems());
         p.extend(self.schedule.problems());
@@ -453,6 +483,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn defaults_are_valid_dev_mode() {
@@ -477,6 +508,28 @@ mod tests {
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.session.when_full, WhenFull::DropOldest);
         assert_eq!(c.mailbox.ttl_secs, 5);
+    }
+
+    #[test]
+    fn the_old_reconnect_key_still_works_with_a_warning() {
+        let c = Config::from_toml("[edge]\nreconnect_min_ms = 50\n", Path::new("x.toml")).unwrap();
+        assert_eq!(c.edge.reconnect_initial_ms, 50);
+        assert_eq!(
+            c.edge.reconnect().backoff().initial,
+            Duration::from_millis(50)
+        );
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("edge.reconnect_initial_ms"));
+        let both = "[edge]\nreconnect_min_ms = 50\nreconnect_initial_ms = 60\n";
+        assert!(Config::from_toml(both, Path::new("x.toml")).is_err());
+        let mut bad = Config::default();
+        bad.edge.roots = vec!["amqp://127.0.0.1:5672/%2f".into()];
+        bad.edge.reconnect_initial_ms = 20_000;
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("edge.reconnect_initial_ms (20000) must not exceed"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(config.log_format == LogFormat::Json);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let (verifier, dev_creds) = if config.dev_mode() {
         let (v, c) = dev::credentials(config.auth.leeway_secs);
         (v, Some(c))

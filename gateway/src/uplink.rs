@@ -10,9 +10,11 @@
 //! it is acknowledged after that: the deliveries already waiting are
 //! routed together and acked with one `basic.ack` (`multiple`), at most
 //! [`ACK_BURST`] at a time. Each link also publishes this edge's
-//! presence reports ([`crate::presence`]) to `herald.presence` on its root. A link that fails reconnects with
-//! exponential backoff and full jitter, forever, until shutdown. Roots are
-//! independent: one down does not stop the others.
+//! presence reports ([`crate::presence`]) to `herald.presence` on its root. Each link runs under
+//! `herald_amqp`'s [`Supervisor`], like the router's intake: a link that
+//! fails reconnects with exponential backoff and jitter
+//! (`edge.reconnect_initial_ms` to `edge.reconnect_max_ms`), forever, until
+//! shutdown. Roots are independent: one down does not stop the others.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,7 @@ use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp_bytes};
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
-use herald_engine::process::redact;
+use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
 use herald_protocol::bundle;
 use herald_protocol::envelope::{Limits, Notification};
 use lapin::options::{
@@ -29,7 +31,7 @@ use lapin::options::{
     ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ExchangeKind};
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -40,10 +42,6 @@ use crate::dedup::Dedup;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 
-/// A link that stayed up this long resets the reconnect backoff.
-const STABLE_LINK: Duration = Duration::from_secs(10);
-/// Longest time one connection attempt (TCP and AMQP handshake) may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most deliveries acked by one `basic.ack` (`multiple`): those that were
 /// already waiting when the first was routed, up to this many.
 const ACK_BURST: usize = 256;
@@ -65,8 +63,25 @@ enum LinkError {
     Amqp(#[from] lapin::Error),
     #[error("the broker ended the consumer")]
     ConsumerEnded,
-    #[error("no AMQP handshake within {0:?}")]
-    ConnectTimeout(Duration),
+}
+
+/// An edge counts its root links' failures as `herald_root_reconnects`;
+/// `herald_root_links` goes up once a link consumes (see [`Uplink::link`]).
+#[derive(Debug)]
+struct RootLinkEvents(Arc<Metrics>);
+
+impl SupervisorEvents for RootLinkEvents {
+    fn connect_failed(&self) {
+        self.0.root_reconnects.inc();
+    }
+
+    fn connected(&self, _again: bool) {}
+
+    fn disconnected(&self, lost: bool) {
+        if lost {
+            self.0.root_reconnects.inc();
+        }
+    }
 }
 
 impl Uplink {
@@ -112,56 +127,41 @@ impl Uplink {
         while tasks.join_next().await.is_some() {}
     }
 
+    /// One root's link, kept up by the shared [`Supervisor`] (the same
+    /// backoff, timeouts and logs as the router's intake).
     async fn supervise(&self, root: String, shutdown: CancellationToken) {
-        let min = Duration::from_millis(self.config.reconnect_min_ms);
-        let max = Duration::from_millis(self.config.reconnect_max_ms);
-        let mut attempt: u32 = 0;
-        let shown = redact(&root);
-        loop {
-            let started = Instant::now();
-            let mut up = false;
-            let result = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = self.link(&root, &shutdown, &mut up) => r,
-            };
-            if up {
-                self.metrics.root_links.dec();
-            }
-            // A link that held for a while starts its backoff over.
-            if started.elapsed() >= STABLE_LINK {
-                attempt = 0;
-            }
-            match result {
-                Ok(()) => return,
-                Err(e) => {
-                    self.metrics.root_reconnects.inc();
-                    tracing::warn!(root = %shown, error = %e, "root link down; reconnecting");
+        let supervisor = Supervisor::new(
+            SupervisorConfig {
+                url: root,
+                // Named, so operators (and tests) can find this link on the broker.
+                connection_name: format!("herald-edge {}", self.queue_name()),
+                backoff: self.config.reconnect().backoff(),
+                connect_timeout: self.config.reconnect().connect_timeout(),
+            },
+            RootLinkEvents(Arc::clone(&self.metrics)),
+        );
+        supervisor
+            .run(shutdown, |conn, shutdown| async move {
+                let mut up = false;
+                let result = self.link(&conn, &shutdown, &mut up).await;
+                if up {
+                    self.metrics.root_links.dec();
                 }
-            }
-            // Full jitter: uniform in [0, min(max, min * 2^attempt)].
-            let cap = min.saturating_mul(1u32 << attempt.min(16)).min(max);
-            let delay = cap.mul_f64(rand::random::<f64>());
-            attempt = attempt.saturating_add(1);
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
-            }
-        }
+                result.map_err(|e| match e {
+                    LinkError::Amqp(e) => SessionError::Amqp(e),
+                    other => SessionError::Lost(other.to_string()),
+                })
+            })
+            .await;
     }
 
     /// One connection's life: declare, consume, route, ack.
     async fn link(
         &self,
-        root: &str,
+        conn: &Connection,
         shutdown: &CancellationToken,
         up: &mut bool,
     ) -> Result<(), LinkError> {
-        // Named, so operators (and tests) can find this link on the broker.
-        let properties = ConnectionProperties::default()
-            .with_connection_name(format!("herald-edge {}", self.queue_name()).into());
-        let conn =
-            tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(root, properties)).await;
-        let conn = conn.map_err(|_| LinkError::ConnectTimeout(CONNECT_TIMEOUT))??;
         // Reports made while this link connects wait in the backlog.
         let mut reports = self.reports.subscribe();
         let channel = conn.create_channel().await?;
@@ -225,16 +225,14 @@ impl Uplink {
                 FieldTable::default(),
             )
             .await?;
-        tracing::info!(root = %redact(root), queue = %queue, "root link up");
+        tracing::info!(queue = %queue, "root link up");
         // Up means consuming; `supervise` takes it back down when this ends.
         self.metrics.root_links.inc();
         *up = true;
         loop {
             let delivery = tokio::select! {
-                _ = shutdown.cancelled() => {
-                    let _ = conn.close(200, "edge shutting down".into()).await;
-                    return Ok(());
-                }
+                // The supervisor closes the connection.
+                _ = shutdown.cancelled() => return Ok(()),
                 report = reports.recv() => {
                     match report {
                         Ok(report) => {

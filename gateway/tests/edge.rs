@@ -141,7 +141,7 @@ async fn edge_with_id(exchange: &str, id: String) -> (TestGateway, String) {
         c.edge.id = Some(id);
         c.edge.exchange = exchange;
         c.edge.queue_expires_secs = 60;
-        c.edge.reconnect_min_ms = 50;
+        c.edge.reconnect_initial_ms = 50;
         c.edge.reconnect_max_ms = 200;
     })
     .await;

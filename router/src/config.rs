@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 pub use cli::Cli;
 
-use herald_amqp::{Backoff, SupervisorConfig, Topology};
+use herald_amqp::{Reconnect, SupervisorConfig, Topology};
 pub use herald_engine::config::{ConfigError, PublishConfig};
 use herald_engine::config::{parse_toml, read_toml};
 
@@ -62,16 +62,27 @@ pub struct AmqpConfig {
     pub topology: Topology,
 }
 
+impl AmqpConfig {
+    /// The reconnect settings, as both binaries name them.
+    pub fn reconnect(&self) -> Reconnect {
+        Reconnect {
+            initial_ms: self.reconnect_initial_ms,
+            max_ms: self.reconnect_max_ms,
+            connect_timeout_ms: self.connect_timeout_ms,
+        }
+    }
+}
+
 impl Default for AmqpConfig {
     fn default() -> Self {
-        let backoff = Backoff::default();
+        let reconnect = Reconnect::default();
         AmqpConfig {
             url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             connection_name: "herald-router".into(),
             prefetch: 256,
-            reconnect_initial_ms: backoff.initial.as_millis() as u64,
-            reconnect_max_ms: backoff.max.as_millis() as u64,
-            connect_timeout_ms: 10_000,
+            reconnect_initial_ms: reconnect.initial_ms,
+            reconnect_max_ms: reconnect.max_ms,
+            connect_timeout_ms: reconnect.connect_timeout_ms,
             publish_timeout_ms: 5_000,
             bundle_max: 256,
             bundle_max_bytes: 256 * 1024,
@@ -233,18 +244,10 @@ impl Config {
         if a.connection_name.is_empty() || a.connection_name.len() > 255 {
             p.push("amqp.connection_name must be 1 to 255 bytes long".to_owned());
         }
-        if a.reconnect_initial_ms > a.reconnect_max_ms {
-            p.push(format!(
-                "amqp.reconnect_initial_ms ({}) must not exceed amqp.reconnect_max_ms ({})",
-                a.reconnect_initial_ms, a.reconnect_max_ms
-            ));
-        }
+        p.extend(a.reconnect().problems("amqp"));
         p.extend(a.topology.problems("amqp.topology."));
         let positive = [
             ("amqp.prefetch", a.prefetch as u64),
-            ("amqp.reconnect_initial_ms", a.reconnect_initial_ms),
-            ("amqp.reconnect_max_ms", a.reconnect_max_ms),
-            ("amqp.connect_timeout_ms", a.connect_timeout_ms),
             ("amqp.publish_timeout_ms", a.publish_timeout_ms),
             ("amqp.bundle_max", a.bundle_max as u64),
             ("amqp.bundle_max_bytes", a.bundle_max_bytes as u64),
@@ -284,11 +287,8 @@ impl Config {
         SupervisorConfig {
             url: self.amqp.url.clone(),
             connection_name: self.amqp.connection_name.clone(),
-            backoff: Backoff {
-                initial: Duration::from_millis(self.amqp.reconnect_initial_ms),
-                max: Duration::from_millis(self.amqp.reconnect_max_ms),
-            },
-            connect_timeout: Duration::from_millis(self.amqp.connect_timeout_ms),
+            backoff: self.amqp.reconnect().backoff(),
+            connect_timeout: self.amqp.reconnect().connect_timeout(),
         }
     }
 
