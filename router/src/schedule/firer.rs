@@ -63,13 +63,16 @@
 //! expires: at-least-once, with the same `message_id` for edge dedup.
 //!
 //! # Layout
-//! - this file: the loop.
+//! - this file: the loop, one method per event it waits for (a claim or a
+//!   refill coming back, a hint, a user coming online, its deadline).
+//! - [`plan`]: what the loop does next at `now` (pure).
+//! - [`inflight`]: the claim and the refill running beside the loop.
 //! - [`fire`]: a claimed batch: hold, [`merge`], [`spacing`], then a
 //!   [`round`] of batches to the link.
 //! - [`confirm`]: the confirmer; [`settle`]: the settler.
 //!
 //! ```text
-//! loop --claim--> Ready --due--> fire
+//! loop --Step--> Claiming/Refilling --ClaimDone--> Ready --due--> fire
 //! fire --ToSend--> Round --Batch--> Link::send --Sent--> confirmer
 //! confirmer --ids taken--> Settle --> settler --> Store::delivered
 //!           --ids refused--> Store::release (+ hint back to the loop)
@@ -77,21 +80,25 @@
 
 mod confirm;
 mod fire;
+mod inflight;
 mod merge;
+mod plan;
 mod round;
 #[cfg(test)]
 mod sample;
 mod settle;
 mod spacing;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::confirm::{Confirmer, Sender};
+use self::inflight::{ClaimDone, Claiming, RefillDone, Refilling};
+use self::plan::{Busy, Plan, Step};
 use self::settle::{SETTLE_QUEUE, Settle, settler};
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis};
@@ -99,7 +106,7 @@ use super::metrics::{DelayedMetrics, ReadLabels};
 use super::pace::ClaimPace;
 use super::presence::Presence;
 use super::ready::Ready;
-use super::scheduler::{Action, Read, Scheduler, Window};
+use super::scheduler::{Read, Scheduler};
 use super::store::{Store, StoreError};
 use super::timing::now_ms;
 use crate::link::Link;
@@ -111,9 +118,6 @@ const STORE_RETRY: Duration = Duration::from_millis(200);
 const MAX_SLEEP_MS: u64 = 60_000;
 /// Batches sent to the link and waiting for it to take them, at most.
 const CONFIRM_QUEUE: usize = 8;
-/// A claim takes everything due within `claim_ahead_ms`, and the next one
-/// starts once something is due within all but 1/`CLAIM_SLICES` of it.
-const CLAIM_SLICES: u64 = 4;
 
 /// What the firer needs.
 pub(crate) struct Firer {
@@ -132,6 +136,58 @@ pub(crate) struct Firer {
     pub(crate) last_send: HashMap<String, Millis>,
 }
 
+/// The loop's state between events.
+struct Loop {
+    plan: Plan,
+    scheduler: Scheduler,
+    /// Claimed, not yet due.
+    ready: Ready,
+    pace: ClaimPace,
+    /// The claim in flight: it runs beside the loop, so entries already
+    /// claimed go out on time while the next claim commits.
+    claiming: Option<Claiming>,
+    /// The same for a refill (a read of many keys).
+    refilling: Option<Refilling>,
+    /// After a failed claim or refill, the next one waits until then.
+    claim_after: Millis,
+    refill_after: Millis,
+}
+
+impl Loop {
+    fn new(config: &ScheduleConfig) -> Loop {
+        Loop {
+            plan: Plan::new(config),
+            scheduler: Scheduler::new(config.scheduler()),
+            ready: Ready::new(config.max_claimed),
+            pace: ClaimPace::default(),
+            claiming: None,
+            refilling: None,
+            claim_after: 0,
+            refill_after: 0,
+        }
+    }
+
+    /// What to do at `now`.
+    fn next(&self, now: Millis) -> Step {
+        let busy = Busy {
+            claiming: self.claiming.is_some(),
+            refilling: self.refilling.is_some(),
+            claim_after: self.claim_after,
+            refill_after: self.refill_after,
+        };
+        self.plan
+            .next(now, &self.scheduler, &self.ready, &self.pace, busy)
+    }
+
+    /// Claimed entries wait in `ready` for their due time (overdue ones
+    /// go at the next turn).
+    fn claimed(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            self.ready.push(e.due_ms, e, false);
+        }
+    }
+}
+
 impl Firer {
     /// Run until `shutdown`. A batch being fired when shutdown comes is
     /// finished first (its entries are claimed; finishing avoids waiting
@@ -146,7 +202,6 @@ impl Firer {
             max,
             Duration::from_millis(self.config.settle_delay_ms()),
         ));
-        let settle = Settle::new(tx, max);
         let (sent, queue) = mpsc::channel(CONFIRM_QUEUE);
         let confirmer = tokio::spawn(
             Confirmer {
@@ -154,7 +209,7 @@ impl Firer {
                 metrics: self.metrics.clone(),
                 hint: self.hint.clone(),
                 retry_after_ms: self.config.retry_after_ms,
-                settle,
+                settle: Settle::new(tx, max),
             }
             .run(queue),
         );
@@ -166,215 +221,148 @@ impl Firer {
         let _ = settler.await;
     }
 
+    /// The loop: fire what is due, else start what the plan says, else
+    /// wait for the next event.
     async fn fire_until(&mut self, shutdown: &CancellationToken, confirm: &Sender) {
-        let mut scheduler = Scheduler::new(self.config.scheduler());
-        // Claimed, not yet due.
-        let mut ready = Ready::new(self.config.max_claimed);
-        let mut pace = ClaimPace::default();
-        let ahead_ms = self.config.claim_ahead_ms;
-        let ahead_max_ms = self.config.claim_ahead_max_ms();
-        // The scheduler's clock runs this far ahead: a claim starts when
-        // something is due within it, and takes all due within `ahead_ms`.
-        let trigger_ms = ahead_ms - ahead_ms / CLAIM_SLICES;
-        // The claim in flight: it runs beside the loop, so entries already
-        // claimed go out on time while the next claim commits.
-        let mut claiming: Option<Claiming> = None;
-        // The same for a refill (a read of many keys).
-        let mut refilling: Option<Refilling> = None;
-        // After a failed claim or refill, the next one waits until then.
-        let mut claim_after: Millis = 0;
-        let mut refill_after: Millis = 0;
+        let mut lp = Loop::new(&self.config);
         loop {
             if shutdown.is_cancelled() {
-                if let Some(c) = claiming.take() {
-                    let (entries, _) =
-                        self.claim_done(c.task.await, (c.at, c.limit), &mut pace, &mut scheduler);
-                    for e in entries {
-                        ready.push(e.due_ms, e, false);
-                    }
-                }
-                self.release_ready(&mut ready, &mut scheduler).await;
+                self.stop(&mut lp).await;
                 return;
             }
             let now = now_ms();
-            let due = ready.take_due(now);
-            if !due.scheduled.is_empty() || !due.from_hold.is_empty() {
-                self.fire(due.scheduled, false, &mut scheduler, confirm)
-                    .await;
-                self.fire(due.from_hold, true, &mut scheduler, confirm)
-                    .await;
+            if self.fire_due(&mut lp, now, confirm).await {
                 continue;
             }
-            let ahead = now.saturating_add(ahead_ms);
-            let clock = now.saturating_add(trigger_ms);
-            // A pile whose claims must start by now reaches as far as it
-            // needs; otherwise the usual claim-ahead, and a wake-up when
-            // the pile's claims must start or when the next bucket comes
-            // into view (a herd must be seen as soon as it may be
-            // claimed, not at the next refill).
-            let view = now.saturating_add(ahead_max_ms);
-            let pile = scheduler.pile(view, pace.planned_us());
-            let wake = [
-                pile.map(|p| p.start),
-                scheduler.next_bucket_after(view).map(|b| b - ahead_max_ms),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let (polled, reach) = match (pile, scheduler.poll(clock)) {
-                (Some(p), _) if p.start <= now => {
-                    // What falls due while a claim runs waits for it.
-                    let first = ready.last_at().or(scheduler.next_fire()).unwrap_or(now);
-                    let limit = pace.pile_claim(first.saturating_sub(now), self.config.claim_batch);
-                    (Action::Claim { limit }, p.until.max(ahead))
-                }
-                (_, Action::SleepUntil(t)) => (
-                    Action::SleepUntil(wake.map_or(t, |w| t.min(w.saturating_add(trigger_ms)))),
-                    ahead,
-                ),
-                (_, other) => (other, ahead),
-            };
-            let action = match polled {
-                // Wait for the claim in flight, or for room in `ready`.
-                Action::Claim { .. } if claiming.is_some() || ready.is_full() => None,
-                Action::Claim { .. } if now < claim_after => {
-                    Some(Action::SleepUntil(claim_after.saturating_add(trigger_ms)))
-                }
-                Action::Refill(_) if refilling.is_some() => None,
-                Action::Refill(_) if now < refill_after => {
-                    Some(Action::SleepUntil(refill_after.saturating_add(trigger_ms)))
-                }
-                other => Some(other),
-            };
-            match action {
-                Some(Action::Refill(read)) => {
-                    let store = Arc::clone(&self.store);
-                    let max_window = self.config.max_window;
-                    scheduler.reading(read);
-                    self.metrics
-                        .refills
-                        .get_or_create(&ReadLabels::of(read.is_whole()))
-                        .inc();
-                    // Indexed in the task, off this loop.
-                    refilling = Some(Refilling {
-                        at: clock,
-                        read,
-                        task: tokio::spawn(async move {
-                            let items = store.upcoming(read.from, read.until, read.limit).await?;
-                            Ok(Window::indexed(items, read.limit, max_window))
-                        }),
-                    });
-                }
-                Some(Action::Claim { limit }) => {
-                    self.metrics.claims.inc();
-                    let store = Arc::clone(&self.store);
-                    let lease = self.config.lease_ms;
-                    claiming = Some(Claiming {
-                        at: reach,
-                        limit,
-                        task: tokio::spawn(async move {
-                            let started = Instant::now();
-                            let claimed = store.claim_due(reach, limit, lease).await;
-                            (claimed, started.elapsed())
-                        }),
-                    });
-                }
-                sleep => {
-                    // On the scheduler's clock, `trigger_ms` early.
-                    let until = match sleep {
-                        Some(Action::SleepUntil(t)) => t.saturating_sub(trigger_ms),
-                        _ => Millis::MAX,
-                    };
-                    let wake = until.min(ready.next_at().unwrap_or(Millis::MAX));
-                    let wait =
-                        Duration::from_millis(wake.saturating_sub(now).clamp(1, MAX_SLEEP_MS));
-                    tokio::select! {
-                        // The next turn releases what waits in `ready`.
-                        _ = shutdown.cancelled() => {}
-                        done = async { (&mut claiming.as_mut().expect("guarded").task).await }, if claiming.is_some() => {
-                            let c = claiming.take().expect("guarded");
-                            let (entries, failed) =
-                                self.claim_done(done, (c.at, c.limit), &mut pace, &mut scheduler);
-                            if failed {
-                                claim_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
-                            }
-                            // Overdue ones (late, retried, re-claimed) go at
-                            // the next turn of the loop.
-                            for e in entries {
-                                ready.push(e.due_ms, e, false);
-                            }
-                        }
-                        done = async { (&mut refilling.as_mut().expect("guarded").task).await }, if refilling.is_some() => {
-                            let r = refilling.take().expect("guarded");
-                            match joined(done) {
-                                Ok(window) => {
-                                    self.metrics
-                                        .refill_items
-                                        .get_or_create(&ReadLabels::of(r.read.is_whole()))
-                                        .inc_by(window.len() as u64);
-                                    let old = scheduler.install(r.at, r.read, window);
-                                    // Freeing a window's ids takes a while too.
-                                    tokio::spawn(async move { drop(old) });
-                                }
-                                Err(e) => {
-                                    scheduler.read_failed();
-                                    self.metrics.store_error("upcoming");
-                                    tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
-                                    refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
-                                }
-                            }
-                        }
-                        _ = tokio::time::sleep(wait) => {}
-                        Some((fire_at, id)) = self.hints.recv() => {
-                            scheduler.scheduled(fire_at, id);
-                            while let Ok((fire_at, id)) = self.hints.try_recv() {
-                                scheduler.scheduled(fire_at, id);
-                            }
-                        }
-                        Some(user) = self.online.recv() => self.user_online(user, &mut scheduler, confirm).await,
-                    }
-                }
+            match lp.next(now) {
+                Step::Refill { read, at } => self.start_refill(&mut lp, read, at),
+                Step::Claim { limit, reach } => self.start_claim(&mut lp, limit, reach),
+                Step::Wait { until } => self.wait(&mut lp, now, until, shutdown, confirm).await,
             }
         }
     }
 
-    /// The outcome of a claim up to `at` (scheduler clock) for `limit`:
-    /// the entries, and whether it failed.
-    fn claim_done(
-        &self,
-        done: Result<Claimed, tokio::task::JoinError>,
-        (at, limit): (Millis, usize),
-        pace: &mut ClaimPace,
-        scheduler: &mut Scheduler,
-    ) -> (Vec<Entry>, bool) {
-        let done = done.map(|(claimed, took)| {
+    /// Wait until `until` (at most [`MAX_SLEEP_MS`]) or the first event.
+    async fn wait(
+        &mut self,
+        lp: &mut Loop,
+        now: Millis,
+        until: Millis,
+        shutdown: &CancellationToken,
+        confirm: &Sender,
+    ) {
+        let wait = Duration::from_millis(until.saturating_sub(now).clamp(1, MAX_SLEEP_MS));
+        tokio::select! {
+            // The next turn releases what waits in `ready`.
+            _ = shutdown.cancelled() => {}
+            done = Claiming::done(&mut lp.claiming) => self.claim_came_back(lp, done),
+            done = Refilling::done(&mut lp.refilling) => self.refill_came_back(lp, done),
+            _ = tokio::time::sleep(wait) => {}
+            Some(hint) = self.hints.recv() => self.hinted(&mut lp.scheduler, hint),
+            Some(user) = self.online.recv() => self.user_online(user, &mut lp.scheduler, confirm).await,
+        }
+    }
+
+    /// Fire what is due in `ready` at `now`; whether there was any.
+    async fn fire_due(&mut self, lp: &mut Loop, now: Millis, confirm: &Sender) -> bool {
+        let due = lp.ready.take_due(now);
+        if due.scheduled.is_empty() && due.from_hold.is_empty() {
+            return false;
+        }
+        self.fire(due.scheduled, false, &mut lp.scheduler, confirm)
+            .await;
+        self.fire(due.from_hold, true, &mut lp.scheduler, confirm)
+            .await;
+        true
+    }
+
+    /// Start `read` (at `at`, the scheduler's clock) beside the loop.
+    fn start_refill(&self, lp: &mut Loop, read: Read, at: Millis) {
+        lp.scheduler.reading(read);
+        self.metrics
+            .refills
+            .get_or_create(&ReadLabels::of(read.is_whole()))
+            .inc();
+        lp.refilling = Some(Refilling::start(
+            Arc::clone(&self.store),
+            at,
+            read,
+            self.config.max_window,
+        ));
+    }
+
+    /// Start a claim of up to `limit` entries due by `reach` beside the
+    /// loop.
+    fn start_claim(&self, lp: &mut Loop, limit: usize, reach: Millis) {
+        self.metrics.claims.inc();
+        lp.claiming = Some(Claiming::start(
+            Arc::clone(&self.store),
+            reach,
+            limit,
+            self.config.lease_ms,
+        ));
+    }
+
+    /// The claim in flight came back: what it claimed waits in `ready`;
+    /// if it failed, the next claim waits [`STORE_RETRY`].
+    fn claim_came_back(&self, lp: &mut Loop, done: ClaimDone) {
+        match self.claim_done(lp, done) {
+            Some(entries) => lp.claimed(entries),
+            None => lp.claim_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64),
+        }
+    }
+
+    /// The outcome of a claim: the entries, or `None` when it failed.
+    /// Feeds its duration to the pace and its size to the scheduler.
+    fn claim_done(&self, lp: &mut Loop, done: ClaimDone) -> Option<Vec<Entry>> {
+        let outcome = done.outcome.map(|(claimed, took)| {
             if let Ok(entries) = &claimed {
-                pace.observe(entries.len(), took);
+                lp.pace.observe(entries.len(), took);
             }
             claimed
         });
-        match joined(done) {
+        match joined(outcome) {
             Ok(entries) => {
-                scheduler.claimed(at, entries.len(), limit);
-                (entries, false)
+                lp.scheduler.claimed(done.at, entries.len(), done.limit);
+                Some(entries)
             }
             Err(e) => {
                 self.metrics.store_error("claim_due");
                 tracing::warn!(error = %e, "claiming due notifications failed");
-                (Vec::new(), true)
+                None
             }
         }
     }
 
-    /// Shutdown: entries claimed ahead go back to the queue at their time.
-    async fn release_ready(&self, ready: &mut Ready, scheduler: &mut Scheduler) {
-        let mut by_time: std::collections::BTreeMap<Millis, Vec<String>> = Default::default();
-        for (at, e) in ready.drain() {
-            by_time.entry(at).or_default().push(e.id().to_owned());
+    /// The refill in flight came back: its window goes into the
+    /// scheduler; if it failed, the next refill waits [`STORE_RETRY`].
+    fn refill_came_back(&self, lp: &mut Loop, done: RefillDone) {
+        match joined(done.outcome) {
+            Ok(window) => {
+                self.metrics
+                    .refill_items
+                    .get_or_create(&ReadLabels::of(done.read.is_whole()))
+                    .inc_by(window.len() as u64);
+                let old = lp.scheduler.install(done.at, done.read, window);
+                // Freeing a window's ids takes a while too.
+                tokio::spawn(async move { drop(old) });
+            }
+            Err(e) => {
+                lp.scheduler.read_failed();
+                self.metrics.store_error("upcoming");
+                tracing::warn!(error = %e, "reading upcoming delayed notifications failed");
+                lp.refill_after = now_ms().saturating_add(STORE_RETRY.as_millis() as u64);
+            }
         }
-        let now = now_ms();
-        for (at, ids) in by_time {
-            self.release(ids, at, now, scheduler).await;
+    }
+
+    /// Entries accepted (or released) by this process: `first`, and every
+    /// other hint already queued.
+    fn hinted(&mut self, scheduler: &mut Scheduler, first: (Millis, String)) {
+        let (fire_at, id) = first;
+        scheduler.scheduled(fire_at, id);
+        while let Ok((fire_at, id)) = self.hints.try_recv() {
+            scheduler.scheduled(fire_at, id);
         }
     }
 
@@ -408,6 +396,26 @@ impl Firer {
         }
     }
 
+    /// Shutdown: the claim in flight is waited for, and entries claimed
+    /// ahead go back to the queue at their time.
+    async fn stop(&self, lp: &mut Loop) {
+        if let Some(c) = lp.claiming.take() {
+            let done = c.join().await;
+            if let Some(entries) = self.claim_done(lp, done) {
+                lp.claimed(entries);
+            }
+        }
+        let mut by_time: BTreeMap<Millis, Vec<String>> = BTreeMap::new();
+        for (at, e) in lp.ready.drain() {
+            by_time.entry(at).or_default().push(e.id().to_owned());
+        }
+        let now = now_ms();
+        for (at, ids) in by_time {
+            self.release(ids, at, now, &mut lp.scheduler).await;
+        }
+    }
+
+    /// Release `ids` to fire at `at`, and tell the scheduler.
     async fn release(&self, ids: Vec<String>, at: Millis, now: Millis, scheduler: &mut Scheduler) {
         for id in released(&*self.store, &self.metrics, ids, at, now).await {
             scheduler.scheduled(at, id);
@@ -439,23 +447,3 @@ async fn released(
         }
     }
 }
-
-/// A refill running beside the firer's loop.
-struct Refilling {
-    /// The scheduler's clock it reads at.
-    at: Millis,
-    read: Read,
-    task: tokio::task::JoinHandle<Result<Window, StoreError>>,
-}
-
-/// A claim running beside the firer's loop.
-struct Claiming {
-    /// The time it claims up to (`claim_ahead_ms` ahead, or a pile's
-    /// reach): everything due by then, when the claim comes back short.
-    at: Millis,
-    limit: usize,
-    task: tokio::task::JoinHandle<Claimed>,
-}
-
-/// What a claim returned, and how long it took.
-type Claimed = (Result<Vec<Entry>, StoreError>, Duration);
