@@ -48,14 +48,13 @@
 //! a few large writes instead of one per batch. (Marking as soon as firing
 //! pauses was tried: a herd's firing pauses whenever the broker holds the
 //! router back, and the marks then ran inside the herd.) While it is busy
-//! (its queue of [`SETTLE_QUEUE`](settle::SETTLE_QUEUE) messages is full),
-//! ids pile up on the confirmer's side and go over as one message; past
-//! `max_unsettled` of them the confirmer waits (policy: backpressure), and
-//! so, once its queue is full, does the
-//! firer: a slow store slows firing instead of letting fired entries pile
-//! up towards the end of their lease. The bound is large (250,000 by
-//! default) so that a herd goes out at the link's pace, not at the pace
-//! of marking it delivered. The confirmer hands over its pile whenever it
+//! (its queue of [`SETTLE_QUEUE`] messages is full), ids pile up on the
+//! confirmer's side and go over as one message; past `max_unsettled` of
+//! them the confirmer waits (policy: backpressure), and so, once its queue
+//! is full, does the firer: a slow store slows firing instead of letting
+//! fired entries pile up towards the end of their lease. The bound is
+//! large (250,000 by default) so that a herd goes out at the link's pace,
+//! not at the pace of marking it delivered. The confirmer hands over its pile whenever it
 //! has nothing else to do.
 //!
 //! A crash anywhere after the claim leaves the entries firing under their
