@@ -24,9 +24,20 @@
 //! yet folded into the id index by [`EmbeddedConfig::fold_ids`]).
 //!
 //! Why redb: see `docs/delayed-store.md`.
+//!
+//! # Files
+//! - this file: the config, opening the store, and [`Store`] as requests
+//!   to the writer or reads on the blocking pool;
+//! - `group_commit`: the writer thread (requests, group commit, folds);
+//! - `write`: the state transitions inside one write transaction;
+//! - `read`: the reads (upcoming, list, status, counts);
+//! - `layout`: tables, keys and the stored value (pure); `claims` and
+//!   `recent`: what is kept in memory.
 
 mod claims;
+mod group_commit;
 mod layout;
+mod read;
 mod recent;
 mod write;
 
@@ -39,11 +50,13 @@ use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 use self::claims::Claims;
+use self::group_commit::{Limits, Request, run_writer};
 use self::layout::*;
+use self::read::StatusTables;
 use self::recent::RecentIds;
 use self::write::{Tables, io};
 use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
-use crate::schedule::entry::{Entry, Millis, State, Status};
+use crate::schedule::entry::{Entry, Millis, Status};
 
 /// Settings of the embedded store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,78 +79,6 @@ impl Default for EmbeddedConfig {
             max_group: 1024,
             cache_bytes: 64 * 1024 * 1024,
             fold_ids: 200_000,
-        }
-    }
-}
-
-/// One change, with where its answer goes.
-enum Request {
-    Insert(
-        Vec<Entry>,
-        Millis,
-        oneshot::Sender<Result<Vec<Insert>, StoreError>>,
-    ),
-    ClaimDue(
-        Millis,
-        usize,
-        u64,
-        oneshot::Sender<Result<Vec<Entry>, StoreError>>,
-    ),
-    ClaimHeld(
-        String,
-        Millis,
-        usize,
-        u64,
-        oneshot::Sender<Result<Vec<Entry>, StoreError>>,
-    ),
-    Delivered(Vec<String>, Millis, oneshot::Sender<Result<(), StoreError>>),
-    Hold(
-        Vec<String>,
-        Millis,
-        Millis,
-        oneshot::Sender<Result<(), StoreError>>,
-    ),
-    Release(
-        Vec<String>,
-        Millis,
-        Millis,
-        oneshot::Sender<Result<(), StoreError>>,
-    ),
-    Cancel(String, Millis, oneshot::Sender<Result<Cancel, StoreError>>),
-    Expire(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
-    Purge(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
-}
-
-/// The answer of a request, held until its transaction commits.
-enum Answer {
-    Inserts(
-        Vec<Insert>,
-        oneshot::Sender<Result<Vec<Insert>, StoreError>>,
-    ),
-    Entries(Vec<Entry>, oneshot::Sender<Result<Vec<Entry>, StoreError>>),
-    Unit(oneshot::Sender<Result<(), StoreError>>),
-    Cancel(Cancel, oneshot::Sender<Result<Cancel, StoreError>>),
-    Count(u64, oneshot::Sender<Result<u64, StoreError>>),
-}
-
-impl Answer {
-    fn send(self) {
-        match self {
-            Answer::Inserts(v, tx) => drop(tx.send(Ok(v))),
-            Answer::Entries(v, tx) => drop(tx.send(Ok(v))),
-            Answer::Unit(tx) => drop(tx.send(Ok(()))),
-            Answer::Cancel(v, tx) => drop(tx.send(Ok(v))),
-            Answer::Count(v, tx) => drop(tx.send(Ok(v))),
-        }
-    }
-
-    fn fail(self, e: StoreError) {
-        match self {
-            Answer::Inserts(_, tx) => drop(tx.send(Err(e))),
-            Answer::Entries(_, tx) => drop(tx.send(Err(e))),
-            Answer::Unit(tx) => drop(tx.send(Err(e))),
-            Answer::Cancel(_, tx) => drop(tx.send(Err(e))),
-            Answer::Count(_, tx) => drop(tx.send(Err(e))),
         }
     }
 }
@@ -337,168 +278,6 @@ fn read_recent(db: &Database, recent: &RecentIds) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Most keys one list page reads beyond its items: a page of a rare
-/// state listed among many entries of the other (firing among scheduled)
-/// ends there, with a cursor to go on from.
-const LIST_SCAN: usize = 10_000;
-
-/// The writer's bounds.
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    max_group: usize,
-    fold_ids: usize,
-}
-
-/// The writer thread: group commit until the queue closes, folding the
-/// recent ids whenever there are enough of them.
-fn run_writer(db: &Database, mem: &Memory, mut rx: mpsc::Receiver<Request>, limits: Limits) {
-    while let Some(first) = rx.blocking_recv() {
-        let mut group = vec![first];
-        while group.len() < limits.max_group {
-            match rx.try_recv() {
-                Ok(r) => group.push(r),
-                Err(_) => break,
-            }
-        }
-        commit_group(db, mem, group);
-        if mem.recent.len() >= limits.fold_ids {
-            fold(db, mem);
-        }
-    }
-}
-
-/// Fold the recent ids into `ids`, in a commit of their own. If it fails,
-/// they stay in memory and the next group tries again.
-fn fold(db: &Database, mem: &Memory) {
-    let recent = &mem.recent;
-    let started = std::time::Instant::now();
-    let n = recent.len();
-    let outcome = (|| -> Result<u64, StoreError> {
-        let txn = db.begin_write().map_err(io)?;
-        let folded = Tables::open(&txn, recent, &mem.claims)?.fold()?;
-        txn.commit().map_err(io)?;
-        Ok(folded)
-    })();
-    match outcome {
-        Ok(folded) => {
-            recent.folded(folded);
-            tracing::debug!(
-                ids = n,
-                ms = started.elapsed().as_millis() as u64,
-                "folded recent ids into the id index"
-            );
-        }
-        Err(e) => {
-            tracing::error!(error = %e, ids = n, "folding recent ids failed; they stay in memory")
-        }
-    }
-}
-
-fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
-    let recent = &mem.recent;
-    let mut answers = Vec::with_capacity(group.len());
-    let mut added = Vec::new();
-    let mut removed = Vec::new();
-    let mut settled = Vec::new();
-    let outcome = (|| -> Result<(), StoreError> {
-        let txn = db.begin_write().map_err(io)?;
-        let wrote = {
-            let mut t = Tables::open(&txn, recent, &mem.claims)?;
-            // Claims first, answered at once: they write nothing (claims
-            // live in memory) and, applied before anything else of the
-            // group, see only what is committed. So a claim waits for no
-            // commit, only for the group ahead of it, and the firer is not
-            // held up behind a large batch being marked delivered.
-            let (claims, others): (Vec<Request>, Vec<Request>) = group
-                .into_iter()
-                .partition(|r| matches!(r, Request::ClaimDue(..) | Request::ClaimHeld(..)));
-            for request in claims {
-                if let Some(a) = apply(&mut t, request) {
-                    a.send();
-                }
-            }
-            // A request that fails is answered with its error at once;
-            // what it wrote before failing is committed with the others
-            // (inserts are idempotent and claims leased, so a caller that
-            // retries finds duplicates, and a claim nobody got comes back
-            // when its lease runs out). A failed commit fails them all.
-            for request in others {
-                if let Some(a) = apply(&mut t, request) {
-                    answers.push(a);
-                }
-            }
-            added = std::mem::take(&mut t.added);
-            removed = std::mem::take(&mut t.removed);
-            settled = std::mem::take(&mut t.settled);
-            t.flush_counters()?;
-            t.wrote
-        };
-        if !wrote {
-            // Claims alone: nothing to commit (they live in memory).
-            return txn.abort().map_err(io);
-        }
-        // Readers hold the claims' lock while they read: the commit and
-        // the end of the claims it settled are one step for them.
-        let mut claims = mem.claims.lock();
-        txn.commit().map_err(io)?;
-        for seq in settled.drain(..) {
-            claims.remove(seq);
-        }
-        Ok(())
-    })();
-    match outcome {
-        Ok(()) => {
-            recent.remove(&removed);
-            answers.into_iter().for_each(Answer::send);
-        }
-        Err(e) => {
-            recent.remove(&added);
-            tracing::error!(error = %e, "delayed store commit failed; nothing of it was applied");
-            for a in answers {
-                a.fail(e.clone());
-            }
-        }
-    }
-}
-
-/// Apply one request: its answer, to send once the transaction commits;
-/// `None` when it failed (and was answered with the error at once).
-fn apply(t: &mut Tables<'_>, request: Request) -> Option<Answer> {
-    match request {
-        Request::Insert(entries, now, tx) => reply(t.insert(entries, now), tx, Answer::Inserts),
-        Request::ClaimDue(now, limit, lease, tx) => {
-            reply(t.claim_due(now, limit, lease), tx, Answer::Entries)
-        }
-        Request::ClaimHeld(user, now, limit, lease, tx) => {
-            reply(t.claim_held(&user, now, limit, lease), tx, Answer::Entries)
-        }
-        Request::Delivered(ids, now, tx) => reply(t.delivered(ids, now), tx, unit),
-        Request::Hold(ids, expires, now, tx) => reply(t.hold(ids, expires, now), tx, unit),
-        Request::Release(ids, at, now, tx) => reply(t.release(ids, at, now), tx, unit),
-        Request::Cancel(id, now, tx) => reply(t.cancel(&id, now), tx, Answer::Cancel),
-        Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Count),
-        Request::Purge(before, limit, tx) => reply(t.purge(before, limit), tx, Answer::Count),
-    }
-}
-
-fn unit((): (), tx: oneshot::Sender<Result<(), StoreError>>) -> Answer {
-    Answer::Unit(tx)
-}
-
-fn reply<T>(
-    r: Result<T, StoreError>,
-    tx: oneshot::Sender<Result<T, StoreError>>,
-    wrap: impl FnOnce(T, oneshot::Sender<Result<T, StoreError>>) -> Answer,
-) -> Option<Answer> {
-    match r {
-        Ok(v) => Some(wrap(v, tx)),
-        Err(e) => {
-            let _ = tx.send(Err(e));
-            None
-        }
-    }
-}
-
 /// Refuse a file of another layout; stamp a new one with [`FORMAT`].
 fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreError> {
     use redb::{ReadableTable, TableHandle};
@@ -529,74 +308,6 @@ fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreEr
     Ok(())
 }
 
-/// What a read by id needs: the snapshot's tables and the recent ids.
-struct StatusTables<'r> {
-    ids: redb::ReadOnlyTable<&'static [u8], u64>,
-    records: redb::ReadOnlyTable<u64, &'static [u8]>,
-    list: redb::ReadOnlyTable<&'static [u8], ()>,
-    recent: &'r RecentIds,
-    claims: &'r Claims,
-}
-
-impl<'r> StatusTables<'r> {
-    fn open(
-        txn: &redb::ReadTransaction,
-        recent: &'r RecentIds,
-        claims: &'r Claims,
-    ) -> Result<Self, StoreError> {
-        Ok(StatusTables {
-            ids: txn.open_table(IDS).map_err(io)?,
-            records: txn.open_table(RECORDS).map_err(io)?,
-            list: txn.open_table(LIST).map_err(io)?,
-            recent,
-            claims,
-        })
-    }
-
-    fn seq_of(&self, id: &str) -> Result<Option<u64>, StoreError> {
-        self.recent.seq_of(&self.ids, id)
-    }
-
-    fn status(&self, id: &str) -> Result<Option<Status>, StoreError> {
-        match self.seq_of(id)? {
-            Some(seq) => self.status_at(id, seq),
-            None => Ok(None),
-        }
-    }
-
-    /// The status of entry `id` at `seq`, firing if it is claimed.
-    fn status_at(&self, id: &str, seq: u64) -> Result<Option<Status>, StoreError> {
-        match self.records.get(seq).map_err(io)? {
-            Some(v) => {
-                Stored::decode(id, v.value()).map(|s| Some(self.claims.status(seq, s.status(id))))
-            }
-            None => Ok(None),
-        }
-    }
-}
-
-/// Scheduled entries with fire time before `t`: whole minutes from the
-/// histogram, the partial minute from the index.
-fn scheduled_before(
-    hist: &[(u64, u64)],
-    sched: &redb::ReadOnlyTable<&'static [u8], ()>,
-    t: Millis,
-) -> Result<u64, StoreError> {
-    let minute = t / MINUTE;
-    let whole: u64 = hist
-        .iter()
-        .take_while(|(m, _)| *m < minute)
-        .map(|(_, n)| n)
-        .sum();
-    let from = (minute * MINUTE).to_be_bytes();
-    let to = t.to_be_bytes();
-    let partial = sched
-        .range(from.as_slice()..to.as_slice())
-        .map_err(io)?
-        .count() as u64;
-    Ok(whole + partial)
-}
-
 impl Store for EmbeddedStore {
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
         Box::pin(self.ask(move |tx| Request::Insert(entries, now, tx)))
@@ -612,39 +323,9 @@ impl Store for EmbeddedStore {
         until: Millis,
         limit: usize,
     ) -> StoreFuture<'_, Vec<(Millis, String)>> {
-        Box::pin(self.read_claimed(move |txn, claims| {
-            if from > until {
-                return Ok(Vec::new());
-            }
-            let start = from.to_be_bytes();
-            let bound = time_bound(until);
-            // Claimed entries come at their lease's end.
-            let mut out: Vec<(Millis, String)> = claims
-                .iter()
-                .filter(|c| (from..=until).contains(&c.deadline))
-                .map(|c| (c.deadline, c.id.clone()))
-                .collect();
-            let sched = txn.open_table(SCHED).map_err(io)?;
-            let mut unclaimed = 0;
-            for kv in sched
-                .range(start.as_slice()..bound.as_slice())
-                .map_err(io)?
-            {
-                if unclaimed == limit {
-                    break;
-                }
-                let (k, _) = kv.map_err(io)?;
-                if let Some((t, seq, id)) = split_queue_key(k.value())
-                    && claims.get(seq).is_none()
-                {
-                    out.push((t, id.to_owned()));
-                    unclaimed += 1;
-                }
-            }
-            out.sort();
-            out.truncate(limit);
-            Ok(out)
-        }))
+        Box::pin(
+            self.read_claimed(move |txn, claims| read::upcoming(txn, claims, from, until, limit)),
+        )
     }
 
     fn delivered(&self, ids: Vec<String>, now: Millis) -> StoreFuture<'_, ()> {
@@ -667,18 +348,7 @@ impl Store for EmbeddedStore {
             // Most users coming online have nothing held: answer that from
             // a read, without a commit.
             let probe = user.clone();
-            let any = self
-                .read(move |txn| {
-                    let held = txn.open_table(HELD).map_err(io)?;
-                    let prefix = held_prefix(&probe);
-                    let end = prefix_end(&prefix);
-                    Ok(held
-                        .range(prefix.as_slice()..end.as_slice())
-                        .map_err(io)?
-                        .next()
-                        .is_some())
-                })
-                .await?;
+            let any = self.read(move |txn| read::any_held(txn, &probe)).await?;
             if !any {
                 return Ok(Vec::new());
             }
@@ -707,62 +377,7 @@ impl Store for EmbeddedStore {
         after: Option<Cursor>,
         limit: usize,
     ) -> StoreFuture<'_, Page> {
-        Box::pin(self.read_by_id(move |tables| {
-            let list = &tables.list;
-            let topic = filter.topic.as_deref();
-            // Firing entries are listed under scheduled: a page of either
-            // reads those keys and keeps the entries in the state asked.
-            let keyed = list_state(filter.state);
-            let prefix = list_prefix(topic, keyed);
-            let end = prefix_end(&prefix);
-            let start = match &after {
-                // Just after the cursor's own key; if the cursor's entry
-                // has been purged since, from the start of its due time
-                // (a page may then repeat entries, but never skips one).
-                Some(c) => match tables.seq_of(&c.id)? {
-                    Some(seq) => {
-                        let mut k = list_key(topic, keyed, c.due_ms, seq, &c.id);
-                        k.push(0);
-                        k
-                    }
-                    None => {
-                        let mut k = prefix.clone();
-                        k.extend_from_slice(&c.due_ms.to_be_bytes());
-                        k
-                    }
-                },
-                None => prefix.clone(),
-            };
-            let mut items: Vec<Status> = Vec::new();
-            // A page ends at `limit` items, or after LIST_SCAN keys (a page
-            // of firing entries among many scheduled ones); when more keys
-            // follow, its cursor is the last key it read.
-            let mut stop: Option<Cursor> = None;
-            let mut last: Option<Cursor> = None;
-            let mut scanned = 0;
-            for kv in list.range(start.as_slice()..end.as_slice()).map_err(io)? {
-                let (k, _) = kv.map_err(io)?;
-                let Some((due, seq, id)) = k.value().get(prefix.len()..).and_then(split_queue_key)
-                else {
-                    continue;
-                };
-                if items.len() == limit || scanned == LIST_SCAN {
-                    stop = last.take();
-                    break;
-                }
-                scanned += 1;
-                if let Some(s) = tables.status_at(id, seq)?
-                    && s.state == filter.state
-                {
-                    items.push(s);
-                }
-                last = Some(Cursor {
-                    due_ms: due,
-                    id: id.to_owned(),
-                });
-            }
-            Ok(Page { items, next: stop })
-        }))
+        Box::pin(self.read_by_id(move |tables| read::list(tables, &filter, after.as_ref(), limit)))
     }
 
     fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64> {
@@ -774,47 +389,6 @@ impl Store for EmbeddedStore {
     }
 
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
-        Box::pin(self.read_claimed(move |txn, claims| {
-            let counts = txn.open_table(COUNTS).map_err(io)?;
-            let get = |s: State| -> Result<u64, StoreError> {
-                Ok(counts.get(s.code()).map_err(io)?.map_or(0, |v| v.value()))
-            };
-            let total = get(State::Scheduled)?;
-            let sched = txn.open_table(SCHED).map_err(io)?;
-            let hist_table = txn.open_table(HIST).map_err(io)?;
-            let last_minute = bounds.last().map_or(0, |b| now.saturating_add(*b) / MINUTE);
-            let mut hist = Vec::new();
-            for kv in hist_table.range(..=last_minute).map_err(io)? {
-                let (m, n) = kv.map_err(io)?;
-                hist.push((m.value(), n.value()));
-            }
-            let mut scheduled = Vec::with_capacity(bounds.len() + 1);
-            let mut below = 0;
-            for b in &bounds {
-                let upto = scheduled_before(&hist, &sched, now.saturating_add(*b))?;
-                scheduled.push(upto.saturating_sub(below));
-                below = upto;
-            }
-            scheduled.push(total.saturating_sub(below));
-            // Claimed entries are still scheduled (or held) in the tables:
-            // count them as firing instead.
-            let mut claimed_held = 0;
-            for c in claims.iter() {
-                if c.from == State::Held {
-                    claimed_held += 1;
-                    continue;
-                }
-                let bucket = bounds
-                    .iter()
-                    .position(|b| c.fire < now.saturating_add(*b))
-                    .unwrap_or(bounds.len());
-                scheduled[bucket] = scheduled[bucket].saturating_sub(1);
-            }
-            Ok(Counts {
-                scheduled,
-                firing: get(State::Firing)?.saturating_add(claims.len() as u64),
-                held: get(State::Held)?.saturating_sub(claimed_held),
-            })
-        }))
+        Box::pin(self.read_claimed(move |txn, claims| read::counts(txn, claims, now, &bounds)))
     }
 }

@@ -1,0 +1,93 @@
+//! The confirmer: a task beside the firer's loop that waits, in order, for
+//! the link to take each batch sent ([`Sent`]). What the link took it
+//! counts and hands to the settler ([`Settle`]); what the link refused it
+//! releases to retry after `retry_after_ms`. At most
+//! [`CONFIRM_QUEUE`](super::CONFIRM_QUEUE) batches wait for it (policy:
+//! backpressure, the firer waits for room).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::released;
+use super::settle::Settle;
+use crate::link::Taken;
+use crate::schedule::entry::Millis;
+use crate::schedule::metrics::DelayedMetrics;
+use crate::schedule::store::Store;
+use crate::schedule::timing::now_ms;
+
+/// The firer's end of the confirmer.
+pub(super) type Sender = mpsc::Sender<Sent>;
+
+/// A batch sent to the link.
+pub(super) struct Sent {
+    /// Resolves when the link has taken it.
+    pub(super) taken: Taken,
+    /// The ids it stands for.
+    pub(super) ids: Vec<String>,
+    /// The lateness of its first attempts, to count once it is taken.
+    pub(super) lateness: Vec<Millis>,
+}
+
+/// Waits, in order, for the link to take each batch sent; counts and
+/// settles what it took, releases what it refused.
+pub(super) struct Confirmer {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) metrics: DelayedMetrics,
+    /// Where released entries go back to the firer's scheduler.
+    pub(super) hint: mpsc::Sender<(Millis, String)>,
+    pub(super) retry_after_ms: u64,
+    pub(super) settle: Settle,
+}
+
+impl Confirmer {
+    /// Until the firer drops its end and every batch sent is done.
+    pub(super) async fn run(mut self, mut queue: mpsc::Receiver<Sent>) {
+        loop {
+            let sent = tokio::select! {
+                biased;
+                sent = queue.recv() => match sent {
+                    Some(sent) => sent,
+                    None => break,
+                },
+                // Hand over the pile while nothing else is to do.
+                _ = self.settle.flush(), if self.settle.has_pile() => continue,
+            };
+            self.confirm(sent).await;
+        }
+        self.settle.flush().await;
+    }
+
+    async fn confirm(&mut self, sent: Sent) {
+        match sent.taken.await {
+            Ok(()) => self.took(sent.ids, sent.lateness).await,
+            Err(e) => {
+                tracing::warn!(error = %e, entries = sent.ids.len(), retry_ms = self.retry_after_ms, "the link did not take due notifications; retrying");
+                self.refused(sent.ids).await;
+            }
+        }
+    }
+
+    /// The link took `ids`: count them and have them marked delivered.
+    async fn took(&mut self, ids: Vec<String>, lateness: Vec<Millis>) {
+        self.metrics.fired.inc_by(ids.len() as u64);
+        for late in lateness {
+            self.metrics.lateness.observe(late as f64 / 1000.0);
+        }
+        self.settle.hand(ids).await;
+    }
+
+    /// The link refused `ids`: release them to retry after
+    /// `retry_after_ms`, and tell the firer's scheduler.
+    async fn refused(&mut self, ids: Vec<String>) {
+        let now = now_ms();
+        let retry = now.saturating_add(self.retry_after_ms);
+        for id in released(&*self.store, &self.metrics, ids, retry, now).await {
+            // A hint that does not fit is found by the next refill.
+            if self.hint.try_send((retry, id)).is_err() {
+                self.metrics.hints_dropped.inc();
+            }
+        }
+    }
+}
