@@ -6,6 +6,11 @@
 //! RSS, prints the report, holds, tells the workers to close, waits for them (with a deadline),
 //! and stops a gateway it started.
 
+mod args;
+mod report;
+
+pub(crate) use self::args::ConnectionsArgs;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Stdio;
@@ -15,15 +20,15 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-use crate::cli::{ConnectionsArgs, JWT_SECRET_ENV};
+use self::report::{ConnectionsReport, Memory};
 use crate::endpoint::Endpoint;
-use crate::events::{CLOSE_COMMAND, WorkerEvent};
+use crate::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
 use crate::gateway::{SpawnedGateway, random_token};
+use crate::outcome::{BenchError, Outcome};
 use crate::plan::{self, WorkerPlan};
-use crate::report::{ConnectionsReport, Memory};
 use crate::rss;
 use crate::sys;
-use crate::worker::CLOSE_DEADLINE;
+use crate::token::JWT_SECRET_ENV;
 
 /// How often the parent prints connect progress on stderr.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -34,23 +39,6 @@ const EXIT_SLACK: Duration = Duration::from_secs(5);
 const FD_MARGIN: usize = 64;
 /// Tokens stay valid this long beyond the hold.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
-
-/// Why the run could not go on.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BenchError {
-    /// Bad arguments: exit with the usage code.
-    #[error("{0}")]
-    Usage(String),
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// How a run ended, for the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    AllOpened,
-    SomeFailed,
-}
 
 /// What the parent knows about one worker.
 #[derive(Debug)]

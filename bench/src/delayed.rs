@@ -19,7 +19,7 @@
 //! ([`metrics`]), and the CPU every process used ([`usage`]).
 //!
 //! # Layout
-//! - [`plan`]: which notifications, due when, to whom (pure); [`ids`]: their ids (pure).
+//! - [`plan`]: which notifications, due when, to whom (pure); [`crate::delayed_ids`]: their ids (pure).
 //! - [`body`]: the publish API's batch bodies and `202` answers (pure).
 //! - [`api`]: a keep-alive HTTP/1.1 connection; [`ingest`]: publishing a plan over C of them.
 //! - [`fleet`]: worker processes holding the sessions that record arrivals.
@@ -28,10 +28,10 @@
 //! - [`usage`]: CPU per process; [`report`]: the result.
 
 pub(crate) mod api;
+mod args;
 pub(crate) mod body;
 pub(crate) mod delivery;
 pub(crate) mod fleet;
-pub(crate) mod ids;
 pub(crate) mod ingest;
 pub(crate) mod metrics;
 pub(crate) mod plan;
@@ -47,6 +47,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+pub(crate) use self::args::{DelayedArgs, DelayedTarget, Scenario};
+
 use self::api::ApiConnection;
 use self::delivery::Delivery;
 use self::fleet::Fleet;
@@ -57,11 +59,10 @@ use self::report::{DelayedReport, Goal, Growth};
 use self::store::AofRewrites;
 use self::system::System;
 use self::usage::{Reading, Split, Usage};
-use crate::cli::DelayedArgs;
-use crate::connections::{BenchError, Outcome};
 use crate::cpu;
+use crate::outcome::{BenchError, Outcome};
 use crate::plan::WorkerPlan;
-use crate::router_throughput::grouped;
+use crate::report::grouped;
 use crate::run::interruptible;
 
 /// The goals.
@@ -84,44 +85,6 @@ const OFFLINE_USERS: usize = 1_000;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Tokens stay valid this long beyond the run's own length.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
-
-/// What a run measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scenario {
-    Ingest,
-    Lateness,
-    Herd,
-    Footprint,
-}
-
-impl Scenario {
-    fn name(self) -> &'static str {
-        match self {
-            Scenario::Ingest => "ingest",
-            Scenario::Lateness => "lateness",
-            Scenario::Herd => "herd",
-            Scenario::Footprint => "footprint",
-        }
-    }
-}
-
-/// The Herald under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum DelayedTarget {
-    /// `herald-router` with Redis, an edge `herald-gateway` for the sessions.
-    Router,
-    /// One `herald-gateway` with its embedded store.
-    Standalone,
-}
-
-impl DelayedTarget {
-    fn name(self) -> &'static str {
-        match self {
-            DelayedTarget::Router => "router",
-            DelayedTarget::Standalone => "standalone",
-        }
-    }
-}
 
 /// The arguments with every default resolved and checked.
 #[derive(Debug, Clone)]
@@ -417,7 +380,7 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
         report.complete = false;
     }
     report.cleanup = cleanup;
-    Ok(crate::run::emit(
+    Ok(crate::report::emit(
         &report,
         || report.human(),
         report.complete,

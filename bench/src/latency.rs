@@ -20,6 +20,10 @@
 //! scheduled; if the publisher falls behind its schedule, the report says by how much (the
 //! latency of a late publication does not include its lateness).
 
+mod args;
+
+pub(crate) use self::args::LatencyArgs;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -32,13 +36,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::amqp::{self, Confirmed, Outgoing, Publisher};
-use crate::cli::LatencyArgs;
 use crate::configs;
-use crate::connections::{BenchError, Outcome};
 use crate::cpu;
 use crate::gateway::random_token;
+use crate::outcome::{BenchError, Outcome};
 use crate::pacing::Pacer;
-use crate::router_throughput::{grouped, maybe};
+use crate::report::{grouped, maybe};
 use crate::rss::human_bytes;
 use crate::run::{Cleanup, Run, interruptible};
 use crate::service::Service;
@@ -139,7 +142,7 @@ pub(crate) async fn run(args: LatencyArgs) -> Result<Outcome, BenchError> {
     report.load_before = load_before;
     report.load_after = cpu::load_average();
     report.cleanup = cleanup;
-    Ok(crate::run::emit(
+    Ok(crate::report::emit(
         &report,
         || report.human(),
         report.complete,

@@ -37,11 +37,13 @@ mod configs;
 mod connections;
 mod cpu;
 mod delayed;
+mod delayed_ids;
 mod endpoint;
 mod events;
 mod gateway;
 mod http;
 mod latency;
+mod outcome;
 mod pacing;
 mod plan;
 mod report;
@@ -64,7 +66,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 use crate::cli::{Cli, Command};
-use crate::connections::{BenchError, Outcome};
+use crate::outcome::{BenchError, Outcome};
 
 /// Exit code for bad arguments (as clap uses).
 const EXIT_USAGE: u8 = 2;

@@ -15,6 +15,10 @@
 //!    work to each other.
 //! 5. The router is stopped (SIGTERM) and everything the run declared is deleted.
 
+mod args;
+
+pub(crate) use self::args::RouterThroughputArgs;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -28,10 +32,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::amqp::{self, Confirmed, Outgoing, Publisher};
-use crate::cli::RouterThroughputArgs;
 use crate::configs;
-use crate::connections::{BenchError, Outcome};
 use crate::cpu::{self, CpuTime};
+use crate::outcome::{BenchError, Outcome};
+use crate::report::{grouped, maybe};
 use crate::rss::human_bytes;
 use crate::run::{Cleanup, ROUTER_DEFAULT_PREFETCH, Run, interruptible};
 use crate::service::Service;
@@ -109,7 +113,7 @@ pub(crate) async fn run(args: RouterThroughputArgs) -> Result<Outcome, BenchErro
     report.load_after = cpu::load_average();
     report.load_before = load_before;
     report.cleanup = cleanup;
-    Ok(crate::run::emit(
+    Ok(crate::report::emit(
         &report,
         || report.human(),
         report.complete,
@@ -703,24 +707,6 @@ fn read_context_switches(pid: u32) -> std::io::Result<ContextSwitches> {
     Ok(switches)
 }
 
-/// `62,305`: an integer rate with thousands separators.
-pub(crate) fn grouped(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// `1.9` or `?`.
-pub(crate) fn maybe(value: Option<f64>, decimals: usize) -> String {
-    value.map_or_else(|| "?".into(), |v| format!("{v:.decimals$}"))
-}
-
 impl ThroughputReport {
     fn human(&self) -> String {
         use std::fmt::Write as _;
@@ -895,13 +881,5 @@ mod tests {
         assert!(validate(&args(&["--batch", "600", "--confirm-window", "500"])).is_err());
         assert!(validate(&args(&["--payload-bytes", "2000000"])).is_err());
         assert!(validate(&args(&["--consumer-prefetch", "2"])).is_err());
-    }
-
-    #[test]
-    fn grouped_numbers() {
-        assert_eq!(grouped(0.0), "0");
-        assert_eq!(grouped(999.4), "999");
-        assert_eq!(grouped(62_305.2), "62,305");
-        assert_eq!(grouped(1_234_567.0), "1,234,567");
     }
 }

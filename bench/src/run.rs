@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::amqp;
 use crate::configs::{self, EdgeSettings, RedisSettings, RouterSettings, RunDir, Topology};
-use crate::connections::{BenchError, Outcome};
 use crate::gateway::random_token;
+use crate::outcome::BenchError;
 use crate::service::{Service, free_local_addr};
 
 /// The router's default `amqp.prefetch`, for the report when `--prefetch` is not given.
@@ -191,29 +191,6 @@ impl Run {
         let _ = self.admin.close(200, "bench done".into()).await;
         self.dir.remove();
         cleanup
-    }
-}
-
-/// Print a finished report (one JSON object with `json`, else its human
-/// text) and turn its completeness into the run's outcome.
-pub(crate) fn emit(
-    report: &impl Serialize,
-    human: impl FnOnce() -> String,
-    complete: bool,
-    json: bool,
-) -> Outcome {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).unwrap_or_else(|_| "{}".into())
-        );
-    } else {
-        print!("{}", human());
-    }
-    if complete {
-        Outcome::AllOpened
-    } else {
-        Outcome::SomeFailed
     }
 }
 

@@ -7,6 +7,10 @@
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 
+/// Environment variable through which the parent hands the JWT secret to its workers (not argv,
+/// which every user on the machine can read in `ps`).
+pub(crate) const JWT_SECRET_ENV: &str = "HERALD_BENCH_JWT_SECRET";
+
 /// How many distinct companies the bench spreads its users over.
 pub(crate) const BENCH_CLIENTS: usize = 100;
 

@@ -11,8 +11,8 @@ use std::ops::Range;
 
 use serde::Deserialize;
 
-use super::ids;
 use super::plan::{Plan, Users};
+use crate::delayed_ids as ids;
 
 /// The `event` of every notification.
 pub(crate) const EVENT: &str = "bench.delayed";

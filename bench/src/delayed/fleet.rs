@@ -17,12 +17,11 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-use crate::cli::JWT_SECRET_ENV;
-use crate::connections::BenchError;
-use crate::events::{CLOSE_COMMAND, WorkerEvent};
+use crate::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
+use crate::outcome::BenchError;
 use crate::plan::WorkerPlan;
+use crate::token::JWT_SECRET_ENV;
 use crate::transport::Transport;
-use crate::worker::CLOSE_DEADLINE;
 
 /// Handshakes in flight per worker.
 const CONCURRENCY: usize = 256;

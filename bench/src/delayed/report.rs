@@ -11,7 +11,7 @@ use super::metrics::{ServerCounters, ServerLateness};
 use super::store::RedisInfo;
 use super::system::SystemCleanup;
 use super::usage::Split;
-use crate::router_throughput::{grouped, maybe};
+use crate::report::{grouped, maybe};
 use crate::rss::human_bytes;
 use crate::stats::human_ms;
 

@@ -21,8 +21,8 @@ use serde::Serialize;
 use super::store::{AofRewrites, RedisInfo, RedisProbe};
 use super::{DelayedTarget, Settings};
 use crate::configs::{self, RedisSettings, RunDir, StandaloneSettings};
-use crate::connections::BenchError;
 use crate::gateway::random_token;
+use crate::outcome::BenchError;
 use crate::run::{Cleanup, Run};
 use crate::service::{Service, free_local_addr};
 

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Counters;
 use super::websocket::{CLOSE_GRACE, Ws};
-use crate::delayed::ids;
+use crate::delayed_ids as ids;
 use crate::events::unix_nanos;
 use crate::stomp_client::{self, Decoded};
 
