@@ -41,8 +41,8 @@ pub(crate) enum Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::transport::Transport;
     use crate::delayed::{DelayedTarget, Scenario};
-    use crate::transport::Transport;
     use clap::CommandFactory as _;
 
     #[test]

@@ -1,12 +1,13 @@
 //! `herald-bench connections`: the parent process.
 //!
-//! The parent never opens sessions. It plans the split ([`crate::plan`]), optionally starts the
+//! The parent never opens sessions. It plans the split ([`crate::harness::plan`]), optionally starts the
 //! gateway, reads a baseline RSS, re-executes its own binary as `worker` processes, follows
-//! their JSON-line events ([`crate::events`]) until every worker is ready, reads the settled
+//! their JSON-line events ([`crate::harness::events`]) until every worker is ready, reads the settled
 //! RSS, prints the report, holds, tells the workers to close, waits for them (with a deadline),
 //! and stops a gateway it started.
 
 mod args;
+mod gateway;
 mod report;
 
 pub(crate) use self::args::ConnectionsArgs;
@@ -20,15 +21,16 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
+use self::gateway::SpawnedGateway;
 use self::report::{ConnectionsReport, Memory};
-use crate::endpoint::Endpoint;
-use crate::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
-use crate::gateway::{SpawnedGateway, random_token};
-use crate::outcome::{BenchError, Outcome};
-use crate::plan::{self, WorkerPlan};
-use crate::rss;
-use crate::sys;
-use crate::token::JWT_SECRET_ENV;
+use crate::harness::endpoint::Endpoint;
+use crate::harness::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
+use crate::harness::outcome::{BenchError, Outcome};
+use crate::harness::plan::{self, WorkerPlan};
+use crate::harness::rss;
+use crate::harness::sys;
+use crate::harness::token::JWT_SECRET_ENV;
+use crate::harness::token::random_token;
 
 /// How often the parent prints connect progress on stderr.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);

@@ -19,7 +19,7 @@
 //! ([`metrics`]), and the CPU every process used ([`usage`]).
 //!
 //! # Layout
-//! - [`plan`]: which notifications, due when, to whom (pure); [`crate::delayed_ids`]: their ids (pure).
+//! - [`plan`]: which notifications, due when, to whom (pure); [`crate::harness::delayed_ids`]: their ids (pure).
 //! - [`body`]: the publish API's batch bodies and `202` answers (pure).
 //! - [`api`]: a keep-alive HTTP/1.1 connection; [`ingest`]: publishing a plan over C of them.
 //! - [`fleet`]: worker processes holding the sessions that record arrivals.
@@ -59,11 +59,11 @@ use self::report::{DelayedReport, Goal, Growth};
 use self::store::AofRewrites;
 use self::system::System;
 use self::usage::{Reading, Split, Usage};
-use crate::cpu;
-use crate::outcome::{BenchError, Outcome};
-use crate::plan::WorkerPlan;
-use crate::report::grouped;
-use crate::run::interruptible;
+use crate::harness::cpu;
+use crate::harness::outcome::{BenchError, Outcome};
+use crate::harness::plan::WorkerPlan;
+use crate::harness::report::grouped;
+use crate::harness::run::interruptible;
 
 /// The goals.
 const INGEST_GOAL_ROUTER: f64 = 100_000.0;
@@ -206,7 +206,7 @@ impl Settings {
             _ => {}
         }
         if sessions > 0 {
-            crate::plan::plan(sessions, a.processes, &[], IpAddr::V4(Ipv4Addr::LOCALHOST))
+            crate::harness::plan::plan(sessions, a.processes, &[], IpAddr::V4(Ipv4Addr::LOCALHOST))
                 .map_err(|e| e.to_string())?;
         }
         Ok(Self {
@@ -232,7 +232,7 @@ impl Settings {
             handshake_timeout: Duration::from_secs(a.handshake_timeout),
             startup_timeout: a.startup_timeout,
             broker_pid: a.broker_pid,
-            schedule: crate::configs::parse_settings(&a.schedule)
+            schedule: crate::harness::configs::parse_settings(&a.schedule)
                 .map_err(|e| format!("--schedule {e}"))?,
             router_log: a.router_log.clone(),
             gateway_log: a.gateway_log.clone(),
@@ -242,7 +242,7 @@ impl Settings {
 
     /// The worker split of the sessions.
     fn worker_plans(&self) -> Result<Vec<WorkerPlan>, BenchError> {
-        crate::plan::plan(
+        crate::harness::plan::plan(
             self.sessions,
             self.processes,
             &[],
@@ -358,7 +358,7 @@ fn probe_or_delivery(scenario: Scenario, probe: u64) -> bool {
 
 pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
     let settings = Settings::from_args(&args).map_err(BenchError::Usage)?;
-    if let Err(e) = crate::sys::raise_nofile_limit() {
+    if let Err(e) = crate::harness::sys::raise_nofile_limit() {
         eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
     }
     let load_before = cpu::load_average();
@@ -380,7 +380,7 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
         report.complete = false;
     }
     report.cleanup = cleanup;
-    Ok(crate::report::emit(
+    Ok(crate::harness::report::emit(
         &report,
         || report.human(),
         report.complete,
@@ -390,7 +390,7 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
 
 /// Epoch ms now (the clock Herald fixes due times with).
 fn now_ms() -> u64 {
-    crate::events::unix_nanos() / 1_000_000
+    crate::harness::events::unix_nanos() / 1_000_000
 }
 
 /// `GET /metrics`, parsed. The connection sits idle between scrapes and the server may have
@@ -415,7 +415,7 @@ async fn scrape(conn: &mut ApiConnection) -> Result<Scrape, BenchError> {
 #[derive(Debug, Clone)]
 struct Snapshot {
     store: (u64, Option<u64>),
-    rss: Vec<(&'static str, crate::rss::Reading)>,
+    rss: Vec<(&'static str, crate::harness::rss::Reading)>,
 }
 
 async fn snapshot(system: &System) -> Result<Snapshot, BenchError> {
@@ -425,7 +425,7 @@ async fn snapshot(system: &System) -> Result<Snapshot, BenchError> {
         .map_err(|e| BenchError::Failed(format!("measuring the store: {e}")))?;
     let mut rss = Vec::new();
     for (name, pid) in system.pids() {
-        let reading = crate::rss::settled_rss(pid)
+        let reading = crate::harness::rss::settled_rss(pid)
             .await
             .map_err(|e| BenchError::Failed(format!("RSS of the {name}: {e}")))?;
         rss.push((name, reading));

@@ -1,19 +1,19 @@
 //! `herald-bench latency`: the time from an AMQP publish to the router's exchange to the STOMP
 //! `MESSAGE` on a browser session, through `herald-router` and an edge `herald-gateway`.
 //!
-//! 1. A run with names of its own ([`crate::run`]): the router on them, and one gateway in edge
+//! 1. A run with names of its own ([`crate::harness::run`]): the router on them, and one gateway in edge
 //!    mode (its `edge.exchange` the run's edges exchange, `--edge-id` the run id), ready once
 //!    its queue on the broker has a consumer.
 //! 2. M STOMP-over-WebSocket sessions on the gateway (the bench's own session code), one user
 //!    each, every one reading and parsing what it receives.
-//! 3. One publisher publishes at a fixed rate ([`crate::pacing`]) for the given seconds;
+//! 3. One publisher publishes at a fixed rate ([`crate::harness::pacing`]) for the given seconds;
 //!    publication k goes to user k % M, with confirms awaited off the sending path. Its message
 //!    id is `lat-{k}-{ns}`, ns being the publish time on a monotonic clock that the sessions,
 //!    in the same process, read too ([`Clock`]); the gateway passes the id on as the
 //!    `message-id` header, so each `MESSAGE` yields one latency sample.
 //! 4. After the last publication the bench waits until every publication has arrived, or until
 //!    nothing has arrived for `--drain-timeout`, and counts the missing.
-//! 5. Exact percentiles over every sample ([`crate::stats`]), then the processes are stopped and
+//! 5. Exact percentiles over every sample ([`crate::harness::stats`]), then the processes are stopped and
 //!    everything the run declared is deleted.
 //!
 //! The timestamp is taken when the message is handed to the AMQP client, not when it was
@@ -35,22 +35,22 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::amqp::{self, Confirmed, Outgoing, Publisher};
-use crate::configs;
-use crate::cpu;
-use crate::gateway::random_token;
-use crate::outcome::{BenchError, Outcome};
-use crate::pacing::Pacer;
-use crate::report::{grouped, maybe};
-use crate::rss::human_bytes;
-use crate::run::{Cleanup, Run, interruptible};
-use crate::service::Service;
-use crate::session::websocket::{self, CLOSE_GRACE, Framing, Ws};
-use crate::session::{Target, xhr_streaming};
-use crate::stats::Summary;
-use crate::stomp_client::{self, Decoded};
-use crate::token::{Claims, Minter, now_epoch_secs};
-use crate::transport::Transport;
+use crate::client::session::websocket::{self, CLOSE_GRACE, Framing, Ws};
+use crate::client::session::{Target, xhr_streaming};
+use crate::client::stomp_client::{self, Decoded};
+use crate::client::transport::Transport;
+use crate::harness::amqp::{self, Confirmed, Outgoing, Publisher};
+use crate::harness::configs;
+use crate::harness::cpu;
+use crate::harness::outcome::{BenchError, Outcome};
+use crate::harness::pacing::Pacer;
+use crate::harness::report::{grouped, maybe};
+use crate::harness::rss::human_bytes;
+use crate::harness::run::{Cleanup, Run, interruptible};
+use crate::harness::service::Service;
+use crate::harness::stats::Summary;
+use crate::harness::token::random_token;
+use crate::harness::token::{Claims, Minter, now_epoch_secs};
 
 /// Routing key and `event` header of the publications.
 const EVENT: &str = "bench.latency";
@@ -115,7 +115,7 @@ fn validate(args: &LatencyArgs) -> Result<(), String> {
 
 pub(crate) async fn run(args: LatencyArgs) -> Result<Outcome, BenchError> {
     validate(&args).map_err(BenchError::Usage)?;
-    if let Err(e) = crate::sys::raise_nofile_limit() {
+    if let Err(e) = crate::harness::sys::raise_nofile_limit() {
         eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
     }
     let load_before = cpu::load_average();
@@ -142,7 +142,7 @@ pub(crate) async fn run(args: LatencyArgs) -> Result<Outcome, BenchError> {
     report.load_before = load_before;
     report.load_after = cpu::load_average();
     report.cleanup = cleanup;
-    Ok(crate::report::emit(
+    Ok(crate::harness::report::emit(
         &report,
         || report.human(),
         report.complete,
@@ -312,7 +312,7 @@ async fn measure(
     let pacer = Pacer::new(args.rate, Pacer::total_for(args.rate, args.seconds))
         .ok_or_else(|| BenchError::Usage("--rate must be at least 1".into()))?;
     let users: Vec<String> = (0..args.sessions)
-        .map(|i| crate::token::user_id(0, i))
+        .map(|i| crate::harness::token::user_id(0, i))
         .collect();
     let routing_key: lapin::types::ShortString = EVENT.into();
     let published = Arc::new(AtomicU64::new(0));
@@ -429,7 +429,7 @@ async fn measure(
         .zip(&after)
         .map(|(b, a)| Some(a.as_ref()?.since(b.as_ref()?).total()))
         .collect();
-    let rss = |pid| crate::rss::read_rss_and_peak(pid).ok();
+    let rss = |pid| crate::harness::rss::read_rss_and_peak(pid).ok();
     let (router_rss, gateway_rss) = (rss(router_pid), rss(gateway_pid));
 
     drop(publishing);

@@ -1,7 +1,7 @@
 //! `herald-bench router-throughput`: how many publications per second one `herald-router`
 //! validates and forwards, and what CPU that costs it.
 //!
-//! 1. A run with names of its own ([`crate::run`]); the router is started on them with a
+//! 1. A run with names of its own ([`crate::harness::run`]); the router is started on them with a
 //!    generated configuration, and is ready once its `/healthz` says it has declared them.
 //! 2. An edges queue is declared and bound to the edges exchange, as an edge would, so every
 //!    forward is routed, and the bench consumes it (large prefetch, acks `multiple`).
@@ -31,14 +31,14 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::amqp::{self, Confirmed, Outgoing, Publisher};
-use crate::configs;
-use crate::cpu::{self, CpuTime};
-use crate::outcome::{BenchError, Outcome};
-use crate::report::{grouped, maybe};
-use crate::rss::human_bytes;
-use crate::run::{Cleanup, ROUTER_DEFAULT_PREFETCH, Run, interruptible};
-use crate::service::Service;
+use crate::harness::amqp::{self, Confirmed, Outgoing, Publisher};
+use crate::harness::configs;
+use crate::harness::cpu::{self, CpuTime};
+use crate::harness::outcome::{BenchError, Outcome};
+use crate::harness::report::{grouped, maybe};
+use crate::harness::rss::human_bytes;
+use crate::harness::run::{Cleanup, ROUTER_DEFAULT_PREFETCH, Run, interruptible};
+use crate::harness::service::Service;
 
 /// Routing key and `event` header of the publications.
 const EVENT: &str = "bench.throughput";
@@ -113,7 +113,7 @@ pub(crate) async fn run(args: RouterThroughputArgs) -> Result<Outcome, BenchErro
     report.load_after = cpu::load_average();
     report.load_before = load_before;
     report.cleanup = cleanup;
-    Ok(crate::report::emit(
+    Ok(crate::harness::report::emit(
         &report,
         || report.human(),
         report.complete,
@@ -375,7 +375,7 @@ async fn measure(
         Some(after.since(&broker_cpu_before?).total())
     });
     let (router_rss, router_peak_rss) =
-        crate::rss::read_rss_and_peak(router_pid).unwrap_or_default();
+        crate::harness::rss::read_rss_and_peak(router_pid).unwrap_or_default();
 
     cancel.cancel();
     for job in publishing {
@@ -489,7 +489,7 @@ async fn publish_share(
                 properties: amqp::publication(
                     &message_id(seq),
                     EVENT,
-                    &crate::token::user_id(0, (seq % USERS) as usize),
+                    &crate::harness::token::user_id(0, (seq % USERS) as usize),
                     persistent,
                 ),
                 body: amqp::payload(seq, payload_bytes),

@@ -1,4 +1,4 @@
-//! A worker process: opens its share of the sessions, reports on stdout (see [`crate::events`]),
+//! A worker process: opens its share of the sessions, reports on stdout (see [`crate::harness::events`]),
 //! holds the sessions until the parent says `close` (or its stdin ends), then closes them.
 //!
 //! At most `concurrency` handshakes are in flight (a semaphore permit is taken before each
@@ -6,7 +6,7 @@
 //! permit. A failed session is counted under its reason and never stops the others.
 //!
 //! With `--record` (WebSocket transport only) the open sessions parse what they receive and
-//! record the delayed benchmark's messages ([`crate::session::record`]); the worker reports the
+//! record the delayed benchmark's messages ([`crate::worker::record`]); the worker reports the
 //! count every [`RECEIVED_INTERVAL`] while it changes, and the arrivals once the sessions are
 //! closed.
 
@@ -23,14 +23,16 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::endpoint::Endpoint;
-use crate::events::{ARRIVALS_PER_LINE, CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent, unix_micros};
-use crate::session::record::Recorder;
-use crate::session::xhr_streaming::{SEND_CONNECTIONS, SendPool};
-use crate::session::{self, Counters, Failure, Target};
-use crate::sys;
-use crate::token::{Claims, JWT_SECRET_ENV, Minter, now_epoch_secs};
-use crate::transport::Transport;
+use crate::client::session::record::Recorder;
+use crate::client::session::xhr_streaming::{SEND_CONNECTIONS, SendPool};
+use crate::client::session::{self, Counters, Failure, Target};
+use crate::client::transport::Transport;
+use crate::harness::endpoint::Endpoint;
+use crate::harness::events::{
+    ARRIVALS_PER_LINE, CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent, unix_micros,
+};
+use crate::harness::sys;
+use crate::harness::token::{Claims, JWT_SECRET_ENV, Minter, now_epoch_secs};
 
 /// How often a connecting worker reports progress.
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::token::JWT_SECRET_ENV;
-use crate::transport::Transport;
+use crate::client::transport::Transport;
+use crate::harness::token::JWT_SECRET_ENV;
 
 #[derive(Debug, Args)]
 pub(crate) struct ConnectionsArgs {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::plan::DueOrder;
-use crate::amqp::AMQP_URL_ENV;
+use crate::harness::amqp::AMQP_URL_ENV;
 
 /// Environment variable for `--redis-url`.
 pub(crate) const REDIS_URL_ENV: &str = "HERALD_BENCH_REDIS_URL";
@@ -33,7 +33,7 @@ pub(crate) struct DelayedArgs {
     pub(crate) gateway_bin: Option<PathBuf>,
 
     /// The broker (target router).
-    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::amqp::DEFAULT_URL)]
+    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::harness::amqp::DEFAULT_URL)]
     pub(crate) amqp_url: String,
 
     /// The Redis the router stores delayed notifications in (target router); the run uses a

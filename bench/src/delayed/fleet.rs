@@ -3,7 +3,7 @@
 //! the gateway, one user each (`bench-{worker}-{n}`), that stamp every bench `MESSAGE` with the
 //! wall clock on arrival.
 //!
-//! The parent follows their JSON lines ([`crate::events`]): `ready` once every session is open
+//! The parent follows their JSON lines ([`crate::harness::events`]): `ready` once every session is open
 //! (or failed), `received` counts while notifications arrive (so it knows when all have),
 //! and after `close` the arrivals themselves, then `closed`. Workers never outlive the parent:
 //! a worker whose stdin ends closes and exits, and each is killed if the parent drops it.
@@ -17,11 +17,11 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-use crate::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
-use crate::outcome::BenchError;
-use crate::plan::WorkerPlan;
-use crate::token::JWT_SECRET_ENV;
-use crate::transport::Transport;
+use crate::client::transport::Transport;
+use crate::harness::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
+use crate::harness::outcome::BenchError;
+use crate::harness::plan::WorkerPlan;
+use crate::harness::token::JWT_SECRET_ENV;
 
 /// Handshakes in flight per worker.
 const CONCURRENCY: usize = 256;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::amqp::AMQP_URL_ENV;
+use crate::harness::amqp::AMQP_URL_ENV;
 
 #[derive(Debug, Args)]
 pub(crate) struct LatencyArgs {
@@ -17,7 +17,7 @@ pub(crate) struct LatencyArgs {
     pub(crate) gateway_bin: PathBuf,
 
     /// The broker (root of the edge, the router's, and the publisher's).
-    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::amqp::DEFAULT_URL)]
+    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::harness::amqp::DEFAULT_URL)]
     pub(crate) amqp_url: String,
 
     /// Publications per second.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::amqp::AMQP_URL_ENV;
+use crate::harness::amqp::AMQP_URL_ENV;
 
 #[derive(Debug, Args)]
 pub(crate) struct RouterThroughputArgs {
@@ -13,7 +13,7 @@ pub(crate) struct RouterThroughputArgs {
     pub(crate) router_bin: PathBuf,
 
     /// The broker (the router, the publishers and the edges consumer all use it).
-    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::amqp::DEFAULT_URL)]
+    #[arg(long, env = AMQP_URL_ENV, hide_env_values = true, default_value = crate::harness::amqp::DEFAULT_URL)]
     pub(crate) amqp_url: String,
 
     /// Publications to publish.

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::outcome::Outcome;
+use crate::harness::outcome::Outcome;
 
 /// Print a finished report (one JSON object with `json`, else its human
 /// text) and turn its completeness into the run's outcome.

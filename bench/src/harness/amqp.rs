@@ -13,7 +13,7 @@ use lapin::{
     PublisherConfirm,
 };
 
-use crate::configs::Topology;
+use crate::harness::configs::Topology;
 
 /// The broker the bench uses unless told otherwise.
 pub(crate) const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
