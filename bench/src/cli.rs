@@ -42,7 +42,7 @@ pub(crate) enum Command {
 mod tests {
     use super::*;
     use crate::client::transport::Transport;
-    use crate::delayed::{DelayedTarget, Scenario};
+    use crate::delayed::args::{DelayedTarget, Scenario};
     use clap::CommandFactory as _;
 
     #[test]

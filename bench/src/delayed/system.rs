@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::args::DelayedTarget;
+use super::settings::Settings;
 use super::store::{AofRewrites, RedisInfo, RedisProbe};
-use super::{DelayedTarget, Settings};
 use crate::harness::configs::{self, RedisSettings, RunDir, StandaloneSettings};
 use crate::harness::outcome::BenchError;
 use crate::harness::run::{Cleanup, Run};
