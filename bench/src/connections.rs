@@ -27,6 +27,7 @@ use crate::harness::endpoint::Endpoint;
 use crate::harness::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
 use crate::harness::outcome::{BenchError, Outcome};
 use crate::harness::plan::{self, WorkerPlan};
+use crate::harness::progress::Progress;
 use crate::harness::rss;
 use crate::harness::sys;
 use crate::harness::token::JWT_SECRET_ENV;
@@ -173,6 +174,7 @@ async fn measure(
     // Connect phase: until every worker is ready (or gone).
     let mut progress = tokio::time::interval(PROGRESS_EVERY);
     progress.tick().await;
+    let bar = Progress::new(args.sessions as u64);
     while !workers.iter().all(|w| w.ready) {
         tokio::select! {
             msg = rx.recv() => match msg {
@@ -182,10 +184,11 @@ async fn measure(
             _ = progress.tick() => {
                 let opened: u64 = workers.iter().map(|w| w.opened).sum();
                 let failed: u64 = workers.iter().map(|w| w.failed).sum();
-                eprintln!("herald-bench: {opened} opened, {failed} failed of {}", args.sessions);
+                bar.update(opened + failed, || format!("{opened} opened, {failed} failed of {}", args.sessions));
             }
         }
     }
+    drop(bar);
     for w in &mut workers {
         w.fail_rest("worker exited before reporting");
     }

@@ -11,6 +11,7 @@ pub(crate) mod events;
 pub(crate) mod outcome;
 pub(crate) mod pacing;
 pub(crate) mod plan;
+pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod rss;
 pub(crate) mod run;

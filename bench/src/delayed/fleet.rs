@@ -21,6 +21,7 @@ use crate::client::transport::Transport;
 use crate::harness::events::{CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent};
 use crate::harness::outcome::BenchError;
 use crate::harness::plan::WorkerPlan;
+use crate::harness::progress::Progress;
 use crate::harness::token::JWT_SECRET_ENV;
 
 /// Handshakes in flight per worker.
@@ -209,6 +210,7 @@ impl Fleet {
     pub(crate) async fn wait_ready(&mut self, sessions: usize) -> Result<(), BenchError> {
         let mut tick = tokio::time::interval(Duration::from_secs(2));
         tick.tick().await;
+        let bar = Progress::new(sessions as u64);
         while !self.workers.iter().all(|w| w.ready) {
             tokio::select! {
                 msg = self.events.recv() => match msg {
@@ -217,7 +219,7 @@ impl Fleet {
                 },
                 _ = tick.tick() => {
                     let opened: u64 = self.workers.iter().map(|w| w.opened).sum();
-                    eprintln!("herald-bench: {opened} of {sessions} sessions open");
+                    bar.update(opened, || format!("{opened} of {sessions} sessions open"));
                 }
             }
         }

@@ -14,6 +14,7 @@ use super::store::AofRewrites;
 use super::system::System;
 use super::usage::{Reading, Split, Usage};
 use crate::harness::outcome::BenchError;
+use crate::harness::progress::Progress as Bar;
 use crate::harness::report::grouped;
 
 /// How often progress is printed.
@@ -44,6 +45,7 @@ pub(super) async fn publish(
         async move { ingest::publish(&settings, plan, users, progress).await }
     });
     let started = Instant::now();
+    let bar = Bar::new(plan.count);
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     tick.tick().await;
     loop {
@@ -54,11 +56,11 @@ pub(super) async fn publish(
             _ = tick.tick() => {
                 let answered = progress.answered.load(Ordering::Relaxed);
                 let secs = started.elapsed().as_secs_f64();
-                eprintln!(
-                    "herald-bench: {label}: {answered} of {} answered in {secs:.1} s ({}/s)",
+                bar.update(answered, || format!(
+                    "{label}: {answered} of {} answered in {secs:.1} s ({}/s)",
                     plan.count,
                     grouped(answered as f64 / secs.max(1e-9)),
-                );
+                ));
                 if let Some(gone) = system.exited() {
                     progress.stop.store(true, Ordering::Relaxed);
                     let _ = task.await;
@@ -109,6 +111,7 @@ pub(super) async fn await_delivery(
     let mut last_move = Instant::now();
     let mut last_print = Instant::now();
     let last_due = plan.last_due_ms();
+    let bar = Bar::new(expected);
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         fleet.pump();
@@ -131,7 +134,7 @@ pub(super) async fn await_delivery(
                     (now - last_due) as f64 / 1000.0
                 )
             };
-            eprintln!("herald-bench: received {got} of {expected}, {position}");
+            bar.update(got, || format!("received {got} of {expected}, {position}"));
         }
         if got >= expected {
             break;
