@@ -21,6 +21,7 @@
 //! latency of a late publication does not include its lateness).
 
 mod args;
+mod report;
 
 pub(crate) use self::args::LatencyArgs;
 
@@ -29,12 +30,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use self::report::LatencyReport;
 use crate::client::session::websocket::{self, CLOSE_GRACE, Framing, Ws};
 use crate::client::session::{Target, xhr_streaming};
 use crate::client::stomp_client::{self, Decoded};
@@ -44,8 +45,7 @@ use crate::harness::configs;
 use crate::harness::cpu;
 use crate::harness::outcome::{BenchError, Outcome};
 use crate::harness::pacing::Pacer;
-use crate::harness::report::{grouped, maybe};
-use crate::harness::rss::human_bytes;
+use crate::harness::progress::Progress;
 use crate::harness::run::{Cleanup, Run, interruptible};
 use crate::harness::service::Service;
 use crate::harness::stats::Summary;
@@ -364,6 +364,7 @@ async fn measure(
     let drain = Duration::from_secs(args.drain_timeout);
     let mut ticker = tokio::time::interval(PROGRESS_EVERY);
     ticker.tick().await;
+    let bar = Progress::new(args.rate.saturating_mul(args.seconds));
     let mut publish_outcome = None;
     let mut last_received = 0;
     let mut last_move = Instant::now();
@@ -375,12 +376,13 @@ async fn measure(
                 last_move = Instant::now();
             }
             _ = ticker.tick() => {
-                eprintln!(
-                    "herald-bench: {:>5.1} s  published {}  received {}",
+                let got = received.load(Ordering::Relaxed);
+                bar.update(got, || format!(
+                    "{:>5.1} s  published {}  received {}",
                     window_start.elapsed().as_secs_f64(),
                     published.load(Ordering::Relaxed),
-                    received.load(Ordering::Relaxed),
-                );
+                    got,
+                ));
             }
             _ = tokio::time::sleep(Duration::from_millis(20)), if publish_outcome.is_some() => {}
         }
@@ -587,134 +589,6 @@ async fn receive(
     })
     .await;
     out
-}
-
-/// The result, as one JSON object (`--json`) or as text.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct LatencyReport {
-    command: &'static str,
-    run_id: String,
-    router_pid: u32,
-    gateway_pid: u32,
-    /// Asked rate, publications per second.
-    rate: u64,
-    seconds: u64,
-    sessions: usize,
-    payload_bytes: usize,
-    published: u64,
-    confirmed: u64,
-    nacked: u64,
-    /// From the first publication to the last.
-    publish_seconds: f64,
-    /// `published / publish_seconds`.
-    achieved_rate: f64,
-    /// How far behind its schedule the publisher was at worst.
-    max_publisher_lag_ms: f64,
-    /// Distinct publications received on a session.
-    received: u64,
-    duplicates: u64,
-    foreign: u64,
-    /// `published - received`.
-    missing: u64,
-    /// Sessions the gateway closed (or that failed) before the end.
-    sessions_dropped: u64,
-    /// AMQP publish to STOMP MESSAGE, over every received publication.
-    latency: Option<Summary>,
-    /// From the time the schedule meant each publication to go out, to its STOMP MESSAGE: the
-    /// same as `latency` plus the publisher's lateness, which a publisher held back by the
-    /// broker (flow control) adds.
-    latency_from_schedule: Option<Summary>,
-    /// From the first publication to the end of the drain: the CPU window.
-    window_seconds: f64,
-    router_cpu_seconds: Option<f64>,
-    gateway_cpu_seconds: Option<f64>,
-    bench_cpu_seconds: Option<f64>,
-    broker_cpu_seconds: Option<f64>,
-    router_rss_bytes: Option<u64>,
-    gateway_rss_bytes: Option<u64>,
-    gateway_peak_rss_bytes: Option<u64>,
-    cores: usize,
-    load_before: Option<f64>,
-    load_after: Option<f64>,
-    complete: bool,
-    problems: Vec<String>,
-    cleanup: Cleanup,
-}
-
-impl LatencyReport {
-    fn human(&self) -> String {
-        use std::fmt::Write as _;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "setup         router pid {}, edge gateway pid {}, {} sessions, run {}",
-            self.router_pid, self.gateway_pid, self.sessions, self.run_id
-        );
-        let confirms = if self.confirmed == self.published && self.nacked == 0 {
-            "all confirmed".to_owned()
-        } else {
-            format!("{} confirmed, {} nacked", self.confirmed, self.nacked)
-        };
-        let _ = writeln!(
-            s,
-            "published     {} x {} B at {}/s for {} s: took {:.2} s ({}/s), at most {:.1} ms behind schedule, {confirms}",
-            self.published,
-            self.payload_bytes,
-            grouped(self.rate as f64),
-            self.seconds,
-            self.publish_seconds,
-            grouped(self.achieved_rate),
-            self.max_publisher_lag_ms,
-        );
-        let _ = writeln!(
-            s,
-            "received      {} of {}: {} missing, {} duplicates, {} sessions dropped",
-            self.received, self.published, self.missing, self.duplicates, self.sessions_dropped
-        );
-        match &self.latency {
-            Some(l) => {
-                let _ = writeln!(s, "latency       {}", l.human());
-            }
-            None => {
-                let _ = writeln!(s, "latency       no samples");
-            }
-        }
-        if let Some(l) = &self.latency_from_schedule {
-            let _ = writeln!(s, "from schedule {}", l.human());
-        }
-        let _ = writeln!(
-            s,
-            "CPU           over {:.1} s: router {} s, gateway {} s, bench {} s{} ({} cores)",
-            self.window_seconds,
-            maybe(self.router_cpu_seconds, 2),
-            maybe(self.gateway_cpu_seconds, 2),
-            maybe(self.bench_cpu_seconds, 2),
-            self.broker_cpu_seconds
-                .map_or_else(String::new, |b| format!(", broker {b:.2} s")),
-            self.cores,
-        );
-        let mib = |b: Option<u64>| b.map_or_else(|| "?".into(), |b| human_bytes(b as f64));
-        let _ = writeln!(
-            s,
-            "RSS           router {}, gateway {} ({} peak)",
-            mib(self.router_rss_bytes),
-            mib(self.gateway_rss_bytes),
-            mib(self.gateway_peak_rss_bytes),
-        );
-        let _ = writeln!(
-            s,
-            "machine       load {} before, {} after",
-            maybe(self.load_before, 2),
-            maybe(self.load_after, 2),
-        );
-        for p in &self.problems {
-            let _ = writeln!(s, "problem       {p}");
-        }
-        for p in &self.cleanup.problems {
-            let _ = writeln!(s, "cleanup       {p}");
-        }
-        s
-    }
 }
 
 #[cfg(test)]
