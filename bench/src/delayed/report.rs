@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::delivery::{Delivery, SLOW_BIN_MS};
 use super::ingest::Ingested;
 use super::metrics::{ServerCounters, ServerLateness};
+use super::settings::Goal;
 use super::store::RedisInfo;
 use super::system::SystemCleanup;
 use super::usage::Split;
@@ -44,13 +45,6 @@ impl Growth {
             settled,
         }
     }
-}
-
-/// A goal of the issue, and whether the run met it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Goal {
-    pub(crate) goal: String,
-    pub(crate) met: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

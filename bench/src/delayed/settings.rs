@@ -5,11 +5,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use super::args::{DelayedArgs, DelayedTarget, Scenario};
 use super::delivery::Delivery;
 use super::ingest::Ingested;
 use super::plan::{self, DAY_MS, DueOrder, Dues, Plan};
-use super::report::Goal;
 use crate::harness::outcome::BenchError;
 use crate::harness::plan::WorkerPlan;
 use crate::harness::report::grouped;
@@ -25,6 +26,13 @@ const MAX_SESSIONS: usize = 19_000;
 const MAX_BATCH: u64 = 1_000;
 /// The footprint's probe falls due this long after it is published.
 pub(super) const PROBE_LEAD_MS: u64 = 5_000;
+/// A goal of the issue, and whether the run met it (the report carries it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Goal {
+    pub(crate) goal: String,
+    pub(crate) met: bool,
+}
+
 /// The arguments with every default resolved and checked.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
