@@ -19,3 +19,4 @@ pub(crate) mod service;
 pub(crate) mod stats;
 pub(crate) mod sys;
 pub(crate) mod token;
+pub(crate) mod workers;

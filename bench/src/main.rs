@@ -31,8 +31,9 @@
 //!   [`harness::cpu`] and [`harness::rss`] (sampling `/proc`), [`harness::token`] (JWTs),
 //!   [`harness::pacing`] (a fixed rate, pure), [`harness::stats`] (percentiles, pure),
 //!   [`harness::report`] (printing reports, number formats), [`harness::outcome`] (exit codes'
-//!   inputs), [`harness::endpoint`], [`harness::delayed_ids`], [`harness::sys`] (the only
-//!   `unsafe`: setrlimit, kill).
+//!   inputs), [`harness::workers`] (starting worker processes, reading their lines),
+//!   [`harness::endpoint`], [`harness::delayed_ids`], [`harness::sys`] (the only `unsafe`:
+//!   setrlimit, kill).
 //!
 //! # Processes
 //! The parent never opens sessions: each process may hold at most 20,000 fds, so sessions live
