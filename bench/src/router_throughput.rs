@@ -26,14 +26,11 @@ mod traffic;
 
 pub(crate) use self::args::RouterThroughputArgs;
 
-use std::time::Duration;
-
-use self::measure::measure;
+use self::measure::{measure, start_router};
 use crate::harness::configs;
 use crate::harness::cpu;
 use crate::harness::outcome::{BenchError, Outcome};
 use crate::harness::run::{Run, interruptible};
-use crate::harness::service::Service;
 
 /// Checks the arguments before anything starts.
 fn validate(args: &RouterThroughputArgs) -> Result<(), String> {
@@ -68,15 +65,8 @@ pub(crate) async fn run(args: RouterThroughputArgs) -> Result<Outcome, BenchErro
 
     let mut router = None;
     if !args.prefill {
-        let started = interruptible(run.start_router(
-            &args.router_bin,
-            args.prefetch,
-            args.router_log.as_deref(),
-            Duration::from_secs(args.startup_timeout),
-        ))
-        .await;
-        match started {
-            Ok(r) => router = Some(announce(r)),
+        match interruptible(start_router(&args, &run)).await {
+            Ok(r) => router = Some(r),
             Err(e) => {
                 run.finish(Vec::new()).await;
                 return Err(e);
@@ -97,15 +87,6 @@ pub(crate) async fn run(args: RouterThroughputArgs) -> Result<Outcome, BenchErro
         report.complete,
         args.json,
     ))
-}
-
-pub(super) fn announce(router: Service) -> Service {
-    eprintln!(
-        "herald-bench: router pid {} on {}",
-        router.pid(),
-        router.addr
-    );
-    router
 }
 
 #[cfg(test)]

@@ -12,8 +12,7 @@ use lapin::{Channel, Connection};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::RouterThroughputArgs;
-use super::announce;
+use super::args::RouterThroughputArgs;
 use super::report::{ContextSwitches, ThroughputReport, read_context_switches};
 use super::traffic::{Forwarded, Progress, Published, Share, consume, publish_share};
 use crate::harness::amqp::{self, Publisher};
@@ -60,15 +59,7 @@ pub(super) async fn measure(
         // The CPU window starts with the router too.
         before.restart_bench_and_broker(args);
         let started = Instant::now();
-        *router = Some(announce(
-            run.start_router(
-                &args.router_bin,
-                args.prefetch,
-                args.router_log.as_deref(),
-                Duration::from_secs(args.startup_timeout),
-            )
-            .await?,
-        ));
+        *router = Some(start_router(args, run).await?);
         started
     } else {
         publish_started
@@ -116,6 +107,27 @@ pub(super) async fn measure(
         dead_letters,
         problems,
     ))
+}
+
+/// Starts the router on the run's names and says where it is.
+pub(super) async fn start_router(
+    args: &RouterThroughputArgs,
+    run: &Run,
+) -> Result<Service, BenchError> {
+    let router = run
+        .start_router(
+            &args.router_bin,
+            args.prefetch,
+            args.router_log.as_deref(),
+            Duration::from_secs(args.startup_timeout),
+        )
+        .await?;
+    eprintln!(
+        "herald-bench: router pid {} on {}",
+        router.pid(),
+        router.addr
+    );
+    Ok(router)
 }
 
 /// Declares the edges queue (bound as an edge's would be), and with `--prefill` the router's
