@@ -36,6 +36,7 @@
 pub(crate) mod api;
 pub(crate) mod args;
 pub(crate) mod body;
+mod clock;
 pub(crate) mod delivery;
 pub(crate) mod fleet;
 pub(crate) mod ingest;
@@ -89,9 +90,4 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
         report.complete,
         settings.json,
     ))
-}
-
-/// Epoch ms now (the clock Herald fixes due times with).
-fn now_ms() -> u64 {
-    crate::harness::events::unix_nanos() / 1_000_000
 }

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use super::api::ApiConnection;
 use super::args::Scenario;
+use super::clock::now_ms;
 use super::delivery::{self, Delivery};
 use super::fleet::Fleet;
 use super::ingest::Ingested;
 use super::metrics::{Scrape, ServerCounters, ServerLateness};
-use super::now_ms;
 use super::plan::{Dues, Plan, Users};
 use super::report::{DelayedReport, Growth};
 use super::settings::{HERD_GOAL_MS, PROBE_LEAD_MS, Settings};

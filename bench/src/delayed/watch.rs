@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::clock::now_ms;
 use super::fleet::Fleet;
 use super::ingest::{self, Ingested, Progress};
-use super::now_ms;
 use super::plan::{Plan, Users};
 use super::settings::Settings;
 use super::store::AofRewrites;
