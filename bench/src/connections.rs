@@ -1,29 +1,32 @@
 //! `herald-bench connections`: the parent process.
 //!
-//! The parent never opens sessions. It plans the split ([`crate::plan`]), optionally starts the
-//! gateway, reads a baseline RSS, re-executes its own binary as `worker` processes, follows
-//! their JSON-line events ([`crate::events`]) until every worker is ready, reads the settled
-//! RSS, prints the report, holds, tells the workers to close, waits for them (with a deadline),
-//! and stops a gateway it started.
+//! The parent never opens sessions. It plans the split ([`crate::harness::plan`]), optionally
+//! starts the gateway, reads a baseline RSS, re-executes its own binary as `worker` processes
+//! ([`crate::harness::workers`]), follows their JSON-line events ([`crate::harness::events`])
+//! until every worker is ready, reads the settled RSS, prints the report, holds, tells the
+//! workers to close, waits for them (with a deadline), and stops a gateway it started.
+
+mod args;
+mod gateway;
+mod report;
+
+pub(crate) use self::args::ConnectionsArgs;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
-
-use crate::cli::{ConnectionsArgs, JWT_SECRET_ENV};
-use crate::endpoint::Endpoint;
-use crate::events::{CLOSE_COMMAND, WorkerEvent};
-use crate::gateway::{SpawnedGateway, random_token};
-use crate::plan::{self, WorkerPlan};
-use crate::report::{ConnectionsReport, Memory};
-use crate::rss;
-use crate::sys;
-use crate::worker::CLOSE_DEADLINE;
+use self::gateway::SpawnedGateway;
+use self::report::{ConnectionsReport, Memory};
+use crate::harness::endpoint::Endpoint;
+use crate::harness::events::{CLOSE_DEADLINE, WorkerEvent};
+use crate::harness::outcome::{BenchError, Outcome};
+use crate::harness::plan::{self, WorkerPlan};
+use crate::harness::progress::Progress;
+use crate::harness::rss;
+use crate::harness::sys;
+use crate::harness::token::random_token;
+use crate::harness::workers::{FromWorker, WorkerCommand, Workers};
 
 /// How often the parent prints connect progress on stderr.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -34,23 +37,8 @@ const EXIT_SLACK: Duration = Duration::from_secs(5);
 const FD_MARGIN: usize = 64;
 /// Tokens stay valid this long beyond the hold.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
-
-/// Why the run could not go on.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BenchError {
-    /// Bad arguments: exit with the usage code.
-    #[error("{0}")]
-    Usage(String),
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// How a run ended, for the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    AllOpened,
-    SomeFailed,
-}
+/// Worker lines read but not yet taken in.
+const QUEUE: usize = 256;
 
 /// What the parent knows about one worker.
 #[derive(Debug)]
@@ -92,13 +80,6 @@ impl WorkerState {
         self.failures.insert(reason.to_owned(), rest);
         self.ready = true;
     }
-}
-
-/// A line from a worker's stdout, or its end.
-enum FromWorker {
-    Event(WorkerEvent),
-    Garbage { worker: usize, line: String },
-    Eof { worker: usize },
 }
 
 pub(crate) async fn run(args: ConnectionsArgs) -> Result<Outcome, BenchError> {
@@ -168,34 +149,36 @@ async fn measure(
         None => None,
     };
 
-    let (tx, mut rx) = mpsc::channel(256);
-    let mut children = Vec::with_capacity(plans.len());
-    let mut stdins = Vec::with_capacity(plans.len());
     let mut workers: Vec<WorkerState> = plans.iter().cloned().map(WorkerState::new).collect();
-    let token_ttl = Duration::from_secs(args.hold) + TOKEN_SLACK;
-    for plan in plans {
-        let (child, stdin) = spawn_worker(args, plan, &url, jwt_secret, token_ttl, tx.clone())?;
-        children.push(child);
-        stdins.push(Some(stdin));
-    }
-    drop(tx);
+    let command = WorkerCommand {
+        url: &url,
+        transport: args.transport.name(),
+        concurrency: args.concurrency,
+        handshake_timeout_secs: args.handshake_timeout,
+        token_ttl: Duration::from_secs(args.hold) + TOKEN_SLACK,
+        record: false,
+        jwt_secret,
+    };
+    let mut processes = Workers::spawn(&command, plans, QUEUE)?;
 
     // Connect phase: until every worker is ready (or gone).
     let mut progress = tokio::time::interval(PROGRESS_EVERY);
     progress.tick().await;
+    let bar = Progress::new(args.sessions as u64);
     while !workers.iter().all(|w| w.ready) {
         tokio::select! {
-            msg = rx.recv() => match msg {
+            msg = processes.recv() => match msg {
                 Some(msg) => apply(&mut workers, msg),
                 None => break,
             },
             _ = progress.tick() => {
                 let opened: u64 = workers.iter().map(|w| w.opened).sum();
                 let failed: u64 = workers.iter().map(|w| w.failed).sum();
-                eprintln!("herald-bench: {opened} opened, {failed} failed of {}", args.sessions);
+                bar.update(opened + failed, || format!("{opened} opened, {failed} failed of {}", args.sessions));
             }
         }
     }
+    drop(bar);
     for w in &mut workers {
         w.fail_rest("worker exited before reporting");
     }
@@ -261,20 +244,15 @@ async fn measure(
     }
 
     // Close: tell every worker, then wait for them with a deadline.
-    for stdin in &mut stdins {
-        if let Some(mut s) = stdin.take() {
-            let _ = s.write_all(format!("{CLOSE_COMMAND}\n").as_bytes()).await;
-            let _ = s.flush().await;
-        }
-    }
+    processes.tell_close().await;
     let deadline = tokio::time::Instant::now() + CLOSE_DEADLINE + EXIT_SLACK;
     while !workers.iter().all(|w| w.exited) {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
+        match tokio::time::timeout_at(deadline, processes.recv()).await {
             Ok(Some(msg)) => apply(&mut workers, msg),
             Ok(None) | Err(_) => break,
         }
     }
-    for (child, w) in children.iter_mut().zip(&workers) {
+    for (child, w) in processes.children_mut().iter_mut().zip(&workers) {
         match tokio::time::timeout_at(deadline, child.wait()).await {
             Ok(Ok(status)) if !status.success() && w.plan.sessions > 0 => {
                 eprintln!("herald-bench: worker {} exited with {status}", w.plan.index);
@@ -367,63 +345,6 @@ fn apply(workers: &mut [WorkerState], msg: FromWorker) {
             }
         }
     }
-}
-
-fn spawn_worker(
-    args: &ConnectionsArgs,
-    plan: &WorkerPlan,
-    url: &str,
-    jwt_secret: &str,
-    token_ttl: Duration,
-    events: mpsc::Sender<FromWorker>,
-) -> Result<(Child, ChildStdin), BenchError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| BenchError::Failed(format!("cannot find own executable: {e}")))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("worker")
-        .arg("--index")
-        .arg(plan.index.to_string())
-        .arg("--url")
-        .arg(url)
-        .arg("--transport")
-        .arg(args.transport.name())
-        .arg("--sessions")
-        .arg(plan.sessions.to_string())
-        .arg("--concurrency")
-        .arg(args.concurrency.to_string())
-        .arg("--handshake-timeout")
-        .arg(args.handshake_timeout.to_string())
-        .arg("--token-ttl")
-        .arg(token_ttl.as_secs().to_string())
-        .env(JWT_SECRET_ENV, jwt_secret)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    if let Some(source) = plan.source {
-        cmd.arg("--source").arg(source.to_string());
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| BenchError::Failed(format!("cannot start worker {}: {e}", plan.index)))?;
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(BenchError::Failed("worker pipes missing".into()));
-    };
-    let worker = plan.index;
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let msg = match WorkerEvent::parse(&line) {
-                Ok(event) if event.worker() == worker => FromWorker::Event(event),
-                _ => FromWorker::Garbage { worker, line },
-            };
-            if events.send(msg).await.is_err() {
-                return;
-            }
-        }
-        let _ = events.send(FromWorker::Eof { worker }).await;
-    });
-    Ok((child, stdin))
 }
 
 #[cfg(test)]

@@ -1,62 +1,52 @@
 //! `herald-bench`: load and measurement tool for Herald.
 //!
 //! # Layout
-//! - [`cli`]: the command line (`connections`, `router-throughput`, `latency`, and the hidden
-//!   `worker`).
+//! Commands on top, what they share beneath; imports only go down (a command never imports
+//! another command or [`cli`], [`harness`] imports neither the commands nor [`client`]):
+//!
+//! ```text
+//! main -> cli -> connections | router_throughput | latency | delayed | worker
+//!                     |               |               |         |        |
+//!                     v               v               v         v        v
+//!                   client (STOMP sessions) --------------------------> harness
+//! ```
+//!
+//! - [`cli`]: the command line; it only names the commands, each command owns its arguments.
 //! - [`connections`]: the parent of a connection benchmark: plan, spawn workers, measure, report.
 //! - [`router_throughput`]: how fast one `herald-router` forwards, and its CPU per publication.
 //! - [`latency`]: AMQP publish to STOMP `MESSAGE` through a router and an edge gateway.
 //! - [`delayed`]: delayed notifications: ingest rate, firing lateness, herds, bytes per pending
 //!   notification, over the HTTP API of a router with Redis or of a standalone gateway.
-//! - [`run`]: what those two share: a run's own broker names, files, processes and cleanup;
-//!   [`configs`] (their names and configuration files, pure), [`amqp`] (publishing, queues),
-//!   [`pacing`] (a fixed rate, pure), [`stats`] (percentiles, pure), [`cpu`] (`/proc` CPU time).
-//! - [`worker`]: a worker process: opens its share of sessions, reports JSON lines ([`events`]).
-//! - [`session`]: one STOMP session over a [`transport`] (connect, handshake, hold).
-//! - [`transport`]: raw WebSocket, SockJS websocket, SockJS xhr-streaming.
-//! - [`upgrade`]: the client side of the WebSocket opening handshake.
-//! - [`stomp_client`]: a tiny client-side STOMP frame encoder/decoder (pure).
-//! - [`sockjs`]: SockJS framing, client side (pure).
-//! - [`http`]: the HTTP/1.1 client bits xhr-streaming needs: request, response head, chunked
-//!   body (pure).
-//! - [`token`]: minting the HS256 JWTs sessions log in with.
-//! - [`plan`]: splitting sessions over processes and source addresses (pure).
-//! - [`rss`]: reading and settling a process's VmRSS.
-//! - [`service`]: starting a Herald process, waiting for its `/healthz`, stopping it.
-//! - [`gateway`]: starting/stopping a standalone `herald-gateway` (`--spawn-gateway`).
-//! - [`endpoint`], [`report`], [`sys`] (the only `unsafe`: setrlimit, kill).
+//! - [`worker`]: a worker process (hidden command): opens its share of sessions, reports JSON
+//!   lines ([`harness::events`]).
+//! - [`client`]: one STOMP session over a transport (raw WebSocket, SockJS websocket, SockJS
+//!   xhr-streaming): [`client::session`], [`client::transport`], [`client::upgrade`] (the
+//!   WebSocket opening handshake), and the pure codecs [`client::stomp_client`],
+//!   [`client::sockjs`], [`client::http`].
+//! - [`harness`]: what the commands share. [`harness::run`] (a run's own broker names, files,
+//!   processes and cleanup), [`harness::configs`] (their names and configuration files, pure),
+//!   [`harness::service`] (starting a Herald process, `/healthz`, stopping it),
+//!   [`harness::amqp`] (publishing, queues), [`harness::events`] (the parent/worker protocol),
+//!   [`harness::plan`] (sessions over processes and source addresses, pure),
+//!   [`harness::cpu`] and [`harness::rss`] (sampling `/proc`), [`harness::token`] (JWTs),
+//!   [`harness::pacing`] (a fixed rate, pure), [`harness::stats`] (percentiles, pure),
+//!   [`harness::report`] (printing reports, number formats), [`harness::outcome`] (exit codes'
+//!   inputs), [`harness::workers`] (starting worker processes, reading their lines),
+//!   [`harness::endpoint`], [`harness::delayed_ids`], [`harness::sys`] (the only `unsafe`:
+//!   setrlimit, kill).
 //!
 //! # Processes
 //! The parent never opens sessions: each process may hold at most 20,000 fds, so sessions live
 //! in worker processes (the same binary, `herald-bench worker ...`), at most 19,000 each, each
 //! binding to its own source address so loopback's ephemeral ports last.
 
-mod amqp;
 mod cli;
-mod configs;
+mod client;
 mod connections;
-mod cpu;
 mod delayed;
-mod endpoint;
-mod events;
-mod gateway;
-mod http;
+mod harness;
 mod latency;
-mod pacing;
-mod plan;
-mod report;
 mod router_throughput;
-mod rss;
-mod run;
-mod service;
-mod session;
-mod sockjs;
-mod stats;
-mod stomp_client;
-mod sys;
-mod token;
-mod transport;
-mod upgrade;
 mod worker;
 
 use std::process::ExitCode;
@@ -64,7 +54,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 use crate::cli::{Cli, Command};
-use crate::connections::{BenchError, Outcome};
+use crate::harness::outcome::{BenchError, Outcome};
 
 /// Exit code for bad arguments (as clap uses).
 const EXIT_USAGE: u8 = 2;

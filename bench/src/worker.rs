@@ -1,4 +1,4 @@
-//! A worker process: opens its share of the sessions, reports on stdout (see [`crate::events`]),
+//! A worker process: opens its share of the sessions, reports on stdout (see [`crate::harness::events`]),
 //! holds the sessions until the parent says `close` (or its stdin ends), then closes them.
 //!
 //! At most `concurrency` handshakes are in flight (a semaphore permit is taken before each
@@ -6,12 +6,14 @@
 //! permit. A failed session is counted under its reason and never stops the others.
 //!
 //! With `--record` (WebSocket transport only) the open sessions parse what they receive and
-//! record the delayed benchmark's messages ([`crate::session::record`]); the worker reports the
+//! record the delayed benchmark's messages ([`crate::worker::record`]); the worker reports the
 //! count every [`RECEIVED_INTERVAL`] while it changes, and the arrivals once the sessions are
 //! closed.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+
+use clap::Args;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -21,25 +23,53 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::WorkerArgs;
-use crate::endpoint::Endpoint;
-use crate::events::{ARRIVALS_PER_LINE, CLOSE_COMMAND, WorkerEvent, unix_micros};
-use crate::session::record::Recorder;
-use crate::session::xhr_streaming::{SEND_CONNECTIONS, SendPool};
-use crate::session::{self, Counters, Failure, Target};
-use crate::sys;
-use crate::token::{Claims, Minter, now_epoch_secs};
-use crate::transport::Transport;
+use crate::client::session::record::Recorder;
+use crate::client::session::xhr_streaming::{SEND_CONNECTIONS, SendPool};
+use crate::client::session::{self, Counters, Failure, Target};
+use crate::client::transport::Transport;
+use crate::harness::endpoint::Endpoint;
+use crate::harness::events::{
+    ARRIVALS_PER_LINE, CLOSE_COMMAND, CLOSE_DEADLINE, WorkerEvent, unix_micros,
+};
+use crate::harness::sys;
+use crate::harness::token::{Claims, JWT_SECRET_ENV, Minter, now_epoch_secs};
 
 /// How often a connecting worker reports progress.
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// Capacity of the channel session tasks report their handshake outcome on. Tasks wait when it
 /// is full, which only slows handshakes down.
 const OUTCOME_CHANNEL: usize = 1024;
-/// How long closing sessions may take before the worker exits anyway.
-pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(15);
 /// How often a recording worker reports how many messages it has.
 pub(crate) const RECEIVED_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The arguments of the hidden `herald-bench worker`: what the parent tells each worker.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// This worker's index (user ids are `bench-{index}-{n}`).
+    #[arg(long)]
+    pub(crate) index: usize,
+    #[arg(long)]
+    pub(crate) url: String,
+    #[arg(long, value_enum)]
+    pub(crate) transport: Transport,
+    #[arg(long)]
+    pub(crate) sessions: usize,
+    #[arg(long)]
+    pub(crate) source: Option<IpAddr>,
+    #[arg(long)]
+    pub(crate) concurrency: usize,
+    /// Seconds.
+    #[arg(long)]
+    pub(crate) handshake_timeout: u64,
+    /// Seconds the tokens stay valid.
+    #[arg(long)]
+    pub(crate) token_ttl: u64,
+    #[arg(long, env = JWT_SECRET_ENV, hide_env_values = true)]
+    pub(crate) jwt_secret: String,
+    /// Record the delayed benchmark's messages and report them (websocket only).
+    #[arg(long)]
+    pub(crate) record: bool,
+}
 
 /// What a worker was told to do.
 #[derive(Debug, Clone)]

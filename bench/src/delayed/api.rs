@@ -1,6 +1,6 @@
 //! A keep-alive HTTP/1.1 connection to Herald's HTTP API: `POST /v1/notifications` with an API
 //! key, `GET /metrics`. The request is written by hand and the response read with the bench's
-//! own parser ([`crate::http`]: head, then a body delimited by `Content-Length`, chunked, or
+//! own parser ([`crate::client::http`]: head, then a body delimited by `Content-Length`, chunked, or
 //! the connection's close), so the bench needs no HTTP client crate and each publishing
 //! connection is one socket and one buffer.
 //!
@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::http::{self, BodyLength, Chunk, ChunkedDecoder};
+use crate::client::http::{self, BodyLength, Chunk, ChunkedDecoder};
 
 /// Largest response body read (a `202` for 1,000 notifications is about 120 KB; `/metrics` a
 /// few KB).

@@ -11,8 +11,8 @@ use std::ops::Range;
 
 use serde::Deserialize;
 
-use super::ids;
 use super::plan::{Plan, Users};
+use crate::harness::delayed_ids as ids;
 
 /// The `event` of every notification.
 pub(crate) const EVENT: &str = "bench.delayed";
@@ -33,7 +33,7 @@ pub(crate) fn batch(plan: &Plan, seqs: Range<u64>, users: &Users, payload_bytes:
             users.user(seq),
             plan.due_ms(seq)
         );
-        out.extend_from_slice(&crate::amqp::payload(seq, payload_bytes));
+        out.extend_from_slice(&crate::harness::amqp::payload(seq, payload_bytes));
         out.push(b'}');
     }
     out.push(b']');

@@ -4,12 +4,12 @@
 //! minus its `due_at_ms` (the due time Herald answered when it accepted it); the same machine's
 //! clock on both sides. Herald promises never early, so a negative lateness is counted apart
 //! (`early`) and shows as 0 in the distribution. Percentiles are exact (every sample, nearest
-//! rank, [`crate::stats`]).
+//! rank, [`crate::harness::stats`]).
 
 use serde::Serialize;
 
 use super::plan::Plan;
-use crate::stats::Summary;
+use crate::harness::stats::Summary;
 
 /// The client's view of a delivery phase.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -3,38 +3,29 @@
 //! the gateway, one user each (`bench-{worker}-{n}`), that stamp every bench `MESSAGE` with the
 //! wall clock on arrival.
 //!
-//! The parent follows their JSON lines ([`crate::events`]): `ready` once every session is open
+//! [`crate::harness::workers`] starts them and reads their lines; the parent follows their
+//! events ([`crate::harness::events`]): `ready` once every session is open
 //! (or failed), `received` counts while notifications arrive (so it knows when all have),
 //! and after `close` the arrivals themselves, then `closed`. Workers never outlive the parent:
 //! a worker whose stdin ends closes and exits, and each is killed if the parent drops it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
-
-use crate::cli::JWT_SECRET_ENV;
-use crate::connections::BenchError;
-use crate::events::{CLOSE_COMMAND, WorkerEvent};
-use crate::plan::WorkerPlan;
-use crate::transport::Transport;
-use crate::worker::CLOSE_DEADLINE;
+use crate::client::transport::Transport;
+use crate::harness::events::{CLOSE_DEADLINE, WorkerEvent};
+use crate::harness::outcome::BenchError;
+use crate::harness::plan::WorkerPlan;
+use crate::harness::progress::Progress;
+use crate::harness::workers::{FromWorker, WorkerCommand, Workers};
 
 /// Handshakes in flight per worker.
 const CONCURRENCY: usize = 256;
 /// Beyond the workers' own close deadline, before stragglers are killed.
 const EXIT_SLACK: Duration = Duration::from_secs(5);
-
-/// A line from a worker, or its end.
-enum FromWorker {
-    Event(WorkerEvent),
-    Garbage(usize, String),
-    Eof(usize),
-}
+/// Worker lines read but not yet taken in.
+const QUEUE: usize = 1024;
 
 #[derive(Debug, Default)]
 struct WorkerState {
@@ -64,10 +55,8 @@ pub(crate) struct Received {
 
 /// The running worker processes.
 pub(crate) struct Fleet {
-    children: Vec<Child>,
-    stdins: Vec<Option<ChildStdin>>,
+    processes: Workers,
     workers: Vec<WorkerState>,
-    events: mpsc::Receiver<FromWorker>,
     arrivals: Vec<(u64, u64)>,
 }
 
@@ -81,70 +70,26 @@ impl Fleet {
         handshake_timeout: Duration,
         token_ttl: Duration,
     ) -> Result<Self, BenchError> {
-        let exe = std::env::current_exe()
-            .map_err(|e| BenchError::Failed(format!("cannot find own executable: {e}")))?;
         let url = Transport::WebSocket.url(&ws_addr.to_string());
-        let (tx, events) = mpsc::channel(1024);
-        let mut children = Vec::with_capacity(plans.len());
-        let mut stdins = Vec::with_capacity(plans.len());
-        for plan in plans {
-            let mut cmd = Command::new(&exe);
-            cmd.arg("worker")
-                .args(["--index", &plan.index.to_string()])
-                .args(["--url", &url])
-                .args(["--transport", Transport::WebSocket.name()])
-                .args(["--sessions", &plan.sessions.to_string()])
-                .args(["--concurrency", &CONCURRENCY.to_string()])
-                .args([
-                    "--handshake-timeout",
-                    &handshake_timeout.as_secs().to_string(),
-                ])
-                .args(["--token-ttl", &token_ttl.as_secs().to_string()])
-                .arg("--record")
-                .env(JWT_SECRET_ENV, jwt_secret)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .kill_on_drop(true);
-            if let Some(source) = plan.source {
-                cmd.args(["--source", &source.to_string()]);
-            }
-            let mut child = cmd.spawn().map_err(|e| {
-                BenchError::Failed(format!("cannot start worker {}: {e}", plan.index))
-            })?;
-            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-                return Err(BenchError::Failed("worker pipes missing".into()));
-            };
-            let worker = plan.index;
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let msg = match WorkerEvent::parse(&line) {
-                        Ok(event) if event.worker() == worker => FromWorker::Event(event),
-                        _ => FromWorker::Garbage(worker, line),
-                    };
-                    if tx.send(msg).await.is_err() {
-                        return;
-                    }
-                }
-                let _ = tx.send(FromWorker::Eof(worker)).await;
-            });
-            children.push(child);
-            stdins.push(Some(stdin));
-        }
+        let command = WorkerCommand {
+            url: &url,
+            transport: Transport::WebSocket.name(),
+            concurrency: CONCURRENCY,
+            handshake_timeout_secs: handshake_timeout.as_secs(),
+            token_ttl,
+            record: true,
+            jwt_secret,
+        };
         Ok(Self {
-            children,
-            stdins,
+            processes: Workers::spawn(&command, plans, QUEUE)?,
             workers: plans.iter().map(|_| WorkerState::default()).collect(),
-            events,
             arrivals: Vec::new(),
         })
     }
 
     /// The workers' pids (for their CPU time).
     pub(crate) fn pids(&self) -> Vec<u32> {
-        self.children.iter().filter_map(Child::id).collect()
+        self.processes.pids()
     }
 
     fn apply(&mut self, msg: FromWorker) {
@@ -188,10 +133,10 @@ impl Fleet {
                     }
                 }
             }
-            FromWorker::Garbage(worker, line) => {
+            FromWorker::Garbage { worker, line } => {
                 eprintln!("herald-bench: worker {worker} wrote an unexpected line: {line}");
             }
-            FromWorker::Eof(worker) => {
+            FromWorker::Eof { worker } => {
                 if let Some(w) = self.workers.get_mut(worker) {
                     if !w.ready {
                         w.ready = true;
@@ -210,15 +155,16 @@ impl Fleet {
     pub(crate) async fn wait_ready(&mut self, sessions: usize) -> Result<(), BenchError> {
         let mut tick = tokio::time::interval(Duration::from_secs(2));
         tick.tick().await;
+        let bar = Progress::new(sessions as u64);
         while !self.workers.iter().all(|w| w.ready) {
             tokio::select! {
-                msg = self.events.recv() => match msg {
+                msg = self.processes.recv() => match msg {
                     Some(m) => self.apply(m),
                     None => break,
                 },
                 _ = tick.tick() => {
                     let opened: u64 = self.workers.iter().map(|w| w.opened).sum();
-                    eprintln!("herald-bench: {opened} of {sessions} sessions open");
+                    bar.update(opened, || format!("{opened} of {sessions} sessions open"));
                 }
             }
         }
@@ -239,7 +185,7 @@ impl Fleet {
 
     /// Takes in what the workers reported since the last call, without waiting.
     pub(crate) fn pump(&mut self) {
-        while let Ok(msg) = self.events.try_recv() {
+        while let Some(msg) = self.processes.try_recv() {
             self.apply(msg);
         }
     }
@@ -256,20 +202,15 @@ impl Fleet {
 
     /// Closes the sessions and collects every arrival.
     pub(crate) async fn close(mut self) -> Received {
-        for stdin in &mut self.stdins {
-            if let Some(mut s) = stdin.take() {
-                let _ = s.write_all(format!("{CLOSE_COMMAND}\n").as_bytes()).await;
-                let _ = s.flush().await;
-            }
-        }
+        self.processes.tell_close().await;
         let deadline = tokio::time::Instant::now() + CLOSE_DEADLINE + EXIT_SLACK;
         while !self.workers.iter().all(|w| w.exited) {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+            match tokio::time::timeout_at(deadline, self.processes.recv()).await {
                 Ok(Some(msg)) => self.apply(msg),
                 Ok(None) | Err(_) => break,
             }
         }
-        for child in &mut self.children {
+        for child in self.processes.children_mut() {
             if tokio::time::timeout_at(deadline, child.wait())
                 .await
                 .is_err()

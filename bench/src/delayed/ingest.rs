@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use super::api::ApiConnection;
 use super::body;
 use super::plan::{Plan, Users};
-use crate::stats::Summary;
+use crate::harness::stats::Summary;
 
 /// Tries per batch on a failing connection.
 const ATTEMPTS: usize = 3;

@@ -1,6 +1,6 @@
 //! What the delayed benchmark publishes (pure): which notifications, due when, to whom.
 //!
-//! Notification `seq` has the id [`super::ids::message_id`]`(seq)` and goes to user
+//! Notification `seq` has the id [`crate::harness::delayed_ids::message_id`]`(seq)` and goes to user
 //! `users[seq % users]`. A [`Plan`] is a run of sequence numbers with their due times
 //! ([`Dues`]): a steady rate (the lateness scenario, and the probe of the footprint scenario),
 //! one instant for all (the herd), or one per millisecond far in the future (ingest and
@@ -155,7 +155,7 @@ impl Users {
         for n in 0..most {
             for (worker, &count) in sessions.iter().enumerate() {
                 if n < count {
-                    names.push(crate::token::user_id(worker, n));
+                    names.push(crate::harness::token::user_id(worker, n));
                 }
             }
         }

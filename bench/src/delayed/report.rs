@@ -8,12 +8,13 @@ use serde::Serialize;
 use super::delivery::{Delivery, SLOW_BIN_MS};
 use super::ingest::Ingested;
 use super::metrics::{ServerCounters, ServerLateness};
+use super::settings::Goal;
 use super::store::RedisInfo;
 use super::system::SystemCleanup;
 use super::usage::Split;
-use crate::router_throughput::{grouped, maybe};
-use crate::rss::human_bytes;
-use crate::stats::human_ms;
+use crate::harness::report::{grouped, maybe};
+use crate::harness::rss::human_bytes;
+use crate::harness::stats::human_ms;
 
 /// Bytes before and after the store filled, and per notification.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -44,13 +45,6 @@ impl Growth {
             settled,
         }
     }
-}
-
-/// A goal of the issue, and whether the run met it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Goal {
-    pub(crate) goal: String,
-    pub(crate) met: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -93,7 +87,7 @@ pub(crate) struct DelayedReport {
     pub(crate) sessions_dropped: u64,
     pub(crate) foreign_messages: u64,
     pub(crate) cores: usize,
-    /// [`crate::cpu::reference_ms`] before the run: how fast this machine is.
+    /// [`crate::harness::cpu::reference_ms`] before the run: how fast this machine is.
     pub(crate) reference_ms: f64,
     pub(crate) load_before: Option<f64>,
     pub(crate) load_after: Option<f64>,

@@ -241,7 +241,8 @@ mod tests {
 
     #[test]
     fn directory_sizes() {
-        let dir = crate::configs::RunDir::create(&crate::configs::new_run_id()).unwrap();
+        let dir = crate::harness::configs::RunDir::create(&crate::harness::configs::new_run_id())
+            .unwrap();
         dir.write("a", &"x".repeat(10_000)).unwrap();
         std::fs::create_dir(dir.path.join("sub")).unwrap();
         std::fs::write(dir.path.join("sub/b"), "yz").unwrap();

@@ -1,7 +1,7 @@
 //! The Herald under test, started by the bench on free 127.0.0.1 ports with files of its own:
 //!
 //! - `router`: `herald-router` with `[redis]` (the run's own key prefix, `herald.{run id}`)
-//!   on a run's own broker names ([`crate::run`]); due notifications leave through the broker
+//!   on a run's own broker names ([`crate::harness::run`]); due notifications leave through the broker
 //!   to one edge `herald-gateway` (`--root`), where the sessions are. The edge is started only
 //!   when the scenario has sessions. At the end: processes stopped, the run's queues and
 //!   exchanges deleted, its Redis keys deleted.
@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::args::DelayedTarget;
+use super::settings::Settings;
 use super::store::{AofRewrites, RedisInfo, RedisProbe};
-use super::{DelayedTarget, Settings};
-use crate::configs::{self, RedisSettings, RunDir, StandaloneSettings};
-use crate::connections::BenchError;
-use crate::gateway::random_token;
-use crate::run::{Cleanup, Run};
-use crate::service::{Service, free_local_addr};
+use crate::harness::configs::{self, RedisSettings, RunDir, StandaloneSettings};
+use crate::harness::outcome::BenchError;
+use crate::harness::run::{Cleanup, Run};
+use crate::harness::service::{Service, free_local_addr};
+use crate::harness::token::random_token;
 
 /// Where the notifications are kept.
 pub(crate) enum Store {

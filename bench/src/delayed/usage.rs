@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::cpu;
+use crate::harness::cpu;
 
 /// The processes to watch: a name and its pids (the workers are several).
 #[derive(Debug, Clone, Default)]

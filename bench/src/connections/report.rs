@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::rss::human_bytes;
+use crate::harness::rss::human_bytes;
 
 /// Gateway memory figures, present when the gateway pid is known.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,5 +1,5 @@
 //! What `router-throughput` and `latency` share: a run on the shared broker with names of its
-//! own ([`crate::configs`]), a private directory for its configuration files, the processes it
+//! own ([`crate::harness::configs`]), a private directory for its configuration files, the processes it
 //! starts, and the cleanup that removes all of it, even when the run fails or is interrupted.
 
 use std::path::Path;
@@ -8,11 +8,13 @@ use std::time::Duration;
 use lapin::Connection;
 use serde::Serialize;
 
-use crate::amqp;
-use crate::configs::{self, EdgeSettings, RedisSettings, RouterSettings, RunDir, Topology};
-use crate::connections::{BenchError, Outcome};
-use crate::gateway::random_token;
-use crate::service::{Service, free_local_addr};
+use crate::harness::amqp;
+use crate::harness::configs::{
+    self, EdgeSettings, RedisSettings, RouterSettings, RunDir, Topology,
+};
+use crate::harness::outcome::BenchError;
+use crate::harness::service::{Service, free_local_addr};
+use crate::harness::token::random_token;
 
 /// The router's default `amqp.prefetch`, for the report when `--prefetch` is not given.
 pub(crate) const ROUTER_DEFAULT_PREFETCH: u16 = 256;
@@ -191,29 +193,6 @@ impl Run {
         let _ = self.admin.close(200, "bench done".into()).await;
         self.dir.remove();
         cleanup
-    }
-}
-
-/// Print a finished report (one JSON object with `json`, else its human
-/// text) and turn its completeness into the run's outcome.
-pub(crate) fn emit(
-    report: &impl Serialize,
-    human: impl FnOnce() -> String,
-    complete: bool,
-    json: bool,
-) -> Outcome {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).unwrap_or_else(|_| "{}".into())
-        );
-    } else {
-        print!("{}", human());
-    }
-    if complete {
-        Outcome::AllOpened
-    } else {
-        Outcome::SomeFailed
     }
 }
 

@@ -26,11 +26,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 /// The line that asks a worker to close its sessions.
 pub(crate) const CLOSE_COMMAND: &str = "close";
+/// How long closing sessions may take before a worker exits anyway.
+pub(crate) const CLOSE_DEADLINE: Duration = Duration::from_secs(15);
 /// Most arrivals in one `arrivals` line (about 30 bytes each: lines stay under 300 KB).
 pub(crate) const ARRIVALS_PER_LINE: usize = 10_000;
 

@@ -4,7 +4,7 @@
 //! - [`Framing::SockJs`]: the SockJS websocket transport, `{prefix}/{server}/{session}/websocket`
 //!   without subprotocols; the server opens with `o`, then sends `a[...]` arrays of STOMP frames
 //!   (JSON strings), `h` heartbeats and finally `c[code,"reason"]`; the client sends each STOMP
-//!   frame as a one-string array `["CONNECT\n..."]` (see [`crate::sockjs`]).
+//!   frame as a one-string array `["CONNECT\n..."]` (see [`crate::client::sockjs`]).
 //!
 //! Memory per open session is kept small because a worker holds up to 19,000 of them: the
 //! WebSocket read buffer is [`READ_BUFFER_BYTES`], writes go straight to the socket, and an open
@@ -25,8 +25,8 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 
 use super::{Counters, Failure, FrameReader, Link, Stage, Target, connect_tcp, is_reset};
-use crate::sockjs;
-use crate::upgrade::{self, UpgradeError};
+use crate::client::sockjs;
+use crate::client::upgrade::{self, UpgradeError};
 
 /// WebSocket read buffer per session, allocated up front for every session. Idle sessions
 /// receive almost nothing, and a larger frame reserves room for its own length anyway, so 1 KiB
@@ -360,7 +360,7 @@ mod tests {
             let _ = ws.next().await;
         });
         let target = Target {
-            transport: crate::transport::Transport::SockJsWebSocket,
+            transport: crate::client::transport::Transport::SockJsWebSocket,
             host_header: addr.to_string(),
             path: "/sockjs".into(),
             addr,

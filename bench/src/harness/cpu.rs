@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::sys;
+use crate::harness::sys;
 
 /// CPU time a process has used, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]

@@ -28,8 +28,8 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use super::{Counters, Failure, FrameReader, Link, Stage, Target, connect_tcp, is_reset};
-use crate::http::{self, BodyLength, Chunk, ChunkedDecoder};
-use crate::sockjs::{self, LineBuffer};
+use crate::client::http::{self, BodyLength, Chunk, ChunkedDecoder};
+use crate::client::sockjs::{self, LineBuffer};
 
 /// Keep-alive connections per worker for `xhr_send` (see the module docs).
 pub(crate) const SEND_CONNECTIONS: usize = 1;
@@ -546,7 +546,7 @@ mod tests {
         });
 
         let target = Arc::new(Target {
-            transport: crate::transport::Transport::XhrStreaming,
+            transport: crate::client::transport::Transport::XhrStreaming,
             host_header: addr.to_string(),
             path: "/sockjs".into(),
             addr,
@@ -588,7 +588,7 @@ mod tests {
                 .unwrap();
         });
         let target = Arc::new(Target {
-            transport: crate::transport::Transport::XhrStreaming,
+            transport: crate::client::transport::Transport::XhrStreaming,
             host_header: addr.to_string(),
             path: "/nothing".into(),
             addr,

@@ -6,7 +6,7 @@
 //! bench that holds 19,000 idle sessions per process, that is 4 KiB per session for nothing.
 //! Doing the (small) HTTP exchange ourselves and building the stream with
 //! `WebSocketStream::from_raw_socket` gives each session exactly
-//! [`crate::session::websocket::READ_BUFFER_BYTES`].
+//! [`crate::client::session::websocket::READ_BUFFER_BYTES`].
 //!
 //! The response check is pure ([`parse_response`]) and tested on raw bytes.
 //!

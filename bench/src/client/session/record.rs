@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Counters;
 use super::websocket::{CLOSE_GRACE, Ws};
-use crate::delayed::ids;
-use crate::events::unix_nanos;
-use crate::stomp_client::{self, Decoded};
+use crate::client::stomp_client::{self, Decoded};
+use crate::harness::delayed_ids as ids;
+use crate::harness::events::unix_nanos;
 
 /// What a worker's sessions received, in record mode.
 #[derive(Debug, Default)]
@@ -133,8 +133,8 @@ mod tests {
     /// after the handshake; the session records both with the same stamp.
     #[tokio::test]
     async fn records_bench_messages_from_a_stand_in() {
-        use crate::session::Target;
-        use crate::session::websocket::{Framing, open};
+        use crate::client::session::Target;
+        use crate::client::session::websocket::{Framing, open};
         use std::time::Duration;
         use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 
@@ -173,13 +173,13 @@ mod tests {
             }
         });
         let target = Target {
-            transport: crate::transport::Transport::WebSocket,
+            transport: crate::client::transport::Transport::WebSocket,
             host_header: addr.to_string(),
             path: "/ws".into(),
             addr,
             source: None,
             handshake_timeout: Duration::from_secs(10),
-            xhr_sends: crate::session::xhr_streaming::SendPool::new(1),
+            xhr_sends: crate::client::session::xhr_streaming::SendPool::new(1),
         };
         let ws = open(&target, "tok", Framing::Stomp).await.unwrap();
         let before = unix_nanos();

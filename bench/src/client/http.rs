@@ -1,6 +1,6 @@
 //! The little HTTP/1.1 client side the SockJS xhr transports need: a `POST` request, the
 //! response head, and a chunked body decoder. Pure: bytes in, results out; the I/O is in
-//! [`crate::session::xhr_streaming`].
+//! [`crate::client::session::xhr_streaming`].
 //!
 //! Why not an HTTP client crate: a worker holds up to 19,000 streaming responses open, and each
 //! should cost a socket, a small parser state and a read buffer, nothing more; and the xhr_send

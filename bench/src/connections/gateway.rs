@@ -7,11 +7,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use rand::Rng as _;
-use rand::distr::Alphanumeric;
-
-use crate::service::{Service, ServiceError, free_local_addr};
-use crate::transport::Transport;
+use crate::client::transport::Transport;
+use crate::harness::service::{Service, ServiceError, free_local_addr};
+use crate::harness::token::random_token;
 
 /// A gateway this process started.
 #[derive(Debug)]
@@ -21,15 +19,6 @@ pub(crate) struct SpawnedGateway {
     /// The API key the gateway accepts for `POST /v1/notifications` (for later commands).
     #[allow(dead_code)]
     pub(crate) api_key: String,
-}
-
-/// A random token of `len` alphanumeric characters (JWT secrets, API keys).
-pub(crate) fn random_token(len: usize) -> String {
-    rand::rng()
-        .sample_iter(&Alphanumeric)
-        .take(len)
-        .map(char::from)
-        .collect()
 }
 
 impl SpawnedGateway {
@@ -70,18 +59,5 @@ impl SpawnedGateway {
     /// Stops the gateway (see [`Service::stop`]). Returns how it ended, for the report.
     pub(crate) async fn stop(self) -> String {
         self.service.stop().await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn random_tokens() {
-        let a = random_token(32);
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
-        assert_ne!(a, random_token(32));
     }
 }

@@ -30,9 +30,9 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::stomp_client::{self, Decoded, Frame};
-use crate::transport::Transport;
-use crate::upgrade::UpgradeError;
+use crate::client::stomp_client::{self, Decoded, Frame};
+use crate::client::transport::Transport;
+use crate::client::upgrade::UpgradeError;
 
 /// The user destination every session subscribes to.
 pub(crate) const DESTINATION: &str = "/user/notifications";

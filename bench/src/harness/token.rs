@@ -5,7 +5,13 @@
 //! mailbox, as real traffic would.
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use rand::Rng as _;
+use rand::distr::Alphanumeric;
 use serde::{Deserialize, Serialize};
+
+/// Environment variable through which the parent hands the JWT secret to its workers (not argv,
+/// which every user on the machine can read in `ps`).
+pub(crate) const JWT_SECRET_ENV: &str = "HERALD_BENCH_JWT_SECRET";
 
 /// How many distinct companies the bench spreads its users over.
 pub(crate) const BENCH_CLIENTS: usize = 100;
@@ -65,6 +71,15 @@ pub(crate) fn now_epoch_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// A random token of `len` alphanumeric characters (JWT secrets, API keys).
+pub(crate) fn random_token(len: usize) -> String {
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +134,13 @@ mod tests {
             &Validation::new(Algorithm::HS256),
         );
         assert!(err.is_err());
+    }
+
+    #[test]
+    fn random_tokens() {
+        let a = random_token(32);
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, random_token(32));
     }
 }

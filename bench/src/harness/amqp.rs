@@ -13,10 +13,12 @@ use lapin::{
     PublisherConfirm,
 };
 
-use crate::configs::Topology;
+use crate::harness::configs::Topology;
 
 /// The broker the bench uses unless told otherwise.
 pub(crate) const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// Environment variable for `--amqp-url`.
+pub(crate) const AMQP_URL_ENV: &str = "HERALD_BENCH_AMQP_URL";
 /// Delivery mode 2: persistent, as the contract asks.
 const PERSISTENT: u8 = 2;
 /// Delivery mode 1: transient (`router-throughput --transient`).

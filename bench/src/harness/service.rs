@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::sys;
+use crate::harness::sys;
 
 /// Time between two `/healthz` probes.
 const HEALTH_POLL: Duration = Duration::from_millis(50);
