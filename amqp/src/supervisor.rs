@@ -33,6 +33,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use herald_engine::process::redact;
+use herald_engine::task::{Task, task_fn};
 
 use super::metrics::AmqpMetrics;
 
@@ -307,6 +308,18 @@ impl Supervisor {
                 break;
             }
         }
+    }
+
+    /// This supervisor running `session` on every connection, as a
+    /// [`Task`] named `name`.
+    pub fn into_task<F, Fut>(self, name: &'static str, session: F) -> impl Task
+    where
+        F: FnMut(Arc<Connection>, CancellationToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), SessionError>> + Send + 'static,
+    {
+        task_fn(name, move |shutdown| async move {
+            self.run(shutdown, session).await;
+        })
     }
 
     async fn connect(&self) -> lapin::Result<Connection> {

@@ -5,6 +5,8 @@
 //! # Layout
 //! - [`process`]: process plumbing: exit codes, logging set-up, the
 //!   shutdown signal, URL redaction for logs.
+//! - [`task`]: the one shape of every long-running task ([`task::Task`],
+//!   run until a shutdown token fires) and the set a binary spawns them in.
 //! - [`config`]: configuration helpers every binary uses (TOML reading, an
 //!   error that lists every problem at once) and the `[publish]` limits.
 //! - [`link`]: the [`link::Link`] trait through which accepted
@@ -37,3 +39,4 @@ pub mod metrics;
 pub mod process;
 pub mod publish;
 pub mod schedule;
+pub mod task;

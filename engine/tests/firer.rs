@@ -18,6 +18,7 @@ use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::Store;
 use herald_engine::schedule::store::embedded::EmbeddedStore;
+use herald_engine::task::Task;
 use herald_protocol::envelope::{Notification, Scope};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -117,13 +118,10 @@ async fn start_with(config: ScheduleConfig) -> Running {
     let delayed = Delayed::new(config, store.clone(), DelayedMetrics::default());
     let (tx, sent) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
-    delayed
-        .start(
-            Arc::new(Controlled { sent: tx }),
-            Arc::new(Nobody),
-            shutdown.clone(),
-        )
+    let scheduling = delayed
+        .scheduling(Arc::new(Controlled { sent: tx }), Arc::new(Nobody))
         .expect("started once");
+    tokio::spawn(Box::new(scheduling).run(shutdown.clone()));
     Running {
         delayed,
         store,

@@ -165,12 +165,15 @@ impl Gateway {
             self.publish.routes()
         };
         let scheduling = shared.delayed.as_ref().and_then(|d| {
-            d.start(
+            d.scheduling(
                 Arc::new(link::LocalLink::new(Arc::clone(&shared.hub))),
                 Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
-                shared.shutdown.clone(),
             )
         });
+        let mut tasks = herald_engine::task::Tasks::default();
+        if let Some(scheduling) = scheduling {
+            tasks.spawn(scheduling, shared.shutdown.clone());
+        }
         let uplink = cfg.edge_mode().then(|| {
             let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
             if let Some(rx) = self.presence_rx {
@@ -223,9 +226,7 @@ impl Gateway {
             );
         }
         let _ = expiry.await;
-        if let Some(scheduling) = scheduling {
-            scheduling.join().await;
-        }
+        tasks.join().await;
         if let Some(uplink) = uplink {
             let _ = uplink.await;
         }

@@ -40,6 +40,7 @@ use herald_engine::schedule::metrics::DelayedMetrics;
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::StoreError;
 use herald_engine::schedule::store::redis::RedisStore;
+use herald_engine::task::Tasks;
 
 /// Connect the delayed store when `[redis]` is configured. Fails when Redis
 /// cannot be reached or refuses the configuration.
@@ -117,15 +118,26 @@ pub async fn run(
         amqp_metrics.clone(),
         delayed.as_ref().map(|(d, _)| d.clone()),
     );
-    let supervisor = Supervisor::new(config.supervisor(), amqp_metrics.clone());
+    // The AMQP side: the intake, and with delayed notifications the firer
+    // (due ones leave through the AMQP link) and the presence intake on a
+    // connection of its own. Stopped after the HTTP server has drained.
     let amqp_shutdown = CancellationToken::new();
-    // Delayed notifications: the firer (due ones leave through the AMQP
-    // link) and the presence intake on a connection of its own.
-    let mut scheduling = None;
-    let mut presence_task = None;
+    let mut tasks = Tasks::default();
+    tasks.spawn(
+        Supervisor::new(config.supervisor(), amqp_metrics.clone()).into_task(
+            "intake",
+            move |connection, shutdown| {
+                let ingest = ingest.clone();
+                async move { ingest.run(connection, shutdown).await }
+            },
+        ),
+        amqp_shutdown.clone(),
+    );
     if let Some((delayed, presence)) = &delayed {
         let presence = Arc::new(presence.clone());
-        scheduling = delayed.start(Arc::new(link), presence.clone(), amqp_shutdown.clone());
+        if let Some(scheduling) = delayed.scheduling(Arc::new(link), presence.clone()) {
+            tasks.spawn(scheduling, amqp_shutdown.clone());
+        }
         let intake = PresenceIntake::new(
             config.amqp.topology.clone(),
             presence,
@@ -135,28 +147,17 @@ pub async fn run(
         let mut supervisor_config = config.supervisor();
         supervisor_config.connection_name =
             format!("{} presence", supervisor_config.connection_name);
-        let supervisor = Supervisor::new(supervisor_config, AmqpMetrics::default());
-        let amqp_shutdown = amqp_shutdown.clone();
-        presence_task = Some(tokio::spawn(async move {
-            supervisor
-                .run(amqp_shutdown, move |connection, shutdown| {
+        tasks.spawn(
+            Supervisor::new(supervisor_config, AmqpMetrics::default()).into_task(
+                "presence-intake",
+                move |connection, shutdown| {
                     let intake = intake.clone();
                     async move { intake.run(connection, shutdown).await }
-                })
-                .await;
-        }));
+                },
+            ),
+            amqp_shutdown.clone(),
+        );
     }
-    let amqp = tokio::spawn({
-        let amqp_shutdown = amqp_shutdown.clone();
-        async move {
-            supervisor
-                .run(amqp_shutdown, move |connection, shutdown| {
-                    let ingest = ingest.clone();
-                    async move { ingest.run(connection, shutdown).await }
-                })
-                .await;
-        }
-    });
 
     let grace = config.shutdown_grace();
     let server =
@@ -174,16 +175,11 @@ pub async fn run(
     tracing::info!("HTTP server stopped; stopping the AMQP intake");
     amqp_shutdown.cancel();
     // The intake waits up to `grace` for its forwards; closing takes a little more.
-    match tokio::time::timeout(grace + std::time::Duration::from_secs(5), amqp).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "the AMQP task failed"),
-        Err(_) => tracing::warn!("the AMQP intake did not stop in time"),
-    }
-    if let Some(running) = scheduling {
-        running.join().await;
-    }
-    if let Some(task) = presence_task {
-        let _ = task.await;
+    if tokio::time::timeout(grace + std::time::Duration::from_secs(5), tasks.join())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the AMQP intake did not stop in time");
     }
 }
 

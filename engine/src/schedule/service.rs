@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use herald_protocol::envelope::{FieldError, Notification};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis, Status};
@@ -21,6 +21,7 @@ use super::presence::Presence;
 use super::store::{Cancel, Cursor, Insert, ListFilter, Page, Store, StoreError};
 use super::timing::{DelayRequest, due_time, now_ms};
 use crate::link::Link;
+use crate::task::{Task, TaskFuture};
 
 /// Most entries expired or purged per maintenance round (the rest wait
 /// for the next round).
@@ -54,18 +55,34 @@ impl std::fmt::Debug for Delayed {
     }
 }
 
-/// The running tasks of [`Delayed::start`].
-#[derive(Debug)]
-pub struct Running {
-    firer: JoinHandle<()>,
-    maintenance: JoinHandle<()>,
+/// The firer and the maintenance of a [`Delayed`] service, as one
+/// [`Task`] (from [`Delayed::scheduling`]): each runs in a task of its own
+/// until the shutdown token fires.
+pub struct Scheduling {
+    firer: Firer,
+    delayed: Delayed,
 }
 
-impl Running {
-    /// Wait for both tasks (after the shutdown token fired).
-    pub async fn join(self) {
-        let _ = self.firer.await;
-        let _ = self.maintenance.await;
+impl std::fmt::Debug for Scheduling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduling").finish_non_exhaustive()
+    }
+}
+
+impl Task for Scheduling {
+    fn name(&self) -> &'static str {
+        "scheduling"
+    }
+
+    fn run(self: Box<Self>, shutdown: CancellationToken) -> TaskFuture {
+        let Scheduling { firer, delayed } = *self;
+        Box::pin(async move {
+            let firer = tokio::spawn(firer.run(shutdown.clone()).in_current_span());
+            let maintenance =
+                tokio::spawn(async move { delayed.maintain(shutdown).await }.in_current_span());
+            let _ = firer.await;
+            let _ = maintenance.await;
+        })
     }
 }
 
@@ -99,15 +116,14 @@ impl Delayed {
         &self.inner.metrics
     }
 
-    /// Start the firer (handing due entries to `link`) and the maintenance
-    /// task; both stop when `shutdown` fires. Only the first call starts
-    /// anything; later calls return `None`.
-    pub fn start(
+    /// The firer (handing due entries to `link`) and the maintenance task,
+    /// ready to spawn as one [`Task`]. Only the first call gives them;
+    /// later calls return `None`.
+    pub fn scheduling(
         &self,
         link: Arc<dyn Link>,
         presence: Arc<dyn Presence>,
-        shutdown: CancellationToken,
-    ) -> Option<Running> {
+    ) -> Option<Scheduling> {
         let receivers = self.inner.receivers.lock().take()?;
         let firer = Firer {
             config: Arc::clone(&self.inner.config),
@@ -120,10 +136,10 @@ impl Delayed {
             online: receivers.online,
             last_send: HashMap::new(),
         };
-        let firer = tokio::spawn(firer.run(shutdown.clone()));
-        let me = self.clone();
-        let maintenance = tokio::spawn(async move { me.maintain(shutdown).await });
-        Some(Running { firer, maintenance })
+        Some(Scheduling {
+            firer,
+            delayed: self.clone(),
+        })
     }
 
     /// The due time of a publication accepted now, or the field that is
