@@ -31,7 +31,14 @@
 //! - [`fleet`]: worker processes holding the sessions that record arrivals.
 //! - [`delivery`]: arrivals against due times (pure); [`metrics`]: Herald's metrics (pure).
 //! - [`system`]: starting and cleaning up the Herald under test; [`store`]: measuring its store.
-//! - [`usage`]: CPU per process; [`report`]: the result.
+//! - [`usage`]: CPU per process; [`report`]: the result; [`clock`]: epoch ms now.
+//!
+//! Imports go one way, down this order; none goes up, and none to this file:
+//!
+//! ```text
+//! measure -> snapshot -> report | watch -> system -> settings -> ingest -> args | body | delivery
+//!   -> plan | api | metrics | store | usage | fleet | clock
+//! ```
 
 pub(crate) mod api;
 pub(crate) mod args;
