@@ -1,7 +1,6 @@
 //! What every request and session shares.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use herald_router::schedule::service::Delayed;
 use prometheus_client::registry::Registry;
@@ -13,6 +12,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::presence::PresenceReporter;
+use crate::session::permit::{SessionPermit, SessionSlots};
 
 /// Credentials made up in dev mode.
 #[derive(Debug, Clone)]
@@ -46,7 +46,7 @@ pub struct Shared {
     pub delayed: Option<Delayed>,
     /// Edge mode: presence changes for the roots.
     pub presence: Option<PresenceReporter>,
-    sessions: AtomicUsize,
+    sessions: SessionSlots,
 }
 
 impl Shared {
@@ -65,7 +65,6 @@ impl Shared {
         presence: Option<PresenceReporter>,
     ) -> Self {
         Shared {
-            config,
             hub,
             verifier,
             metrics,
@@ -75,28 +74,19 @@ impl Shared {
             dev,
             delayed,
             presence,
-            sessions: AtomicUsize::new(0),
+            sessions: SessionSlots::new(config.session.max_sessions),
+            config,
         }
     }
 
-    /// Take a session slot, or None at `session.max_sessions`.
-    pub fn acquire_session(&self) -> Option<()> {
-        let max = self.config.session.max_sessions;
-        self.sessions
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| ())
-    }
-
-    /// Give a slot back.
-    pub fn release_session(&self) {
-        self.sessions.fetch_sub(1, Ordering::AcqRel);
+    /// Take a session slot, or None at `session.max_sessions`; the slot
+    /// is given back when the permit drops.
+    pub fn acquire_session(&self) -> Option<SessionPermit> {
+        self.sessions.acquire()
     }
 
     /// Connections holding a session slot.
     pub fn session_slots(&self) -> usize {
-        self.sessions.load(Ordering::Acquire)
+        self.sessions.taken()
     }
 }

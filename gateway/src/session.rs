@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`core`]: the transport-independent session: STOMP decoding, actions,
 //!   outbox pulls, heart-beat timing; writes through a [`core::Sink`].
+//! - [`permit`]: session slots; a [`permit::SessionPermit`] gives its
+//!   slot back when dropped.
 //! - [`sockjs_frame`]: STOMP frames as escaped SockJS strings, the payload
 //!   escaped once per notification.
 //! - [`stomp`]: the STOMP session state machine, sans I/O: frames in,
@@ -14,6 +16,7 @@
 //!   `Bytes`, heart-beats, shutdown.
 
 pub mod core;
+pub mod permit;
 pub mod sockjs_frame;
 pub mod stomp;
 pub mod websocket;

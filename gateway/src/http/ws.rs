@@ -158,20 +158,21 @@ pub(crate) fn accept(
             "this connection cannot be upgraded",
         );
     };
-    if shared.acquire_session().is_none() {
+    let Some(permit) = shared.acquire_session() else {
         return refuse(
             &shared,
             StatusCode::SERVICE_UNAVAILABLE,
             "too many sessions on this gateway; retry another",
         );
-    }
+    };
     let task_shared = Arc::clone(&shared);
     shared.tracker.spawn(async move {
+        // The slot is the task's until it ends, however it ends.
+        let _permit = permit;
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
             Err(e) => {
                 tracing::debug!(error = %e, "upgrade failed");
-                task_shared.release_session();
                 return;
             }
         };
@@ -189,7 +190,6 @@ pub(crate) fn accept(
             }
             Err(_) => {
                 tracing::error!("upgraded connection is not a TcpStream; closing it");
-                task_shared.release_session();
             }
         }
     });

@@ -524,7 +524,7 @@ impl StompCore {
         self.close.get_or_insert(1000);
     }
 
-    /// Leave the mailbox and give the session slot back.
+    /// Leave the mailbox (the shell's permit gives the slot back).
     pub fn finish(mut self) {
         if let Some(a) = self.attachment.take() {
             let went_offline = self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
@@ -539,6 +539,5 @@ impl StompCore {
                 })
                 .dec();
         }
-        self.shared.release_session();
     }
 }

@@ -26,6 +26,7 @@ use super::App;
 use crate::app::Shared;
 use crate::metrics::Transport;
 use crate::session::core::{Sink, StompCore};
+use crate::session::permit::SessionPermit;
 use crate::session::sockjs_frame;
 use crate::session::websocket::{PULL_UNTIL, sockjs_close_reason};
 
@@ -282,7 +283,7 @@ impl Registry {
         if let Some(s) = map.get(id) {
             return Some(Arc::clone(s));
         }
-        shared.acquire_session()?;
+        let permit = shared.acquire_session()?;
         let session = Arc::new(HttpSession {
             inbox: Mutex::new(Inbox::default()),
             wake: Notify::new(),
@@ -313,6 +314,7 @@ impl Registry {
             last_send: Instant::now(),
             receiver_left: Some(Instant::now()),
             held: None,
+            _permit: permit,
         };
         shared.tracker.spawn(driver.run());
         Some(session)
@@ -345,6 +347,8 @@ struct Driver {
     /// A frame the receiver's channel had no room for, and whether the
     /// receiver is released once it is sent.
     held: Option<(Frame, bool)>,
+    /// The session's slot, given back when the driver ends.
+    _permit: SessionPermit,
 }
 
 impl Driver {
@@ -582,9 +586,8 @@ impl Driver {
             r.released = true;
         }
         self.session.out.notify_one();
-        match self.app {
-            AppState::Stomp(core) => core.finish(),
-            _ => self.shared.release_session(),
+        if let AppState::Stomp(core) = self.app {
+            core.finish();
         }
     }
 }

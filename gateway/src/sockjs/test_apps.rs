@@ -83,7 +83,6 @@ pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded) {
         }
     }
     let _ = stream.shutdown().await;
-    shared.release_session();
 }
 
 fn echo(framing: Framing, data: &[u8], text: bool, out: &mut BytesMut, done: &mut bool) {
