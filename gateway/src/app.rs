@@ -1,7 +1,8 @@
-//! What every request and session shares.
+//! What every request and session shares, and the mode this process runs in.
 
 use std::sync::Arc;
 
+use herald_router::publish::PublishApi;
 use herald_router::schedule::service::Delayed;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,37 @@ pub struct DevCredentials {
     pub token: String,
 }
 
+/// Standalone or edge: decided once from the configuration (root brokers
+/// configured or not), carrying what only that mode has. Code matches on
+/// it instead of asking the configuration again.
+#[derive(Debug)]
+pub enum Mode {
+    /// The whole of Herald in one process: this gateway serves the publish
+    /// API and schedules delayed notifications itself.
+    Standalone {
+        /// The delayed-notification engine: told when a user comes online.
+        delayed: Delayed,
+        /// The publish API (`POST /v1/notifications`), into the local hub.
+        publish: PublishApi,
+    },
+    /// An edge of root brokers: notifications arrive over the uplinks,
+    /// publishing and scheduling are the routers' business.
+    Edge {
+        /// Presence changes for the roots' routers.
+        presence: PresenceReporter,
+    },
+}
+
+impl Mode {
+    /// `"standalone"` or `"edge"`, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Standalone { .. } => "standalone",
+            Mode::Edge { .. } => "edge",
+        }
+    }
+}
+
 /// State shared by the HTTP handlers and every session.
 #[derive(Debug)]
 pub struct Shared {
@@ -42,43 +74,13 @@ pub struct Shared {
     pub tracker: TaskTracker,
     /// Dev-mode credentials, when in dev mode.
     pub dev: Option<DevCredentials>,
-    /// Delayed notifications (standalone): told when a user comes online.
-    pub delayed: Option<Delayed>,
-    /// Edge mode: presence changes for the roots.
-    pub presence: Option<PresenceReporter>,
-    sessions: SessionSlots,
+    /// Standalone or edge.
+    pub mode: Mode,
+    /// Session slots (`session.max_sessions`).
+    pub sessions: SessionSlots,
 }
 
 impl Shared {
-    /// Assemble.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: Arc<Config>,
-        hub: Arc<Hub>,
-        verifier: Verifier,
-        metrics: Arc<Metrics>,
-        registry: Registry,
-        shutdown: CancellationToken,
-        tracker: TaskTracker,
-        dev: Option<DevCredentials>,
-        delayed: Option<Delayed>,
-        presence: Option<PresenceReporter>,
-    ) -> Self {
-        Shared {
-            hub,
-            verifier,
-            metrics,
-            registry,
-            shutdown,
-            tracker,
-            dev,
-            delayed,
-            presence,
-            sessions: SessionSlots::new(config.session.max_sessions),
-            config,
-        }
-    }
-
     /// Take a session slot, or None at `session.max_sessions`; the slot
     /// is given back when the permit drops.
     pub fn acquire_session(&self) -> Option<SessionPermit> {
@@ -88,5 +90,13 @@ impl Shared {
     /// Connections holding a session slot.
     pub fn session_slots(&self) -> usize {
         self.sessions.taken()
+    }
+
+    /// This edge's id, in edge mode when one is configured.
+    pub fn edge_id(&self) -> Option<&str> {
+        match self.mode {
+            Mode::Edge { .. } => self.config.edge.id.as_deref(),
+            Mode::Standalone { .. } => None,
+        }
     }
 }

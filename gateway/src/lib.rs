@@ -16,7 +16,9 @@
 //! - [`link`]: the in-process link from the publish API to the hub.
 //! - [`uplink`]: edge mode: a link to every root broker, feeding the same
 //!   hub; [`dedup`] drops repeated notification ids.
-//! - [`metrics`], [`dev`], [`app`]: metrics, dev mode, shared state.
+//! - [`app`]: the shared state, and the [`app::Mode`] (standalone or edge)
+//!   decided once at start.
+//! - [`metrics`], [`dev`]: metrics, dev mode.
 //!
 //! # Data flow
 //! ```text
@@ -61,17 +63,18 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use app::{DevCredentials, Shared};
+use app::{DevCredentials, Mode, Shared};
 use auth::Verifier;
 use config::Config;
 use hub::Hub;
 use metrics::Metrics;
+use session::permit::SessionSlots;
 
 /// A configured gateway, ready to serve.
 #[derive(Debug)]
 pub struct Gateway {
     shared: Arc<Shared>,
-    publish: PublishApi,
+    /// Edge mode: the presence changes sessions report, for the batcher.
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, bool)>>,
 }
 
@@ -92,55 +95,55 @@ impl Gateway {
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
-        let mut keys = config.api_keys.clone();
-        if let Some(d) = &dev {
-            keys.push(d.api_key.clone());
-        }
-        // Standalone, this process schedules delayed notifications; an
-        // edge leaves them to its routers.
-        let delayed = if config.edge_mode() {
-            None
+        // Standalone, this process serves the publish API and schedules
+        // delayed notifications; an edge leaves both to its routers and
+        // reports presence to them instead.
+        let (mode, presence_rx) = if config.edge_mode() {
+            let (presence, rx) =
+                presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
+            (Mode::Edge { presence }, Some(rx))
         } else {
+            let mut keys = config.api_keys.clone();
+            if let Some(d) = &dev {
+                keys.push(d.api_key.clone());
+            }
             let delayed_metrics = DelayedMetrics::default();
             delayed_metrics.register(&mut registry);
-            Some(delayed::open(&config, delayed_metrics)?)
+            let delayed = delayed::open(&config, delayed_metrics)?;
+            let publish = PublishApi::with_delayed(
+                PublishConfig {
+                    api_keys: ApiKeys::new(keys),
+                    limits: config.envelope_limits(),
+                    max_body_bytes: config.publish.max_body_bytes,
+                    max_batch: config.publish.max_batch,
+                },
+                Arc::new(link::LocalLink::new(Arc::clone(&hub))),
+                publish_metrics,
+                Some(delayed.clone()),
+            );
+            (Mode::Standalone { delayed, publish }, None)
         };
-        let publish = PublishApi::with_delayed(
-            PublishConfig {
-                api_keys: ApiKeys::new(keys),
-                limits: config.envelope_limits(),
-                max_body_bytes: config.publish.max_body_bytes,
-                max_batch: config.publish.max_batch,
-            },
-            Arc::new(link::LocalLink::new(Arc::clone(&hub))),
-            publish_metrics,
-            delayed.clone(),
-        );
-        // An edge reports presence to its roots' routers.
-        let (presence, presence_rx) = if config.edge_mode() {
-            let (reporter, rx) =
-                presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
-            (Some(reporter), Some(rx))
-        } else {
-            (None, None)
-        };
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(Shared {
+            sessions: SessionSlots::new(config.session.max_sessions),
             config,
             hub,
             verifier,
             metrics,
             registry,
             shutdown,
-            TaskTracker::new(),
+            tracker: TaskTracker::new(),
             dev,
-            delayed,
-            presence,
-        ));
+            mode,
+        });
         Ok(Gateway {
             shared,
-            publish,
             presence_rx,
         })
+    }
+
+    /// The mode this gateway runs in.
+    pub fn mode(&self) -> &Mode {
+        &self.shared.mode
     }
 
     /// The shared state (tests read metrics and the hub through it).
@@ -159,19 +162,19 @@ impl Gateway {
         ));
         // An edge takes notifications from its roots; publishing goes through
         // a router, so the publish API is served only standalone.
-        let publish_routes = if cfg.edge_mode() {
-            axum::Router::new()
-        } else {
-            self.publish.routes()
+        let publish_routes = match &shared.mode {
+            Mode::Standalone { publish, .. } => publish.routes(),
+            Mode::Edge { .. } => axum::Router::new(),
         };
-        let scheduling = shared.delayed.as_ref().and_then(|d| {
-            d.start(
+        let scheduling = match &shared.mode {
+            Mode::Standalone { delayed, .. } => delayed.start(
                 Arc::new(link::LocalLink::new(Arc::clone(&shared.hub))),
                 Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
                 shared.shutdown.clone(),
-            )
-        });
-        let uplink = cfg.edge_mode().then(|| {
+            ),
+            Mode::Edge { .. } => None,
+        };
+        let uplink = matches!(shared.mode, Mode::Edge { .. }).then(|| {
             let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
             if let Some(rx) = self.presence_rx {
                 let batcher = presence::BatcherConfig {

@@ -17,7 +17,7 @@ use herald_protocol::stomp::{
 use tokio::time::Instant;
 
 use super::stomp::{Action, Connect, Failure, StompSession, Subscribe};
-use crate::app::Shared;
+use crate::app::{Mode, Shared};
 use crate::hub::{Attached, Identity, Resume};
 use crate::metrics::{ProtocolError, RefuseReason, Transport, TransportLabels};
 use crate::outbox::{GapReason, Item, Outbox, QueueLimits, Subscription};
@@ -304,11 +304,9 @@ impl StompCore {
         self.machine.connected(c.version);
         let attached = self.shared.hub.attach(&who, &self.outbox);
         if attached.came_online {
-            if let Some(delayed) = &self.shared.delayed {
-                delayed.user_online(&who.user);
-            }
-            if let Some(presence) = &self.shared.presence {
-                presence.online(&who.user);
+            match &self.shared.mode {
+                Mode::Standalone { delayed, .. } => delayed.user_online(&who.user),
+                Mode::Edge { presence } => presence.online(&who.user),
             }
         }
         let hb = HeartBeat {
@@ -321,9 +319,9 @@ impl StompCore {
         let head = attached.head.to_string();
         // Name the edge, so a client (and an operator) can tell where a
         // session landed behind the proxy.
-        let server = match (&self.shared.config.edge.id, self.shared.config.edge_mode()) {
-            (Some(id), true) => format!("Herald/{} {id}", env!("CARGO_PKG_VERSION")),
-            _ => concat!("Herald/", env!("CARGO_PKG_VERSION")).to_owned(),
+        let server = match self.shared.edge_id() {
+            Some(id) => format!("Herald/{} {id}", env!("CARGO_PKG_VERSION")),
+            None => concat!("Herald/", env!("CARGO_PKG_VERSION")).to_owned(),
         };
         sink.frame(
             Command::Connected,
@@ -528,7 +526,7 @@ impl StompCore {
     pub fn finish(mut self) {
         if let Some(a) = self.attachment.take() {
             let went_offline = self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
-            if went_offline && let Some(presence) = &self.shared.presence {
+            if went_offline && let Mode::Edge { presence } = &self.shared.mode {
                 presence.offline(&a.who.user);
             }
             self.shared
