@@ -2,7 +2,10 @@
 //!
 //! # Layout
 //! - [`core`]: the transport-independent session: STOMP decoding, actions,
-//!   outbox pulls, heart-beat timing; writes through a [`core::Sink`].
+//!   outbox pulls, heart-beat timing; writes through a [`core::Sink`],
+//!   reaches the gateway only through a [`host::Host`].
+//! - [`host`]: what a session needs of the gateway (verify a token, attach
+//!   to and resume a mailbox, report presence, metrics, limits).
 //! - [`permit`]: session slots; a [`permit::SessionPermit`] gives its
 //!   slot back when dropped.
 //! - [`sockjs_frame`]: STOMP frames as escaped SockJS strings, the payload
@@ -16,6 +19,7 @@
 //!   `Bytes`, heart-beats, shutdown.
 
 pub mod core;
+pub mod host;
 pub mod permit;
 pub mod sockjs_frame;
 pub mod stomp;

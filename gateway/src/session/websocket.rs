@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::core::{Sink, StompCore};
+use super::host::Host;
 use super::sockjs_frame;
 use super::writer::{RawStomp, WriteQueue};
 use crate::app::Shared;
@@ -100,6 +101,7 @@ pub fn sockjs_close_reason(code: u16) -> &'static str {
 }
 
 struct Session {
+    shared: Arc<Shared>,
     core: StompCore,
     stream: TcpStream,
     inbuf: BytesMut,
@@ -145,7 +147,13 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
         let sockjs_heartbeat = (framing == Framing::Sockjs)
             .then(|| Duration::from_millis(shared.config.sockjs.heartbeat_ms));
         let mut session = Session {
-            core: StompCore::new(shared, transport, http_token, now),
+            core: StompCore::new(
+                Arc::clone(&shared) as Arc<dyn Host>,
+                transport,
+                http_token,
+                now,
+            ),
+            shared,
             stream,
             inbuf,
             ws: websocket::Decoder::new(max_frame),
@@ -216,7 +224,7 @@ impl Session {
             let deadline = self.next_deadline(now);
             let can_pull =
                 self.closing.is_none() && self.core.can_pull() && self.out.len() < PULL_UNTIL;
-            let shared = Arc::clone(self.core.shared());
+            let shared = Arc::clone(&self.shared);
             let outbox = Arc::clone(self.core.outbox());
             tokio::select! {
                 biased;
@@ -376,7 +384,7 @@ impl Session {
                     }
                     Err(e) => {
                         // SockJS: broken framing ends the session.
-                        self.core.shared().metrics.error(ProtocolError::Websocket);
+                        self.shared.metrics.error(ProtocolError::Websocket);
                         tracing::debug!(error = %e, "broken SockJS framing");
                         self.core.peer_closed();
                         self.out.close(1002, "");

@@ -26,6 +26,7 @@ use super::App;
 use crate::app::Shared;
 use crate::metrics::Transport;
 use crate::session::core::{Sink, StompCore};
+use crate::session::host::Host;
 use crate::session::permit::SessionPermit;
 use crate::session::sockjs_frame;
 use crate::session::websocket::{PULL_UNTIL, sockjs_close_reason};
@@ -299,7 +300,7 @@ impl Registry {
             streaming_limit: service.streaming_limit_bytes,
             app: match service.app {
                 App::Stomp => AppState::Stomp(Box::new(StompCore::new(
-                    Arc::clone(shared),
+                    Arc::clone(shared) as Arc<dyn Host>,
                     kind.transport(),
                     http_token,
                     Instant::now(),
