@@ -11,10 +11,14 @@
 //! - [`native`]: xhr-streaming and EventSource receivers served straight on
 //!   the socket (no hyper buffers) when they open a connection.
 //! - [`test_apps`]: the echo and close apps of the test-suite services over
-//!   WebSocket (test mode only).
+//!   WebSocket (test mode only); [`routes`] runs them instead of the STOMP
+//!   session on the test services.
 //!
 //! The SockJS WebSocket transport is [`crate::session::websocket`] with SockJS
-//! framing: it needs no session registry, the socket is the session.
+//! framing ([`crate::session::sockjs_frame`]): it needs no session registry,
+//! the socket is the session. Dependencies go one way: this module uses
+//! `session` (the core, the SockJS framing of its writes, the WebSocket
+//! shell); `session` knows nothing of this one.
 //!
 //! # Services
 //! `/sockjs` carries STOMP. With `sockjs.test_endpoints`, the services the

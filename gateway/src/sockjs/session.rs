@@ -29,7 +29,8 @@ use crate::session::core::{Sink, StompCore};
 use crate::session::host::Host;
 use crate::session::permit::SessionPermit;
 use crate::session::sockjs_frame;
-use crate::session::websocket::{PULL_UNTIL, sockjs_close_reason};
+use crate::session::sockjs_frame::close_reason;
+use crate::session::websocket::PULL_UNTIL;
 
 /// Most messages `xhr_send` may queue ahead of the driver; beyond, 503.
 pub const MAX_INBOUND_MESSAGES: usize = 1024;
@@ -365,7 +366,7 @@ impl Driver {
             {
                 core.pull(&mut self.pending, PULL_UNTIL);
                 if let Some(code) = core.close_code() {
-                    self.close = Some((code, sockjs_close_reason(code)));
+                    self.close = Some((code, close_reason(code)));
                 }
             }
             if std::mem::take(&mut self.session.inbox.lock().interrupted) {
@@ -460,7 +461,7 @@ impl Driver {
         if let AppState::Stomp(core) = &self.app
             && let Some(code) = core.close_code()
         {
-            self.close.get_or_insert((code, sockjs_close_reason(code)));
+            self.close.get_or_insert((code, close_reason(code)));
         }
     }
 

@@ -15,12 +15,11 @@ use crate::app::Shared;
 use crate::session::websocket::{Framing, Upgraded};
 
 /// Run an echo or close app on an upgraded socket.
-pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded) {
+pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded, app: App) {
     let Upgraded {
         mut stream,
         leftover,
         framing,
-        app,
         ..
     } = up;
     let mut input = BytesMut::from(&leftover[..]);
