@@ -243,10 +243,12 @@ fn query_token(req: &Request) -> Option<String> {
 fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
     let headers = req.headers().clone();
     let token = query_token(&req);
-    let Some(sess) = s
-        .registry
-        .get_or_create(session, s.service, kind, &s.shared, token)
-    else {
+    let app = || match s.service.app {
+        App::Stomp => super::session::stomp(&s.shared, kind, token),
+        App::Echo => Box::new(test_apps::Echo),
+        App::Close => Box::new(test_apps::Close),
+    };
+    let Some(sess) = s.registry.get_or_create(session, s.service, &s.shared, app) else {
         s.shared.metrics.refuse(RefuseReason::SessionLimit);
         return plain(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -3,7 +3,7 @@
 //! A session lives in its service's registry from the first receiving
 //! request until it closes or has had no receiver for
 //! `sockjs.session_timeout_ms`. One driver task per session owns the
-//! application (the STOMP core, or a test app), takes what `xhr_send`
+//! [`Application`] (the STOMP core, or a test app the routes chose), takes what `xhr_send`
 //! queued, pulls notifications, and writes SockJS frames to whichever
 //! receiver holds the slot: a streaming response (xhr-streaming,
 //! EventSource, closed after `sockjs.streaming_limit_bytes`) or a polling
@@ -22,9 +22,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::App;
 use crate::app::Shared;
 use crate::metrics::Transport;
+use crate::outbox::Outbox;
 use crate::session::core::{Sink, StompCore};
 use crate::session::host::Host;
 use crate::session::permit::SessionPermit;
@@ -76,12 +76,19 @@ impl Kind {
 
 /// Escaped SockJS messages waiting for a receiver, each as pieces.
 #[derive(Debug, Default)]
-struct Pending {
+pub struct Pending {
     messages: VecDeque<Vec<Bytes>>,
     bytes: usize,
 }
 
 impl Pending {
+    /// Queue one message, given as text.
+    pub fn push_text(&mut self, text: &str) {
+        let mut e = BytesMut::with_capacity(sockjs::escaped_len(text));
+        sockjs::escape_into(text, &mut e);
+        self.push(vec![e.freeze()]);
+    }
+
     fn push(&mut self, pieces: Vec<Bytes>) {
         self.bytes += pieces.iter().map(Bytes::len).sum::<usize>();
         self.messages.push_back(pieces);
@@ -120,6 +127,95 @@ impl Sink for Pending {
 
     fn queued(&self) -> usize {
         self.bytes
+    }
+}
+
+/// What a session of the HTTP transports runs: the STOMP core, or (on the
+/// test services only) one of the suite's apps ([`super::test_apps`]). The
+/// routes choose; the driver only calls these.
+pub trait Application: Send {
+    /// A message from the client (`xhr_send`).
+    fn on_message(&mut self, message: &str, now: Instant, out: &mut Pending);
+    /// The open frame went out; a close here ends the session at once.
+    fn opened(&mut self) -> Option<(u16, &'static str)> {
+        None
+    }
+    /// Move what waits into `out` until it holds `limit` bytes.
+    fn pull(&mut self, _out: &mut Pending, _limit: usize) {}
+    /// Set once the session must end: the SockJS close frame.
+    fn close(&self) -> Option<(u16, &'static str)> {
+        None
+    }
+    /// The next instant [`Self::on_timer`] has work.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// The outbox to wait on while pulling makes sense.
+    fn outbox(&self) -> Option<Arc<Outbox>> {
+        None
+    }
+    /// Deadlines due.
+    fn on_timer(&mut self, _now: Instant, _out: &mut Pending) {}
+    /// Shutdown started.
+    fn shutdown(&mut self, _out: &mut Pending) {}
+    /// Bytes went out to a receiver.
+    fn sent(&mut self, _now: Instant) {}
+    /// The client went away.
+    fn peer_closed(&mut self) {}
+    /// The session ended.
+    fn finish(self: Box<Self>) {}
+}
+
+/// Herald's application for a new session: STOMP, with the token the
+/// request carried (if any).
+pub fn stomp(shared: &Arc<Shared>, kind: Kind, http_token: Option<String>) -> Box<dyn Application> {
+    Box::new(StompCore::new(
+        Arc::clone(shared) as Arc<dyn Host>,
+        kind.transport(),
+        http_token,
+        Instant::now(),
+    ))
+}
+
+impl Application for StompCore {
+    fn on_message(&mut self, message: &str, now: Instant, out: &mut Pending) {
+        self.on_stomp_bytes(message.as_bytes(), now, out);
+    }
+
+    fn pull(&mut self, out: &mut Pending, limit: usize) {
+        StompCore::pull(self, out, limit);
+    }
+
+    fn close(&self) -> Option<(u16, &'static str)> {
+        self.close_code().map(|code| (code, close_reason(code)))
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        StompCore::next_deadline(self)
+    }
+
+    fn outbox(&self) -> Option<Arc<Outbox>> {
+        self.can_pull().then(|| Arc::clone(StompCore::outbox(self)))
+    }
+
+    fn on_timer(&mut self, now: Instant, out: &mut Pending) {
+        StompCore::on_timer(self, now, out);
+    }
+
+    fn shutdown(&mut self, out: &mut Pending) {
+        StompCore::shutdown(self, out);
+    }
+
+    fn sent(&mut self, now: Instant) {
+        StompCore::sent(self, now);
+    }
+
+    fn peer_closed(&mut self) {
+        StompCore::peer_closed(self);
+    }
+
+    fn finish(self: Box<Self>) {
+        StompCore::finish(*self);
     }
 }
 
@@ -271,15 +367,14 @@ impl Registry {
         self.sessions.lock().get(id).cloned()
     }
 
-    /// The session `id`, created (with its driver) if new. None when the
-    /// gateway is at `session.max_sessions`.
+    /// The session `id`, created if new: its driver runs what `app` makes.
+    /// None when the gateway is at `session.max_sessions`.
     pub fn get_or_create(
         self: &Arc<Self>,
         id: &str,
         service: super::Service,
-        kind: Kind,
         shared: &Arc<Shared>,
-        http_token: Option<String>,
+        app: impl FnOnce() -> Box<dyn Application>,
     ) -> Option<Arc<HttpSession>> {
         let mut map = self.sessions.lock();
         if let Some(s) = map.get(id) {
@@ -299,16 +394,7 @@ impl Registry {
             registry: Arc::clone(self),
             session: Arc::clone(&session),
             streaming_limit: service.streaming_limit_bytes,
-            app: match service.app {
-                App::Stomp => AppState::Stomp(Box::new(StompCore::new(
-                    Arc::clone(shared) as Arc<dyn Host>,
-                    kind.transport(),
-                    http_token,
-                    Instant::now(),
-                ))),
-                App::Echo => AppState::Echo,
-                App::Close => AppState::Close,
-            },
+            app: app(),
             shared: Arc::clone(shared),
             pending: Pending::default(),
             opened: false,
@@ -327,18 +413,12 @@ impl Registry {
     }
 }
 
-enum AppState {
-    Stomp(Box<StompCore>),
-    Echo,
-    Close,
-}
-
 struct Driver {
     id: Arc<str>,
     streaming_limit: usize,
     registry: Arc<Registry>,
     session: Arc<HttpSession>,
-    app: AppState,
+    app: Box<dyn Application>,
     shared: Arc<Shared>,
     pending: Pending,
     opened: bool,
@@ -361,13 +441,9 @@ impl Driver {
         loop {
             let now = Instant::now();
             self.take_inbound(now);
-            if let AppState::Stomp(core) = &mut self.app
-                && self.close.is_none()
-            {
-                core.pull(&mut self.pending, PULL_UNTIL);
-                if let Some(code) = core.close_code() {
-                    self.close = Some((code, close_reason(code)));
-                }
+            if self.close.is_none() {
+                self.app.pull(&mut self.pending, PULL_UNTIL);
+                self.close = self.app.close();
             }
             if std::mem::take(&mut self.session.inbox.lock().interrupted) {
                 self.interrupted();
@@ -410,32 +486,25 @@ impl Driver {
             if attached {
                 deadline = deadline.min(self.last_send + heartbeat);
             }
-            if let AppState::Stomp(core) = &self.app
-                && let Some(d) = core.next_deadline()
-            {
+            if let Some(d) = self.app.next_deadline() {
                 deadline = deadline.min(d);
             }
             let shared = Arc::clone(&self.shared);
-            let outbox = match &self.app {
-                AppState::Stomp(core) if core.can_pull() && self.pending.bytes < PULL_UNTIL => {
-                    Some(Arc::clone(core.outbox()))
-                }
-                _ => None,
+            let outbox = if self.pending.bytes < PULL_UNTIL {
+                self.app.outbox()
+            } else {
+                None
             };
             tokio::select! {
                 _ = shared.shutdown.cancelled(), if self.close.is_none() => {
-                    if let AppState::Stomp(core) = &mut self.app {
-                        core.shutdown(&mut self.pending);
-                    }
+                    self.app.shutdown(&mut self.pending);
                     self.close = Some((1001, "Going away"));
                 }
                 _ = self.session.wake.notified() => {}
                 _ = async { outbox.as_ref().unwrap().notified().await }, if outbox.is_some() => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
-                    if let AppState::Stomp(core) = &mut self.app {
-                        core.on_timer(now, &mut self.pending);
-                    }
+                    self.app.on_timer(now, &mut self.pending);
                     if attached && now >= self.last_send + heartbeat {
                         self.send_to_receiver(vec![Bytes::from_static(sockjs::HEARTBEAT)], now, usize::MAX);
                     }
@@ -448,20 +517,10 @@ impl Driver {
     fn take_inbound(&mut self, now: Instant) {
         let inbound = std::mem::take(&mut self.session.inbox.lock().inbound);
         for m in inbound {
-            match &mut self.app {
-                AppState::Stomp(core) => core.on_stomp_bytes(m.as_bytes(), now, &mut self.pending),
-                AppState::Echo => {
-                    let mut e = BytesMut::with_capacity(sockjs::escaped_len(&m));
-                    sockjs::escape_into(&m, &mut e);
-                    self.pending.push(vec![e.freeze()]);
-                }
-                AppState::Close => {}
-            }
+            self.app.on_message(&m, now, &mut self.pending);
         }
-        if let AppState::Stomp(core) = &self.app
-            && let Some(code) = core.close_code()
-        {
-            self.close.get_or_insert((code, close_reason(code)));
+        if let Some(close) = self.app.close() {
+            self.close.get_or_insert(close);
         }
     }
 
@@ -488,8 +547,8 @@ impl Driver {
         if !self.opened {
             self.opened = true;
             self.send_to_receiver(vec![Bytes::from_static(sockjs::OPEN)], now, limit);
-            if matches!(self.app, AppState::Close) {
-                self.close = Some(sockjs::close::GO_AWAY);
+            if let Some(close) = self.app.opened() {
+                self.close = Some(close);
             }
             if self.held.is_some()
                 || self
@@ -538,9 +597,7 @@ impl Driver {
         };
         self.queue(frame, release);
         self.last_send = now;
-        if let AppState::Stomp(core) = &mut self.app {
-            core.sent(now);
-        }
+        self.app.sent(now);
     }
 
     /// Queue a wrapped frame for the receiver; when its queue is full, hold
@@ -575,9 +632,7 @@ impl Driver {
         self.pending = Pending::default();
         if self.close.is_none() {
             self.close = Some(close);
-            if let AppState::Stomp(core) = &mut self.app {
-                core.peer_closed();
-            }
+            self.app.peer_closed();
         }
     }
 
@@ -588,8 +643,6 @@ impl Driver {
             r.released = true;
         }
         self.session.out.notify_one();
-        if let AppState::Stomp(core) = self.app {
-            core.finish();
-        }
+        self.app.finish();
     }
 }
