@@ -165,7 +165,7 @@ impl Native {
             }
         };
         // Only the STOMP service is served natively.
-        let app = || super::session::stomp(&self.shared, kind, head.token.clone());
+        let app = || super::application::stomp(&self.shared, kind, head.token.clone());
         let Some(sess) = self
             .registry
             .get_or_create(&session, self.service, &self.shared, app)

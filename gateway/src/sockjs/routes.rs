@@ -244,7 +244,7 @@ fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response 
     let headers = req.headers().clone();
     let token = query_token(&req);
     let app = || match s.service.app {
-        App::Stomp => super::session::stomp(&s.shared, kind, token),
+        App::Stomp => super::application::stomp(&s.shared, kind, token),
         App::Echo => Box::new(test_apps::Echo),
         App::Close => Box::new(test_apps::Close),
     };

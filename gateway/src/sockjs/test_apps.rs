@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::App;
-use super::session::{Application, Pending};
+use super::application::Application;
+use super::session::Pending;
 use crate::app::Shared;
 use crate::session::websocket::{Framing, Upgraded};
 
