@@ -133,7 +133,7 @@ async fn stats(State(shared): State<Arc<Shared>>) -> Response {
         sessions.insert(transport.as_str().to_owned(), json!(n));
     }
     let body = json!({
-        "edge": shared.config.edge.id.as_ref().filter(|_| shared.config.edge_mode()),
+        "edge": shared.edge_id(),
         "sessions": {"total": total, "by_transport": sessions},
         "mailboxes": shared.hub.mailbox_count(),
         "deliveries": m.deliveries.get(),

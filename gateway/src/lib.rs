@@ -16,7 +16,9 @@
 //! - [`link`]: the in-process link from the publish API to the hub.
 //! - [`uplink`]: edge mode: a link to every root broker, feeding the same
 //!   hub; [`dedup`] drops repeated notification ids.
-//! - [`metrics`], [`dev`], [`app`]: metrics, dev mode, shared state.
+//! - [`app`]: the shared state, and the [`app::Mode`] (standalone or edge)
+//!   decided once at start.
+//! - [`metrics`], [`dev`]: metrics, dev mode.
 //!
 //! # Data flow
 //! ```text
@@ -56,22 +58,24 @@ use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::{PublishApi, PublishConfig};
 use herald_engine::schedule::metrics::DelayedMetrics;
 use herald_engine::schedule::store::StoreError;
+use herald_engine::task::{Tasks, task_fn};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use app::{DevCredentials, Shared};
+use app::{DevCredentials, Mode, Shared};
 use auth::Verifier;
 use config::Config;
 use hub::Hub;
 use metrics::Metrics;
+use session::permit::SessionSlots;
 
 /// A configured gateway, ready to serve.
 #[derive(Debug)]
 pub struct Gateway {
     shared: Arc<Shared>,
-    publish: PublishApi,
+    /// Edge mode: the presence changes sessions report, for the batcher.
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, bool)>>,
 }
 
@@ -92,55 +96,55 @@ impl Gateway {
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
-        let mut keys = config.api_keys.clone();
-        if let Some(d) = &dev {
-            keys.push(d.api_key.clone());
-        }
-        // Standalone, this process schedules delayed notifications; an
-        // edge leaves them to its routers.
-        let delayed = if config.edge_mode() {
-            None
+        // Standalone, this process serves the publish API and schedules
+        // delayed notifications; an edge leaves both to its routers and
+        // reports presence to them instead.
+        let (mode, presence_rx) = if config.edge_mode() {
+            let (presence, rx) =
+                presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
+            (Mode::Edge { presence }, Some(rx))
         } else {
+            let mut keys = config.api_keys.clone();
+            if let Some(d) = &dev {
+                keys.push(d.api_key.clone());
+            }
             let delayed_metrics = DelayedMetrics::default();
             delayed_metrics.register(&mut registry);
-            Some(delayed::open(&config, delayed_metrics)?)
+            let delayed = delayed::open(&config, delayed_metrics)?;
+            let publish = PublishApi::with_delayed(
+                PublishConfig {
+                    api_keys: ApiKeys::new(keys),
+                    limits: config.envelope_limits(),
+                    max_body_bytes: config.publish.max_body_bytes,
+                    max_batch: config.publish.max_batch,
+                },
+                Arc::new(link::LocalLink::new(Arc::clone(&hub))),
+                publish_metrics,
+                Some(delayed.clone()),
+            );
+            (Mode::Standalone { delayed, publish }, None)
         };
-        let publish = PublishApi::with_delayed(
-            PublishConfig {
-                api_keys: ApiKeys::new(keys),
-                limits: config.envelope_limits(),
-                max_body_bytes: config.publish.max_body_bytes,
-                max_batch: config.publish.max_batch,
-            },
-            Arc::new(link::LocalLink::new(Arc::clone(&hub))),
-            publish_metrics,
-            delayed.clone(),
-        );
-        // An edge reports presence to its roots' routers.
-        let (presence, presence_rx) = if config.edge_mode() {
-            let (reporter, rx) =
-                presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
-            (Some(reporter), Some(rx))
-        } else {
-            (None, None)
-        };
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(Shared {
+            sessions: SessionSlots::new(config.session.max_sessions),
             config,
             hub,
             verifier,
             metrics,
             registry,
             shutdown,
-            TaskTracker::new(),
+            tracker: TaskTracker::new(),
             dev,
-            delayed,
-            presence,
-        ));
+            mode,
+        });
         Ok(Gateway {
             shared,
-            publish,
             presence_rx,
         })
+    }
+
+    /// The mode this gateway runs in.
+    pub fn mode(&self) -> &Mode {
+        &self.shared.mode
     }
 
     /// The shared state (tests read metrics and the hub through it).
@@ -152,53 +156,64 @@ impl Gateway {
     pub async fn serve(self, listener: TcpListener) {
         let shared = self.shared;
         let cfg = &shared.config;
-        let expiry = tokio::spawn(Arc::clone(&shared.hub).run_expiry(
+        let shutdown = shared.shutdown.clone();
+        // The background tasks of this mode, each stopped by `shutdown`.
+        let mut tasks = Tasks::default();
+        let hub = Arc::clone(&shared.hub);
+        let (tick, budget) = (
             Duration::from_millis(cfg.mailbox.expiry_tick_ms),
             cfg.mailbox.max_expirations_per_tick,
-            shared.shutdown.clone(),
-        ));
+        );
+        tasks.spawn(
+            task_fn("mailbox-expiry", move |shutdown| {
+                hub.run_expiry(tick, budget, shutdown)
+            }),
+            shutdown.clone(),
+        );
         // An edge takes notifications from its roots; publishing goes through
         // a router, so the publish API is served only standalone.
-        let publish_routes = if cfg.edge_mode() {
-            axum::Router::new()
-        } else {
-            self.publish.routes()
-        };
-        let scheduling = shared.delayed.as_ref().and_then(|d| {
-            d.scheduling(
-                Arc::new(link::LocalLink::new(Arc::clone(&shared.hub))),
-                Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
-            )
-        });
-        let mut tasks = herald_engine::task::Tasks::default();
-        if let Some(scheduling) = scheduling {
-            tasks.spawn(scheduling, shared.shutdown.clone());
-        }
-        let uplink = cfg.edge_mode().then(|| {
-            let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
-            if let Some(rx) = self.presence_rx {
-                let batcher = presence::BatcherConfig {
-                    edge: cfg.edge.id.clone().unwrap_or_else(|| "unnamed".into()),
-                    boot: format!("{:016x}", rand::random::<u64>()),
-                    batch: Duration::from_millis(cfg.edge.presence_batch_ms),
-                    heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
-                };
-                tokio::spawn(presence::run_batcher(
-                    batcher,
-                    rx,
-                    reports.clone(),
-                    shared.shutdown.clone(),
-                ));
+        let publish_routes = match &shared.mode {
+            Mode::Standalone { publish, delayed } => {
+                let scheduling = delayed.scheduling(
+                    Arc::new(link::LocalLink::new(Arc::clone(&shared.hub))),
+                    Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
+                );
+                if let Some(scheduling) = scheduling {
+                    tasks.spawn(scheduling, shutdown.clone());
+                }
+                publish.routes()
             }
-            let uplink = Arc::new(uplink::Uplink::new(
-                cfg.edge.clone(),
-                Arc::clone(&shared.hub),
-                cfg.envelope_limits(),
-                Arc::clone(&shared.metrics),
-                reports,
-            ));
-            tokio::spawn(uplink.run(shared.shutdown.clone()))
-        });
+            Mode::Edge { .. } => {
+                let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
+                if let Some(rx) = self.presence_rx {
+                    let batcher = presence::BatcherConfig {
+                        edge: cfg.edge.id.clone().unwrap_or_else(|| "unnamed".into()),
+                        boot: format!("{:016x}", rand::random::<u64>()),
+                        batch: Duration::from_millis(cfg.edge.presence_batch_ms),
+                        heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
+                    };
+                    let out = reports.clone();
+                    tasks.spawn(
+                        task_fn("presence-batcher", move |shutdown| {
+                            presence::run_batcher(batcher, rx, out, shutdown)
+                        }),
+                        shutdown.clone(),
+                    );
+                }
+                let uplink = Arc::new(uplink::Uplink::new(
+                    cfg.edge.clone(),
+                    Arc::clone(&shared.hub),
+                    cfg.envelope_limits(),
+                    Arc::clone(&shared.metrics),
+                    reports,
+                ));
+                tasks.spawn(
+                    task_fn("uplink", move |shutdown| uplink.run(shutdown)),
+                    shutdown.clone(),
+                );
+                axum::Router::new()
+            }
+        };
         let (router, native) = http::routes(Arc::clone(&shared), publish_routes);
         server::serve(
             listener,
@@ -225,11 +240,7 @@ impl Gateway {
                 "shutdown grace elapsed with connections still open"
             );
         }
-        let _ = expiry.await;
         tasks.join().await;
-        if let Some(uplink) = uplink {
-            let _ = uplink.await;
-        }
         tracing::info!("stopped");
     }
 }

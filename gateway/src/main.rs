@@ -66,12 +66,7 @@ fn main() -> ExitCode {
             }
             println!("{}", dev::banner(addr, &config.data_dir, creds));
         }
-        let mode = if config.edge_mode() {
-            "edge"
-        } else {
-            "standalone"
-        };
-        tracing::info!(%addr, mode, dev = dev_creds.is_some(), "herald-gateway listening");
+        let dev = dev_creds.is_some();
         let shutdown = CancellationToken::new();
         let store = herald_gateway::delayed::store_path(&config);
         let gateway = match Gateway::new(config, verifier, dev_creds, shutdown.clone()) {
@@ -84,6 +79,8 @@ fn main() -> ExitCode {
                 return ExitCode::from(EX_CANTCREAT);
             }
         };
+        let mode = gateway.mode().name();
+        tracing::info!(%addr, mode, dev, "herald-gateway listening");
         let signals = tokio::spawn(async move {
             wait_for_signal().await;
             shutdown.cancel();

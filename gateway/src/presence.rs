@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 /// (a link that falls further behind skips the oldest; counted).
 pub const LINK_BACKLOG: usize = 64;
 
-/// The sending side, held by [`crate::app::Shared`] in edge mode.
+/// The sending side, held by [`crate::app::Mode::Edge`].
 #[derive(Debug, Clone)]
 pub struct PresenceReporter {
     tx: mpsc::Sender<(Arc<str>, bool)>,

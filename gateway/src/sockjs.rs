@@ -5,22 +5,30 @@
 //! - [`routes`]: the HTTP surface of one SockJS service (`/info`, the
 //!   greeting, `/{server}/{session}/{transport}`, `/websocket`), CORS and
 //!   cache headers.
+//! - [`application`]: what a session of the HTTP transports runs: STOMP,
+//!   or a test-suite app; chosen by the routes per service.
 //! - [`session`]: a session of the HTTP transports: its registry, its
-//!   driver task (the STOMP core or a test app), and the receiver slot that
-//!   xhr-streaming, xhr-polling and EventSource requests take in turn.
+//!   driver task (running an [`application::Application`]), and the
+//!   receiver slot that xhr-streaming, xhr-polling and EventSource requests
+//!   take in turn.
 //! - [`native`]: xhr-streaming and EventSource receivers served straight on
 //!   the socket (no hyper buffers) when they open a connection.
-//! - [`test_apps`]: the echo and close apps of the test-suite services over
-//!   WebSocket (test mode only).
+//! - [`test_apps`]: the echo and close apps of the test-suite services,
+//!   over WebSocket and as HTTP applications (test mode only); [`routes`]
+//!   runs them instead of the STOMP session on the test services.
 //!
 //! The SockJS WebSocket transport is [`crate::session::websocket`] with SockJS
-//! framing: it needs no session registry, the socket is the session.
+//! framing ([`crate::session::sockjs_frame`]): it needs no session registry,
+//! the socket is the session. Dependencies go one way: this module uses
+//! `session` (the core, the SockJS framing of its writes, the WebSocket
+//! shell); `session` knows nothing of this one.
 //!
 //! # Services
 //! `/sockjs` carries STOMP. With `sockjs.test_endpoints`, the services the
 //! SockJS protocol test suite expects are mounted too: `/echo`, `/close`,
 //! `/disabled_websocket_echo`, `/cookie_needed_echo`.
 
+pub mod application;
 pub mod native;
 pub mod routes;
 pub mod session;

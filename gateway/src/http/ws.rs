@@ -15,7 +15,6 @@ use tokio::net::TcpStream;
 use crate::app::Shared;
 use crate::metrics::RefuseReason;
 use crate::session::websocket::{self, Framing, Upgraded};
-use crate::sockjs::App;
 
 fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
@@ -78,18 +77,31 @@ pub async fn upgrade(
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     req: Request,
 ) -> Response {
-    accept(shared, peer, req, Framing::Raw, Flavor::Stomp, App::Stomp)
+    accept(
+        shared,
+        peer,
+        req,
+        Framing::Raw,
+        Flavor::Stomp,
+        websocket::run,
+    )
 }
 
-/// Validate the upgrade, answer 101, and run the session on the socket.
-pub(crate) fn accept(
+/// Validate the upgrade, answer 101, and `run` the session on the socket
+/// (the STOMP session, [`websocket::run`], or a SockJS test-suite app that
+/// the SockJS routes pass).
+pub(crate) fn accept<F, Fut>(
     shared: Arc<Shared>,
     peer: std::net::SocketAddr,
     mut req: Request,
     framing: Framing,
     flavor: Flavor,
-    app: App,
-) -> Response {
+    run: F,
+) -> Response
+where
+    F: FnOnce(Arc<Shared>, Upgraded) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let headers = req.headers();
     if flavor == Flavor::Sockjs {
         let problem = if !header_has_token(headers, header::UPGRADE, "websocket") {
@@ -158,20 +170,21 @@ pub(crate) fn accept(
             "this connection cannot be upgraded",
         );
     };
-    if shared.acquire_session().is_none() {
+    let Some(permit) = shared.acquire_session() else {
         return refuse(
             &shared,
             StatusCode::SERVICE_UNAVAILABLE,
             "too many sessions on this gateway; retry another",
         );
-    }
+    };
     let task_shared = Arc::clone(&shared);
     shared.tracker.spawn(async move {
+        // The slot is the task's until it ends, however it ends.
+        let _permit = permit;
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
             Err(e) => {
                 tracing::debug!(error = %e, "upgrade failed");
-                task_shared.release_session();
                 return;
             }
         };
@@ -183,13 +196,11 @@ pub(crate) fn accept(
                     http_token,
                     peer,
                     framing,
-                    app,
                 };
-                websocket::run(task_shared, up).await;
+                run(task_shared, up).await;
             }
             Err(_) => {
                 tracing::error!("upgraded connection is not a TcpStream; closing it");
-                task_shared.release_session();
             }
         }
     });

@@ -4,7 +4,9 @@
 //!
 //! A transport shell (raw WebSocket, SockJS over WebSocket, SockJS over
 //! HTTP) feeds it the STOMP byte stream the client sent and gives it a
-//! [`Sink`] that frames STOMP frames its own way.
+//! [`Sink`] that frames STOMP frames its own way. Everything it needs of
+//! the gateway (tokens, mailboxes, presence, metrics, limits) goes through
+//! a [`Host`], so it is unit-tested on values (`core/tests.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +18,8 @@ use herald_protocol::stomp::{
 };
 use tokio::time::Instant;
 
+use super::host::Host;
 use super::stomp::{Action, Connect, Failure, StompSession, Subscribe};
-use crate::app::Shared;
 use crate::hub::{Attached, Identity, Resume};
 use crate::metrics::{ProtocolError, RefuseReason, Transport, TransportLabels};
 use crate::outbox::{GapReason, Item, Outbox, QueueLimits, Subscription};
@@ -111,7 +113,7 @@ struct Attachment {
 
 /// The STOMP side of one session.
 pub struct StompCore {
-    shared: Arc<Shared>,
+    host: Arc<dyn Host>,
     transport: Transport,
     http_token: Option<String>,
     stomp_buf: BytesMut,
@@ -133,12 +135,12 @@ impl StompCore {
     /// A session that waits for CONNECT. `http_token` is a token that came
     /// with the HTTP request (`?token=` or `Authorization`).
     pub fn new(
-        shared: Arc<Shared>,
+        host: Arc<dyn Host>,
         transport: Transport,
         http_token: Option<String>,
         now: Instant,
     ) -> Self {
-        let cfg = &shared.config.session;
+        let cfg = host.config();
         StompCore {
             limits: stomp::Limits {
                 max_frame_bytes: cfg.max_frame_bytes,
@@ -161,13 +163,8 @@ impl StompCore {
             send_every: None,
             recv_within: None,
             close: None,
-            shared,
+            host,
         }
-    }
-
-    /// The shared state.
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
     }
 
     /// The session's outbox (to wait on its notifications).
@@ -272,12 +269,12 @@ impl StompCore {
         let token = c.token.or_else(|| self.http_token.take());
         let identity = match token {
             None => Err(crate::auth::AuthError::Missing),
-            Some(t) => self.shared.verifier.verify(&t),
+            Some(t) => self.host.verify(&t),
         };
         let who = match identity {
             Ok(who) => who,
             Err(e) => {
-                self.shared.metrics.refuse(RefuseReason::Auth);
+                self.host.metrics().refuse(RefuseReason::Auth);
                 tracing::debug!(error = %e, "CONNECT refused");
                 self.fail(
                     Failure {
@@ -291,7 +288,7 @@ impl StompCore {
                 return;
             }
         };
-        let cfg = &self.shared.config.session;
+        let cfg = self.host.config();
         let server = HeartBeat {
             cx: cfg.heartbeat_send_ms,
             cy: cfg.heartbeat_receive_ms,
@@ -302,14 +299,9 @@ impl StompCore {
         self.recv_within = recv.map(|d| d * 2);
         self.connect_deadline = None;
         self.machine.connected(c.version);
-        let attached = self.shared.hub.attach(&who, &self.outbox);
+        let attached = self.host.attach(&who, &self.outbox);
         if attached.came_online {
-            if let Some(delayed) = &self.shared.delayed {
-                delayed.user_online(&who.user);
-            }
-            if let Some(presence) = &self.shared.presence {
-                presence.online(&who.user);
-            }
+            self.host.user_online(&who.user);
         }
         let hb = HeartBeat {
             cx: send.map_or(0, |d| d.as_millis() as u32),
@@ -321,10 +313,7 @@ impl StompCore {
         let head = attached.head.to_string();
         // Name the edge, so a client (and an operator) can tell where a
         // session landed behind the proxy.
-        let server = match (&self.shared.config.edge.id, self.shared.config.edge_mode()) {
-            (Some(id), true) => format!("Herald/{} {id}", env!("CARGO_PKG_VERSION")),
-            _ => concat!("Herald/", env!("CARGO_PKG_VERSION")).to_owned(),
-        };
+        let server = self.host.server_name();
         sink.frame(
             Command::Connected,
             &[
@@ -347,12 +336,9 @@ impl StompCore {
         let labels = TransportLabels {
             transport: self.transport,
         };
-        self.shared.metrics.sessions.get_or_create(&labels).inc();
-        self.shared
-            .metrics
-            .sessions_opened
-            .get_or_create(&labels)
-            .inc();
+        let metrics = self.host.metrics();
+        metrics.sessions.get_or_create(&labels).inc();
+        metrics.sessions_opened.get_or_create(&labels).inc();
         self.attachment = Some(Attachment {
             who,
             attached,
@@ -373,8 +359,7 @@ impl StompCore {
             filter: s.filter,
         };
         let result = self
-            .shared
-            .hub
+            .host
             .subscribe(&a.who, &self.outbox, sub, resume.as_ref(), now);
         tracing::debug!(?result, "subscribed");
         if let Some(r) = s.receipt {
@@ -438,7 +423,7 @@ impl StompCore {
             return;
         }
         if self.connect_deadline.is_some_and(|d| now >= d) {
-            self.shared.metrics.refuse(RefuseReason::ConnectTimeout);
+            self.host.metrics().refuse(RefuseReason::ConnectTimeout);
             self.fail(
                 Failure {
                     message: "no CONNECT frame in time".into(),
@@ -480,7 +465,7 @@ impl StompCore {
         if self.close.is_some() {
             return;
         }
-        self.shared.metrics.error(f.kind);
+        self.host.metrics().error(f.kind);
         tracing::debug!(message = %f.message, "session error");
         error(
             sink,
@@ -524,21 +509,23 @@ impl StompCore {
         self.close.get_or_insert(1000);
     }
 
-    /// Leave the mailbox and give the session slot back.
+    /// Leave the mailbox (the shell's permit gives the slot back).
     pub fn finish(mut self) {
         if let Some(a) = self.attachment.take() {
-            let went_offline = self.shared.hub.detach(&a.who, &self.outbox, Instant::now());
-            if went_offline && let Some(presence) = &self.shared.presence {
-                presence.offline(&a.who.user);
+            let went_offline = self.host.detach(&a.who, &self.outbox, Instant::now());
+            if went_offline {
+                self.host.user_offline(&a.who.user);
             }
-            self.shared
-                .metrics
+            self.host
+                .metrics()
                 .sessions
                 .get_or_create(&TransportLabels {
                     transport: self.transport,
                 })
                 .dec();
         }
-        self.shared.release_session();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,9 @@
 //! an escaped NUL. Sinks add the framing: `a["…"]` in a WebSocket message,
 //! a line on xhr-streaming, a `data:` event on EventSource, or several
 //! strings in one array for polling.
+//!
+//! This is all of SockJS that `session` knows: [`crate::sockjs`] (the HTTP
+//! transports) builds on it and on the core, never the other way round.
 
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -12,7 +15,10 @@ use herald_protocol::envelope::Notification;
 use herald_protocol::sockjs;
 use herald_protocol::stomp::{self, Command, Version};
 
-use super::core::message_headers;
+use herald_protocol::websocket::OpCode;
+
+use super::core::{Sink, message_headers};
+use super::writer::WriteQueue;
 
 /// The escaped NUL that ends every STOMP frame.
 pub const NUL_ESCAPED: Bytes = Bytes::from_static(b"\\u0000");
@@ -82,6 +88,46 @@ pub fn array(pieces: &[Bytes]) -> Vec<Bytes> {
     v.extend(pieces.iter().cloned());
     v.push(Bytes::from_static(sockjs::ARRAY_CLOSE));
     v
+}
+
+/// STOMP frames as SockJS messages inside WebSocket frames (the SockJS
+/// websocket transport).
+pub struct WsSockjs<'a>(pub &'a mut WriteQueue);
+
+impl Sink for WsSockjs<'_> {
+    fn frame(&mut self, command: Command, headers: &[(&str, &str)], body: &[u8], v: Version) {
+        let pieces = array(&[control(command, headers, body, v)]);
+        self.0
+            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+    }
+
+    fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
+        let pieces = array(&message(subscription, seq, epoch, n, v));
+        self.0
+            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+    }
+
+    fn heartbeat(&mut self) {
+        let pieces = array(&[HEARTBEAT_ESCAPED]);
+        self.0
+            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+    }
+
+    fn queued(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The SockJS close frame for a WebSocket-style close code.
+pub fn close_reason(code: u16) -> &'static str {
+    match code {
+        1000 => "Normal closure",
+        1001 => "Going away",
+        1007 => "Invalid data",
+        1008 => "Policy violation",
+        1009 => "Message too big",
+        _ => "Protocol error",
+    }
 }
 
 #[cfg(test)]

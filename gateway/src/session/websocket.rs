@@ -13,16 +13,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::envelope::Notification;
 use herald_protocol::sockjs;
-use herald_protocol::stomp::{Command, Version};
 use herald_protocol::websocket::{self, Message, OpCode, WsError};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::core::{Sink, StompCore};
-use super::sockjs_frame;
+use super::host::Host;
+use super::sockjs_frame::{WsSockjs, close_reason};
 use super::writer::{RawStomp, WriteQueue};
 use crate::app::Shared;
 use crate::metrics::{ProtocolError, Transport};
@@ -56,50 +55,10 @@ pub struct Upgraded {
     pub peer: std::net::SocketAddr,
     /// The framing.
     pub framing: Framing,
-    /// What runs on it: STOMP, or a SockJS test-suite app.
-    pub app: crate::sockjs::App,
-}
-
-/// STOMP frames as SockJS messages inside WebSocket frames.
-struct WsSockjs<'a>(&'a mut WriteQueue);
-
-impl Sink for WsSockjs<'_> {
-    fn frame(&mut self, command: Command, headers: &[(&str, &str)], body: &[u8], v: Version) {
-        let pieces = sockjs_frame::array(&[sockjs_frame::control(command, headers, body, v)]);
-        self.0
-            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
-    }
-
-    fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
-        let pieces = sockjs_frame::array(&sockjs_frame::message(subscription, seq, epoch, n, v));
-        self.0
-            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
-    }
-
-    fn heartbeat(&mut self) {
-        let pieces = sockjs_frame::array(&[sockjs_frame::HEARTBEAT_ESCAPED]);
-        self.0
-            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
-    }
-
-    fn queued(&self) -> usize {
-        self.0.len()
-    }
-}
-
-/// The SockJS close frame for a WebSocket-style close code.
-pub fn sockjs_close_reason(code: u16) -> &'static str {
-    match code {
-        1000 => "Normal closure",
-        1001 => "Going away",
-        1007 => "Invalid data",
-        1008 => "Policy violation",
-        1009 => "Message too big",
-        _ => "Protocol error",
-    }
 }
 
 struct Session {
+    shared: Arc<Shared>,
     core: StompCore,
     stream: TcpStream,
     inbuf: BytesMut,
@@ -119,10 +78,6 @@ enum Stop {
 
 /// Run one session to its end.
 pub async fn run(shared: Arc<Shared>, up: Upgraded) {
-    if up.app != crate::sockjs::App::Stomp {
-        crate::sockjs::test_apps::run_websocket(shared, up).await;
-        return;
-    }
     let transport = match up.framing {
         Framing::Raw => Transport::Websocket,
         Framing::Sockjs => Transport::SockjsWebsocket,
@@ -145,7 +100,13 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
         let sockjs_heartbeat = (framing == Framing::Sockjs)
             .then(|| Duration::from_millis(shared.config.sockjs.heartbeat_ms));
         let mut session = Session {
-            core: StompCore::new(shared, transport, http_token, now),
+            core: StompCore::new(
+                Arc::clone(&shared) as Arc<dyn Host>,
+                transport,
+                http_token,
+                now,
+            ),
+            shared,
             stream,
             inbuf,
             ws: websocket::Decoder::new(max_frame),
@@ -216,7 +177,7 @@ impl Session {
             let deadline = self.next_deadline(now);
             let can_pull =
                 self.closing.is_none() && self.core.can_pull() && self.out.len() < PULL_UNTIL;
-            let shared = Arc::clone(self.core.shared());
+            let shared = Arc::clone(&self.shared);
             let outbox = Arc::clone(self.core.outbox());
             tokio::select! {
                 biased;
@@ -248,7 +209,7 @@ impl Session {
         }
         if self.framing == Framing::Sockjs {
             let mut c = BytesMut::new();
-            sockjs::encode_close(code, sockjs_close_reason(code), &mut c);
+            sockjs::encode_close(code, close_reason(code), &mut c);
             self.out.ws_frame(OpCode::Text, &[&c.freeze()]);
             self.out.close(1000, "");
         } else {
@@ -376,7 +337,7 @@ impl Session {
                     }
                     Err(e) => {
                         // SockJS: broken framing ends the session.
-                        self.core.shared().metrics.error(ProtocolError::Websocket);
+                        self.shared.metrics.error(ProtocolError::Websocket);
                         tracing::debug!(error = %e, "broken SockJS framing");
                         self.core.peer_closed();
                         self.out.close(1002, "");

@@ -164,13 +164,12 @@ impl Native {
                 return;
             }
         };
-        let Some(sess) = self.registry.get_or_create(
-            &session,
-            self.service,
-            kind,
-            &self.shared,
-            head.token.clone(),
-        ) else {
+        // Only the STOMP service is served natively.
+        let app = || super::application::stomp(&self.shared, kind, head.token.clone());
+        let Some(sess) = self
+            .registry
+            .get_or_create(&session, self.service, &self.shared, app)
+        else {
             self.shared.metrics.refuse(RefuseReason::SessionLimit);
             let _ = stream
                 .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: 48\r\nConnection: close\r\n\r\ntoo many sessions on this gateway; retry another")

@@ -20,11 +20,11 @@ use herald_protocol::sockjs;
 use http_body_util::BodyExt;
 
 use super::session::{Attach, Kind, Registry};
-use super::{App, Service};
+use super::{App, Service, test_apps};
 use crate::app::Shared;
 use crate::http::ws::{self, Flavor};
 use crate::metrics::RefuseReason;
-use crate::session::websocket::Framing;
+use crate::session::websocket::{self, Framing};
 
 /// Bytes of `h` before the first frame of xhr-streaming: browsers deliver a
 /// streaming XHR's progress only after a first chunk of some size.
@@ -74,14 +74,7 @@ async fn dispatch(
             if !s.service.websocket {
                 return plain(StatusCode::NOT_FOUND, "Not found");
             }
-            ws::accept(
-                s.shared,
-                peer,
-                req,
-                Framing::Sockjs,
-                Flavor::Sockjs,
-                s.service.app,
-            )
+            accept_websocket(s, peer, req, Framing::Sockjs)
         }
         ("xhr", Method::POST) => receive(s, &session, req, Kind::XhrPolling),
         ("xhr_streaming", Method::POST) => receive(s, &session, req, Kind::XhrStreaming),
@@ -214,14 +207,29 @@ async fn raw_websocket(
     if !s.service.websocket {
         return plain(StatusCode::NOT_FOUND, "Not found");
     }
-    ws::accept(
-        s.shared,
-        peer,
-        req,
-        Framing::Raw,
-        Flavor::Sockjs,
-        s.service.app,
-    )
+    accept_websocket(s, peer, req, Framing::Raw)
+}
+
+/// Accept a WebSocket for this service: the STOMP session, or on the test
+/// services the suite's echo or close app (the session path has no test
+/// branch).
+fn accept_websocket(
+    s: SockjsState,
+    peer: std::net::SocketAddr,
+    req: Request,
+    framing: Framing,
+) -> Response {
+    match s.service.app {
+        App::Stomp => ws::accept(s.shared, peer, req, framing, Flavor::Sockjs, websocket::run),
+        app => ws::accept(
+            s.shared,
+            peer,
+            req,
+            framing,
+            Flavor::Sockjs,
+            move |shared, up| test_apps::run_websocket(shared, up, app),
+        ),
+    }
 }
 
 fn query_token(req: &Request) -> Option<String> {
@@ -235,10 +243,12 @@ fn query_token(req: &Request) -> Option<String> {
 fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
     let headers = req.headers().clone();
     let token = query_token(&req);
-    let Some(sess) = s
-        .registry
-        .get_or_create(session, s.service, kind, &s.shared, token)
-    else {
+    let app = || match s.service.app {
+        App::Stomp => super::application::stomp(&s.shared, kind, token),
+        App::Echo => Box::new(test_apps::Echo),
+        App::Close => Box::new(test_apps::Close),
+    };
+    let Some(sess) = s.registry.get_or_create(session, s.service, &s.shared, app) else {
         s.shared.metrics.refuse(RefuseReason::SessionLimit);
         return plain(
             StatusCode::SERVICE_UNAVAILABLE,

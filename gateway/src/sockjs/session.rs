@@ -3,7 +3,7 @@
 //! A session lives in its service's registry from the first receiving
 //! request until it closes or has had no receiver for
 //! `sockjs.session_timeout_ms`. One driver task per session owns the
-//! application (the STOMP core, or a test app), takes what `xhr_send`
+//! [`Application`](super::application::Application) (the STOMP core, or a test app the routes chose), takes what `xhr_send`
 //! queued, pulls notifications, and writes SockJS frames to whichever
 //! receiver holds the slot: a streaming response (xhr-streaming,
 //! EventSource, closed after `sockjs.streaming_limit_bytes`) or a polling
@@ -22,12 +22,13 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::App;
+use super::application::Application;
 use crate::app::Shared;
 use crate::metrics::Transport;
-use crate::session::core::{Sink, StompCore};
+use crate::session::core::Sink;
+use crate::session::permit::SessionPermit;
 use crate::session::sockjs_frame;
-use crate::session::websocket::{PULL_UNTIL, sockjs_close_reason};
+use crate::session::websocket::PULL_UNTIL;
 
 /// Most messages `xhr_send` may queue ahead of the driver; beyond, 503.
 pub const MAX_INBOUND_MESSAGES: usize = 1024;
@@ -47,7 +48,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn transport(self) -> Transport {
+    /// The session gauge this transport counts in.
+    pub fn transport(self) -> Transport {
         match self {
             Kind::XhrStreaming => Transport::XhrStreaming,
             Kind::Eventsource => Transport::Eventsource,
@@ -73,12 +75,19 @@ impl Kind {
 
 /// Escaped SockJS messages waiting for a receiver, each as pieces.
 #[derive(Debug, Default)]
-struct Pending {
+pub struct Pending {
     messages: VecDeque<Vec<Bytes>>,
     bytes: usize,
 }
 
 impl Pending {
+    /// Queue one message, given as text.
+    pub fn push_text(&mut self, text: &str) {
+        let mut e = BytesMut::with_capacity(sockjs::escaped_len(text));
+        sockjs::escape_into(text, &mut e);
+        self.push(vec![e.freeze()]);
+    }
+
     fn push(&mut self, pieces: Vec<Bytes>) {
         self.bytes += pieces.iter().map(Bytes::len).sum::<usize>();
         self.messages.push_back(pieces);
@@ -268,21 +277,20 @@ impl Registry {
         self.sessions.lock().get(id).cloned()
     }
 
-    /// The session `id`, created (with its driver) if new. None when the
-    /// gateway is at `session.max_sessions`.
+    /// The session `id`, created if new: its driver runs what `app` makes.
+    /// None when the gateway is at `session.max_sessions`.
     pub fn get_or_create(
         self: &Arc<Self>,
         id: &str,
         service: super::Service,
-        kind: Kind,
         shared: &Arc<Shared>,
-        http_token: Option<String>,
+        app: impl FnOnce() -> Box<dyn Application>,
     ) -> Option<Arc<HttpSession>> {
         let mut map = self.sessions.lock();
         if let Some(s) = map.get(id) {
             return Some(Arc::clone(s));
         }
-        shared.acquire_session()?;
+        let permit = shared.acquire_session()?;
         let session = Arc::new(HttpSession {
             inbox: Mutex::new(Inbox::default()),
             wake: Notify::new(),
@@ -296,16 +304,7 @@ impl Registry {
             registry: Arc::clone(self),
             session: Arc::clone(&session),
             streaming_limit: service.streaming_limit_bytes,
-            app: match service.app {
-                App::Stomp => AppState::Stomp(Box::new(StompCore::new(
-                    Arc::clone(shared),
-                    kind.transport(),
-                    http_token,
-                    Instant::now(),
-                ))),
-                App::Echo => AppState::Echo,
-                App::Close => AppState::Close,
-            },
+            app: app(),
             shared: Arc::clone(shared),
             pending: Pending::default(),
             opened: false,
@@ -313,6 +312,7 @@ impl Registry {
             last_send: Instant::now(),
             receiver_left: Some(Instant::now()),
             held: None,
+            _permit: permit,
         };
         shared.tracker.spawn(driver.run());
         Some(session)
@@ -323,18 +323,12 @@ impl Registry {
     }
 }
 
-enum AppState {
-    Stomp(Box<StompCore>),
-    Echo,
-    Close,
-}
-
 struct Driver {
     id: Arc<str>,
     streaming_limit: usize,
     registry: Arc<Registry>,
     session: Arc<HttpSession>,
-    app: AppState,
+    app: Box<dyn Application>,
     shared: Arc<Shared>,
     pending: Pending,
     opened: bool,
@@ -345,6 +339,8 @@ struct Driver {
     /// A frame the receiver's channel had no room for, and whether the
     /// receiver is released once it is sent.
     held: Option<(Frame, bool)>,
+    /// The session's slot, given back when the driver ends.
+    _permit: SessionPermit,
 }
 
 impl Driver {
@@ -355,13 +351,9 @@ impl Driver {
         loop {
             let now = Instant::now();
             self.take_inbound(now);
-            if let AppState::Stomp(core) = &mut self.app
-                && self.close.is_none()
-            {
-                core.pull(&mut self.pending, PULL_UNTIL);
-                if let Some(code) = core.close_code() {
-                    self.close = Some((code, sockjs_close_reason(code)));
-                }
+            if self.close.is_none() {
+                self.app.pull(&mut self.pending, PULL_UNTIL);
+                self.close = self.app.close();
             }
             if std::mem::take(&mut self.session.inbox.lock().interrupted) {
                 self.interrupted();
@@ -404,32 +396,25 @@ impl Driver {
             if attached {
                 deadline = deadline.min(self.last_send + heartbeat);
             }
-            if let AppState::Stomp(core) = &self.app
-                && let Some(d) = core.next_deadline()
-            {
+            if let Some(d) = self.app.next_deadline() {
                 deadline = deadline.min(d);
             }
             let shared = Arc::clone(&self.shared);
-            let outbox = match &self.app {
-                AppState::Stomp(core) if core.can_pull() && self.pending.bytes < PULL_UNTIL => {
-                    Some(Arc::clone(core.outbox()))
-                }
-                _ => None,
+            let outbox = if self.pending.bytes < PULL_UNTIL {
+                self.app.outbox()
+            } else {
+                None
             };
             tokio::select! {
                 _ = shared.shutdown.cancelled(), if self.close.is_none() => {
-                    if let AppState::Stomp(core) = &mut self.app {
-                        core.shutdown(&mut self.pending);
-                    }
+                    self.app.shutdown(&mut self.pending);
                     self.close = Some((1001, "Going away"));
                 }
                 _ = self.session.wake.notified() => {}
                 _ = async { outbox.as_ref().unwrap().notified().await }, if outbox.is_some() => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
-                    if let AppState::Stomp(core) = &mut self.app {
-                        core.on_timer(now, &mut self.pending);
-                    }
+                    self.app.on_timer(now, &mut self.pending);
                     if attached && now >= self.last_send + heartbeat {
                         self.send_to_receiver(vec![Bytes::from_static(sockjs::HEARTBEAT)], now, usize::MAX);
                     }
@@ -442,20 +427,10 @@ impl Driver {
     fn take_inbound(&mut self, now: Instant) {
         let inbound = std::mem::take(&mut self.session.inbox.lock().inbound);
         for m in inbound {
-            match &mut self.app {
-                AppState::Stomp(core) => core.on_stomp_bytes(m.as_bytes(), now, &mut self.pending),
-                AppState::Echo => {
-                    let mut e = BytesMut::with_capacity(sockjs::escaped_len(&m));
-                    sockjs::escape_into(&m, &mut e);
-                    self.pending.push(vec![e.freeze()]);
-                }
-                AppState::Close => {}
-            }
+            self.app.on_message(&m, now, &mut self.pending);
         }
-        if let AppState::Stomp(core) = &self.app
-            && let Some(code) = core.close_code()
-        {
-            self.close.get_or_insert((code, sockjs_close_reason(code)));
+        if let Some(close) = self.app.close() {
+            self.close.get_or_insert(close);
         }
     }
 
@@ -482,8 +457,8 @@ impl Driver {
         if !self.opened {
             self.opened = true;
             self.send_to_receiver(vec![Bytes::from_static(sockjs::OPEN)], now, limit);
-            if matches!(self.app, AppState::Close) {
-                self.close = Some(sockjs::close::GO_AWAY);
+            if let Some(close) = self.app.opened() {
+                self.close = Some(close);
             }
             if self.held.is_some()
                 || self
@@ -532,9 +507,7 @@ impl Driver {
         };
         self.queue(frame, release);
         self.last_send = now;
-        if let AppState::Stomp(core) = &mut self.app {
-            core.sent(now);
-        }
+        self.app.sent(now);
     }
 
     /// Queue a wrapped frame for the receiver; when its queue is full, hold
@@ -569,9 +542,7 @@ impl Driver {
         self.pending = Pending::default();
         if self.close.is_none() {
             self.close = Some(close);
-            if let AppState::Stomp(core) = &mut self.app {
-                core.peer_closed();
-            }
+            self.app.peer_closed();
         }
     }
 
@@ -582,9 +553,6 @@ impl Driver {
             r.released = true;
         }
         self.session.out.notify_one();
-        match self.app {
-            AppState::Stomp(core) => core.finish(),
-            _ => self.shared.release_session(),
-        }
+        self.app.finish();
     }
 }

@@ -1,7 +1,8 @@
 //! The SockJS protocol test suite's apps over WebSocket: `/echo` echoes
 //! every message, `/close` closes every session with `c[3000,"Go away!"]`.
-//! Mounted only with `sockjs.test_endpoints`; the HTTP transports run the
-//! same apps in [`super::session`].
+//! Mounted only with `sockjs.test_endpoints`; the routes run them instead of
+//! the STOMP session: [`run_websocket`] on the WebSocket transports, [`Echo`]
+//! and [`Close`] as the [`Application`] of the HTTP transports' sessions.
 
 use std::sync::Arc;
 
@@ -9,18 +10,43 @@ use bytes::BytesMut;
 use herald_protocol::sockjs;
 use herald_protocol::websocket::{self, Message, OpCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 use super::App;
+use super::application::Application;
+use super::session::Pending;
 use crate::app::Shared;
 use crate::session::websocket::{Framing, Upgraded};
 
+/// `/echo` over the HTTP transports: every message back.
+#[derive(Debug)]
+pub struct Echo;
+
+impl Application for Echo {
+    fn on_message(&mut self, message: &str, _now: Instant, out: &mut Pending) {
+        out.push_text(message);
+    }
+}
+
+/// `/close` over the HTTP transports: closed with `c[3000,"Go away!"]` as
+/// soon as it opens.
+#[derive(Debug)]
+pub struct Close;
+
+impl Application for Close {
+    fn on_message(&mut self, _message: &str, _now: Instant, _out: &mut Pending) {}
+
+    fn opened(&mut self) -> Option<(u16, &'static str)> {
+        Some(sockjs::close::GO_AWAY)
+    }
+}
+
 /// Run an echo or close app on an upgraded socket.
-pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded) {
+pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded, app: App) {
     let Upgraded {
         mut stream,
         leftover,
         framing,
-        app,
         ..
     } = up;
     let mut input = BytesMut::from(&leftover[..]);
@@ -83,7 +109,6 @@ pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded) {
         }
     }
     let _ = stream.shutdown().await;
-    shared.release_session();
 }
 
 fn echo(framing: Framing, data: &[u8], text: bool, out: &mut BytesMut, done: &mut bool) {
