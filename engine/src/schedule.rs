@@ -28,6 +28,7 @@
 
 pub mod config;
 pub mod entry;
+pub mod error;
 mod firer;
 pub mod metrics;
 mod pace;

@@ -8,16 +8,12 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use tokio::time::Instant;
-
-use crate::auth::{AuthError, Verifier};
-use crate::config::{Config, SessionConfig};
-use crate::hub::{Attached, Hub, Identity, Replay, Resume};
+use crate::auth::Verifier;
+use crate::config::Config;
+use crate::hub::Hub;
 use crate::metrics::Metrics;
-use crate::outbox::{Outbox, Subscription};
+use crate::permit::{SessionPermit, SessionSlots};
 use crate::presence::PresenceReporter;
-use crate::session::host::Host;
-use crate::session::permit::{SessionPermit, SessionSlots};
 
 /// Credentials made up in dev mode.
 #[derive(Debug, Clone)]
@@ -102,65 +98,5 @@ impl Shared {
             Mode::Edge { .. } => self.config.edge.id.as_deref(),
             Mode::Standalone { .. } => None,
         }
-    }
-}
-
-/// Sessions reach the gateway through this: the hub, the verifier, the
-/// metrics, and the mode's presence (the delayed engine standalone, the
-/// roots' routers on an edge).
-impl Host for Shared {
-    fn config(&self) -> &SessionConfig {
-        &self.config.session
-    }
-
-    fn server_name(&self) -> String {
-        // Name the edge, so a client (and an operator) can tell where a
-        // session landed behind the proxy.
-        match self.edge_id() {
-            Some(id) => format!("Herald/{} {id}", env!("CARGO_PKG_VERSION")),
-            None => concat!("Herald/", env!("CARGO_PKG_VERSION")).to_owned(),
-        }
-    }
-
-    fn verify(&self, token: &str) -> Result<Identity, AuthError> {
-        self.verifier.verify(token)
-    }
-
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached {
-        self.hub.attach(who, outbox)
-    }
-
-    fn subscribe(
-        &self,
-        who: &Identity,
-        outbox: &Arc<Outbox>,
-        sub: Subscription,
-        resume: Option<&Resume>,
-        now: Instant,
-    ) -> Replay {
-        self.hub.subscribe(who, outbox, sub, resume, now)
-    }
-
-    fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool {
-        self.hub.detach(who, outbox, now)
-    }
-
-    fn user_online(&self, user: &Arc<str>) {
-        match &self.mode {
-            Mode::Standalone { delayed, .. } => delayed.user_online(user),
-            Mode::Edge { presence } => presence.online(user),
-        }
-    }
-
-    fn user_offline(&self, user: &Arc<str>) {
-        match &self.mode {
-            // The delayed engine asks the hub when it needs to know.
-            Mode::Standalone { .. } => {}
-            Mode::Edge { presence } => presence.offline(user),
-        }
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 }

@@ -11,8 +11,6 @@
 //! | `GET /js/herald.js` | the browser client module |
 //! | `GET /` | the demo page (dev mode only) |
 
-pub mod ws;
-
 use std::sync::Arc;
 
 use axum::Router;
@@ -33,7 +31,7 @@ const CLIENT_MODULE: &str = include_str!("../js/src/herald.js");
 /// streaming path of the `/sockjs` service (see [`crate::sockjs::native`]).
 pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Native>>) {
     let mut router = Router::new()
-        .route("/ws", get(ws::upgrade))
+        .route("/ws", get(crate::ws::upgrade))
         .route("/js/herald.js", get(client_module))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))

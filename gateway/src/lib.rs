@@ -4,8 +4,12 @@
 //! # Layout
 //! - [`config`]: defaults, TOML file, environment, flags; validation.
 //! - [`server`]: the accept loop (hyper HTTP/1.1 with upgrades).
-//! - [`http`]: routes: `/ws`, `/healthz`, `/metrics`, the demo page, and the
-//!   publish API from `herald-router`.
+//! - [`http`]: routes: `/ws`, `/sockjs`, `/healthz`, `/metrics`, the demo
+//!   page, and (standalone) the publish API from `herald-engine`.
+//! - [`ws`]: the WebSocket upgrade, shared by `/ws` and SockJS's websocket
+//!   transports; it hands the raw socket to a session.
+//! - [`permit`]: session slots; a [`permit::SessionPermit`] gives its slot
+//!   back when dropped.
 //! - [`session`]: STOMP over WebSocket: sans-I/O state machine, the bytes it
 //!   writes, the async shell.
 //! - [`sockjs`]: SockJS 0.3 under `/sockjs` (and the test-suite services).
@@ -18,6 +22,10 @@
 //!   hub; [`dedup`] drops repeated notification ids.
 //! - [`app`]: the shared state, and the [`app::Mode`] (standalone or edge)
 //!   decided once at start.
+//! - [`delayed`]: standalone: the engine's delayed notifications over the
+//!   embedded store, with the hub as the presence source.
+//! - [`presence`]: edge mode: users coming and going, batched into reports
+//!   for the roots.
 //! - [`metrics`], [`dev`]: metrics, dev mode.
 //!
 //! # Data flow
@@ -26,6 +34,12 @@
 //!   Hub: scope -> mailboxes -> seq + replay buffer -> Outbox::push (Arc, no copy)
 //!   session task: Outbox::pop -> [ws header + STOMP head][shared payload][NUL] -> writev
 //! ```
+//!
+//! # Tasks
+//! [`Gateway::serve`] lists the background tasks of its mode as
+//! [`herald_engine::task::Task`]s (mailbox expiry; standalone: the delayed
+//! engine; edge: the presence batcher and the uplink), all stopped by the
+//! shutdown token and joined after the drain.
 //!
 //! # Shutdown
 //! The token fires (SIGTERM/SIGINT in `main`): accepting stops, `/healthz`
@@ -44,11 +58,13 @@ pub mod hub;
 pub mod link;
 pub mod metrics;
 pub mod outbox;
+pub mod permit;
 pub mod presence;
 pub mod server;
 pub mod session;
 pub mod sockjs;
 pub mod uplink;
+pub mod ws;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +85,7 @@ use auth::Verifier;
 use config::Config;
 use hub::Hub;
 use metrics::Metrics;
-use session::permit::SessionSlots;
+use permit::SessionSlots;
 
 /// A configured gateway, ready to serve.
 #[derive(Debug)]

@@ -6,8 +6,6 @@
 //!   reaches the gateway only through a [`host::Host`].
 //! - [`host`]: what a session needs of the gateway (verify a token, attach
 //!   to and resume a mailbox, report presence, metrics, limits).
-//! - [`permit`]: session slots; a [`permit::SessionPermit`] gives its
-//!   slot back when dropped.
 //! - [`sockjs_frame`]: STOMP frames as escaped SockJS strings, the payload
 //!   escaped once per notification; the sink of the SockJS websocket
 //!   transport.
@@ -19,13 +17,12 @@
 //!   SockJS-framed): owns the TCP stream, holds no read buffer while idle,
 //!   writes vectored from shared `Bytes`, heart-beats, shutdown.
 //!
-//! This module depends on no transport module: [`crate::sockjs`] and
-//! [`crate::http`] build on it. It runs STOMP only; the SockJS test-suite
+//! This module depends on no transport module: [`crate::sockjs`],
+//! [`crate::ws`] and [`crate::http`] build on it. It runs STOMP only; the SockJS test-suite
 //! apps are dispatched by the SockJS routes.
 
 pub mod core;
 pub mod host;
-pub mod permit;
 pub mod sockjs_frame;
 pub mod stomp;
 pub mod websocket;

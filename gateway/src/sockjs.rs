@@ -7,6 +7,8 @@
 //!   cache headers.
 //! - [`application`]: what a session of the HTTP transports runs: STOMP,
 //!   or a test-suite app; chosen by the routes per service.
+//! - [`pending`]: which transport receives ([`pending::Kind`]) and the
+//!   messages waiting for a receiver ([`pending::Pending`]).
 //! - [`session`]: a session of the HTTP transports: its registry, its
 //!   driver task (running an [`application::Application`]), and the
 //!   receiver slot that xhr-streaming, xhr-polling and EventSource requests
@@ -30,6 +32,7 @@
 
 pub mod application;
 pub mod native;
+pub mod pending;
 pub mod routes;
 pub mod session;
 pub mod test_apps;

@@ -42,7 +42,7 @@ pub trait Presence: Send + Sync + 'static {
 
 /// A future returned by [`PresenceBook::record`].
 pub type RecordFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<(), super::store::StoreError>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<(), super::error::StoreError>> + Send + 'a>>;
 
 /// Where the routers keep what edges report (distributed mode): the
 /// writing side of a [`Presence`].

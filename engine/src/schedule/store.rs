@@ -40,22 +40,7 @@ use super::entry::{Entry, Millis, State, Status};
 /// A future returned by a [`Store`] method.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// The store failed; the operation may or may not have happened, except
-/// where a method says otherwise.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    /// The backend is unreachable or failed (I/O, connection, server error).
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// A stored record could not be read.
-    #[error("corrupt record for {id}: {reason}")]
-    Corrupt {
-        /// The entry's id.
-        id: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+pub use super::error::StoreError;
 
 /// The outcome of inserting one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::session::{Kind, Pending};
+use super::pending::{Kind, Pending};
 use crate::app::Shared;
 use crate::outbox::Outbox;
 use crate::session::core::StompCore;

@@ -22,9 +22,9 @@ use http_body_util::BodyExt;
 use super::session::{Attach, Kind, Registry};
 use super::{App, Service, test_apps};
 use crate::app::Shared;
-use crate::http::ws::{self, Flavor};
 use crate::metrics::RefuseReason;
 use crate::session::websocket::{self, Framing};
+use crate::ws::{self, Flavor};
 
 /// Bytes of `h` before the first frame of xhr-streaming: browsers deliver a
 /// streaming XHR's progress only after a first chunk of some size.

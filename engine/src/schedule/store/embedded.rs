@@ -54,9 +54,14 @@ use self::group_commit::{Limits, Request, run_writer};
 use self::layout::*;
 use self::read::StatusTables;
 use self::recent::RecentIds;
-use self::write::{Tables, io};
+use self::write::Tables;
 use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
 use crate::schedule::entry::{Entry, Millis, Status};
+
+/// A backend failure, as the store reports it.
+fn io(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("embedded store: {e}"))
+}
 
 /// Settings of the embedded store.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,8 @@ use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Memory;
-use super::write::{Tables, io};
+use super::io;
+use super::write::Tables;
 use crate::schedule::entry::{Entry, Millis};
 use crate::schedule::store::{Cancel, Insert, StoreError};
 

@@ -5,9 +5,9 @@
 use redb::ReadTransaction;
 
 use super::claims::Claims;
+use super::io;
 use super::layout::*;
 use super::recent::RecentIds;
-use super::write::io;
 use crate::schedule::entry::{Millis, State, Status};
 use crate::schedule::store::{Counts, Cursor, ListFilter, Page, StoreError};
 

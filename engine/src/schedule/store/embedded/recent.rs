@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use parking_lot::{RwLock, RwLockReadGuard};
 use redb::ReadableTable;
 
-use super::write::io;
+use super::io;
 use crate::schedule::store::StoreError;
 
 /// The in-memory part of the id index. Shared by the writer and readers.

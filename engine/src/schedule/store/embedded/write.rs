@@ -8,6 +8,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use parking_lot::Mutex;
 
 use super::claims::{Claim, Claims};
+use super::io;
 use super::layout::*;
 use super::recent::RecentIds;
 use crate::schedule::entry::{Entry, Millis, State};
@@ -49,10 +50,6 @@ pub(super) struct Tables<'t> {
     /// commits).
     pub(super) added: Vec<(Box<[u8]>, u64)>,
     pub(super) removed: Vec<(Box<[u8]>, u64)>,
-}
-
-pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("embedded store: {e}"))
 }
 
 type R<T> = Result<T, StoreError>;
