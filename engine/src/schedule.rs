@@ -5,8 +5,20 @@
 //!   ([`entry::Status`]), and the lifecycle ([`entry::State`]).
 //! - [`record`]: the stored binary form of an entry (pure, versioned).
 //! - [`store`]: the [`store::Store`] trait every backend implements.
+//! - [`error`]: [`error::StoreError`], what every store method can answer.
 //! - [`scheduler`]: when to claim: a state machine over the in-memory
 //!   window that takes `now` and reports its next deadline.
+//! - `firer` (private): the loop that claims, holds, merges, spaces and
+//!   sends, with its confirmer and settler (its own `# Layout` tells the
+//!   parts); `ready` (claimed entries waiting for their time) and `pace`
+//!   (how long claims take) feed it.
+//! - [`service`]: [`service::Delayed`], the front the publish API and the
+//!   AMQP intake hand accepted entries to, and
+//!   [`service::Scheduling`], the firer and maintenance as one task.
+//! - [`presence`]: who is online for `when-online` entries, and the edges'
+//!   presence reports ([`presence::PresenceReport`]).
+//! - [`timing`]: the due time of a publication, fixed at acceptance.
+//! - [`config`], [`metrics`]: `[schedule]` and `herald_delayed_*`.
 //!
 //! # Data flow
 //! ```text

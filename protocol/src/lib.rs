@@ -31,8 +31,6 @@
 //! incremental: SockJS messages arrive whole (an `xhr_send` body, one
 //! WebSocket message), bounded by the transport's own limit.
 
-#![warn(missing_docs)]
-
 pub mod binary;
 pub mod bundle;
 pub mod envelope;

@@ -1,6 +1,6 @@
 //! [`Delayed`]: the front of delayed notifications. The HTTP API and the
 //! AMQP intake hand it what they accepted; it stores it, tells the firer,
-//! and answers cancel, status and list. [`Delayed::start`] runs the firer
+//! and answers cancel, status and list. [`Delayed::scheduling`] gives the firer
 //! and the maintenance task (expire held entries, purge old statuses,
 //! refresh the pending gauges).
 

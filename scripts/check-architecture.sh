@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The crate and module rules of docs/architecture.md, checked:
+#   - no two sibling modules of a crate import each other
+#     (scripts/module-cycles.py);
+#   - herald-gateway depends on neither herald-router nor the Redis client,
+#     and herald-engine does not depend on herald-amqp (dependencies flow
+#     protocol <- engine <- amqp <- {router, gateway}).
+# Exits non-zero with what is wrong.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+status=0
+python3 scripts/module-cycles.py || status=1
+
+# `cargo tree -p X` resolves features for X alone, as `cargo build -p X` does.
+check_not_in_tree() {
+    local package=$1; shift
+    local tree dep
+    tree=$(cargo tree -p "$package" --edges normal,build --prefix none --format '{p}')
+    for dep in "$@"; do
+        if grep -qE "^$dep v" <<<"$tree"; then
+            echo "$package depends on $dep:" >&2
+            cargo tree -p "$package" --edges normal,build --invert "$dep" >&2 || true
+            status=1
+        fi
+    done
+}
+check_not_in_tree herald-gateway herald-router redis
+check_not_in_tree herald-engine herald-amqp herald-router herald-gateway lapin
+check_not_in_tree herald-amqp herald-router herald-gateway
+check_not_in_tree herald-router herald-gateway
+check_not_in_tree herald-protocol herald-engine tokio
+
+if [ "$status" -eq 0 ]; then
+    echo "crate dependencies flow one way; the gateway links neither the router nor redis"
+fi
+exit "$status"
