@@ -21,7 +21,7 @@
 //! # Layout
 //! - [`args`]: the command line; [`settings`]: its defaults resolved and checked, the plan and
 //!   the goal they imply (pure).
-//! - [`measure`]: one run in phases (sessions, baselines, publish, growth, probe, delivery,
+//! - [`measure`](mod@measure): one run in phases (sessions, baselines, publish, growth, probe, delivery,
 //!   counters, report); [`watch`]: progress and the measuring window of its long phases;
 //!   [`snapshot`]: the store's and the processes' bytes, Herald's metrics.
 //! - [`plan`]: which notifications, due when, to whom (pure); [`crate::harness::delayed_ids`]:

@@ -21,7 +21,7 @@
 //! latency of a late publication does not include its lateness).
 //!
 //! # Layout
-//! [`args`] (the command line), [`measure`] (one run in phases: set up, run, collect, report),
+//! [`args`] (the command line), [`measure`](mod@measure) (one run in phases: set up, run, collect, report),
 //! [`traffic`] (the clock, the publisher on its schedule, each session's reader), [`report`]
 //! (the result).
 

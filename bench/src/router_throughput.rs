@@ -16,7 +16,7 @@
 //! 5. The router is stopped (SIGTERM) and everything the run declared is deleted.
 //!
 //! # Layout
-//! [`args`] (the command line), [`measure`] (one run in phases), [`traffic`] (the publishers
+//! [`args`] (the command line), [`measure`](mod@measure) (one run in phases), [`traffic`] (the publishers
 //! and the edges consumer), [`report`] (the result and the router's context switches).
 
 mod args;

@@ -6,7 +6,7 @@
 //! permit. A failed session is counted under its reason and never stops the others.
 //!
 //! With `--record` (WebSocket transport only) the open sessions parse what they receive and
-//! record the delayed benchmark's messages ([`crate::worker::record`]); the worker reports the
+//! record the delayed benchmark's messages ([`crate::client::session::record`]); the worker reports the
 //! count every [`RECEIVED_INTERVAL`] while it changes, and the arrivals once the sessions are
 //! closed.
 

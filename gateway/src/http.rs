@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /ws` | STOMP over WebSocket ([`ws`]) |
+//! | `GET /ws` | STOMP over WebSocket ([`crate::ws`]) |
 //! | `POST /v1/notifications` | publish (from `herald-router`) |
 //! | `GET /healthz` | 200 while serving, 503 once shutdown starts |
 //! | `GET /metrics` | Prometheus text format |

@@ -9,7 +9,7 @@
 //! routed by [`Hub::deliver`], the same routing core standalone mode uses;
 //! it is acknowledged after that: the deliveries already waiting are
 //! routed together and acked with one `basic.ack` (`multiple`), at most
-//! [`ACK_BURST`] at a time. Each link also publishes this edge's
+//! `ACK_BURST` at a time. Each link also publishes this edge's
 //! presence reports ([`crate::presence`]) to `herald.presence` on its root. Each link runs under
 //! `herald_amqp`'s [`Supervisor`], like the router's intake: a link that
 //! fails reconnects with exponential backoff and jitter

@@ -3,7 +3,7 @@
 //! A session lives in its service's registry from the first receiving
 //! request until it closes or has had no receiver for
 //! `sockjs.session_timeout_ms`. One driver task per session owns the
-//! [`Application`](super::application::Application) (the STOMP core, or a test app the routes chose), takes what `xhr_send`
+//! [`Application`] (the STOMP core, or a test app the routes chose), takes what `xhr_send`
 //! queued, pulls notifications, and writes SockJS frames to whichever
 //! receiver holds the slot: a streaming response (xhr-streaming,
 //! EventSource, closed after `sockjs.streaming_limit_bytes`) or a polling

@@ -3,7 +3,7 @@
 //!
 //! The stamp is `SystemTime` (the clock Herald fixes due times with, on the same machine), read
 //! once per WebSocket message, before parsing, so it is the arrival time of the frames in it.
-//! The message's `message-id` names the bench's sequence number ([`crate::delayed::ids`]);
+//! The message's `message-id` names the bench's sequence number ([`crate::harness::delayed_ids`]);
 //! other messages are counted as foreign. Arrivals of all the sessions of a worker go into one
 //! [`Recorder`] (a mutex around a vector: a push per message, at most a few hundred thousand
 //! per run).
