@@ -127,64 +127,12 @@ impl Topology {
 
     /// Declare the exchanges, queues and bindings (idempotent).
     pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
-        let durable_exchange = ExchangeDeclareOptions {
-            durable: true,
-            ..ExchangeDeclareOptions::default()
-        };
-        let durable_queue = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
         let none = FieldTable::default;
-        channel
-            .exchange_declare(
-                self.exchange.as_str().into(),
-                ExchangeKind::Topic,
-                durable_exchange,
-                none(),
-            )
-            .await?;
-        channel
-            .queue_declare(self.queue.as_str().into(), durable_queue, none())
-            .await?;
-        channel
-            .queue_bind(
-                self.queue.as_str().into(),
-                self.exchange.as_str().into(),
-                "#".into(),
-                QueueBindOptions::default(),
-                none(),
-            )
-            .await?;
-        channel
-            .exchange_declare(
-                self.dead_exchange.as_str().into(),
-                ExchangeKind::Fanout,
-                durable_exchange,
-                none(),
-            )
-            .await?;
-        channel
-            .queue_declare(self.dead_queue.as_str().into(), durable_queue, none())
-            .await?;
-        channel
-            .queue_bind(
-                self.dead_queue.as_str().into(),
-                self.dead_exchange.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                none(),
-            )
-            .await?;
-        channel
-            .exchange_declare(
-                self.edges_exchange.as_str().into(),
-                ExchangeKind::Fanout,
-                durable_exchange,
-                none(),
-            )
-            .await?;
-        Ok(())
+        durable_exchange(channel, &self.exchange, ExchangeKind::Topic).await?;
+        durable_queue_bound(channel, &self.queue, none(), &self.exchange, "#").await?;
+        durable_exchange(channel, &self.dead_exchange, ExchangeKind::Fanout).await?;
+        durable_queue_bound(channel, &self.dead_queue, none(), &self.dead_exchange, "").await?;
+        durable_exchange(channel, &self.edges_exchange, ExchangeKind::Fanout).await
     }
 
     /// Declare the presence exchange and the routers' shared presence
@@ -192,17 +140,7 @@ impl Topology {
     /// (policy drop-head: the oldest go; presence is refreshed by the next
     /// report and heartbeat).
     pub async fn declare_presence(&self, channel: &Channel, max_length: u32) -> lapin::Result<()> {
-        channel
-            .exchange_declare(
-                self.presence_exchange.as_str().into(),
-                ExchangeKind::Fanout,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        durable_exchange(channel, &self.presence_exchange, ExchangeKind::Fanout).await?;
         let mut args = FieldTable::default();
         args.insert(
             "x-max-length".into(),
@@ -212,26 +150,14 @@ impl Topology {
             "x-overflow".into(),
             lapin::types::AMQPValue::LongString("drop-head".into()),
         );
-        channel
-            .queue_declare(
-                self.presence_queue.as_str().into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..QueueDeclareOptions::default()
-                },
-                args,
-            )
-            .await?;
-        channel
-            .queue_bind(
-                self.presence_queue.as_str().into(),
-                self.presence_exchange.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(())
+        durable_queue_bound(
+            channel,
+            &self.presence_queue,
+            args,
+            &self.presence_exchange,
+            "",
+        )
+        .await
     }
 
     /// Delete everything [`Topology::declare`] and
@@ -255,6 +181,48 @@ impl Topology {
         }
         Ok(())
     }
+}
+
+/// Declare a durable exchange (idempotent). Shared by the router's
+/// topology and an edge's link to its root.
+pub async fn durable_exchange(
+    channel: &Channel,
+    name: &str,
+    kind: ExchangeKind,
+) -> lapin::Result<()> {
+    let options = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    channel
+        .exchange_declare(name.into(), kind, options, FieldTable::default())
+        .await
+}
+
+/// Declare a durable queue with `args` and bind it to `exchange` with
+/// `routing_key` (idempotent).
+pub async fn durable_queue_bound(
+    channel: &Channel,
+    queue: &str,
+    args: FieldTable,
+    exchange: &str,
+    routing_key: &str,
+) -> lapin::Result<()> {
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel.queue_declare(queue.into(), options, args).await?;
+    channel
+        .queue_bind(
+            queue.into(),
+            exchange.into(),
+            routing_key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,13 +23,11 @@ use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp_bytes};
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
+use herald_amqp::topology::{durable_exchange, durable_queue_bound};
 use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
 use herald_protocol::bundle;
 use herald_protocol::envelope::{Limits, Notification};
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ExchangeKind};
 use parking_lot::Mutex;
@@ -166,54 +164,15 @@ impl Uplink {
         let mut reports = self.reports.subscribe();
         let channel = conn.create_channel().await?;
         let presence_exchange = self.config.presence_exchange.as_str();
-        channel
-            .exchange_declare(
-                presence_exchange.into(),
-                ExchangeKind::Fanout,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
-        let exchange = self.config.exchange.as_str();
-        channel
-            .exchange_declare(
-                exchange.into(),
-                ExchangeKind::Fanout,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        durable_exchange(&channel, presence_exchange, ExchangeKind::Fanout).await?;
+        durable_exchange(&channel, &self.config.exchange, ExchangeKind::Fanout).await?;
         let queue = self.queue_name();
         let mut args = FieldTable::default();
         args.insert(
             "x-expires".into(),
             AMQPValue::LongLongInt((self.config.queue_expires_secs * 1000) as i64),
         );
-        channel
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..QueueDeclareOptions::default()
-                },
-                args,
-            )
-            .await?;
-        channel
-            .queue_bind(
-                queue.as_str().into(),
-                exchange.into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        durable_queue_bound(&channel, &queue, args, &self.config.exchange, "").await?;
         channel
             .basic_qos(self.config.prefetch, BasicQosOptions::default())
             .await?;
