@@ -35,40 +35,46 @@
 //! ```
 //!
 //! Forwards are sent in delivery order and confirmed concurrently, and
-//! taken back in delivery order ([`Ordered`](ordered::Ordered): only the
-//! oldest forward wakes the task). Once the confirms that are in have been taken, one
+//! taken back in delivery order (`Ordered`: only the oldest forward wakes
+//! the task). Once the confirms that are in have been taken, one
 //! `basic.ack` with `multiple` acks every delivery up to the last of them.
 //! The first forward taken back that failed ends the session; it and the
 //! ones after it stay unacked.
 //!
 //! Bound: the prefetch (`basic.qos`, set before `basic.consume`) caps the
 //! unacked deliveries, so at most `prefetch` forwards are in flight.
+//!
+//! # Layout
+//! - `ingest.rs` (this file): [`Ingest`], its [`IngestConfig`], and what a
+//!   forward is and gives back (`Forward`, `Confirmed`, `Sent`);
+//! - `ingest/session.rs`: the session loop ([`Ingest::run`]): consume, shut
+//!   down, drain;
+//! - `ingest/plan.rs`: the plan for one delivery (`Plan`) and the forward
+//!   that carries it out, dead letters included;
+//! - `ingest/in_flight.rs`: the forwards in flight (`InFlight`), settled
+//!   when taken back (counted, logged) and acked;
+//! - `ingest/ordered.rs`: `Ordered`, the queue that gives forwards back in
+//!   delivery order.
 
 mod in_flight;
 mod ordered;
 mod plan;
+mod session;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use herald_protocol::envelope::{Limits, Notification};
-use lapin::Connection;
-use lapin::message::Delivery;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::{DeliveryTag, FieldTable, ShortString};
-use tokio_util::sync::CancellationToken;
+use lapin::types::{DeliveryTag, ShortString};
 
-use self::in_flight::{InFlight, ack_written};
-use herald_amqp::envelope::{Rejection, short};
+use herald_amqp::envelope::Rejection;
 use herald_amqp::link::PublisherSlot;
 use herald_amqp::metrics::AmqpMetrics;
-use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
-use herald_amqp::supervisor::SessionError;
+use herald_amqp::publisher::{ForwardError, Forwarded};
 use herald_amqp::topology::Topology;
-use herald_engine::metrics::{PublishMetrics, SourceLabels};
+use herald_engine::metrics::PublishMetrics;
 use herald_engine::schedule::service::Delayed;
 
 /// Metric and log label of this intake.
@@ -159,128 +165,5 @@ impl Ingest {
                 delayed,
             }),
         }
-    }
-
-    /// One session on `connection`: declare the topology, open the publisher
-    /// and fill the slot, consume until `shutdown` (then cancel the consumer,
-    /// wait for in-flight forwards, close the channels and return `Ok`) or
-    /// until something fails (return the error).
-    pub async fn run(
-        &self,
-        connection: Arc<Connection>,
-        shutdown: CancellationToken,
-    ) -> Result<(), SessionError> {
-        let config = &self.inner.config;
-        let topology = &config.topology;
-        let publisher = Publisher::open(
-            &connection,
-            &topology.edges_exchange,
-            self.inner.amqp_metrics.clone(),
-        )
-        .await?;
-        topology.declare(publisher.channel()).await?;
-        let _filled = self.inner.slot.fill(publisher.clone());
-
-        let channel = connection.create_channel().await?;
-        // The prefetch must be set before consuming, or the broker pushes
-        // the whole queue at once.
-        channel
-            .basic_qos(config.prefetch, BasicQosOptions::default())
-            .await?;
-        let tag = format!("herald-router-{}", &herald_engine::publish::new_id()[..12]);
-        let mut consumer = channel
-            .basic_consume(
-                short(&topology.queue),
-                short(&tag),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        tracing::info!(queue = %topology.queue, edges = %topology.edges_exchange, prefetch = config.prefetch, consumer = %tag, "consuming publications");
-
-        let accepted = self
-            .inner
-            .publish_metrics
-            .accepted
-            .get_or_create(&SourceLabels { source: SOURCE })
-            .clone();
-        let mut flight = InFlight::new(channel.clone());
-        let outcome = loop {
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break Ok(()),
-                Some(confirmed) = flight.forwards.next(), if !flight.forwards.is_empty() => {
-                    if let Err(e) = self.settle_ready(confirmed, &mut flight, &accepted).await {
-                        break Err(e);
-                    }
-                }
-                written = ack_written(&mut flight.ack_write), if flight.ack_write.is_some() => {
-                    if let Err(e) = written {
-                        tracing::warn!(error = %e, "cannot ack forwarded deliveries; they will be redelivered");
-                        break Err(e.into());
-                    }
-                }
-                next = consumer.next() => match next {
-                    Some(Ok(delivery)) => {
-                        if let Err(e) = self.handle(delivery, &publisher, &mut flight).await {
-                            break Err(e);
-                        }
-                    }
-                    Some(Err(e)) => break Err(e.into()),
-                    None => break Err(SessionError::Lost("the broker cancelled the consumer".into())),
-                },
-            }
-        };
-        // On an error, dropping the forwards in flight leaves their
-        // deliveries unacked: the broker requeues them when the connection
-        // closes.
-        outcome?;
-        // Shutdown: stop deliveries, let confirmed forwards be acked, close.
-        if let Err(e) = channel
-            .basic_cancel(short(&tag), BasicCancelOptions::default())
-            .await
-        {
-            tracing::warn!(error = %e, "cancelling the consumer failed");
-        }
-        let pending = flight.forwards.len();
-        let drained = tokio::time::timeout(config.drain_timeout, async {
-            while let Some(confirmed) = flight.forwards.next().await {
-                self.settle_ready(confirmed, &mut flight, &accepted).await?;
-            }
-            ack_written(&mut flight.ack_write).await?;
-            Ok::<(), SessionError>(())
-        })
-        .await;
-        match drained {
-            Ok(Ok(())) => tracing::info!(forwards = pending, "in-flight forwards finished"),
-            Ok(Err(e)) => tracing::warn!(
-                error = %e,
-                unacked = flight.forwards.len(),
-                "draining the forwards failed; the broker will redeliver what is not acked"
-            ),
-            Err(_) => tracing::warn!(
-                unconfirmed = flight.forwards.len(),
-                timeout_ms = config.drain_timeout.as_millis() as u64,
-                "forwards still unconfirmed at shutdown; the broker will redeliver them"
-            ),
-        }
-        drop(flight);
-        for ch in [&channel, publisher.channel()] {
-            if let Err(e) = ch.close(200, "OK".into()).await {
-                tracing::debug!(error = %e, "closing a channel");
-            }
-        }
-        Ok(())
-    }
-
-    /// Parse one delivery and send its forward, which joins `flight`.
-    async fn handle(
-        &self,
-        delivery: Delivery,
-        publisher: &Publisher,
-        flight: &mut InFlight,
-    ) -> Result<(), SessionError> {
-        flight.forwards.push(self.forward(delivery, publisher));
-        Ok(())
     }
 }
