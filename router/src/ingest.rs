@@ -35,7 +35,7 @@
 //! ```
 //!
 //! Forwards are sent in delivery order and confirmed concurrently, and
-//! taken back in delivery order ([`Ordered`]: only the oldest forward wakes
+//! taken back in delivery order (`Ordered`: only the oldest forward wakes
 //! the task). Once the confirms that are in have been taken, one
 //! `basic.ack` with `multiple` acks every delivery up to the last of them.
 //! The first forward taken back that failed ends the session; it and the
@@ -43,40 +43,39 @@
 //!
 //! Bound: the prefetch (`basic.qos`, set before `basic.consume`) caps the
 //! unacked deliveries, so at most `prefetch` forwards are in flight.
+//!
+//! # Layout
+//! - `ingest.rs` (this file): [`Ingest`], its [`IngestConfig`], and what a
+//!   forward is and gives back (`Forward`, `Confirmed`, `Sent`);
+//! - `ingest/session.rs`: the session loop ([`Ingest::run`]): consume, shut
+//!   down, drain;
+//! - `ingest/plan.rs`: the plan for one delivery (`Plan`) and the forward
+//!   that carries it out, dead letters included;
+//! - `ingest/in_flight.rs`: the forwards in flight (`InFlight`), settled
+//!   when taken back (counted, logged) and acked;
+//! - `ingest/ordered.rs`: `Ordered`, the queue that gives forwards back in
+//!   delivery order.
 
+mod in_flight;
 mod ordered;
+mod plan;
+mod session;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::StreamExt;
 use herald_protocol::envelope::{Limits, Notification};
-use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::{DeliveryTag, FieldTable, ShortString};
-use lapin::{Channel, Connection};
-use prometheus_client::metrics::counter::Counter;
-use tokio_util::sync::CancellationToken;
+use lapin::types::{DeliveryTag, ShortString};
 
-use self::ordered::Ordered;
-use herald_amqp::envelope::{
-    DELAYED_DISABLED, Rejection, cancel_from_amqp, dead_letter_properties, delay_from_amqp,
-    from_amqp_bytes, headers, short,
-};
+use herald_amqp::envelope::Rejection;
 use herald_amqp::link::PublisherSlot;
 use herald_amqp::metrics::AmqpMetrics;
-use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
-use herald_amqp::supervisor::SessionError;
+use herald_amqp::publisher::{ForwardError, Forwarded};
 use herald_amqp::topology::Topology;
-use herald_engine::metrics::{PublishMetrics, RejectReason, SourceLabels};
-use herald_engine::schedule::entry::Entry;
+use herald_engine::metrics::PublishMetrics;
 use herald_engine::schedule::service::Delayed;
-use herald_engine::schedule::store::{Cancel, Insert};
-use herald_engine::schedule::timing::now_ms;
 
 /// Metric and log label of this intake.
 pub const SOURCE: &str = "amqp";
@@ -113,9 +112,6 @@ struct Inner {
 /// A forward on its way: its publish, then the broker's confirm.
 type Forward = Pin<Box<dyn Future<Output = Confirmed> + Send>>;
 
-/// The write of a `basic.ack` to the socket.
-type AckWrite = Pin<Box<dyn Future<Output = lapin::Result<()>> + Send>>;
-
 /// What the broker said about a forward, and what settling its delivery
 /// needs.
 struct Confirmed {
@@ -147,24 +143,12 @@ enum Sent {
     },
 }
 
-/// A session's forwards in flight and the acks they release. See the
-/// module docs.
-struct InFlight {
-    /// The consumer's channel: deliveries are acked there.
-    channel: Channel,
-    /// Forwards sent and not taken back yet (at most `prefetch`).
-    forwards: Ordered<Forward>,
-    /// The last `basic.ack` sent, until it is written. lapin writes a
-    /// channel's acks in the order they were sent, so this one written means
-    /// every one before it was; a newer ack replaces it (one at most).
-    ack_write: Option<AckWrite>,
-}
-
 impl Ingest {
     /// An intake that publishes through a publisher it also puts in `slot`
     /// (for the HTTP link).
     /// With `delayed`, publications carrying timing headers are stored
-    /// there; without, they are dead-lettered ([`DELAYED_DISABLED`]).
+    /// there; without, they are dead-lettered
+    /// ([`DELAYED_DISABLED`](herald_amqp::envelope::DELAYED_DISABLED)).
     pub fn new(
         config: IngestConfig,
         slot: PublisherSlot,
@@ -181,485 +165,5 @@ impl Ingest {
                 delayed,
             }),
         }
-    }
-
-    /// One session on `connection`: declare the topology, open the publisher
-    /// and fill the slot, consume until `shutdown` (then cancel the consumer,
-    /// wait for in-flight forwards, close the channels and return `Ok`) or
-    /// until something fails (return the error).
-    pub async fn run(
-        &self,
-        connection: Arc<Connection>,
-        shutdown: CancellationToken,
-    ) -> Result<(), SessionError> {
-        let config = &self.inner.config;
-        let topology = &config.topology;
-        let publisher = Publisher::open(
-            &connection,
-            &topology.edges_exchange,
-            self.inner.amqp_metrics.clone(),
-        )
-        .await?;
-        topology.declare(publisher.channel()).await?;
-        let _filled = self.inner.slot.fill(publisher.clone());
-
-        let channel = connection.create_channel().await?;
-        // The prefetch must be set before consuming, or the broker pushes
-        // the whole queue at once.
-        channel
-            .basic_qos(config.prefetch, BasicQosOptions::default())
-            .await?;
-        let tag = format!("herald-router-{}", &herald_engine::publish::new_id()[..12]);
-        let mut consumer = channel
-            .basic_consume(
-                short(&topology.queue),
-                short(&tag),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        tracing::info!(queue = %topology.queue, edges = %topology.edges_exchange, prefetch = config.prefetch, consumer = %tag, "consuming publications");
-
-        let accepted = self
-            .inner
-            .publish_metrics
-            .accepted
-            .get_or_create(&SourceLabels { source: SOURCE })
-            .clone();
-        let mut flight = InFlight {
-            channel: channel.clone(),
-            forwards: Ordered::new(),
-            ack_write: None,
-        };
-        let outcome = loop {
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break Ok(()),
-                Some(confirmed) = flight.forwards.next(), if !flight.forwards.is_empty() => {
-                    if let Err(e) = self.settle_ready(confirmed, &mut flight, &accepted).await {
-                        break Err(e);
-                    }
-                }
-                written = ack_written(&mut flight.ack_write), if flight.ack_write.is_some() => {
-                    if let Err(e) = written {
-                        tracing::warn!(error = %e, "cannot ack forwarded deliveries; they will be redelivered");
-                        break Err(e.into());
-                    }
-                }
-                next = consumer.next() => match next {
-                    Some(Ok(delivery)) => {
-                        if let Err(e) = self.handle(delivery, &publisher, &mut flight).await {
-                            break Err(e);
-                        }
-                    }
-                    Some(Err(e)) => break Err(e.into()),
-                    None => break Err(SessionError::Lost("the broker cancelled the consumer".into())),
-                },
-            }
-        };
-        // On an error, dropping the forwards in flight leaves their
-        // deliveries unacked: the broker requeues them when the connection
-        // closes.
-        outcome?;
-        // Shutdown: stop deliveries, let confirmed forwards be acked, close.
-        if let Err(e) = channel
-            .basic_cancel(short(&tag), BasicCancelOptions::default())
-            .await
-        {
-            tracing::warn!(error = %e, "cancelling the consumer failed");
-        }
-        let pending = flight.forwards.len();
-        let drained = tokio::time::timeout(config.drain_timeout, async {
-            while let Some(confirmed) = flight.forwards.next().await {
-                self.settle_ready(confirmed, &mut flight, &accepted).await?;
-            }
-            ack_written(&mut flight.ack_write).await?;
-            Ok::<(), SessionError>(())
-        })
-        .await;
-        match drained {
-            Ok(Ok(())) => tracing::info!(forwards = pending, "in-flight forwards finished"),
-            Ok(Err(e)) => tracing::warn!(
-                error = %e,
-                unacked = flight.forwards.len(),
-                "draining the forwards failed; the broker will redeliver what is not acked"
-            ),
-            Err(_) => tracing::warn!(
-                unconfirmed = flight.forwards.len(),
-                timeout_ms = config.drain_timeout.as_millis() as u64,
-                "forwards still unconfirmed at shutdown; the broker will redeliver them"
-            ),
-        }
-        drop(flight);
-        for ch in [&channel, publisher.channel()] {
-            if let Err(e) = ch.close(200, "OK".into()).await {
-                tracing::debug!(error = %e, "closing a channel");
-            }
-        }
-        Ok(())
-    }
-
-    /// Parse one delivery and send its forward, which joins `flight`.
-    async fn handle(
-        &self,
-        delivery: Delivery,
-        publisher: &Publisher,
-        flight: &mut InFlight,
-    ) -> Result<(), SessionError> {
-        let Delivery {
-            delivery_tag,
-            routing_key,
-            redelivered,
-            properties,
-            data,
-            ..
-        } = delivery;
-        let body = Bytes::from(data);
-        let plan = self.plan(&properties, body.clone());
-        let forward: Forward = match plan {
-            Plan::Edges(n) => {
-                let publisher = publisher.clone();
-                Box::pin(async move {
-                    let outcome = match publisher.send(&n).await {
-                        Ok(confirm) => publisher.confirmed(confirm).await,
-                        Err(e) => Err(ForwardError::from(e)),
-                    };
-                    Confirmed {
-                        delivery_tag,
-                        outcome,
-                        sent: Sent::Edges {
-                            notification: n,
-                            redelivered,
-                        },
-                    }
-                })
-            }
-            Plan::Store(delayed, entry) => Box::pin(async move {
-                let id = entry.id().to_owned();
-                let due_ms = entry.due_ms;
-                let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
-                    Ok(out) => (
-                        Ok(Forwarded::Routed),
-                        matches!(out.first(), Some(Insert::Duplicate(_))),
-                    ),
-                    Err(e) => (Err(ForwardError::Store(e.to_string())), false),
-                };
-                Confirmed {
-                    delivery_tag,
-                    outcome,
-                    sent: Sent::Stored {
-                        id,
-                        due_ms,
-                        duplicate,
-                    },
-                }
-            }),
-            Plan::Cancel(delayed, id) => {
-                let exchange = short(&self.inner.config.topology.dead_exchange);
-                let publisher = publisher.clone();
-                Box::pin(async move {
-                    let too_late = match delayed.cancel(&id).await {
-                        Ok(Cancel::Cancelled(_)) => false,
-                        Ok(Cancel::TooLate(_)) => true,
-                        Ok(Cancel::NotFound) => {
-                            let rejection = Rejection::invalid(
-                                headers::MESSAGE_ID_PROPERTY,
-                                format!("no delayed notification {id:?} to cancel"),
-                            );
-                            return dead_letter(
-                                publisher,
-                                exchange,
-                                delivery_tag,
-                                routing_key,
-                                properties,
-                                rejection,
-                                body,
-                            )
-                            .await;
-                        }
-                        Err(e) => {
-                            return Confirmed {
-                                delivery_tag,
-                                outcome: Err(ForwardError::Store(e.to_string())),
-                                sent: Sent::Cancelled {
-                                    id,
-                                    too_late: false,
-                                },
-                            };
-                        }
-                    };
-                    Confirmed {
-                        delivery_tag,
-                        outcome: Ok(Forwarded::Routed),
-                        sent: Sent::Cancelled { id, too_late },
-                    }
-                })
-            }
-            Plan::Dead(rejection) => {
-                let exchange = short(&self.inner.config.topology.dead_exchange);
-                Box::pin(dead_letter(
-                    publisher.clone(),
-                    exchange,
-                    delivery_tag,
-                    routing_key,
-                    properties,
-                    rejection,
-                    body,
-                ))
-            }
-        };
-        flight.forwards.push(forward);
-        Ok(())
-    }
-
-    /// What to do with a delivery: forward, store, cancel or dead-letter.
-    fn plan(&self, properties: &lapin::BasicProperties, body: Bytes) -> Plan {
-        let delayed = self.inner.delayed.as_ref();
-        if let Some(cancel) = cancel_from_amqp(properties) {
-            return match (cancel, delayed) {
-                (Err(rejection), _) => Plan::Dead(rejection),
-                (Ok(_), None) => Plan::Dead(disabled(headers::TYPE_PROPERTY)),
-                (Ok(id), Some(d)) => Plan::Cancel(d.clone(), id),
-            };
-        }
-        let limits = &self.inner.config.limits;
-        let n = match from_amqp_bytes(properties, body, limits, herald_engine::publish::new_id) {
-            Ok(n) => n,
-            Err(rejection) => return Plan::Dead(rejection),
-        };
-        let timing = match delay_from_amqp(properties) {
-            Ok(t) => t,
-            Err(rejection) => return Plan::Dead(rejection),
-        };
-        if !timing.is_delayed() {
-            return Plan::Edges(n);
-        }
-        let Some(delayed) = delayed else {
-            let field = if timing.delay_ms.is_some() {
-                headers::DELAY_MS
-            } else if timing.deliver_at.is_some() {
-                headers::DELIVER_AT
-            } else {
-                headers::WHEN_ONLINE
-            };
-            return Plan::Dead(disabled(field));
-        };
-        let now = now_ms();
-        match delayed.due_time(&timing, &n, now) {
-            Ok(due_ms) => Plan::Store(
-                delayed.clone(),
-                Entry {
-                    notification: n,
-                    due_ms,
-                    accepted_ms: now,
-                    when_online: timing.when_online,
-                    attempts: 0,
-                },
-            ),
-            Err(e) => {
-                let field = match e.field {
-                    "delay_ms" => headers::DELAY_MS,
-                    "deliver_at" => headers::DELIVER_AT,
-                    "when_online" => headers::WHEN_ONLINE,
-                    other => other,
-                };
-                Plan::Dead(Rejection::invalid(field, e.message))
-            }
-        }
-    }
-
-    /// Settle `confirmed` and every other forward taken back now, then ack
-    /// their deliveries with one `basic.ack`. On a failure, the deliveries
-    /// before the failed one are still acked.
-    async fn settle_ready(
-        &self,
-        confirmed: Confirmed,
-        flight: &mut InFlight,
-        accepted: &Counter,
-    ) -> Result<(), SessionError> {
-        let mut through = None;
-        let mut next = Some(confirmed);
-        let mut outcome = Ok(());
-        while let Some(confirmed) = next {
-            let tag = confirmed.delivery_tag;
-            if let Err(e) = self.settle(confirmed, accepted) {
-                outcome = Err(e);
-                break;
-            }
-            through = Some(tag);
-            next = flight.forwards.next_ready().await;
-        }
-        if let Some(through) = through {
-            flight.ack(through).await?;
-        }
-        outcome
-    }
-
-    /// Whether the delivery of a forward taken back may be acked; count it.
-    /// Any failure ends the session, leaving the delivery unacked.
-    ///
-    /// An unroutable forward to the edges is fine (no edge is listening; it
-    /// is counted). An unroutable dead letter is not: its queue is gone, so
-    /// the session ends and the next one declares it again before the
-    /// publication comes back.
-    fn settle(&self, confirmed: Confirmed, accepted: &Counter) -> Result<(), SessionError> {
-        let Confirmed {
-            delivery_tag,
-            outcome,
-            sent,
-        } = confirmed;
-        match (outcome, &sent) {
-            (Ok(Forwarded::Routed), _) => {}
-            (Ok(Forwarded::Unroutable), Sent::Edges { .. }) => {
-                tracing::debug!(
-                    delivery_tag,
-                    "forward confirmed, but no edge queue is bound"
-                )
-            }
-            (Ok(Forwarded::Unroutable), Sent::Stored { .. } | Sent::Cancelled { .. }) => {}
-            (Ok(Forwarded::Unroutable), Sent::Dead { .. }) => {
-                tracing::warn!(
-                    delivery_tag,
-                    "the dead-letter exchange routes to no queue; declaring it again"
-                );
-                return Err(SessionError::Lost("a dead letter was unroutable".into()));
-            }
-            (Err(e), _) => {
-                tracing::warn!(delivery_tag, error = %e, "a forward was not confirmed; the delivery will be redelivered");
-                return Err(SessionError::Lost("a forward failed".into()));
-            }
-        }
-        match sent {
-            Sent::Edges {
-                notification: n,
-                redelivered,
-            } => {
-                accepted.inc();
-                tracing::debug!(id = %n.id, event = %n.event, scope = %n.scope, redelivered, "forwarded to the edges");
-            }
-            Sent::Stored {
-                id,
-                due_ms,
-                duplicate,
-            } => {
-                accepted.inc();
-                tracing::debug!(id = %id, due_ms, duplicate, "delayed publication stored");
-            }
-            Sent::Cancelled { id, too_late } => {
-                tracing::debug!(id = %id, too_late, "cancel applied");
-            }
-            Sent::Dead {
-                rejection,
-                message_id,
-                routing_key,
-            } => {
-                self.inner.publish_metrics.reject(SOURCE, rejection.kind);
-                tracing::warn!(
-                    reason = %rejection.reason,
-                    field = rejection.field,
-                    message_id = message_id.as_ref().map(|m| m.as_str()),
-                    routing_key = routing_key.as_str(),
-                    "publication refused and dead-lettered"
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-impl InFlight {
-    /// Ack every delivery up to `through` with one `basic.ack`
-    /// (`multiple`).
-    async fn ack(&mut self, through: DeliveryTag) -> Result<(), SessionError> {
-        let channel = self.channel.clone();
-        let mut write: AckWrite = Box::pin(async move {
-            channel
-                .basic_ack(through, BasicAckOptions { multiple: true })
-                .await
-        });
-        // Polled once here, the ack is queued for the socket now.
-        match poll_once(write.as_mut()).await {
-            Some(Ok(())) => self.ack_write = None,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, through, "cannot ack forwarded deliveries; they will be redelivered");
-                return Err(e.into());
-            }
-            None => self.ack_write = Some(write),
-        }
-        Ok(())
-    }
-}
-
-/// Wait until the last ack sent is written (at once if there is none), and
-/// forget it.
-async fn ack_written(write: &mut Option<AckWrite>) -> lapin::Result<()> {
-    let result = match write.as_mut() {
-        Some(w) => w.await,
-        None => Ok(()),
-    };
-    *write = None;
-    result
-}
-
-/// Poll `future` once: its output if it is ready, else `None` (the task is
-/// woken when it makes progress, as after any poll).
-async fn poll_once<F: Future + Unpin>(mut future: F) -> Option<F::Output> {
-    std::future::poll_fn(|cx| match Pin::new(&mut future).poll(cx) {
-        Poll::Ready(output) => Poll::Ready(Some(output)),
-        Poll::Pending => Poll::Ready(None),
-    })
-    .await
-}
-
-/// What [`Ingest::plan`] decided for a delivery.
-enum Plan {
-    /// Forward to the edges now.
-    Edges(Notification),
-    /// Store for later.
-    Store(Delayed, Entry),
-    /// Cancel this id.
-    Cancel(Delayed, String),
-    /// Refuse, with the reason.
-    Dead(Rejection),
-}
-
-/// The refusal of a timing header (or a cancel) by a router without a
-/// delayed store.
-fn disabled(field: &'static str) -> Rejection {
-    Rejection {
-        reason: format!("{field}: {DELAYED_DISABLED}"),
-        field,
-        kind: RejectReason::Unsupported,
-    }
-}
-
-/// Publish a refused delivery to the dead-letter exchange and wait for the
-/// confirm.
-async fn dead_letter(
-    publisher: Publisher,
-    exchange: ShortString,
-    delivery_tag: DeliveryTag,
-    routing_key: ShortString,
-    properties: lapin::BasicProperties,
-    rejection: Rejection,
-    body: Bytes,
-) -> Confirmed {
-    let dead = dead_letter_properties(&properties, &rejection, routing_key.as_str());
-    let message_id = properties.message_id().clone();
-    let outcome = match publisher
-        .send_raw(exchange, routing_key.clone(), dead, &body)
-        .await
-    {
-        Ok(confirm) => publisher.confirmed(confirm).await,
-        Err(e) => Err(ForwardError::from(e)),
-    };
-    Confirmed {
-        delivery_tag,
-        outcome,
-        sent: Sent::Dead {
-            rejection,
-            message_id,
-            routing_key,
-        },
     }
 }

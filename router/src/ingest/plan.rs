@@ -1,0 +1,238 @@
+//! The plan for one delivery: what to do with it ([`Plan`]: forward to
+//! the edges, store, cancel or dead-letter), and the forward that carries
+//! it out, up to the broker's confirm (or the store's answer).
+
+use bytes::Bytes;
+use herald_protocol::envelope::Notification;
+use lapin::message::Delivery;
+use lapin::types::{DeliveryTag, ShortString};
+
+use super::{Confirmed, Forward, Ingest, Sent};
+use herald_amqp::envelope::{
+    DELAYED_DISABLED, Rejection, cancel_from_amqp, dead_letter_properties, delay_from_amqp,
+    from_amqp_bytes, headers, short,
+};
+use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
+use herald_engine::metrics::RejectReason;
+use herald_engine::schedule::entry::Entry;
+use herald_engine::schedule::service::Delayed;
+use herald_engine::schedule::store::{Cancel, Insert};
+use herald_engine::schedule::timing::now_ms;
+
+impl Ingest {
+    /// Parse one delivery and build the forward that carries out its plan
+    /// (it starts once pushed into the forwards in flight).
+    pub(super) fn forward(&self, delivery: Delivery, publisher: &Publisher) -> Forward {
+        let Delivery {
+            delivery_tag,
+            routing_key,
+            redelivered,
+            properties,
+            data,
+            ..
+        } = delivery;
+        let body = Bytes::from(data);
+        let plan = self.plan(&properties, body.clone());
+        match plan {
+            Plan::Edges(n) => {
+                let publisher = publisher.clone();
+                Box::pin(async move {
+                    let outcome = match publisher.send(&n).await {
+                        Ok(confirm) => publisher.confirmed(confirm).await,
+                        Err(e) => Err(ForwardError::from(e)),
+                    };
+                    Confirmed {
+                        delivery_tag,
+                        outcome,
+                        sent: Sent::Edges {
+                            notification: n,
+                            redelivered,
+                        },
+                    }
+                })
+            }
+            Plan::Store(delayed, entry) => Box::pin(async move {
+                let id = entry.id().to_owned();
+                let due_ms = entry.due_ms;
+                let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
+                    Ok(out) => (
+                        Ok(Forwarded::Routed),
+                        matches!(out.first(), Some(Insert::Duplicate(_))),
+                    ),
+                    Err(e) => (Err(ForwardError::Store(e.to_string())), false),
+                };
+                Confirmed {
+                    delivery_tag,
+                    outcome,
+                    sent: Sent::Stored {
+                        id,
+                        due_ms,
+                        duplicate,
+                    },
+                }
+            }),
+            Plan::Cancel(delayed, id) => {
+                let exchange = short(&self.inner.config.topology.dead_exchange);
+                let publisher = publisher.clone();
+                Box::pin(async move {
+                    let too_late = match delayed.cancel(&id).await {
+                        Ok(Cancel::Cancelled(_)) => false,
+                        Ok(Cancel::TooLate(_)) => true,
+                        Ok(Cancel::NotFound) => {
+                            let rejection = Rejection::invalid(
+                                headers::MESSAGE_ID_PROPERTY,
+                                format!("no delayed notification {id:?} to cancel"),
+                            );
+                            return dead_letter(
+                                publisher,
+                                exchange,
+                                delivery_tag,
+                                routing_key,
+                                properties,
+                                rejection,
+                                body,
+                            )
+                            .await;
+                        }
+                        Err(e) => {
+                            return Confirmed {
+                                delivery_tag,
+                                outcome: Err(ForwardError::Store(e.to_string())),
+                                sent: Sent::Cancelled {
+                                    id,
+                                    too_late: false,
+                                },
+                            };
+                        }
+                    };
+                    Confirmed {
+                        delivery_tag,
+                        outcome: Ok(Forwarded::Routed),
+                        sent: Sent::Cancelled { id, too_late },
+                    }
+                })
+            }
+            Plan::Dead(rejection) => {
+                let exchange = short(&self.inner.config.topology.dead_exchange);
+                Box::pin(dead_letter(
+                    publisher.clone(),
+                    exchange,
+                    delivery_tag,
+                    routing_key,
+                    properties,
+                    rejection,
+                    body,
+                ))
+            }
+        }
+    }
+
+    /// What to do with a delivery: forward, store, cancel or dead-letter.
+    fn plan(&self, properties: &lapin::BasicProperties, body: Bytes) -> Plan {
+        let delayed = self.inner.delayed.as_ref();
+        if let Some(cancel) = cancel_from_amqp(properties) {
+            return match (cancel, delayed) {
+                (Err(rejection), _) => Plan::Dead(rejection),
+                (Ok(_), None) => Plan::Dead(disabled(headers::TYPE_PROPERTY)),
+                (Ok(id), Some(d)) => Plan::Cancel(d.clone(), id),
+            };
+        }
+        let limits = &self.inner.config.limits;
+        let n = match from_amqp_bytes(properties, body, limits, herald_engine::publish::new_id) {
+            Ok(n) => n,
+            Err(rejection) => return Plan::Dead(rejection),
+        };
+        let timing = match delay_from_amqp(properties) {
+            Ok(t) => t,
+            Err(rejection) => return Plan::Dead(rejection),
+        };
+        if !timing.is_delayed() {
+            return Plan::Edges(n);
+        }
+        let Some(delayed) = delayed else {
+            let field = if timing.delay_ms.is_some() {
+                headers::DELAY_MS
+            } else if timing.deliver_at.is_some() {
+                headers::DELIVER_AT
+            } else {
+                headers::WHEN_ONLINE
+            };
+            return Plan::Dead(disabled(field));
+        };
+        let now = now_ms();
+        match delayed.due_time(&timing, &n, now) {
+            Ok(due_ms) => Plan::Store(
+                delayed.clone(),
+                Entry {
+                    notification: n,
+                    due_ms,
+                    accepted_ms: now,
+                    when_online: timing.when_online,
+                    attempts: 0,
+                },
+            ),
+            Err(e) => {
+                let field = match e.field {
+                    "delay_ms" => headers::DELAY_MS,
+                    "deliver_at" => headers::DELIVER_AT,
+                    "when_online" => headers::WHEN_ONLINE,
+                    other => other,
+                };
+                Plan::Dead(Rejection::invalid(field, e.message))
+            }
+        }
+    }
+}
+
+/// What [`Ingest::plan`] decided for a delivery.
+enum Plan {
+    /// Forward to the edges now.
+    Edges(Notification),
+    /// Store for later.
+    Store(Delayed, Entry),
+    /// Cancel this id.
+    Cancel(Delayed, String),
+    /// Refuse, with the reason.
+    Dead(Rejection),
+}
+
+/// The refusal of a timing header (or a cancel) by a router without a
+/// delayed store.
+fn disabled(field: &'static str) -> Rejection {
+    Rejection {
+        reason: format!("{field}: {DELAYED_DISABLED}"),
+        field,
+        kind: RejectReason::Unsupported,
+    }
+}
+
+/// Publish a refused delivery to the dead-letter exchange and wait for the
+/// confirm.
+async fn dead_letter(
+    publisher: Publisher,
+    exchange: ShortString,
+    delivery_tag: DeliveryTag,
+    routing_key: ShortString,
+    properties: lapin::BasicProperties,
+    rejection: Rejection,
+    body: Bytes,
+) -> Confirmed {
+    let dead = dead_letter_properties(&properties, &rejection, routing_key.as_str());
+    let message_id = properties.message_id().clone();
+    let outcome = match publisher
+        .send_raw(exchange, routing_key.clone(), dead, &body)
+        .await
+    {
+        Ok(confirm) => publisher.confirmed(confirm).await,
+        Err(e) => Err(ForwardError::from(e)),
+    };
+    Confirmed {
+        delivery_tag,
+        outcome,
+        sent: Sent::Dead {
+            rejection,
+            message_id,
+            routing_key,
+        },
+    }
+}
