@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::Verifier;
 use crate::config::Config;
+use crate::dedup::DuplicateFilter;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::permit::{SessionPermit, SessionSlots};
@@ -62,6 +63,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     /// The mailboxes.
     pub hub: Arc<Hub>,
+    /// The one duplicate filter in front of the hub, whatever the mode.
+    pub duplicates: Arc<DuplicateFilter>,
     /// JWT verification.
     pub verifier: Verifier,
     /// Metrics.

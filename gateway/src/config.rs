@@ -179,9 +179,14 @@ pub struct EdgeConfig {
     pub prefetch: u16,
     /// How long a root keeps this edge's queue once the edge is gone.
     pub queue_expires_secs: u64,
-    /// Window in which a repeated notification id reaches no mailbox.
+    /// Window in which a repeated notification id reaches no mailbox. Both
+    /// modes: standalone deduplicates what the publish API and the delayed
+    /// firer hand the hub, an edge what its roots deliver. (The key keeps
+    /// its `edge.` name from when only edges deduplicated, so existing
+    /// configurations keep working.) 0 turns deduplication off.
     pub dedup_window_secs: u64,
-    /// Most ids remembered for deduplication (oldest forgotten first).
+    /// Most ids remembered for deduplication, both modes (the oldest
+    /// forgotten first, counted in `herald_dedup_evicted_total`).
     pub dedup_max: usize,
     /// First reconnect delay after a broker connection fails (grows
     /// exponentially, with jitter). Read under its old name
@@ -414,6 +419,8 @@ impl Config {
                 self.sockjs.streaming_limit_bytes,
             ),
             ("sockjs.max_send_bytes", self.sockjs.max_send_bytes),
+            // Both modes deduplicate.
+            ("edge.dedup_max", self.edge.dedup_max),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -457,8 +464,8 @@ impl Config {
                         .to_owned(),
                 );
             }
-            if self.edge.prefetch == 0 || self.edge.dedup_max == 0 {
-                p.push("edge.prefetch and edge.dedup_max must be greater than 0".to_owned());
+            if self.edge.prefetch == 0 {
+                p.push("edge.prefetch must be greater than 0".to_owned());
             }
             p.extend(self.edge.reconnect().problems("edge"));
         }

@@ -1,20 +1,68 @@
-//! Duplicate suppression by notification id within a time window.
+//! Duplicate suppression by notification id within a time window: a
+//! notification's `id` is its idempotency key, in both modes alike.
 //!
-//! An edge can receive the same notification twice: a backend that
+//! The same notification can arrive twice. Standalone: a backend that
+//! retries a publish whose answer it did not get, or the delayed firer
+//! firing an entry again after its lease ran out. Edge: a backend that
 //! publishes to two roots for redundancy, or a router that forwarded a
 //! publication and crashed before acking it, so the broker redelivered it.
-//! The uplink asks [`Dedup::first_seen`] before routing; a repeat within
-//! the window reaches no mailbox.
+//! Whatever feeds the hub asks the gateway's one [`DuplicateFilter`]
+//! before routing (standalone: [`crate::link::LocalLink`]; edge:
+//! [`crate::uplink`]); a repeat within the window reaches no mailbox.
 //!
-//! Bounded: at most `max` ids are remembered; when full, the oldest is
-//! forgotten early (policy `evict-oldest`, counted by the caller), which
-//! only narrows the window for the oldest ids.
+//! Bounded: at most `edge.dedup_max` ids are remembered (the settings keep
+//! their `edge.` names from when only edges deduplicated); when full, the
+//! oldest is forgotten early (policy `evict-oldest`), which only narrows
+//! the window for the oldest ids. Both outcomes are counted:
+//! `herald_duplicates_total` and `herald_dedup_evicted_total`.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
+
+use crate::metrics::Metrics;
+
+/// The gateway's one duplicate filter, shared by everything that feeds the
+/// hub, counting what it drops and what its bound forgets early.
+#[derive(Debug)]
+pub struct DuplicateFilter {
+    seen: Mutex<Dedup>,
+    metrics: Arc<Metrics>,
+}
+
+impl DuplicateFilter {
+    /// Remember ids for `window`, at most `max` at once; count into
+    /// `metrics`.
+    pub fn new(window: Duration, max: usize, metrics: Arc<Metrics>) -> Self {
+        DuplicateFilter {
+            seen: Mutex::new(Dedup::new(window, max)),
+            metrics,
+        }
+    }
+
+    /// Whether the notification `id` may go on to the hub: not seen within
+    /// the window. A repeat is counted (`herald_duplicates_total`) and
+    /// logged at debug; so is each id the bound forgot early.
+    pub fn admit(&self, id: &str, now: Instant) -> bool {
+        let first = {
+            let mut seen = self.seen.lock();
+            let before = seen.evicted_early();
+            let first = seen.first_seen(id, now);
+            self.metrics
+                .dedup_evicted
+                .inc_by(seen.evicted_early() - before);
+            first
+        };
+        if !first {
+            self.metrics.duplicates.inc();
+            tracing::debug!(id, "duplicate dropped");
+        }
+        first
+    }
+}
 
 /// Remembered ids, oldest first.
 #[derive(Debug)]

@@ -19,7 +19,9 @@
 //! - [`filter`]: event filters on subscriptions.
 //! - [`link`]: the in-process link from the publish API to the hub.
 //! - [`uplink`]: edge mode: a link to every root broker, feeding the same
-//!   hub; [`dedup`] drops repeated notification ids.
+//!   hub.
+//! - [`dedup`]: the duplicate filter both links pass: a notification id
+//!   repeated within the window reaches no mailbox, in either mode.
 //! - [`app`]: the shared state, and the [`app::Mode`] (standalone or edge)
 //!   decided once at start.
 //! - [`delayed`]: standalone: the engine's delayed notifications over the
@@ -30,7 +32,7 @@
 //!
 //! # Data flow
 //! ```text
-//! POST /v1/notifications -> PublishApi (validate once) -> LocalLink -> Hub::deliver
+//! POST /v1/notifications -> PublishApi (validate once) -> LocalLink -> DuplicateFilter -> Hub::deliver
 //!   Hub: scope -> mailboxes -> seq + replay buffer -> Outbox::push (Arc, no copy)
 //!   session task: Outbox::pop -> [ws header + STOMP head][shared payload][NUL] -> writev
 //! ```
@@ -83,6 +85,7 @@ use tokio_util::task::TaskTracker;
 use app::{DevCredentials, Mode, Shared};
 use auth::Verifier;
 use config::Config;
+use dedup::DuplicateFilter;
 use hub::Hub;
 use metrics::Metrics;
 use permit::SessionSlots;
@@ -112,6 +115,13 @@ impl Gateway {
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
+        // One filter for whatever feeds the hub, so an id is an idempotency
+        // key in both modes.
+        let duplicates = Arc::new(DuplicateFilter::new(
+            Duration::from_secs(config.edge.dedup_window_secs),
+            config.edge.dedup_max,
+            Arc::clone(&metrics),
+        ));
         // Standalone, this process serves the publish API and schedules
         // delayed notifications; an edge leaves both to its routers and
         // reports presence to them instead.
@@ -134,7 +144,10 @@ impl Gateway {
                     max_body_bytes: config.publish.max_body_bytes,
                     max_batch: config.publish.max_batch,
                 },
-                Arc::new(link::LocalLink::new(Arc::clone(&hub))),
+                Arc::new(link::LocalLink::new(
+                    Arc::clone(&hub),
+                    Arc::clone(&duplicates),
+                )),
                 publish_metrics,
                 Some(delayed.clone()),
             );
@@ -144,6 +157,7 @@ impl Gateway {
             sessions: SessionSlots::new(config.session.max_sessions),
             config,
             hub,
+            duplicates,
             verifier,
             metrics,
             registry,
@@ -191,7 +205,10 @@ impl Gateway {
         let publish_routes = match &shared.mode {
             Mode::Standalone { publish, delayed } => {
                 let scheduling = delayed.scheduling(
-                    Arc::new(link::LocalLink::new(Arc::clone(&shared.hub))),
+                    Arc::new(link::LocalLink::new(
+                        Arc::clone(&shared.hub),
+                        Arc::clone(&shared.duplicates),
+                    )),
                     Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
                 );
                 if let Some(scheduling) = scheduling {
@@ -219,6 +236,7 @@ impl Gateway {
                 let uplink = Arc::new(uplink::Uplink::new(
                     cfg.edge.clone(),
                     Arc::clone(&shared.hub),
+                    Arc::clone(&shared.duplicates),
                     cfg.envelope_limits(),
                     Arc::clone(&shared.metrics),
                     reports,

@@ -182,9 +182,9 @@ pub struct Metrics {
     /// Edge mode: notifications from roots that failed validation, and
     /// bundles that could not be read (dropped).
     pub uplink_rejected: Counter,
-    /// Edge mode: deliveries dropped as duplicates of a recent id.
+    /// Both modes: notifications dropped as duplicates of a recent id.
     pub duplicates: Counter,
-    /// Edge mode: ids forgotten before their dedup window ended because
+    /// Both modes: ids forgotten before their dedup window ended because
     /// `edge.dedup_max` was reached (policy evict-oldest).
     pub dedup_evicted: Counter,
     /// Edge mode: presence changes dropped because their queue was full.
@@ -272,7 +272,7 @@ impl Metrics {
         );
         registry.register(
             "herald_duplicates",
-            "Deliveries dropped as duplicates of a recent notification id",
+            "Notifications dropped as duplicates of a recent notification id (both modes)",
             self.duplicates.clone(),
         );
         registry.register(

@@ -17,7 +17,6 @@
 //! shutdown. Roots are independent: one down does not stop the others.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
@@ -30,13 +29,12 @@ use herald_protocol::envelope::{Limits, Notification};
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ExchangeKind};
-use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::EdgeConfig;
-use crate::dedup::Dedup;
+use crate::dedup::DuplicateFilter;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 
@@ -50,7 +48,7 @@ pub struct Uplink {
     hub: Arc<Hub>,
     limits: Limits,
     metrics: Arc<Metrics>,
-    dedup: Mutex<Dedup>,
+    duplicates: Arc<DuplicateFilter>,
     reports: broadcast::Sender<Arc<PresenceReport>>,
 }
 
@@ -83,25 +81,23 @@ impl SupervisorEvents for RootLinkEvents {
 }
 
 impl Uplink {
-    /// Links for `config.roots`, delivering into `hub`, and sending each
-    /// presence report from `reports` to every root.
+    /// Links for `config.roots`, delivering into `hub` what `duplicates`
+    /// admits, and sending each presence report from `reports` to every
+    /// root.
     pub fn new(
         config: EdgeConfig,
         hub: Arc<Hub>,
+        duplicates: Arc<DuplicateFilter>,
         limits: Limits,
         metrics: Arc<Metrics>,
         reports: broadcast::Sender<Arc<PresenceReport>>,
     ) -> Self {
-        let dedup = Dedup::new(
-            Duration::from_secs(config.dedup_window_secs),
-            config.dedup_max,
-        );
         Uplink {
             config,
             hub,
             limits,
             metrics,
-            dedup: Mutex::new(dedup),
+            duplicates,
             reports,
         }
     }
@@ -311,20 +307,8 @@ impl Uplink {
 
     /// Deduplicate and deliver one valid notification.
     fn deliver(&self, n: Notification, now: Instant) {
-        let first = {
-            let mut dedup = self.dedup.lock();
-            let before = dedup.evicted_early();
-            let first = dedup.first_seen(&n.id, now);
-            self.metrics
-                .dedup_evicted
-                .inc_by(dedup.evicted_early() - before);
-            first
-        };
-        if !first {
-            self.metrics.duplicates.inc();
-            tracing::debug!(id = %n.id, "duplicate dropped");
-            return;
+        if self.duplicates.admit(&n.id, now) {
+            self.hub.deliver(&Arc::new(n), now);
         }
-        self.hub.deliver(&Arc::new(n), now);
     }
 }

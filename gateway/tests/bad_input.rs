@@ -99,6 +99,49 @@ async fn malformed_oversized_and_invalid_utf8_frames_get_errors_while_others_car
     }
 }
 
+/// A STOMP header that is not UTF-8 is invalid payload data (1007), on
+/// `/ws` and on SockJS's raw websocket transport alike.
+#[tokio::test]
+async fn a_header_that_is_not_utf8_closes_with_1007_on_every_websocket_path() {
+    let gw = start(|_| {}).await;
+    let sockjs = format!("ws://{}/sockjs/websocket", gw.addr);
+    for url in [gw.ws_url(), sockjs] {
+        let mut c = StompClient::open(&url).await;
+        c.send(
+            Command::Connect,
+            &[
+                ("accept-version", "1.2"),
+                ("passcode", &token("u8", None, None)),
+            ],
+        )
+        .await;
+        let answer = c.next_frame().await.expect("CONNECTED");
+        assert_eq!(answer.command, Command::Connected, "{url}: {answer:?}");
+        c.ws.send(Message::binary(Bytes::from_static(
+            b"SUBSCRIBE\nid:\xff\ndestination:/user/notifications\n\n\0",
+        )))
+        .await
+        .unwrap();
+        let code = expect_error(&mut c, "header on line 2 is not valid utf-8").await;
+        assert_eq!(code, Some(1007), "{url}");
+    }
+}
+
+/// Only SEND, MESSAGE and ERROR frames have bodies (STOMP 1.2): a SUBSCRIBE
+/// with one is refused, naming the command, and the session closes.
+#[tokio::test]
+async fn a_subscribe_with_a_body_is_refused() {
+    let gw = start(|_| {}).await;
+    let (mut c, answer) = gw
+        .connect_with(&[("passcode", &token("b1", None, None))])
+        .await;
+    assert_eq!(answer.command, Command::Connected);
+    c.send_raw_text("SUBSCRIBE\nid:s\ndestination:/user/notifications\nreceipt:r\n\nhello\0")
+        .await;
+    let code = expect_error(&mut c, "subscribe frames must not have a body").await;
+    assert_eq!(code, Some(1002));
+}
+
 #[tokio::test]
 async fn frames_before_connect_are_refused() {
     let gw = start(|_| {}).await;

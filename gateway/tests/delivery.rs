@@ -280,3 +280,51 @@ async fn a_burst_larger_than_one_write_batch_arrives_whole() {
         assert_eq!(m.header("message-id"), id.as_str(), "message {i}");
     }
 }
+
+/// A notification's `id` is its idempotency key: standalone, like an edge,
+/// delivers an id repeated within `edge.dedup_window_secs` once.
+#[tokio::test]
+async fn an_id_published_twice_is_delivered_once() {
+    let gw = start(|_| {}).await;
+    let mut alice = gw.session(&token("alice", None, None)).await;
+    for event in ["first", "retry"] {
+        let (status, body) = gw
+            .publish(json!({"id": "dup-1", "users": ["alice"], "event": event}))
+            .await;
+        // The retry is accepted like the first: the publisher's retry succeeds.
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(body["ids"][0], "dup-1");
+    }
+    notify(&gw, "alice", "after").await;
+    let m = alice.message().await;
+    assert_eq!(m.header("message-id"), Some("dup-1"));
+    assert_eq!(m.header("event"), Some("first"));
+    assert_eq!(alice.message().await.header("event"), Some("after"));
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        sample(&metrics, "herald_duplicates_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+}
+
+/// The window is bounded by count: past `edge.dedup_max` ids the oldest is
+/// forgotten early, counted, and may then be delivered again.
+#[tokio::test]
+async fn the_dedup_window_is_bounded_and_counts_early_evictions() {
+    let gw = start(|c| c.edge.dedup_max = 2).await;
+    let mut bob = gw.session(&token("bob", None, None)).await;
+    for id in ["a", "b", "c", "a"] {
+        let (status, body) = gw
+            .publish(json!({"id": id, "users": ["bob"], "event": id}))
+            .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    // "c" pushed "a" out, so the second "a" is new again (and pushes "b").
+    for id in ["a", "b", "c", "a"] {
+        assert_eq!(bob.message().await.header("message-id"), Some(id));
+    }
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, "herald_dedup_evicted_total"), Some(2.0));
+    assert_eq!(sample(&metrics, "herald_duplicates_total"), Some(0.0));
+}

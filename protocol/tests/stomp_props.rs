@@ -56,7 +56,9 @@ fn version() -> impl Strategy<Value = Version> {
 /// of with a content-length (bodies then hold no NUL).
 fn frame_case(version: Version) -> impl Strategy<Value = (Frame, bool)> {
     (command(), any::<bool>()).prop_flat_map(move |(command, nul_terminated)| {
-        let body = prop::collection::vec(any::<u8>(), 0..64).prop_map(move |mut b| {
+        // Only SEND, MESSAGE and ERROR may have a body (STOMP 1.2).
+        let most = if command.allows_body() { 64 } else { 1 };
+        let body = prop::collection::vec(any::<u8>(), 0..most).prop_map(move |mut b| {
             if nul_terminated {
                 b.retain(|&x| x != 0);
             }

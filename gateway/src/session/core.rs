@@ -214,29 +214,7 @@ impl StompCore {
                     let action = self.machine.on_frame(&frame);
                     self.act(action, now, sink);
                 }
-                Err(e) => {
-                    let kind = match e {
-                        stomp::DecodeError::FrameTooLarge { .. }
-                        | stomp::DecodeError::TooManyHeaders { .. }
-                        | stomp::DecodeError::HeaderTooLong { .. } => ProtocolError::Oversized,
-                        stomp::DecodeError::InvalidUtf8 { .. } => ProtocolError::InvalidUtf8,
-                        _ => ProtocolError::MalformedFrame,
-                    };
-                    let close_code = if kind == ProtocolError::Oversized {
-                        1009
-                    } else {
-                        1002
-                    };
-                    self.fail(
-                        Failure {
-                            message: e.to_string(),
-                            receipt: None,
-                            kind,
-                            close_code,
-                        },
-                        sink,
-                    );
-                }
+                Err(e) => self.fail(Failure::undecodable(&e), sink),
             }
         }
         if self.stomp_buf.is_empty() {

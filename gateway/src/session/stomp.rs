@@ -3,7 +3,8 @@
 //! hub, so every rule here is tested on plain values.
 
 use herald_protocol::envelope::names;
-use herald_protocol::stomp::{Command, Frame, HeartBeat, Version, headers};
+use herald_protocol::stomp::{Command, DecodeError, Frame, HeartBeat, Version, headers};
+use herald_protocol::websocket::close_code;
 
 use crate::filter::EventFilter;
 use crate::hub::Resume;
@@ -60,7 +61,38 @@ impl Failure {
             message: message.into(),
             receipt,
             kind: ProtocolError::Refused,
-            close_code: 1002,
+            close_code: close_code::PROTOCOL_ERROR,
+        }
+    }
+
+    /// Bytes the decoder could not read as a frame. The ERROR says what was
+    /// wrong (the decoder's sentence); the close code says which kind of
+    /// fault: 1009 over a limit, 1007 not UTF-8, 1002 anything else
+    /// malformed. Every variant is named, so a new one has to pick.
+    pub fn undecodable(e: &DecodeError) -> Self {
+        let (kind, code) = match e {
+            DecodeError::FrameTooLarge { .. }
+            | DecodeError::TooManyHeaders { .. }
+            | DecodeError::HeaderTooLong { .. } => {
+                (ProtocolError::Oversized, close_code::MESSAGE_TOO_BIG)
+            }
+            DecodeError::InvalidUtf8 { .. } => {
+                (ProtocolError::InvalidUtf8, close_code::INVALID_PAYLOAD)
+            }
+            DecodeError::UnknownCommand { .. }
+            | DecodeError::MalformedHeader { .. }
+            | DecodeError::InvalidEscape { .. }
+            | DecodeError::BadContentLength { .. }
+            | DecodeError::MissingNul
+            | DecodeError::UnexpectedBody { .. } => {
+                (ProtocolError::MalformedFrame, close_code::PROTOCOL_ERROR)
+            }
+        };
+        Failure {
+            message: e.to_string(),
+            receipt: None,
+            kind,
+            close_code: code,
         }
     }
 }

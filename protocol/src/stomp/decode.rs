@@ -77,7 +77,7 @@ pub enum DecodeError {
         line: usize,
     },
     /// The command or a header line is not UTF-8.
-    #[error("line {line} is not valid UTF-8")]
+    #[error("{} is not valid UTF-8", utf8_subject(*line))]
     InvalidUtf8 {
         /// Line number in the frame; the command is line 1.
         line: usize,
@@ -91,6 +91,24 @@ pub enum DecodeError {
     /// The `content-length` bytes of body are not followed by a NUL.
     #[error("frame body is not followed by a NUL after content-length bytes")]
     MissingNul,
+    /// A frame of a command that takes no body ([`Command::allows_body`])
+    /// has one: bytes other than the NUL after the blank line, or a
+    /// non-zero `content-length`. Reported as soon as the first body byte
+    /// (or the header) arrives, so the frames after it are not swallowed.
+    #[error("{command} frames must not have a body (only SEND, MESSAGE and ERROR may)")]
+    UnexpectedBody {
+        /// The frame's command.
+        command: Command,
+    },
+}
+
+/// What an [`DecodeError::InvalidUtf8`] line is, in words.
+fn utf8_subject(line: usize) -> String {
+    if line == 1 {
+        "the command line".to_owned()
+    } else {
+        format!("the header on line {line}")
+    }
 }
 
 /// One item from the front of a STOMP byte stream.
@@ -114,7 +132,9 @@ pub enum Decoded {
 ///
 /// Body: if `content-length` is present (first occurrence), exactly that many
 /// bytes then a NUL (else [`DecodeError::MissingNul`]); otherwise up to the
-/// first NUL.
+/// first NUL. A command that takes no body ([`Command::allows_body`]) must
+/// have the NUL right after the blank line (and no `content-length` but 0),
+/// else [`DecodeError::UnexpectedBody`].
 ///
 /// Returns [`DecodeError::FrameTooLarge`] as soon as `buf` holds more than
 /// `max_frame_bytes` without a complete frame, or a `content-length` makes
@@ -249,6 +269,18 @@ fn scan(buf: &[u8], version: Version, limits: &Limits) -> Result<Scan, DecodeErr
     };
     // `body_end` is the offset of the NUL; the frame is `body_end + 1` bytes.
     let body_end = match content_length {
+        // The NUL must come next. Looking further for one would let a frame
+        // whose NUL is missing swallow the frames after it.
+        _ if !command.allows_body() => {
+            if content_length.is_some_and(|len| len > 0) {
+                return Err(DecodeError::UnexpectedBody { command });
+            }
+            match buf.get(body_start) {
+                None => return Ok(Scan::NeedMore),
+                Some(0) => body_start,
+                Some(_) => return Err(DecodeError::UnexpectedBody { command }),
+            }
+        }
         Some(len) => {
             let body_end = body_start.checked_add(len).ok_or_else(too_large)?;
             if body_end >= limits.max_frame_bytes {

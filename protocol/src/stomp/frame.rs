@@ -111,6 +111,15 @@ impl Command {
     pub fn escapes_headers(self) -> bool {
         !matches!(self, Command::Connect | Command::Stomp | Command::Connected)
     }
+
+    /// Whether a frame of this command may carry a body. STOMP 1.2: "Only
+    /// the SEND, MESSAGE, and ERROR frames MAY have a body. All other frames
+    /// MUST NOT have a body." Herald holds 1.0 and 1.1 peers to the same
+    /// rule: no client library sends a body on other frames, and a frame
+    /// whose NUL is missing would otherwise swallow the frames after it.
+    pub fn allows_body(self) -> bool {
+        matches!(self, Command::Send | Command::Message | Command::Error)
+    }
 }
 
 impl fmt::Display for Command {

@@ -677,6 +677,43 @@ fn broken_bytes_close_with_the_code_of_their_kind() {
 }
 
 #[test]
+fn a_header_that_is_not_utf8_closes_with_invalid_payload_data() {
+    let host = TestHost::standard();
+    let mut c = Client::new(&host);
+    c.connect_as("alice");
+    c.core
+        .on_stomp_bytes(b"SUBSCRIBE\nid:\xff\n\n\0", c.now, &mut c.wire);
+    let out = c.wire.take();
+    let (message, code) = error_of(&out, &c.core);
+    assert_eq!(message, "the header on line 2 is not valid UTF-8");
+    assert_eq!(code, 1007);
+    assert_eq!(host.errors(ProtocolError::InvalidUtf8), 1);
+}
+
+#[test]
+fn a_body_on_a_subscribe_is_refused_and_does_not_swallow_the_next_frame() {
+    let host = TestHost::standard();
+    let mut c = Client::new(&host);
+    c.connect_as("alice");
+    // A SUBSCRIBE without its NUL, then an UNSUBSCRIBE: read up to the next
+    // NUL, the UNSUBSCRIBE would be the SUBSCRIBE's body.
+    c.core.on_stomp_bytes(
+        b"SUBSCRIBE\nid:s1\ndestination:/user/notifications\n\nUNSUBSCRIBE\nid:s1\n\n\0",
+        c.now,
+        &mut c.wire,
+    );
+    let out = c.wire.take();
+    let (message, code) = error_of(&out, &c.core);
+    assert!(
+        message.starts_with("SUBSCRIBE frames must not have a body"),
+        "{message}"
+    );
+    assert_eq!(code, 1002);
+    assert_eq!(host.errors(ProtocolError::MalformedFrame), 1);
+    assert!(!c.core.can_pull(), "the session closes");
+}
+
+#[test]
 fn a_frame_split_across_reads_is_decoded_once_whole() {
     let host = TestHost::standard();
     let mut c = Client::new(&host);

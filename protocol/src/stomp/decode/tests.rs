@@ -330,6 +330,76 @@ fn invalid_utf8() {
 }
 
 #[test]
+fn invalid_utf8_says_where() {
+    let err = decode_err(b"SUBSCRIBE\nid:\xff\n\n\0", Version::V1_2, &limits());
+    assert_eq!(err.to_string(), "the header on line 2 is not valid UTF-8");
+    let err = decode_err(b"\xffSEND\n\n\0", Version::V1_2, &limits());
+    assert_eq!(err.to_string(), "the command line is not valid UTF-8");
+}
+
+#[test]
+fn a_body_on_a_bodiless_command_is_refused() {
+    for command in Command::ALL.into_iter().filter(|c| !c.allows_body()) {
+        for version in [Version::V1_0, Version::V1_1, Version::V1_2] {
+            let raw = format!("{command}\nid:0\n\nbody\0");
+            let err = decode_err(raw.as_bytes(), version, &limits());
+            assert_eq!(err, DecodeError::UnexpectedBody { command }, "{raw:?}");
+            // Empty is fine, with or without a content-length of 0.
+            let f = decode_one(format!("{command}\nid:0\n\n\0").as_bytes(), version);
+            assert!(f.body.is_empty());
+            let raw = format!("{command}\ncontent-length:0\n\n\0");
+            assert!(decode_one(raw.as_bytes(), version).body.is_empty());
+        }
+    }
+    let err = decode_err(b"SUBSCRIBE\nid:0\n\nx\0", Version::V1_2, &limits());
+    assert_eq!(
+        err.to_string(),
+        "SUBSCRIBE frames must not have a body (only SEND, MESSAGE and ERROR may)"
+    );
+    // SEND, MESSAGE and ERROR may.
+    for command in ["SEND", "MESSAGE", "ERROR"] {
+        let raw = format!("{command}\n\nbody\0");
+        assert_eq!(&decode_one(raw.as_bytes(), Version::V1_2).body[..], b"body");
+    }
+}
+
+#[test]
+fn a_bodiless_frame_without_its_nul_does_not_swallow_the_next() {
+    // The SUBSCRIBE lacks its NUL: read up to the next NUL, the UNSUBSCRIBE
+    // would become its body and vanish.
+    let err = decode_err(
+        b"SUBSCRIBE\nid:0\ndestination:/q\n\nUNSUBSCRIBE\nid:0\n\n\0",
+        Version::V1_2,
+        &limits(),
+    );
+    assert_eq!(
+        err,
+        DecodeError::UnexpectedBody {
+            command: Command::Subscribe
+        }
+    );
+    // Refused at the first body byte, without waiting for a NUL...
+    let err = decode_err(b"DISCONNECT\n\nx", Version::V1_2, &limits());
+    assert_eq!(
+        err,
+        DecodeError::UnexpectedBody {
+            command: Command::Disconnect
+        }
+    );
+    // ... or at the header that announces one.
+    let err = decode_err(b"ACK\ncontent-length:1\n\n", Version::V1_2, &limits());
+    assert_eq!(
+        err,
+        DecodeError::UnexpectedBody {
+            command: Command::Ack
+        }
+    );
+    // Until then it is an incomplete frame.
+    let mut buf = BytesMut::from(&b"SUBSCRIBE\nid:0\n\n"[..]);
+    assert_eq!(decode(&mut buf, Version::V1_2, &limits()), Ok(None));
+}
+
+#[test]
 fn bad_content_length() {
     for value in [
         "",
@@ -375,6 +445,9 @@ fn error_messages_are_single_lines() {
             value: "x\n".into(),
         },
         DecodeError::MissingNul,
+        DecodeError::UnexpectedBody {
+            command: Command::Subscribe,
+        },
     ];
     for e in errors {
         let msg = e.to_string();
