@@ -15,6 +15,8 @@
 #   - a WebSocket upgrade becomes a tunnel; streamed chunks and WebSocket
 #     messages pass without delay (option http-no-delay);
 #   - stopping an edge moves only its users and they come back with it;
+#   - edges and routers are checked on /readyz: an edge alive but not ready
+#     (no root link) is marked DOWN and its users go to the others;
 #     with no edge up, HAProxy's /healthz answers 503.
 # The checks themselves are in deploy/testing/haproxy_test.py. Exits non-zero
 # on any failure and stops every process it started.

@@ -25,7 +25,7 @@
 //!   [`client::sockjs`], [`client::http`].
 //! - [`harness`]: what the commands share. [`harness::run`] (a run's own broker names, files,
 //!   processes and cleanup), [`harness::configs`] (their names and configuration files, pure),
-//!   [`harness::service`] (starting a Herald process, `/healthz`, stopping it),
+//!   [`harness::service`] (starting a Herald process, `/readyz`, stopping it),
 //!   [`harness::amqp`] (publishing, queues), [`harness::events`] (the parent/worker protocol),
 //!   [`harness::plan`] (sessions over processes and source addresses, pure),
 //!   [`harness::cpu`] and [`harness::rss`] (sampling `/proc`), [`harness::token`] (JWTs),

@@ -2,7 +2,7 @@
 //! validates and forwards, and what CPU that costs it.
 //!
 //! 1. A run with names of its own ([`crate::harness::run`]); the router is started on them with a
-//!    generated configuration, and is ready once its `/healthz` says it has declared them.
+//!    generated configuration, and is ready once its `/readyz` says it has declared them.
 //! 2. An edges queue is declared and bound to the edges exchange, as an edge would, so every
 //!    forward is routed, and the bench consumes it (large prefetch, acks `multiple`).
 //! 3. P publishers (a connection each) publish the N publications to the router's exchange as

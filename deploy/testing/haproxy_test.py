@@ -4,9 +4,11 @@
 Run through deploy/test-haproxy.sh. Needs haproxy and Python 3 (standard
 library only). Starts, on loopback ports picked at random:
   - 3 fake edges and 2 fake routers: tiny HTTP servers (this file, run as
-    `haproxy_test.py serve NAME PORT`) that answer /healthz with 200, and
-    everything else with JSON naming themselves and the source address the
-    request came from; they also speak just enough WebSocket upgrade and
+    `haproxy_test.py serve NAME PORT`) that answer /healthz (liveness) with
+    200, /readyz (readiness) with 200 or, once told so by a POST to
+    /_test/ready with body 0, with 503 as an edge with no root link does,
+    and everything else with JSON naming themselves and the source address
+    the request came from; they also speak just enough WebSocket upgrade and
     chunked streaming to exercise HAProxy's tunnel and no-delay paths;
   - haproxy with a configuration from haproxy/generate (3 source addresses).
 Then checks hashing, stickiness, spreading, failover, per-transport counts.
@@ -44,6 +46,9 @@ HOST = "127.0.0.1"
 # The fake edge / router (a child process).
 
 def serve(name, port):
+    # /readyz answers 200 while this is True (POST /_test/ready: 1 or 0).
+    ready = {"now": True}
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -107,6 +112,10 @@ def serve(name, port):
             q = urllib.parse.parse_qs(u.query)
             if u.path == "/healthz":
                 return self.reply(200, {"status": "ok", "edge": name})
+            if u.path == "/readyz":
+                if ready["now"]:
+                    return self.reply(200, {"status": "ready", "edge": name})
+                return self.reply(503, {"status": "unavailable", "reasons": ["no root link"]})
             if self.headers.get("Upgrade", "").lower() == "websocket":
                 return self.websocket()
             if "chunks" in q:
@@ -115,8 +124,10 @@ def serve(name, port):
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
-            if n:
-                self.rfile.read(n)
+            body = self.rfile.read(n) if n else b""
+            if self.path == "/_test/ready":
+                ready["now"] = body.strip() == b"1"
+                return self.reply(200, {"ready": ready["now"]})
             status = 202 if self.path.startswith("/v1/notifications") else 200
             return self.reply(status, self.describe())
 
@@ -494,6 +505,32 @@ class Harness:
         self.check(f"{victim} back: every user is where it was before",
                    back == placed, f"{sum(1 for u in placed if back[u] != placed[u])} differ")
 
+    def test_unready_edge(self, placed):
+        # An edge alive but not ready (no root link: /healthz 200, /readyz
+        # 503) is taken out like a stopped one, and put back once ready.
+        with open(self.cfg) as f:
+            checks = [l.strip() for l in f if "httpchk" in l]
+        self.check("edges and routers are checked on /readyz",
+                   checks == ["option httpchk GET /readyz"] * 2, f"{checks}")
+        victim = "edge3"
+        port = self.edge_ports[victim]
+        moved = [u for u, e in placed.items() if e == victim]
+        stayed = {u: e for u, e in placed.items() if e != victim}
+        request(port, "/_test/ready", method="POST", body=b"0")
+        wait_until(f"HAProxy marks the unready {victim} DOWN",
+                   lambda: self.server_status("edges", victim) == "DOWN", 10)
+        self.check(f"the unready {victim} is still alive (/healthz 200)",
+                   request(port, "/healthz")[0] == 200)
+        now = self.placement(placed)
+        self.check(f"unready {victim}: its {len(moved)} users go to the others, the rest stay",
+                   all(now[u] != victim for u in moved)
+                   and all(now[u] == e for u, e in stayed.items()))
+        request(port, "/_test/ready", method="POST", body=b"1")
+        wait_until(f"HAProxy marks {victim} UP once ready",
+                   lambda: self.server_status("edges", victim) == "UP", 10)
+        self.check(f"{victim} ready again: every user is where it was before",
+                   self.placement(placed) == placed)
+
     def test_stats_page(self):
         status, _, body = request(self.stats_port, "/")
         html = body.decode(errors="replace")
@@ -532,6 +569,7 @@ class Harness:
         self.test_stats_page()
         placed = self.test_spread()
         self.test_failover(placed)
+        self.test_unready_edge(placed)
         self.test_all_down()
 
 

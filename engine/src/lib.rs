@@ -18,6 +18,8 @@
 //!   cancel, list, `online`): parsing, API-key authentication, validation,
 //!   JSON errors.
 //! - [`api_key`]: API keys, compared in constant time.
+//! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
+//!   (readiness), the same in both binaries.
 //! - [`metrics`]: counters for accepted and rejected publications
 //!   (`source` = `http` or `amqp`).
 //! - [`schedule`]: delayed notifications: the scheduler, the firer, and the
@@ -34,6 +36,7 @@
 
 pub mod api_key;
 pub mod config;
+pub mod health;
 pub mod link;
 pub mod metrics;
 pub mod process;

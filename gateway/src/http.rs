@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `GET /ws` | STOMP over WebSocket ([`crate::ws`]) |
 //! | `POST /v1/notifications` | publish (from `herald-router`) |
-//! | `GET /healthz` | 200 while serving, 503 once shutdown starts |
+//! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
+//! | `GET /readyz` | readiness: 200 when taking new sessions, else 503 with reasons ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /v1/stats` | live counts as JSON, cacheable for 15 s |
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
@@ -33,7 +34,8 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Nativ
     let mut router = Router::new()
         .route("/ws", get(crate::ws::upgrade))
         .route("/js/herald.js", get(client_module))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(crate::health::healthz))
+        .route("/readyz", get(crate::health::readyz))
         .route("/metrics", get(metrics))
         .route("/v1/stats", get(stats));
     if shared.dev.is_some() {
@@ -74,18 +76,6 @@ async fn method_not_allowed() -> Response {
         }})),
     )
         .into_response()
-}
-
-async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.shutdown.is_cancelled() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "shutting down"})),
-        )
-            .into_response()
-    } else {
-        axum::Json(json!({"status": "ok"})).into_response()
-    }
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {

@@ -4,8 +4,10 @@
 //! # Layout
 //! - [`config`]: defaults, TOML file, environment, flags; validation.
 //! - [`server`]: the accept loop (hyper HTTP/1.1 with upgrades).
-//! - [`http`]: routes: `/ws`, `/sockjs`, `/healthz`, `/metrics`, the demo
-//!   page, and (standalone) the publish API from `herald-engine`.
+//! - [`http`]: routes: `/ws`, `/sockjs`, `/healthz`, `/readyz`, `/metrics`,
+//!   the demo page, and (standalone) the publish API from `herald-engine`.
+//! - [`health`]: liveness (`/healthz`) and readiness (`/readyz`: not
+//!   draining; an edge linked to a root).
 //! - [`ws`]: the WebSocket upgrade, shared by `/ws` and SockJS's websocket
 //!   transports; it hands the raw socket to a session.
 //! - [`permit`]: session slots; a [`permit::SessionPermit`] gives its slot
@@ -44,9 +46,12 @@
 //! shutdown token and joined after the drain.
 //!
 //! # Shutdown
-//! The token fires (SIGTERM/SIGINT in `main`): accepting stops, `/healthz`
-//! answers 503, each session sends ERROR "server shutting down" and a close
-//! frame, and [`Gateway::serve`] waits up to `shutdown_grace_ms` for them.
+//! The token fires (SIGTERM/SIGINT in `main`): the listener closes (new
+//! connections, probes included, are refused; a balancer's check fails and
+//! its retries send reconnecting users elsewhere), each session sends ERROR
+//! "server shutting down" and a close frame, and [`Gateway::serve`] waits up
+//! to `shutdown_grace_ms` for them. `/readyz` reached on a connection still
+//! open answers 503 `draining`.
 
 pub mod app;
 pub mod auth;
@@ -55,6 +60,7 @@ pub mod dedup;
 pub mod delayed;
 pub mod dev;
 pub mod filter;
+pub mod health;
 pub mod http;
 pub mod hub;
 pub mod link;

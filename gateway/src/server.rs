@@ -42,7 +42,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
 /// tracked by `tracker`; on shutdown, idle keep-alive connections close and
-/// in-flight requests finish.
+/// in-flight requests finish. The listener closes when this returns: from
+/// then on new connections, `/healthz` and `/readyz` probes included, are
+/// refused. That is on purpose: a balancer retries a refused connection on
+/// another server (HAProxy's `retries` and `option redispatch`), where an
+/// answer (even a 503) would go back to the browser.
 pub async fn serve(
     listener: TcpListener,
     router: Router,

@@ -127,6 +127,47 @@ fn close_connection(name: &str) {
     assert!(status.success());
 }
 
+/// A root that is unreachable until switched on: a listener that drops
+/// every connection while off and forwards each to RabbitMQ once on.
+struct GatedRoot {
+    url: String,
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl GatedRoot {
+    async fn start() -> GatedRoot {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("amqp://guest:guest@{}/%2f", listener.local_addr().unwrap());
+        let on = std::sync::Arc::new(AtomicBool::new(false));
+        let gate = on.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !gate.load(Ordering::SeqCst) {
+                    continue; // dropped: the edge sees its root go away
+                }
+                tokio::spawn(async move {
+                    if let Ok(mut broker) = tokio::net::TcpStream::connect("127.0.0.1:5672").await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                    }
+                });
+            }
+        });
+        GatedRoot { url, on, task }
+    }
+
+    fn switch_on(&self) {
+        self.on.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for GatedRoot {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 async fn edge(exchange: &str) -> (TestGateway, String) {
     edge_with_id(exchange, format!("test-{}", rand::random::<u32>())).await
 }
@@ -405,4 +446,76 @@ async fn an_edge_reports_users_coming_online_and_going_offline() {
         .exchange_delete(presence.as_str().into(), Default::default())
         .await;
     root.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_edge_is_ready_only_once_linked_to_a_root() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let root = GatedRoot::start().await;
+    let url = root.url.clone();
+    let gw = start(move |c| {
+        c.edge.roots = vec![url];
+        c.edge.id = Some(format!("test-{}", rand::random::<u32>()));
+        c.edge.exchange = exchange;
+        c.edge.queue_expires_secs = 60;
+        c.edge.reconnect_initial_ms = 50;
+        c.edge.reconnect_max_ms = 200;
+    })
+    .await;
+    // Its only root refuses: alive, but not ready, and it says why.
+    let (status, body) = gw.get_json("/healthz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
+    let (status, body) = gw.get_json("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["status"], "unavailable");
+    assert_eq!(body["reasons"], serde_json::json!(["no root link"]));
+    // The root comes up: the link follows, and readiness with it.
+    root.switch_on();
+    let body = gw.until_status("/readyz", 200).await;
+    assert_eq!(body["status"], "ready");
+    assert_eq!(sample(&gw.metrics().await, "herald_root_links"), Some(1.0));
+}
+
+#[tokio::test]
+async fn a_draining_edge_is_not_ready() {
+    use tower::ServiceExt;
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, _) = edge(&exchange).await;
+    gw.until_status("/readyz", 200).await;
+    let (shared, task) = gw.local.expect("an in-process gateway");
+    let (routes, _) = herald_gateway::http::routes(shared, axum::Router::new());
+    gw.shutdown.cancel();
+    // Linked or not, an edge that is shutting down takes no new sessions.
+    // (Asked in process: once the token fires the listener is closed.)
+    let ask = |path: &'static str| {
+        let routes = routes.clone();
+        async move {
+            let r = routes
+                .oneshot(
+                    axum::http::Request::get(path)
+                        .body(axum::body::Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            )
+        }
+    };
+    let (status, body) = ask("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["reasons"]
+            .as_array()
+            .unwrap()
+            .contains(&"draining".into()),
+        "{body}"
+    );
+    let (status, body) = ask("/healthz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("draining")));
+    tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
 }

@@ -197,3 +197,37 @@ async fn shutdown_sends_error_to_every_session_and_drains() {
         .expect("serve returns after the drain")
         .unwrap();
 }
+
+#[tokio::test]
+async fn standalone_is_live_and_ready_then_not_ready_while_draining() {
+    use tower::ServiceExt;
+    let gw = start(|_| {}).await;
+    let (status, body) = gw.get_json("/healthz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
+    let (status, body) = gw.get_json("/readyz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ready")));
+    let (shared, task) = gw.local.expect("an in-process gateway");
+    let (routes, _) = herald_gateway::http::routes(shared, axum::Router::new());
+    gw.shutdown.cancel();
+    let r = routes
+        .oneshot(
+            axum::http::Request::get("/readyz")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        body,
+        json!({"status": "unavailable", "reasons": ["draining"]})
+    );
+    // As documented: once the drain is under way the listener is closed.
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err());
+}

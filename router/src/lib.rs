@@ -12,9 +12,11 @@
 //!   it records in the store for `when-online` notifications.
 //! - [`config`]: the `herald-router` binary's configuration (defaults, TOML,
 //!   `HERALD_ROUTER_*`, flags), validated all at once.
-//! - [`server`]: the binary's process: HTTP API, `/healthz`, `/metrics`, the
-//!   supervised intake, and shutdown. Contract for publishers:
-//!   `router/AMQP.md`.
+//! - [`health`]: liveness (`/healthz`) and readiness (`/readyz`: not
+//!   draining, connected to the broker, Redis answering when configured).
+//! - [`server`]: the binary's process: HTTP API, `/healthz`, `/readyz`,
+//!   `/metrics`, the supervised intake, and shutdown. Contract for
+//!   publishers: `router/AMQP.md`.
 //!
 //! # Data flow (distributed)
 //! ```text
@@ -41,6 +43,7 @@
 //! again with the same `message_id`.
 
 pub mod config;
+pub mod health;
 pub mod ingest;
 pub mod presence_intake;
 pub mod server;

@@ -4,7 +4,8 @@
 //! | route | what |
 //! |---|---|
 //! | `POST /v1/notifications` | the publish API ([`herald_engine::publish`]) over [`AmqpLink`] |
-//! | `GET /healthz` | 200 while connected to the broker (topology declared), else 503 |
+//! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
+//! | `GET /readyz` | readiness: 200 when connected to the broker (topology declared) and, with `[redis]`, Redis answers; else 503 naming why ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
@@ -12,8 +13,9 @@
 //! (due ones go out through the same [`AmqpLink`] as the HTTP API) and the
 //! presence intake (edges' reports, on a connection of its own).
 //! # Shutdown
-//! When the token fires: the HTTP server stops accepting and finishes its
-//! requests (their forwards still go out); then the intake cancels its
+//! When the token fires: the HTTP server stops accepting (the listener
+//! closes: new connections, `/healthz` and `/readyz` included, are refused
+//! from here on) and finishes its requests (their forwards still go out); then the intake cancels its
 //! consumer, waits for in-flight forwards to be confirmed and acked, and the
 //! connection closes. Each phase waits at most `shutdown_grace_ms`.
 
@@ -29,6 +31,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::Health;
 use crate::presence_intake::PresenceIntake;
 use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
 
@@ -49,13 +52,6 @@ pub async fn connect_store(config: &Config) -> Result<Option<RedisStore>, StoreE
         Some(c) => RedisStore::connect(c).await.map(Some),
         None => Ok(None),
     }
-}
-
-#[derive(Clone)]
-struct Ops {
-    slot: PublisherSlot,
-    registry: Arc<Registry>,
-    shutdown: CancellationToken,
 }
 
 /// Run the router on `listener` until `shutdown` fires, then wind down (see
@@ -82,14 +78,15 @@ pub async fn run(
             max_bytes: config.amqp.bundle_max_bytes,
         },
     );
-    let delayed = store.map(|store| {
+    let store = store.map(Arc::new);
+    let delayed = store.as_ref().map(|store| {
         let metrics = DelayedMetrics::default();
         metrics.register(&mut registry);
         store.metrics().register(&mut registry);
         let presence = store.presence(std::time::Duration::from_millis(
             config.redis.presence_edge_ttl_ms,
         ));
-        let delayed = Delayed::new(config.schedule.clone(), Arc::new(store), metrics);
+        let delayed = Delayed::new(config.schedule.clone(), store.clone(), metrics);
         (delayed, presence)
     });
     let registry = Arc::new(registry);
@@ -99,15 +96,11 @@ pub async fn run(
         publish_metrics.clone(),
         delayed.as_ref().map(|(d, _)| d.clone()),
     );
-    let ops = Ops {
-        slot: slot.clone(),
-        registry,
-        shutdown: shutdown.clone(),
-    };
+    let health = Health::new(slot.clone(), shutdown.clone(), store);
     let routes = Router::new()
-        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .with_state(ops)
+        .with_state(registry)
+        .merge(health.routes())
         .merge(api.routes())
         .fallback(not_found);
 
@@ -183,27 +176,9 @@ pub async fn run(
     }
 }
 
-async fn healthz(State(ops): State<Ops>) -> Response {
-    if ops.shutdown.is_cancelled() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "shutting down"})),
-        )
-            .into_response()
-    } else if ops.slot.is_ready() {
-        axum::Json(json!({"status": "ok", "broker": "connected"})).into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "unavailable", "broker": "disconnected"})),
-        )
-            .into_response()
-    }
-}
-
-async fn metrics(State(ops): State<Ops>) -> Response {
+async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
     let mut body = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &ops.registry) {
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &registry) {
         tracing::error!(error = %e, "metrics encoding failed");
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }

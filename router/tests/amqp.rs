@@ -39,7 +39,7 @@ async fn a_valid_publication_reaches_the_edges_and_is_acked() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
     let router = Router::start(&topology, |_| {}).await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
 
     // Headers of the types the router forwards with: forwarded unchanged.
     let mut full = FieldTable::default();
@@ -117,7 +117,7 @@ async fn invalid_publications_are_dead_lettered_with_the_reason() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
     let router = Router::start(&topology, |c| c.publish.max_payload_bytes = 1024).await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
 
     let base = || {
         let mut t = FieldTable::default();
@@ -299,7 +299,7 @@ async fn the_http_api_publishes_to_the_edges() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
     let router = Router::start(&topology, |_| {}).await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
 
     let response = router
         .http
@@ -365,15 +365,22 @@ async fn the_http_api_publishes_to_the_edges() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_broker_health_and_publish_answer_503() {
+async fn without_a_broker_readiness_and_publish_answer_503() {
     let topology = Topology::with_suffix(&suffix());
     // Nothing listens on port 1.
     let router = Router::start(&topology, |c| {
         c.amqp.url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
     })
     .await;
-    // Never connected: unhealthy from the start, and it stays so.
-    assert_eq!(router.health().await, 503);
+    // Never connected: alive, but not ready from the start, and it says why.
+    let (status, body) = router.get_json("/healthz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
+    let (status, body) = router.get_json("/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        body,
+        serde_json::json!({"status": "unavailable", "reasons": ["broker disconnected"]})
+    );
     let response = router
         .http
         .post(router.url("/v1/notifications"))
@@ -399,6 +406,30 @@ async fn without_a_broker_health_and_publish_answer_503() {
     router.stop().await;
 }
 
+/// A broker that comes up after the router: not ready until connected,
+/// ready once it is, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_becomes_ready_once_its_broker_is_up() {
+    let topology = Topology::with_suffix(&suffix());
+    let gate = Gate::start("127.0.0.1:5672", false).await;
+    let url = amqp_url().replace("127.0.0.1:5672", &gate.addr.to_string());
+    let router = Router::start(&topology, |c| c.amqp.url = url).await;
+    let (status, body) = router.get_json("/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(body["reasons"], serde_json::json!(["broker disconnected"]));
+    gate.set(true);
+    let body = router.until_status("/readyz", 200).await;
+    assert_eq!(body["status"], "ready");
+    // The broker goes away again: so does readiness; liveness stays.
+    gate.set(false);
+    let body = router.until_status("/readyz", 503).await;
+    assert_eq!(body["reasons"], serde_json::json!(["broker disconnected"]));
+    assert_eq!(router.get_json("/healthz").await.0, 200);
+    router.stop().await;
+    let broker = Broker::connect(topology).await;
+    broker.cleanup().await;
+}
+
 /// Someone deletes the publications queue, the edges exchange, the dead
 /// queue: the router notices (the broker cancels its consumer; a publish
 /// fails; a dead letter is unroutable), and declares everything again on its
@@ -408,7 +439,7 @@ async fn deleted_names_are_declared_again() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
     let router = Router::start(&topology, |_| {}).await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
     let mut h = FieldTable::default();
     h.insert("users".into(), strings(&["alice"]));
     h.insert("event".into(), text("chat.message"));
@@ -430,7 +461,7 @@ async fn deleted_names_are_declared_again() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    router.wait_healthy().await;
+    router.wait_ready().await;
     assert!(
         broker
             .publish("", publication("after-queue", h.clone()), b"1")
@@ -468,7 +499,7 @@ async fn deleted_names_are_declared_again() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    router.wait_healthy().await;
+    router.wait_ready().await;
     // Deleting the exchange removed the edge's binding: bind again.
     broker
         .channel
@@ -515,7 +546,7 @@ async fn deleted_names_are_declared_again() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    router.wait_healthy().await;
+    router.wait_ready().await;
     let got = broker
         .take(&topology.dead_queue, 1, Duration::from_secs(10))
         .await;
@@ -541,7 +572,7 @@ async fn publications_survive_the_router_losing_its_connection() {
     let topology = Topology::with_suffix(&suffix());
     let broker = Broker::connect(topology.clone()).await;
     let router = Router::start(&topology, |c| c.amqp.prefetch = 64).await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
 
     // The edge: report what arrives, by id.
     let edge_channel = broker.connection.create_channel().await.unwrap();
@@ -616,7 +647,7 @@ async fn publications_survive_the_router_losing_its_connection() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     close_connection_from_broker(&router.connection_name).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     close_connection_from_broker(&router.connection_name).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -651,7 +682,7 @@ async fn publications_survive_the_router_losing_its_connection() {
     eprintln!("{sent} publications, {duplicates} delivered twice (at-least-once)");
     assert!(router.metric("herald_amqp_reconnects_total").await >= 2.0);
     assert!(router.metric("herald_amqp_disconnects_total").await >= 2.0);
-    router.wait_healthy().await;
+    router.wait_ready().await;
     router.stop().await;
     edge.abort();
     assert_eq!(

@@ -27,7 +27,7 @@ async fn router_with_redis(topology: &Topology) -> (Router, RedisPrefix) {
         c.schedule.lease_ms = 1000;
     })
     .await;
-    router.wait_healthy().await;
+    router.wait_ready().await;
     (router, RedisPrefix(prefix))
 }
 
@@ -283,6 +283,43 @@ async fn when_online_waits_for_an_edge_to_report_the_user() {
         router.metric("herald_delayed_presence_reports_total").await,
         1.0
     );
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+/// With `[redis]`, a router is ready only while Redis answers: a Redis that
+/// goes away is named in the 503, and readiness comes back with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_delayed_store() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let url = redis_url();
+    let authority = url
+        .strip_prefix("redis://")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|a| a.rsplit('@').next())
+        .expect("a redis:// URL")
+        .to_owned();
+    let gate = Gate::start(&authority, true).await;
+    let via_gate = url.replace(&authority, &gate.addr.to_string());
+    let prefix = format!(
+        "herald-test{}",
+        topology.exchange.trim_start_matches("herald")
+    );
+    let _keys = RedisPrefix(prefix.clone());
+    let router = Router::start(&topology, |c| {
+        c.redis.url = Some(via_gate);
+        c.redis.prefix = prefix;
+    })
+    .await;
+    let body = router.until_status("/readyz", 200).await;
+    assert_eq!(body["status"], "ready");
+    gate.set(false);
+    let body = router.until_status("/readyz", 503).await;
+    assert_eq!(body["reasons"], serde_json::json!(["store unreachable"]));
+    assert_eq!(router.get_json("/healthz").await.0, 200);
+    gate.set(true);
+    router.until_status("/readyz", 200).await;
     router.stop().await;
     broker.cleanup().await;
 }

@@ -6,8 +6,8 @@ from herald_dist import (RECOVERY, TIMEOUT, amqp_publish, confirmed_channel, ids
                          wait_until)
 
 
-def healthz(addr: str) -> int:
-    return requests.get(f"http://{addr}/healthz", timeout=TIMEOUT).status_code
+def status(addr: str, path: str) -> int:
+    return requests.get(f"http://{addr}{path}", timeout=TIMEOUT).status_code
 
 
 def root_links(dep) -> dict[str, float]:
@@ -23,10 +23,14 @@ def test_with_root2_down_publications_through_root1_keep_flowing(dep):
         stopped = True
         dep.rabbitmqctl("root2", "stop")
         wait_until("root2 to refuse AMQP connections", lambda: dep.amqp_refused("root2"))
-        # root2's router says so; root1's does not care.
-        wait_until("router2 /healthz to answer 503",
-                   lambda: healthz(dep.routers["router2"]) == 503)
-        assert healthz(dep.routers["router1"]) == 200
+        # root2's router says so (not ready, still alive); root1's does not care.
+        wait_until("router2 /readyz to answer 503",
+                   lambda: status(dep.routers["router2"], "/readyz") == 503)
+        reasons = requests.get(f"http://{dep.routers['router2']}/readyz",
+                               timeout=TIMEOUT).json()["reasons"]
+        assert "broker disconnected" in reasons
+        assert status(dep.routers["router2"], "/healthz") == 200
+        assert status(dep.routers["router1"], "/readyz") == 200
         # Every edge still has its root1 link, and only that one.
         wait_until("every edge to report one root link",
                    lambda: set(root_links(dep).values()) == {1.0})
@@ -47,7 +51,7 @@ def test_with_root2_down_publications_through_root1_keep_flowing(dep):
             assert ids_of(x.messages(len(sent))) == sent, f"{x.uid} on {x.edge}"
 
         # The HTTP API too, once HAProxy has taken router2 out of rotation
-        # (its health check follows router2's /healthz).
+        # (its health check follows router2's /readyz).
         wait_until("HAProxy to mark router2 DOWN",
                    lambda: dep.haproxy_servers()[("be_publish", "router2")].startswith("DOWN"),
                    RECOVERY)

@@ -47,7 +47,7 @@ pub(crate) struct ConnectionsArgs {
     #[arg(long, value_name = "PATH", requires = "spawn_gateway")]
     pub(crate) gateway_log: Option<PathBuf>,
 
-    /// Seconds to wait for a spawned gateway's /healthz to answer 200.
+    /// Seconds to wait for a spawned gateway's /readyz to answer 200.
     #[arg(long, default_value_t = 30)]
     pub(crate) startup_timeout: u64,
 

@@ -1,7 +1,7 @@
 //! Starting and stopping a standalone `herald-gateway` for a benchmark (`--spawn-gateway PATH`).
 //!
 //! The gateway gets a free `127.0.0.1` port, the JWT secret and a fresh API key on its command
-//! line; readiness and stopping are [`Service`]'s (`/healthz`, then `SIGTERM`).
+//! line; readiness and stopping are [`Service`]'s (`/readyz`, then `SIGTERM`).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,7 +22,7 @@ pub(crate) struct SpawnedGateway {
 }
 
 impl SpawnedGateway {
-    /// Starts the gateway and waits until `/healthz` answers 200 or `startup_timeout` passes.
+    /// Starts the gateway and waits until `/readyz` answers 200 or `startup_timeout` passes.
     pub(crate) async fn start(
         path: &Path,
         jwt_secret: &str,

@@ -111,7 +111,7 @@ pub(crate) struct DelayedArgs {
     #[arg(long, default_value_t = 30)]
     pub(crate) handshake_timeout: u64,
 
-    /// Seconds to wait for each process's /healthz (and the edge's queue).
+    /// Seconds to wait for each process's /readyz (and the edge's queue).
     #[arg(long, default_value_t = 30)]
     pub(crate) startup_timeout: u64,
 

@@ -68,7 +68,7 @@ impl Run {
     }
 
     /// Writes the router's configuration and starts it on a free port; returns once its
-    /// `/healthz` answers 200 (connected, topology declared).
+    /// `/readyz` answers 200 (connected, topology declared).
     pub(crate) async fn start_router(
         &self,
         bin: &Path,
@@ -125,7 +125,7 @@ impl Run {
     /// Starts `bin` as an edge gateway of the run: its TOML holds a free port, a data directory
     /// in the run's directory, `jwt_secret`, and `[edge]` with the run's broker as its root and
     /// the run's edges and presence exchanges; `--edge-id` is the run id. Returns once its
-    /// `/healthz` answers and its queue ([`configs::edge_queue`], which the caller should
+    /// `/readyz` answers (linked to the root) and its queue ([`configs::edge_queue`], which the caller should
     /// [`Run::add_queue`]) has a consumer.
     pub(crate) async fn start_edge(
         &self,

@@ -2,7 +2,7 @@
 //! edge of `latency`) or `herald-router` (`router-throughput`, `latency`).
 //!
 //! The caller builds the command line; [`Service::start`] spawns it (stdin closed, stdout and
-//! stderr to a log file or discarded, killed if the bench drops it), and waits for `GET /healthz`
+//! stderr to a log file or discarded, killed if the bench drops it), and waits for `GET /readyz`
 //! to answer 200, polled until a deadline. Stopping is `SIGTERM`, then a wait with a deadline,
 //! then `SIGKILL`.
 //!
@@ -22,9 +22,13 @@ use tokio::time::Instant;
 
 use crate::harness::sys;
 
-/// Time between two `/healthz` probes.
+/// What a started service is waited on: readiness (a router connected to its broker, an edge
+/// linked to its root, a standalone gateway serving), not `/healthz`, which only says the
+/// process answers HTTP.
+const READY_PATH: &str = "/readyz";
+/// Time between two `/readyz` probes.
 const HEALTH_POLL: Duration = Duration::from_millis(50);
-/// Deadline for one `/healthz` probe.
+/// Deadline for one `/readyz` probe.
 const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a service may take to exit after `SIGTERM` before it is killed.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -51,7 +55,7 @@ pub(crate) enum ServiceError {
         name: &'static str,
         status: std::process::ExitStatus,
     },
-    #[error("{name} did not answer 200 on /healthz within {timeout:?} (last: {last})")]
+    #[error("{name} did not answer 200 on /readyz within {timeout:?} (last: {last})")]
     NotHealthy {
         name: &'static str,
         timeout: Duration,
@@ -74,12 +78,12 @@ pub(crate) struct Service {
     name: &'static str,
     child: Child,
     pid: u32,
-    /// Where its HTTP side (`/healthz`) listens.
+    /// Where its HTTP side (`/readyz`) listens.
     pub(crate) addr: SocketAddr,
 }
 
 impl Service {
-    /// Starts `path` with `args` and waits until `http://{addr}/healthz` answers 200 or
+    /// Starts `path` with `args` and waits until `http://{addr}/readyz` answers 200 or
     /// `startup_timeout` passes.
     pub(crate) async fn start(
         name: &'static str,
@@ -149,7 +153,7 @@ impl Service {
                 });
             }
             let probe =
-                tokio::time::timeout(HEALTH_PROBE_TIMEOUT, http_get_status(self.addr, "/healthz"))
+                tokio::time::timeout(HEALTH_PROBE_TIMEOUT, http_get_status(self.addr, READY_PATH))
                     .await;
             let last = match probe {
                 Ok(Ok(200)) => return Ok(()),
@@ -189,7 +193,7 @@ impl Service {
     }
 }
 
-/// A minimal HTTP/1.1 `GET` that returns the status code (enough for `/healthz`; the bench does
+/// A minimal HTTP/1.1 `GET` that returns the status code (enough for `/readyz`; the bench does
 /// not need an HTTP client crate for one probe).
 pub(crate) async fn http_get_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
     let mut stream = TcpStream::connect(addr).await?;
@@ -256,7 +260,7 @@ mod tests {
                 .await
                 .unwrap();
         });
-        assert_eq!(http_get_status(addr, "/healthz").await.unwrap(), 200);
+        assert_eq!(http_get_status(addr, READY_PATH).await.unwrap(), 200);
         server.await.unwrap();
     }
 

@@ -53,7 +53,7 @@ pub(crate) struct LatencyArgs {
     #[arg(long)]
     pub(crate) broker_pid: Option<u32>,
 
-    /// Seconds to wait for the router's and the gateway's /healthz, and for the edge's queue.
+    /// Seconds to wait for the router's and the gateway's /readyz, and for the edge's queue.
     #[arg(long, default_value_t = 30)]
     pub(crate) startup_timeout: u64,
 

@@ -64,7 +64,7 @@ pub(crate) struct RouterThroughputArgs {
     #[arg(long, default_value_t = 30)]
     pub(crate) stall_timeout: u64,
 
-    /// Seconds to wait for the router's /healthz to answer 200.
+    /// Seconds to wait for the router's /readyz to answer 200.
     #[arg(long, default_value_t = 30)]
     pub(crate) startup_timeout: u64,
 

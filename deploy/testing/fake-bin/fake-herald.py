@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Stand-in for herald-router and herald-gateway (via the symlinks beside it),
 for deploy/test-deploy.sh: checks the flags deploy/up passes (the router,
-like the real one, also that its Redis answers), then answers /healthz (and
-everything else) with 200 until SIGTERM."""
+like the real one, also that its Redis answers), then answers /healthz, /readyz
+(and everything else) with 200 until SIGTERM."""
 import json
 import os
 import signal

@@ -159,6 +159,31 @@ impl TestGateway {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// `GET path`: the status and the JSON body (Null when not JSON).
+    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+        let r = reqwest::get(format!("http://{}{path}", self.addr))
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Poll `GET path` until it answers `status`, failing after [`WAIT`].
+    pub async fn until_status(&self, path: &str, status: u16) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (got, body) = self.get_json(path).await;
+            if got == status {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{path} answered {got} {body}, never {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("http://{}/metrics", self.addr))
             .await

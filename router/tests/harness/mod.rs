@@ -354,19 +354,42 @@ impl Router {
         format!("http://{}{path}", self.addr)
     }
 
-    pub async fn health(&self) -> u16 {
-        match self.http.get(self.url("/healthz")).send().await {
-            Ok(r) => r.status().as_u16(),
-            Err(_) => 0,
+    /// `GET path`: the status (0 when refused) and the JSON body (Null
+    /// when not JSON).
+    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+        match self.http.get(self.url(path)).send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                (status, r.json().await.unwrap_or(serde_json::Value::Null))
+            }
+            Err(_) => (0, serde_json::Value::Null),
         }
     }
 
-    pub async fn wait_healthy(&self) {
+    /// The status of `/readyz`.
+    pub async fn readiness(&self) -> u16 {
+        self.get_json("/readyz").await.0
+    }
+
+    /// Poll `GET path` until it answers `status`, failing after 10 s.
+    pub async fn until_status(&self, path: &str, status: u16) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.health().await != 200 {
-            assert!(Instant::now() < deadline, "the router never connected");
+        loop {
+            let (got, body) = self.get_json(path).await;
+            if got == status {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} answered {got} {body}, never {status}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Wait until `/readyz` answers 200: connected, topology declared.
+    pub async fn wait_ready(&self) {
+        self.until_status("/readyz", 200).await;
     }
 
     pub async fn metrics(&self) -> String {
@@ -412,6 +435,53 @@ impl Router {
             .await
             .expect("the router stops within its grace period")
             .unwrap();
+    }
+}
+
+/// A TCP forwarder to `target` that can be switched off: while off it
+/// drops every new connection and cuts the ones it forwards, as a server
+/// that went away would look to its clients.
+pub struct Gate {
+    pub addr: SocketAddr,
+    on: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    pub async fn start(target: &str, on: bool) -> Gate {
+        let target: SocketAddr = target.parse().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let on = std::sync::Arc::new(tokio::sync::watch::Sender::new(on));
+        let state = std::sync::Arc::clone(&on);
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut rx = state.subscribe();
+                if !*rx.borrow_and_update() {
+                    continue; // dropped
+                }
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = rx.wait_for(|on| !*on) => {}
+                    }
+                });
+            }
+        });
+        Gate { addr, on, task }
+    }
+
+    pub fn set(&self, on: bool) {
+        self.on.send_replace(on);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -95,13 +95,13 @@ class Router:
         self.channel.exchange_declare(n.edges_exchange, "fanout", durable=True)
         self.channel.queue_declare(n.edge_queue)
         self.channel.queue_bind(n.edge_queue, n.edges_exchange)
-        self.wait_healthy()
+        self.wait_ready()
 
-    def wait_healthy(self) -> None:
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + TIMEOUT
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError):

@@ -72,6 +72,7 @@ mod sweep;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
 use futures_util::future::try_join_all;
 use redis::{Script, Value};
@@ -209,6 +210,19 @@ impl RedisStore {
     /// The configuration it runs with.
     pub fn config(&self) -> &RedisConfig {
         &self.config
+    }
+
+    /// Whether Redis answers now: one `PING` (to some node of a cluster),
+    /// failing after `limit`. For readiness probes: not counted in
+    /// `unavailable`, which counts the store's own operations.
+    pub async fn ping(&self, limit: Duration) -> Result<(), StoreError> {
+        match tokio::time::timeout(limit, self.query::<Value>(&redis::cmd("PING"))).await {
+            Ok(answer) => answer.map(drop),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "redis: PING took longer than {} ms",
+                limit.as_millis()
+            ))),
+        }
     }
 
     /// Run `fut` as one store operation: bounded by the operation timeout,
