@@ -61,6 +61,22 @@ enum LinkError {
     ConsumerEnded,
 }
 
+/// `herald_root_links` counts one while it lives.
+struct LinkUp<'a>(&'a Metrics);
+
+impl<'a> LinkUp<'a> {
+    fn new(metrics: &'a Metrics) -> Self {
+        metrics.root_links.inc();
+        LinkUp(metrics)
+    }
+}
+
+impl Drop for LinkUp<'_> {
+    fn drop(&mut self) {
+        self.0.root_links.dec();
+    }
+}
+
 /// An edge counts its root links' failures as `herald_root_reconnects`;
 /// `herald_root_links` goes up once a link consumes (see [`Uplink::link`]).
 #[derive(Debug)]
@@ -136,12 +152,7 @@ impl Uplink {
         );
         supervisor
             .run(shutdown, |conn, shutdown| async move {
-                let mut up = false;
-                let result = self.link(&conn, &shutdown, &mut up).await;
-                if up {
-                    self.metrics.root_links.dec();
-                }
-                result.map_err(|e| match e {
+                self.link(&conn, &shutdown).await.map_err(|e| match e {
                     LinkError::Amqp(e) => SessionError::Amqp(e),
                     other => SessionError::Lost(other.to_string()),
                 })
@@ -150,12 +161,7 @@ impl Uplink {
     }
 
     /// One connection's life: declare, consume, route, ack.
-    async fn link(
-        &self,
-        conn: &Connection,
-        shutdown: &CancellationToken,
-        up: &mut bool,
-    ) -> Result<(), LinkError> {
+    async fn link(&self, conn: &Connection, shutdown: &CancellationToken) -> Result<(), LinkError> {
         // Reports made while this link connects wait in the backlog.
         let mut reports = self.reports.subscribe();
         let channel = conn.create_channel().await?;
@@ -181,9 +187,9 @@ impl Uplink {
             )
             .await?;
         tracing::info!(queue = %queue, "root link up");
-        // Up means consuming; `supervise` takes it back down when this ends.
-        self.metrics.root_links.inc();
-        *up = true;
+        // Up means consuming, until this future ends or the supervisor drops
+        // it (on the connection's error event): the guard counts both.
+        let _up = LinkUp::new(&self.metrics);
         loop {
             let delivery = tokio::select! {
                 // The supervisor closes the connection.
