@@ -9,6 +9,9 @@
 //! - [`condition`]: the `retry_if` language of a topic
 //!   (`{res.code}!=200 && {res.data.status}!=2`): parsed once, bounded,
 //!   evaluated against a status and a JSON body.
+//! - [`signature`]: Standard Webhooks signing (`webhook-id`,
+//!   `webhook-timestamp`, `webhook-signature`), several secrets at once for
+//!   rotation, and verification for receivers and tests.
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -22,3 +25,4 @@
 //! ```
 
 pub mod condition;
+pub mod signature;
