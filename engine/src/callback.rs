@@ -12,6 +12,8 @@
 //! - [`signature`]: Standard Webhooks signing (`webhook-id`,
 //!   `webhook-timestamp`, `webhook-signature`), several secrets at once for
 //!   rotation, and verification for receivers and tests.
+//! - [`retry`]: retry policies (explicit delays, 2n+1 minutes, exponential
+//!   with full jitter), `Retry-After`, and their validation at registration.
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -25,4 +27,5 @@
 //! ```
 
 pub mod condition;
+pub mod retry;
 pub mod signature;
