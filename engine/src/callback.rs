@@ -14,6 +14,9 @@
 //!   rotation, and verification for receivers and tests.
 //! - [`retry`]: retry policies (explicit delays, 2n+1 minutes, exponential
 //!   with full jitter), `Retry-After`, and their validation at registration.
+//! - [`answer`]: what an answer means: a recheck proceeds, declines or is
+//!   retried; a callback succeeded or failed; the excerpt of a body kept in
+//!   an attempt record.
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -26,6 +29,7 @@
 //!                                                  None --> dead, alert
 //! ```
 
+pub mod answer;
 pub mod condition;
 pub mod retry;
 pub mod signature;
