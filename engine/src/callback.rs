@@ -17,6 +17,8 @@
 //! - [`answer`]: what an answer means: a recheck proceeds, declines or is
 //!   retried; a callback succeeded or failed; the excerpt of a body kept in
 //!   an attempt record.
+//! - [`destination`]: where a callback may go: URL validation at
+//!   registration and the SSRF classification of an address.
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -31,5 +33,6 @@
 
 pub mod answer;
 pub mod condition;
+pub mod destination;
 pub mod retry;
 pub mod signature;
