@@ -20,6 +20,11 @@
 //! - [`api_key`]: API keys, compared in constant time.
 //! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
 //!   (readiness), the same in both binaries.
+//! - [`callback`]: the pure parts of callbacks (HTTP calls when a
+//!   notification falls due): the `retry_if` condition language, Standard
+//!   Webhooks signatures, retry policies and `Retry-After`, what an answer
+//!   means, and which destinations are refused. No I/O; not wired into the
+//!   HTTP API yet.
 //! - [`metrics`]: counters for accepted and rejected publications
 //!   (`source` = `http` or `amqp`).
 //! - [`schedule`]: delayed notifications: the scheduler, the firer, and the
@@ -35,6 +40,7 @@
 //! taken it. Delivery is at-least-once: a repeat carries the same id.
 
 pub mod api_key;
+pub mod callback;
 pub mod config;
 pub mod health;
 pub mod link;

@@ -1,0 +1,38 @@
+//! Callbacks: notifications that call an HTTP endpoint when they fall due.
+//!
+//! This module is the pure foundation of that feature: every part takes its
+//! inputs (the answer, the time, the jitter) as arguments and does no I/O,
+//! so each is tested on values. The sender that makes the requests, the
+//! store of attempts and the `/v1/topics` settings build on it.
+//!
+//! # Layout
+//! - [`condition`]: the `retry_if` language of a topic
+//!   (`{res.code}!=200 && {res.data.status}!=2`): parsed once, bounded,
+//!   evaluated against a status and a JSON body.
+//! - [`signature`]: Standard Webhooks signing (`webhook-id`,
+//!   `webhook-timestamp`, `webhook-signature`), several secrets at once for
+//!   rotation, and verification for receivers and tests.
+//! - [`retry`]: retry policies (explicit delays, 2n+1 minutes, exponential
+//!   with full jitter), `Retry-After`, and their validation at registration.
+//! - [`answer`]: what an answer means: a recheck proceeds, declines or is
+//!   retried; a callback succeeded or failed; the excerpt of a body kept in
+//!   an attempt record.
+//! - [`destination`]: where a callback may go: URL validation at
+//!   registration and the SSRF classification of an address.
+//!
+//! # Flow (as the sender will use it)
+//! ```text
+//! due --> destination::check(resolved address) --refused--> dead (recorded)
+//!           | recheck_url?  answer::recheck --Decline--> declined
+//!           |                               --Retry----> retry::Policy::next_delay
+//!           v Proceed
+//!         signature::sign --> POST callback_url --> answer::callback(condition)
+//!           Delivered --> done          Failed --> next_delay (Retry-After clamped)
+//!                                                  None --> dead, alert
+//! ```
+
+pub mod answer;
+pub mod condition;
+pub mod destination;
+pub mod retry;
+pub mod signature;
