@@ -166,6 +166,10 @@ pub struct Metrics {
     pub dropped: Family<DropLabels, Counter>,
     /// Protocol errors.
     pub errors: Family<ErrorLabels, Counter>,
+    /// Bytes of control frames (pongs, receipts, ERROR, heart-beats, close,
+    /// SockJS frames) waiting for clients, every session together; each
+    /// session's share is bounded by `session.queue_bytes`.
+    pub queued_control_bytes: Gauge,
     /// Edge mode: root links currently connected.
     pub root_links: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
@@ -294,6 +298,11 @@ impl Metrics {
             "herald_dedup_evicted",
             "Ids forgotten early because the dedup set was full (evict-oldest)",
             self.dedup_evicted.clone(),
+        );
+        registry.register(
+            "herald_session_queued_control_bytes",
+            "Bytes of control frames (pongs, receipts, ERROR, heart-beats, close) waiting for clients, all sessions",
+            self.queued_control_bytes.clone(),
         );
         registry.register(
             "herald_protocol_errors",
