@@ -57,6 +57,7 @@ label_value!(RefuseReason {
     Auth => "auth",
     ConnectTimeout => "connect_timeout",
     Version => "version",
+    InboundFull => "inbound_full",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -92,6 +93,8 @@ pub enum RefuseReason {
     ConnectTimeout,
     /// No common STOMP version.
     Version,
+    /// A SockJS `xhr_send` found the session's inbound queue full (503).
+    InboundFull,
 }
 
 /// Label: reason for a refusal.

@@ -75,6 +75,52 @@ impl std::ops::Deref for Chunk {
     }
 }
 
+/// A session's bound on control frames and its policy (see the module's
+/// "Bound and policy"); the SockJS HTTP transports' queue uses it too.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Most control bytes charged (`session.queue_bytes`).
+    limit: usize,
+    full: Full,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Budget {
+            full: Full::No,
+            limit,
+        }
+    }
+
+    /// Whether `n` more bytes may be charged on top of `charged`; when not,
+    /// the budget is overflowed and admits nothing until the cut.
+    pub fn admit(&mut self, charged: usize, n: usize) -> bool {
+        let limit = match self.full {
+            Full::No => self.limit,
+            Full::Refusing => return false,
+            Full::Cutting => self.limit.saturating_add(CUT_RESERVE),
+        };
+        if charged.saturating_add(n) <= limit {
+            return true;
+        }
+        if self.full == Full::No {
+            self.full = Full::Refusing;
+        }
+        false
+    }
+
+    /// Whether a frame was refused since the last call; the first `true`
+    /// opens [`CUT_RESERVE`] for the frames that end the session.
+    pub fn take_overflow(&mut self) -> bool {
+        if self.full == Full::Refusing {
+            self.full = Full::Cutting;
+            return true;
+        }
+        false
+    }
+}
+
 /// Whether the bound was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Full {
@@ -106,9 +152,7 @@ pub struct WriteQueue {
     pong: Option<u64>,
     /// Chunks popped so far: the absolute index of the front chunk.
     popped: u64,
-    /// Most control bytes charged (`session.queue_bytes`).
-    limit: usize,
-    full: Full,
+    budget: Budget,
 }
 
 impl Default for WriteQueue {
@@ -129,8 +173,7 @@ impl WriteQueue {
             coalesced: 0,
             pong: None,
             popped: 0,
-            limit,
-            full: Full::No,
+            budget: Budget::new(limit),
         }
     }
 
@@ -159,28 +202,14 @@ impl WriteQueue {
     /// Whether a control frame did not fit since the last call; the first
     /// `true` opens [`CUT_RESERVE`] for the frames that end the session.
     pub fn take_overflow(&mut self) -> bool {
-        if self.full == Full::Refusing {
-            self.full = Full::Cutting;
-            return true;
-        }
-        false
+        self.budget.take_overflow()
     }
 
     /// Whether `n` more control bytes may be queued; marks the queue
     /// overflowed when not.
     fn admit(&mut self, n: usize) -> bool {
-        let limit = match self.full {
-            Full::No => self.limit,
-            Full::Refusing => return false,
-            Full::Cutting => self.limit.saturating_add(CUT_RESERVE),
-        };
-        if self.charged().saturating_add(n) <= limit {
-            return true;
-        }
-        if self.full == Full::No {
-            self.full = Full::Refusing;
-        }
-        false
+        let charged = self.charged();
+        self.budget.admit(charged, n)
     }
 
     /// Hand the run of control frames in `tail` to the chunk queue.
