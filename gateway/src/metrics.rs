@@ -57,6 +57,7 @@ label_value!(RefuseReason {
     Auth => "auth",
     ConnectTimeout => "connect_timeout",
     Version => "version",
+    InboundFull => "inbound_full",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -92,6 +93,8 @@ pub enum RefuseReason {
     ConnectTimeout,
     /// No common STOMP version.
     Version,
+    /// A SockJS `xhr_send` found the session's inbound queue full (503).
+    InboundFull,
 }
 
 /// Label: reason for a refusal.
@@ -166,6 +169,10 @@ pub struct Metrics {
     pub dropped: Family<DropLabels, Counter>,
     /// Protocol errors.
     pub errors: Family<ErrorLabels, Counter>,
+    /// Bytes of control frames (pongs, receipts, ERROR, heart-beats, close,
+    /// SockJS frames) waiting for clients, every session together; each
+    /// session's share is bounded by `session.queue_bytes`.
+    pub queued_control_bytes: Gauge,
     /// Edge mode: root links currently connected.
     pub root_links: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
@@ -294,6 +301,11 @@ impl Metrics {
             "herald_dedup_evicted",
             "Ids forgotten early because the dedup set was full (evict-oldest)",
             self.dedup_evicted.clone(),
+        );
+        registry.register(
+            "herald_session_queued_control_bytes",
+            "Bytes of control frames (pongs, receipts, ERROR, heart-beats, close) waiting for clients, all sessions",
+            self.queued_control_bytes.clone(),
         );
         registry.register(
             "herald_protocol_errors",

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::host::Host;
 use super::stomp::{Action, Connect, Failure, StompSession, Subscribe};
 use crate::hub::{Attached, Identity, Resume};
-use crate::metrics::{ProtocolError, RefuseReason, Transport, TransportLabels};
+use crate::metrics::{DropReason, ProtocolError, RefuseReason, Transport, TransportLabels};
 use crate::outbox::{GapReason, Item, Outbox, QueueLimits, Subscription};
 
 /// How a transport writes STOMP frames.
@@ -34,6 +34,12 @@ pub trait Sink {
     fn heartbeat(&mut self);
     /// Bytes written but not yet taken by the socket.
     fn queued(&self) -> usize;
+    /// Whether a control frame did not fit in the session's bound since the
+    /// last call (the session must be cut as a slow consumer). The first
+    /// `true` lets the ERROR and close that end the session through.
+    fn take_overflow(&mut self) -> bool {
+        false
+    }
 }
 
 /// The MESSAGE headers every framing writes, in order.
@@ -213,6 +219,7 @@ impl StompCore {
                 Ok(Some(Decoded::Frame(frame))) => {
                     let action = self.machine.on_frame(&frame);
                     self.act(action, now, sink);
+                    self.check_queue(sink);
                 }
                 Err(e) => self.fail(Failure::undecodable(&e), sink),
             }
@@ -436,6 +443,32 @@ impl StompCore {
             sink.heartbeat();
             self.last_send = now;
         }
+    }
+
+    /// Cut the session as a slow consumer if the sink refused a control
+    /// frame at its bound (policy `disconnect`, counted as
+    /// `herald_dropped_total{reason="slow_consumer"}`); whether it did.
+    /// Shells call this after writing frames of their own (pongs, SockJS
+    /// heart-beats); the core calls it after each frame it answers.
+    pub fn check_queue(&mut self, sink: &mut dyn Sink) -> bool {
+        if !sink.take_overflow() {
+            return false;
+        }
+        if self.close.is_none() {
+            self.host.metrics().drop_one(DropReason::SlowConsumer);
+            self.fail(
+                Failure {
+                    message: "slow consumer: the client does not read what the session sends \
+                              (pongs, receipts) and its queue is full"
+                        .into(),
+                    receipt: None,
+                    kind: ProtocolError::Refused,
+                    close_code: 1008,
+                },
+                sink,
+            );
+        }
+        true
     }
 
     /// Send ERROR and mark the session for closing.

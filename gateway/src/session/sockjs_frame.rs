@@ -97,8 +97,8 @@ pub struct WsSockjs<'a>(pub &'a mut WriteQueue);
 impl Sink for WsSockjs<'_> {
     fn frame(&mut self, command: Command, headers: &[(&str, &str)], body: &[u8], v: Version) {
         let pieces = array(&[control(command, headers, body, v)]);
-        self.0
-            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+        let parts: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
+        self.0.control_frame(OpCode::Text, &parts);
     }
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
@@ -109,12 +109,16 @@ impl Sink for WsSockjs<'_> {
 
     fn heartbeat(&mut self) {
         let pieces = array(&[HEARTBEAT_ESCAPED]);
-        self.0
-            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+        let parts: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
+        self.0.control_frame(OpCode::Text, &parts);
     }
 
     fn queued(&self) -> usize {
         self.0.len()
+    }
+
+    fn take_overflow(&mut self) -> bool {
+        self.0.take_overflow()
     }
 }
 

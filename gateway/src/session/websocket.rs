@@ -69,6 +69,8 @@ struct Session {
     sockjs_heartbeat: Option<Duration>,
     /// Set once the session is closing: flush, then go by this instant.
     closing: Option<Instant>,
+    /// Control bytes of `out` last added to the gateway's gauge.
+    reported: i64,
 }
 
 enum Stop {
@@ -97,6 +99,7 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
         drop(leftover);
         let now = Instant::now();
         let max_frame = shared.config.session.max_frame_bytes;
+        let queue_bytes = shared.config.session.queue_bytes;
         let sockjs_heartbeat = (framing == Framing::Sockjs)
             .then(|| Duration::from_millis(shared.config.sockjs.heartbeat_ms));
         let mut session = Session {
@@ -110,21 +113,23 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
             stream,
             inbuf,
             ws: websocket::Decoder::new(max_frame),
-            out: WriteQueue::default(),
+            out: WriteQueue::new(queue_bytes),
             framing,
             sockjs_heartbeat,
             closing: None,
+            reported: 0,
         };
         if framing == Framing::Sockjs {
-            session
-                .out
-                .ws_frame(OpCode::Text, &[&Bytes::from_static(sockjs::OPEN)]);
+            session.out.control_frame(OpCode::Text, &[sockjs::OPEN]);
         }
         let stop = session.run().await;
         match stop {
             Stop::Eof => tracing::debug!("session ended"),
             Stop::Io(e) => tracing::debug!(error = %e, "session i/o ended"),
         }
+        // The write queue goes with the session: nothing of it stays counted.
+        session.out = WriteQueue::new(0);
+        session.report_queued();
         session.core.finish();
     }
     .instrument(span)
@@ -132,10 +137,27 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
 }
 
 impl Session {
+    /// Run `f` on the core with this session's sink; then, if a control
+    /// frame did not fit in the bound, cut the session as a slow consumer.
     fn with_sink<R>(&mut self, f: impl FnOnce(&mut StompCore, &mut dyn Sink) -> R) -> R {
-        match self.framing {
-            Framing::Raw => f(&mut self.core, &mut RawStomp(&mut self.out)),
-            Framing::Sockjs => f(&mut self.core, &mut WsSockjs(&mut self.out)),
+        let sink: &mut dyn Sink = match self.framing {
+            Framing::Raw => &mut RawStomp(&mut self.out),
+            Framing::Sockjs => &mut WsSockjs(&mut self.out),
+        };
+        let r = f(&mut self.core, sink);
+        self.core.check_queue(sink);
+        r
+    }
+
+    /// Bring the gateway's gauge of queued control bytes up to date.
+    fn report_queued(&mut self) {
+        let now = self.out.control_len() as i64;
+        if now != self.reported {
+            self.shared
+                .metrics
+                .queued_control_bytes
+                .inc_by(now - self.reported);
+            self.reported = now;
         }
     }
 
@@ -160,6 +182,7 @@ impl Session {
                     Err(e) => return Stop::Io(e),
                 }
             }
+            self.report_queued();
             if let Some(deadline) = self.closing {
                 if now >= deadline {
                     return Stop::Eof;
@@ -210,7 +233,7 @@ impl Session {
         if self.framing == Framing::Sockjs {
             let mut c = BytesMut::new();
             sockjs::encode_close(code, close_reason(code), &mut c);
-            self.out.ws_frame(OpCode::Text, &[&c.freeze()]);
+            self.out.control_frame(OpCode::Text, &[&c]);
             self.out.close(1000, "");
         } else {
             self.out.close(code, "");
@@ -267,8 +290,7 @@ impl Session {
             && now >= self.core.last_send() + h
             && self.out.is_empty()
         {
-            self.out
-                .ws_frame(OpCode::Text, &[&Bytes::from_static(sockjs::HEARTBEAT)]);
+            self.out.control_frame(OpCode::Text, &[sockjs::HEARTBEAT]);
         }
     }
 
@@ -301,7 +323,10 @@ impl Session {
                 Ok(None) => break,
                 Ok(Some(Message::Text(t))) => self.on_data(t.as_bytes(), now),
                 Ok(Some(Message::Binary(b))) => self.on_data(&b, now),
-                Ok(Some(Message::Ping(p))) => self.out.pong(&p),
+                Ok(Some(Message::Ping(p))) => {
+                    self.out.pong(&p);
+                    self.with_sink(|_, _| {});
+                }
                 Ok(Some(Message::Pong(_))) => {}
                 Ok(Some(Message::Close(_))) => {
                     self.core.peer_closed();

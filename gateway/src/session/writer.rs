@@ -1,10 +1,41 @@
-//! What a session writes, as chunks of `Bytes` for a vectored write.
+//! What a session writes, as chunks of `Bytes` for a vectored write, and the
+//! bound on what waits for the socket.
 //!
 //! A MESSAGE is three chunks: `[WebSocket header + STOMP head]` (small, per
 //! recipient: it names the subscription and the mailbox sequence), the
 //! payload (the notification's own `Bytes`, shared by every recipient, never
 //! copied), and a static NUL. Server frames are unmasked, so the shared
 //! payload goes to the socket as is.
+//!
+//! # Bound and policy
+//!
+//! Everything else a session writes is a *control frame*: CONNECTED,
+//! RECEIPT, ERROR, gap markers, heart-beats, pongs, close frames and
+//! SockJS's `o`, `h` and `c`. Control frames are made in answer to what the
+//! client sends, so a client that sends and never reads could make the
+//! gateway queue them without end. They are charged against the session's
+//! bound (`session.queue_bytes`) until the socket takes them:
+//!
+//! - a run of control frames shares one buffer, so what is charged is what
+//!   is held (give or take the buffer's growth);
+//! - pongs coalesce: while a pong waits untouched, a newer ping replaces it
+//!   (RFC 6455 5.5.3 lets an endpoint answer only the most recent ping). The
+//!   replaced pong still counts against the bound until the socket takes the
+//!   one that replaced it, so a client that floods pings and never reads
+//!   runs out of room like any other slow reader;
+//! - a control frame that does not fit is not queued, and the queue is
+//!   *overflowed*: the session must be cut as a slow consumer
+//!   ([`WriteQueue::take_overflow`]; the policy is always `disconnect`, since
+//!   a RECEIPT or a pong cannot be dropped without the client noticing). The
+//!   cut opens a small reserve ([`CUT_RESERVE`]) for the ERROR frame and the
+//!   close frame that tell the client why, and the session reads nothing
+//!   more.
+//!
+//! MESSAGE frames are not charged here: the session pulls them from its
+//! outbox (bounded by `session.queue_messages` and `queue_bytes`, with the
+//! `session.when_full` policy) only while this queue holds less than
+//! [`crate::session::websocket::PULL_UNTIL`] bytes, and their payloads are
+//! shared.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -15,25 +46,140 @@ use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
 
 use super::core::{Sink, message_headers};
+use crate::config::SessionConfig;
 
 const NUL: Bytes = Bytes::from_static(b"\0");
 /// A STOMP heart-beat (one EOL) in a WebSocket text frame.
-const HEARTBEAT: Bytes = Bytes::from_static(&[0x81, 0x01, b'\n']);
+const HEARTBEAT: &[u8] = &[0x81, 0x01, b'\n'];
 
 /// Most chunks handed to one `writev`.
 const MAX_IOV: usize = 64;
 
-/// Bytes waiting for the socket.
-#[derive(Debug, Default)]
+/// Room past the bound, opened once when the session is cut, for the ERROR
+/// frame and the close frame that say why (a few hundred bytes at most).
+pub const CUT_RESERVE: usize = 1024;
+
+/// A chunk waiting for the socket.
+#[derive(Debug)]
+struct Chunk {
+    data: Bytes,
+    /// Made by the gateway (charged against the bound), not a MESSAGE part.
+    control: bool,
+}
+
+impl std::ops::Deref for Chunk {
+    type Target = Bytes;
+
+    fn deref(&self) -> &Bytes {
+        &self.data
+    }
+}
+
+/// A session's bound on control frames and its policy (see the module's
+/// "Bound and policy"); the SockJS HTTP transports' queue uses it too.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Most control bytes charged (`session.queue_bytes`).
+    limit: usize,
+    full: Full,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Budget {
+            full: Full::No,
+            limit,
+        }
+    }
+
+    /// Whether `n` more bytes may be charged on top of `charged`; when not,
+    /// the budget is overflowed and admits nothing until the cut.
+    pub fn admit(&mut self, charged: usize, n: usize) -> bool {
+        let limit = match self.full {
+            Full::No => self.limit,
+            Full::Refusing => return false,
+            Full::Cutting => self.limit.saturating_add(CUT_RESERVE),
+        };
+        if charged.saturating_add(n) <= limit {
+            return true;
+        }
+        if self.full == Full::No {
+            self.full = Full::Refusing;
+        }
+        false
+    }
+
+    /// Whether a frame was refused since the last call; the first `true`
+    /// opens [`CUT_RESERVE`] for the frames that end the session.
+    pub fn take_overflow(&mut self) -> bool {
+        if self.full == Full::Refusing {
+            self.full = Full::Cutting;
+            return true;
+        }
+        false
+    }
+}
+
+/// Whether the bound was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Full {
+    /// Control frames are admitted while they fit.
+    No,
+    /// A control frame did not fit: nothing more is admitted until the
+    /// session is cut ([`WriteQueue::take_overflow`]).
+    Refusing,
+    /// The session is being cut: the ERROR and close fit in [`CUT_RESERVE`].
+    Cutting,
+}
+
+/// Bytes waiting for the socket, with control frames bounded (see the
+/// module's "Bound and policy").
+#[derive(Debug)]
 pub struct WriteQueue {
-    chunks: VecDeque<Bytes>,
+    chunks: VecDeque<Chunk>,
+    /// Control frames not yet handed to the socket: one buffer for a run.
+    tail: BytesMut,
+    /// Every byte waiting (chunks and tail).
     bytes: usize,
+    /// Control bytes waiting (charged).
+    control: usize,
+    /// Pongs replaced by a newer one since the pending pong was queued
+    /// (charged until the socket takes some of the pending pong).
+    coalesced: usize,
+    /// The absolute index of the pending pong's chunk, while none of it went
+    /// out (so a newer ping may replace it).
+    pong: Option<u64>,
+    /// Chunks popped so far: the absolute index of the front chunk.
+    popped: u64,
+    budget: Budget,
+}
+
+impl Default for WriteQueue {
+    /// A queue with the default `session.queue_bytes` bound.
+    fn default() -> Self {
+        WriteQueue::new(SessionConfig::default().queue_bytes)
+    }
 }
 
 impl WriteQueue {
+    /// An empty queue that charges control frames against `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        WriteQueue {
+            chunks: VecDeque::new(),
+            tail: BytesMut::new(),
+            bytes: 0,
+            control: 0,
+            coalesced: 0,
+            pong: None,
+            popped: 0,
+            budget: Budget::new(limit),
+        }
+    }
+
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
+        self.bytes == 0
     }
 
     /// Bytes waiting.
@@ -41,23 +187,76 @@ impl WriteQueue {
         self.bytes
     }
 
+    /// Control bytes waiting (what this queue holds of its own, against the
+    /// bound).
+    pub fn control_len(&self) -> usize {
+        self.control
+    }
+
+    /// What counts against the bound: control bytes waiting and pongs
+    /// answered by coalescing but not yet followed by one the socket took.
+    pub fn charged(&self) -> usize {
+        self.control + self.coalesced
+    }
+
+    /// Whether a control frame did not fit since the last call; the first
+    /// `true` opens [`CUT_RESERVE`] for the frames that end the session.
+    pub fn take_overflow(&mut self) -> bool {
+        self.budget.take_overflow()
+    }
+
+    /// Whether `n` more control bytes may be queued; marks the queue
+    /// overflowed when not.
+    fn admit(&mut self, n: usize) -> bool {
+        let charged = self.charged();
+        self.budget.admit(charged, n)
+    }
+
+    /// Hand the run of control frames in `tail` to the chunk queue.
+    fn seal(&mut self) {
+        if !self.tail.is_empty() {
+            let data = std::mem::take(&mut self.tail).freeze();
+            self.chunks.push_back(Chunk {
+                data,
+                control: true,
+            });
+        }
+    }
+
+    /// Queue a MESSAGE part (not charged).
     fn push(&mut self, b: Bytes) {
         if !b.is_empty() {
+            self.seal();
             self.bytes += b.len();
-            self.chunks.push_back(b);
+            self.chunks.push_back(Chunk {
+                data: b,
+                control: false,
+            });
         }
+    }
+
+    /// Queue an encoded control frame; false when it did not fit.
+    fn push_control(&mut self, frame: &[u8]) -> bool {
+        if !self.admit(frame.len()) {
+            return false;
+        }
+        self.tail.extend_from_slice(frame);
+        self.bytes += frame.len();
+        self.control += frame.len();
+        true
     }
 
     /// Write as much as the socket takes now; `Ok(n)` bytes written, stops
     /// at `WouldBlock` (returning what was written so far).
     pub fn write_to(&mut self, stream: &tokio::net::TcpStream) -> io::Result<usize> {
+        self.seal();
         let mut written = 0;
         while !self.chunks.is_empty() {
             let iov: Vec<IoSlice<'_>> = self
                 .chunks
                 .iter()
                 .take(MAX_IOV)
-                .map(|c| IoSlice::new(c))
+                .map(|c| IoSlice::new(&c.data))
                 .collect();
             match stream.try_write_vectored(&iov) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -75,18 +274,29 @@ impl WriteQueue {
         Ok(written)
     }
 
+    /// `n` bytes from the front went out (the tail is sealed first).
     fn advance(&mut self, mut n: usize) {
+        self.seal();
         self.bytes -= n;
         while n > 0 {
             let Some(front) = self.chunks.front_mut() else {
                 return;
             };
-            if n >= front.len() {
-                n -= front.len();
+            let taken = n.min(front.data.len());
+            if front.control {
+                self.control -= taken;
+            }
+            if self.pong == Some(self.popped) {
+                // The client gets this pong: the ones it replaced are paid.
+                self.pong = None;
+                self.coalesced = 0;
+            }
+            n -= taken;
+            if taken == front.data.len() {
                 self.chunks.pop_front();
+                self.popped += 1;
             } else {
-                front.advance(n);
-                n = 0;
+                front.data.advance(taken);
             }
         }
     }
@@ -94,11 +304,16 @@ impl WriteQueue {
     /// Every queued byte, concatenated (tests).
     #[cfg(test)]
     pub fn concat(&self) -> Vec<u8> {
-        self.chunks.iter().flat_map(|c| c.iter().copied()).collect()
+        self.chunks
+            .iter()
+            .flat_map(|c| c.data.iter().copied())
+            .chain(self.tail.iter().copied())
+            .collect()
     }
 
-    /// One WebSocket frame whose payload is `pieces` in order; the pieces
-    /// are queued as they are (shared, not copied).
+    /// One WebSocket data frame of a MESSAGE whose payload is `pieces` in
+    /// order; the pieces are queued as they are (shared, not copied) and not
+    /// charged (see the module's "Bound and policy").
     pub fn ws_frame(&mut self, opcode: OpCode, pieces: &[&Bytes]) {
         let len = pieces.iter().map(|p| p.len()).sum();
         let mut header = BytesMut::with_capacity(10);
@@ -109,18 +324,49 @@ impl WriteQueue {
         }
     }
 
+    /// One WebSocket frame the gateway makes itself, payload `parts` in
+    /// order, copied into the run of control frames and charged.
+    pub fn control_frame(&mut self, opcode: OpCode, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut frame = BytesMut::with_capacity(10 + len);
+        websocket::encode_header(opcode, len, &mut frame);
+        for p in parts {
+            frame.extend_from_slice(p);
+        }
+        self.push_control(&frame);
+    }
+
     /// A WebSocket close frame.
     pub fn close(&mut self, code: u16, reason: &str) {
         let mut out = BytesMut::with_capacity(4 + reason.len());
         websocket::encode_close(code, reason, &mut out);
-        self.push(out.freeze());
+        self.push_control(&out);
     }
 
-    /// A WebSocket pong.
+    /// A WebSocket pong; it replaces a pending pong none of which went out.
     pub fn pong(&mut self, payload: &[u8]) {
         let mut out = BytesMut::with_capacity(2 + payload.len());
         websocket::encode_frame(OpCode::Pong, payload, &mut out);
-        self.push(out.freeze());
+        let new = out.freeze();
+        if !self.admit(new.len()) {
+            return;
+        }
+        if let Some(at) = self.pong {
+            let old = &mut self.chunks[(at - self.popped) as usize].data;
+            self.coalesced += old.len();
+            self.control = self.control - old.len() + new.len();
+            self.bytes = self.bytes - old.len() + new.len();
+            *old = new;
+            return;
+        }
+        self.seal();
+        self.pong = Some(self.popped + self.chunks.len() as u64);
+        self.bytes += new.len();
+        self.control += new.len();
+        self.chunks.push_back(Chunk {
+            data: new,
+            control: true,
+        });
     }
 }
 
@@ -131,7 +377,7 @@ impl Sink for RawStomp<'_> {
     fn frame(&mut self, command: Command, hdrs: &[(&str, &str)], body: &[u8], v: Version) {
         let mut stomp_bytes = BytesMut::with_capacity(64 + body.len());
         stomp::encode_frame(command, hdrs, body, v, &mut stomp_bytes);
-        self.0.ws_frame(OpCode::Text, &[&stomp_bytes.freeze()]);
+        self.0.control_frame(OpCode::Text, &[&stomp_bytes]);
     }
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
@@ -150,11 +396,15 @@ impl Sink for RawStomp<'_> {
     }
 
     fn heartbeat(&mut self) {
-        self.0.push(HEARTBEAT);
+        self.0.push_control(HEARTBEAT);
     }
 
     fn queued(&self) -> usize {
         self.0.len()
+    }
+
+    fn take_overflow(&mut self) -> bool {
+        self.0.take_overflow()
     }
 }
 
@@ -272,5 +522,146 @@ mod tests {
         q.advance(4);
         assert_eq!(q.concat(), b"ef");
         assert_eq!(q.len(), 2);
+    }
+
+    /// Write `n` bytes from the front as if the socket took them.
+    fn take(q: &mut WriteQueue, n: usize) {
+        q.seal();
+        q.advance(n);
+    }
+
+    #[test]
+    fn a_pong_nobody_took_is_replaced_by_the_newest() {
+        let mut q = WriteQueue::new(1024);
+        q.pong(b"1");
+        q.pong(b"22");
+        q.pong(b"333");
+        let frames = decode_server_frames(&q.concat());
+        assert_eq!(
+            frames,
+            vec![(10, b"333".to_vec())],
+            "only the latest ping is answered"
+        );
+        assert_eq!(q.len(), 5);
+        assert_eq!(q.control_len(), 5);
+        // The replaced pongs still count until the client takes one.
+        assert_eq!(q.charged(), 5 + 3 + 4);
+        take(&mut q, 5);
+        assert!(q.is_empty());
+        assert_eq!(q.charged(), 0);
+    }
+
+    #[test]
+    fn a_pong_already_going_out_is_not_touched() {
+        let mut q = WriteQueue::new(1024);
+        q.pong(b"first");
+        take(&mut q, 3);
+        q.pong(b"second");
+        q.pong(b"third");
+        // The rest of the first pong, then only the newest.
+        let mut bytes = vec![0x8a, 5];
+        bytes.extend_from_slice(b"first");
+        let frames = decode_server_frames(&[&bytes[..3], &q.concat()[..]].concat());
+        assert_eq!(
+            frames,
+            vec![(10, b"first".to_vec()), (10, b"third".to_vec())]
+        );
+    }
+
+    #[test]
+    fn pongs_keep_their_place_among_other_frames() {
+        let mut q = WriteQueue::new(1024);
+        RawStomp(&mut q).heartbeat();
+        q.pong(b"a");
+        RawStomp(&mut q).heartbeat();
+        q.pong(b"b");
+        let frames = decode_server_frames(&q.concat());
+        assert_eq!(
+            frames,
+            vec![
+                (1, b"\n".to_vec()),
+                (10, b"b".to_vec()),
+                (1, b"\n".to_vec())
+            ]
+        );
+    }
+
+    #[test]
+    fn control_frames_past_the_bound_overflow_and_the_cut_has_a_reserve() {
+        let mut q = WriteQueue::new(100);
+        let receipt = |q: &mut WriteQueue| {
+            RawStomp(q).frame(Command::Receipt, &[("receipt-id", "r")], b"", Version::V1_2)
+        };
+        receipt(&mut q);
+        let one = q.len();
+        while q.charged() + one <= 100 {
+            receipt(&mut q);
+        }
+        assert!(!q.take_overflow());
+        let before = q.concat();
+        receipt(&mut q);
+        q.pong(b"p");
+        RawStomp(&mut q).heartbeat();
+        assert_eq!(q.concat(), before, "nothing more is queued once full");
+        assert!(q.take_overflow());
+        assert!(!q.take_overflow(), "reported once");
+        // The frames that end the session fit in the reserve, no more.
+        RawStomp(&mut q).frame(
+            Command::Error,
+            &[("message", "slow")],
+            b"slow",
+            Version::V1_2,
+        );
+        q.close(1008, "");
+        assert!(q.charged() <= 100 + CUT_RESERVE);
+        for _ in 0..CUT_RESERVE {
+            q.pong(b"p");
+        }
+        assert!(q.charged() <= 100 + CUT_RESERVE);
+    }
+
+    #[test]
+    fn a_ping_flood_without_reading_overflows() {
+        let mut q = WriteQueue::new(10_000);
+        let ping = [b'x'; 125];
+        let mut pings = 0;
+        while !q.take_overflow() {
+            q.pong(&ping);
+            pings += 1;
+            assert!(q.control_len() <= 127, "one pong is held, not {pings}");
+        }
+        assert!(pings <= 10_000 / 127 + 1, "{pings} pings before the cut");
+        // A client that reads is never charged for more than one pong.
+        let mut q = WriteQueue::new(1000);
+        for _ in 0..100 {
+            q.pong(&ping);
+            let n = q.len();
+            take(&mut q, n);
+        }
+        assert!(!q.take_overflow());
+        assert_eq!(q.charged(), 0);
+    }
+
+    #[test]
+    fn messages_are_not_charged() {
+        let n = Notification {
+            id: "n1".into(),
+            scope: Scope::User,
+            users: vec!["u".into()],
+            clients: vec![],
+            sites: vec![],
+            event: "e".into(),
+            topic: None,
+            content_type: "text/plain".into(),
+            payload: Bytes::from(vec![b'x'; 500]),
+            payload_is_utf8: true,
+            ttl: None,
+            encodings: Default::default(),
+        };
+        let mut q = WriteQueue::new(100);
+        RawStomp(&mut q).message("s", 1, 1, &n, Version::V1_2);
+        assert!(q.len() > 500);
+        assert_eq!(q.charged(), 0);
+        assert!(!q.take_overflow());
     }
 }

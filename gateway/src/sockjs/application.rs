@@ -40,6 +40,10 @@ pub trait Application: Send {
     }
     /// Deadlines due.
     fn on_timer(&mut self, _now: Instant, _out: &mut Pending) {}
+    /// `out` refused a frame at its bound: cut the session as a slow
+    /// consumer. (The test apps have nothing to cut; their echoes are
+    /// refused.)
+    fn check_queue(&mut self, _out: &mut Pending) {}
     /// Shutdown started.
     fn shutdown(&mut self, _out: &mut Pending) {}
     /// Bytes went out to a receiver.
@@ -84,6 +88,10 @@ impl Application for StompCore {
 
     fn on_timer(&mut self, now: Instant, out: &mut Pending) {
         StompCore::on_timer(self, now, out);
+    }
+
+    fn check_queue(&mut self, out: &mut Pending) {
+        StompCore::check_queue(self, out);
     }
 
     fn shutdown(&mut self, out: &mut Pending) {

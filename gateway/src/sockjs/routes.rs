@@ -339,6 +339,9 @@ async fn xhr_send(s: SockjsState, session: &str, req: Request) -> Response {
         }
     };
     if !sess.send(messages) {
+        s.shared
+            .metrics
+            .refuse(crate::metrics::RefuseReason::InboundFull);
         return plain(
             StatusCode::SERVICE_UNAVAILABLE,
             "the session's inbound queue is full; retry later",

@@ -28,6 +28,11 @@ use crate::session::websocket::PULL_UNTIL;
 
 /// Most messages `xhr_send` may queue ahead of the driver; beyond, 503.
 pub const MAX_INBOUND_MESSAGES: usize = 1024;
+/// Most bytes of messages `xhr_send` may queue ahead of the driver; beyond,
+/// 503 (policy refuse-newest, counted as
+/// `herald_connections_refused_total{reason="inbound_full"}`). One request
+/// (at most `sockjs.max_send_bytes`) is always taken into an empty queue.
+pub const MAX_INBOUND_BYTES: usize = 1024 * 1024;
 /// SockJS frames queued for a receiver; the driver keeps one more and waits
 /// for room (backpressure from a slow receiver).
 const RECEIVER_QUEUE: usize = 4;
@@ -48,6 +53,8 @@ struct Receiver {
 #[derive(Default)]
 struct Inbox {
     inbound: VecDeque<String>,
+    /// Bytes of `inbound`.
+    inbound_bytes: usize,
     receiver: Option<Receiver>,
     generation: u64,
     /// A receiver went away before it was released.
@@ -127,9 +134,13 @@ impl HttpSession {
     /// Queue messages from `xhr_send`; false when the inbox is full.
     pub fn send(&self, messages: Vec<String>) -> bool {
         let mut inbox = self.inbox.lock();
-        if inbox.inbound.len() + messages.len() > MAX_INBOUND_MESSAGES {
+        let bytes: usize = messages.iter().map(String::len).sum();
+        if inbox.inbound.len() + messages.len() > MAX_INBOUND_MESSAGES
+            || (!inbox.inbound.is_empty() && inbox.inbound_bytes + bytes > MAX_INBOUND_BYTES)
+        {
             return false;
         }
+        inbox.inbound_bytes += bytes;
         inbox.inbound.extend(messages);
         drop(inbox);
         self.wake.notify_one();
@@ -209,7 +220,7 @@ impl Registry {
             streaming_limit: service.streaming_limit_bytes,
             app: app(),
             shared: Arc::clone(shared),
-            pending: Pending::default(),
+            pending: Pending::new(shared.config.session.queue_bytes),
             opened: false,
             close: None,
             last_send: Instant::now(),
@@ -256,6 +267,7 @@ impl Driver {
             self.take_inbound(now);
             if self.close.is_none() {
                 self.app.pull(&mut self.pending, PULL_UNTIL);
+                self.app.check_queue(&mut self.pending);
                 self.close = self.app.close();
             }
             if std::mem::take(&mut self.session.inbox.lock().interrupted) {
@@ -318,6 +330,7 @@ impl Driver {
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
                     self.app.on_timer(now, &mut self.pending);
+                    self.app.check_queue(&mut self.pending);
                     if attached && now >= self.last_send + heartbeat {
                         self.send_to_receiver(vec![Bytes::from_static(sockjs::HEARTBEAT)], now, usize::MAX);
                     }
@@ -328,9 +341,14 @@ impl Driver {
     }
 
     fn take_inbound(&mut self, now: Instant) {
-        let inbound = std::mem::take(&mut self.session.inbox.lock().inbound);
+        let inbound = {
+            let mut inbox = self.session.inbox.lock();
+            inbox.inbound_bytes = 0;
+            std::mem::take(&mut inbox.inbound)
+        };
         for m in inbound {
             self.app.on_message(&m, now, &mut self.pending);
+            self.app.check_queue(&mut self.pending);
         }
         if let Some(close) = self.app.close() {
             self.close.get_or_insert(close);
@@ -442,7 +460,7 @@ impl Driver {
         inbox.closed.get_or_insert(close);
         drop(inbox);
         self.held = None;
-        self.pending = Pending::default();
+        self.pending = Pending::new(self.shared.config.session.queue_bytes);
         if self.close.is_none() {
             self.close = Some(close);
             self.app.peer_closed();
