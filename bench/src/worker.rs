@@ -11,7 +11,7 @@
 //! closed.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use clap::Args;
 use std::sync::Arc;
@@ -105,77 +105,194 @@ impl From<WorkerArgs> for WorkerConfig {
 }
 
 /// Runs the worker; returns the process exit code.
+///
+/// In phases: check and resolve the target, say `started`, open the sessions and count their
+/// handshakes, say `ready`, hold until the parent says `close` (reporting what was recorded),
+/// then close the sessions and say what arrived and `closed`.
 pub(crate) async fn run(config: WorkerConfig) -> i32 {
     let worker = config.index;
-    let fatal = |message: String| {
-        eprintln!("herald-bench worker {worker}: {message}");
-        let _ = WorkerEvent::Fatal { worker, message }.emit();
-        1
-    };
-
-    let nofile_limit = match sys::raise_nofile_limit() {
-        Ok(limit) => limit,
-        Err(e) => return fatal(format!("cannot raise RLIMIT_NOFILE: {e}")),
-    };
-    if config.record && config.transport != Transport::WebSocket {
-        return fatal("--record needs the websocket transport".into());
-    }
-    let endpoint = match Endpoint::parse(&config.url) {
-        Ok(e) => e,
-        Err(e) => return fatal(e.to_string()),
-    };
-    let addr = match endpoint.resolve().await {
-        Ok(a) => a,
-        Err(e) => return fatal(e.to_string()),
+    let resolved = match Resolved::check(&config).await {
+        Ok(resolved) => resolved,
+        Err(message) => return fatal(worker, message),
     };
     let started = WorkerEvent::Started {
         worker,
         sessions: config.sessions,
         source: config.source.map(|s| s.to_string()),
-        nofile_limit,
+        nofile_limit: resolved.nofile_limit,
     };
     if started.emit().is_err() {
         return 1; // The parent is gone.
     }
 
-    let path = match config.transport {
-        Transport::WebSocket => endpoint.path.clone(),
-        // Session URLs are appended to the service's base path.
-        Transport::SockJsWebSocket | Transport::XhrStreaming => {
-            endpoint.path.trim_end_matches('/').to_owned()
-        }
-    };
-    let target = Arc::new(Target {
-        transport: config.transport,
-        host_header: endpoint.host_header(),
-        path,
-        addr,
-        source: config.source,
-        handshake_timeout: config.handshake_timeout,
-        xhr_sends: SendPool::new(SEND_CONNECTIONS),
-    });
+    let target = resolved.target(&config);
     let cancel = CancellationToken::new();
     spawn_stdin_watcher(cancel.clone());
+    let (sessions, outcomes) = Sessions::spawn(&config, target, &cancel);
+    let mut tally = count_outcomes(worker, config.sessions, outcomes, &cancel).await;
+    let connect_finished_us = unix_micros();
+    tally.lose_missing(config.sessions);
 
-    let tracker = TaskTracker::new();
-    let counters = Arc::new(Counters::default());
-    let recorder = config.record.then(|| Arc::new(Recorder::default()));
-    let (outcomes_tx, mut outcomes) = mpsc::channel(OUTCOME_CHANNEL);
-    let connect_started_us = unix_micros();
-    tracker.spawn(spawn_sessions(
-        config.clone(),
-        target,
-        outcomes_tx,
-        cancel.clone(),
-        counters.clone(),
-        tracker.clone(),
-        recorder.clone(),
-    ));
+    let ready = WorkerEvent::Ready {
+        worker,
+        opened: tally.opened,
+        failed: tally.failed,
+        failures: tally.failures,
+        connect_started_us: sessions.connect_started_us,
+        connect_finished_us,
+    };
+    if ready.emit().is_err() {
+        cancel.cancel();
+    }
 
+    match &sessions.recorder {
+        Some(recorder) => report_received(worker, recorder, &cancel).await,
+        None => cancel.cancelled().await,
+    }
+    sessions.close(worker).await;
+    0
+}
+
+/// Tells the parent (and stderr) why the worker gives up; the exit code.
+fn fatal(worker: usize, message: String) -> i32 {
+    eprintln!("herald-bench worker {worker}: {message}");
+    let _ = WorkerEvent::Fatal { worker, message }.emit();
+    1
+}
+
+/// What the worker checked before saying `started`: its fd limit and where it connects.
+struct Resolved {
+    nofile_limit: u64,
+    endpoint: Endpoint,
+    addr: SocketAddr,
+}
+
+impl Resolved {
+    /// Raises the fd limit, checks the options, parses and resolves the URL; `Err` is the
+    /// message of the `fatal` event.
+    async fn check(config: &WorkerConfig) -> Result<Self, String> {
+        let nofile_limit =
+            sys::raise_nofile_limit().map_err(|e| format!("cannot raise RLIMIT_NOFILE: {e}"))?;
+        if config.record && config.transport != Transport::WebSocket {
+            return Err("--record needs the websocket transport".into());
+        }
+        let endpoint = Endpoint::parse(&config.url).map_err(|e| e.to_string())?;
+        let addr = endpoint.resolve().await.map_err(|e| e.to_string())?;
+        Ok(Self {
+            nofile_limit,
+            endpoint,
+            addr,
+        })
+    }
+
+    /// Where and how every session connects.
+    fn target(&self, config: &WorkerConfig) -> Arc<Target> {
+        let path = match config.transport {
+            Transport::WebSocket => self.endpoint.path.clone(),
+            // Session URLs are appended to the service's base path.
+            Transport::SockJsWebSocket | Transport::XhrStreaming => {
+                self.endpoint.path.trim_end_matches('/').to_owned()
+            }
+        };
+        Arc::new(Target {
+            transport: config.transport,
+            host_header: self.endpoint.host_header(),
+            path,
+            addr: self.addr,
+            source: config.source,
+            handshake_timeout: config.handshake_timeout,
+            xhr_sends: SendPool::new(SEND_CONNECTIONS),
+        })
+    }
+}
+
+/// The worker's session tasks and what they share, from the first spawn to the end.
+struct Sessions {
+    tracker: TaskTracker,
+    counters: Arc<Counters>,
+    recorder: Option<Arc<Recorder>>,
+    /// When the first session task was spawned.
+    connect_started_us: u64,
+}
+
+/// Each session task's handshake outcome, once.
+type Outcomes = mpsc::Receiver<Result<(), Failure>>;
+
+impl Sessions {
+    /// Starts spawning the session tasks (at most `concurrency` handshakes at a time).
+    fn spawn(
+        config: &WorkerConfig,
+        target: Arc<Target>,
+        cancel: &CancellationToken,
+    ) -> (Self, Outcomes) {
+        let tracker = TaskTracker::new();
+        let counters = Arc::new(Counters::default());
+        let recorder = config.record.then(|| Arc::new(Recorder::default()));
+        let (outcomes_tx, outcomes) = mpsc::channel(OUTCOME_CHANNEL);
+        let connect_started_us = unix_micros();
+        tracker.spawn(spawn_sessions(
+            config.clone(),
+            target,
+            outcomes_tx,
+            cancel.clone(),
+            counters.clone(),
+            tracker.clone(),
+            recorder.clone(),
+        ));
+        let sessions = Self {
+            tracker,
+            counters,
+            recorder,
+            connect_started_us,
+        };
+        (sessions, outcomes)
+    }
+
+    /// Waits for the sessions to close (they were cancelled), then reports the arrivals, if
+    /// recording, and `closed`.
+    async fn close(self, worker: usize) {
+        self.tracker.close();
+        if tokio::time::timeout(CLOSE_DEADLINE, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            eprintln!(
+                "herald-bench worker {worker}: sessions still closing after {CLOSE_DEADLINE:?}; exiting"
+            );
+        }
+        if let Some(recorder) = &self.recorder {
+            let arrivals = recorder.take();
+            for chunk in arrivals.chunks(ARRIVALS_PER_LINE) {
+                let event = WorkerEvent::Arrivals {
+                    worker,
+                    arrivals: chunk.to_vec(),
+                };
+                if event.emit().is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = WorkerEvent::Closed {
+            worker,
+            dropped: self.counters.dropped.load(Ordering::Relaxed),
+            frames_received: self.counters.frames_received.load(Ordering::Relaxed),
+        }
+        .emit();
+    }
+}
+
+/// Counts handshake outcomes until every session reported (or none can any more), telling the
+/// parent the progress every [`PROGRESS_INTERVAL`]; cancels `cancel` if the parent is gone.
+async fn count_outcomes(
+    worker: usize,
+    sessions: usize,
+    mut outcomes: Outcomes,
+    cancel: &CancellationToken,
+) -> Tally {
     let mut tally = Tally::default();
     let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while tally.total() < config.sessions as u64 {
+    while tally.total() < sessions as u64 {
         tokio::select! {
             outcome = outcomes.recv() => match outcome {
                 Some(outcome) => tally.add(outcome),
@@ -189,63 +306,7 @@ pub(crate) async fn run(config: WorkerConfig) -> i32 {
             }
         }
     }
-    let connect_finished_us = unix_micros();
-    // Every session task reports exactly once; a shortfall would be a bench bug, so make it
-    // visible rather than hang.
-    let missing = (config.sessions as u64).saturating_sub(tally.total());
-    if missing > 0 {
-        tally.failed += missing;
-        *tally
-            .failures
-            .entry("bench: outcome lost".to_owned())
-            .or_default() += missing;
-    }
-    drop(outcomes);
-
-    let ready = WorkerEvent::Ready {
-        worker,
-        opened: tally.opened,
-        failed: tally.failed,
-        failures: tally.failures,
-        connect_started_us,
-        connect_finished_us,
-    };
-    if ready.emit().is_err() {
-        cancel.cancel();
-    }
-
-    match &recorder {
-        Some(recorder) => report_received(worker, recorder, &cancel).await,
-        None => cancel.cancelled().await,
-    }
-    tracker.close();
-    if tokio::time::timeout(CLOSE_DEADLINE, tracker.wait())
-        .await
-        .is_err()
-    {
-        eprintln!(
-            "herald-bench worker {worker}: sessions still closing after {CLOSE_DEADLINE:?}; exiting"
-        );
-    }
-    if let Some(recorder) = &recorder {
-        let arrivals = recorder.take();
-        for chunk in arrivals.chunks(ARRIVALS_PER_LINE) {
-            let event = WorkerEvent::Arrivals {
-                worker,
-                arrivals: chunk.to_vec(),
-            };
-            if event.emit().is_err() {
-                break;
-            }
-        }
-    }
-    let _ = WorkerEvent::Closed {
-        worker,
-        dropped: counters.dropped.load(Ordering::Relaxed),
-        frames_received: counters.frames_received.load(Ordering::Relaxed),
-    }
-    .emit();
-    0
+    tally
 }
 
 /// Until `cancel`: tells the parent how many messages the sessions recorded, whenever that
@@ -353,6 +414,19 @@ impl Tally {
     fn total(&self) -> u64 {
         self.opened + self.failed
     }
+
+    /// Counts sessions that never reported as failed. Every session task reports exactly
+    /// once; a shortfall would be a bench bug, so make it visible rather than hang.
+    fn lose_missing(&mut self, sessions: usize) {
+        let missing = (sessions as u64).saturating_sub(self.total());
+        if missing > 0 {
+            self.failed += missing;
+            *self
+                .failures
+                .entry("bench: outcome lost".to_owned())
+                .or_default() += missing;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -369,5 +443,16 @@ mod tests {
         assert_eq!((t.opened, t.failed, t.total()), (1, 3, 4));
         assert_eq!(t.failures["upgrade: http 401"], 2);
         assert_eq!(t.failures["timeout during receipt"], 1);
+    }
+
+    #[test]
+    fn sessions_that_never_reported_count_as_lost() {
+        let mut t = Tally::default();
+        t.add(Ok(()));
+        t.lose_missing(3);
+        assert_eq!((t.opened, t.failed), (1, 2));
+        assert_eq!(t.failures["bench: outcome lost"], 2);
+        t.lose_missing(3);
+        assert_eq!(t.failed, 2, "nothing more once all are counted");
     }
 }

@@ -133,8 +133,22 @@ fn ingest_line(s: &mut String, label: &str, i: &Ingested) {
 }
 
 impl DelayedReport {
+    /// The text report: what ran, publishing and the footprint, what arrived, what Herald
+    /// counted, the machine and what went wrong; one section after the other.
     pub(crate) fn human(&self) -> String {
         let mut s = String::new();
+        self.setup_lines(&mut s);
+        self.ingest_lines(&mut s);
+        if let Some(d) = &self.delivery {
+            delivery_lines(&mut s, d, self.sessions_dropped);
+        }
+        self.server_lines(&mut s);
+        self.closing_lines(&mut s);
+        s
+    }
+
+    /// `setup`, `redis`, `plan`, `schedule`: what ran.
+    fn setup_lines(&self, s: &mut String) {
         let pids: Vec<String> = self.pids.iter().map(|(n, p)| format!("{n} {p}")).collect();
         let _ = writeln!(
             s,
@@ -157,8 +171,12 @@ impl DelayedReport {
         if !self.schedule.is_empty() {
             let _ = writeln!(s, "schedule      {}", self.schedule.join(", "));
         }
+    }
+
+    /// `ingest`, `CPU (ingest)`, `footprint`, `probe`: publishing and what it cost.
+    fn ingest_lines(&self, s: &mut String) {
         if let Some(i) = &self.ingest {
-            ingest_line(&mut s, "ingest", i);
+            ingest_line(s, "ingest", i);
         }
         if let Some(c) = &self.cpu_ingest {
             let _ = writeln!(
@@ -180,63 +198,12 @@ impl DelayedReport {
             );
         }
         if let Some(i) = &self.probe_ingest {
-            ingest_line(&mut s, "probe", i);
+            ingest_line(s, "probe", i);
         }
-        if let Some(d) = &self.delivery {
-            let _ = writeln!(
-                s,
-                "received      {} of {}: {} missing, {} duplicates, {} early{}, {} sessions dropped",
-                d.received,
-                d.expected,
-                d.missing,
-                d.duplicates,
-                d.early,
-                d.most_early_ns.map_or_else(String::new, |e| format!(
-                    " (by up to {})",
-                    human_ms(e as f64)
-                )),
-                self.sessions_dropped
-            );
-            match &d.lateness {
-                Some(l) => {
-                    let _ = writeln!(s, "lateness      {}", l.human());
-                }
-                None => {
-                    let _ = writeln!(s, "lateness      no samples");
-                }
-            }
-            if let Some(after) = d.last_arrival_after_last_due_ms {
-                let _ = writeln!(
-                    s,
-                    "last arrival  {} after the last due time{}",
-                    human_ms(after * 1e6),
-                    match (d.goal_ms, d.within_goal) {
-                        (Some(g), Some(n)) =>
-                            format!("; {n} of {} within {g} ms of due", d.expected),
-                        _ => String::new(),
-                    }
-                );
-            }
-            if !d.slowest.is_empty() {
-                let bins: Vec<String> = d
-                    .slowest
-                    .iter()
-                    .map(|b| {
-                        format!(
-                            "+{:.1} s: {} (max {})",
-                            b.due_offset_ms as f64 / 1000.0,
-                            b.count,
-                            human_ms(b.max_late_ns as f64)
-                        )
-                    })
-                    .collect();
-                let _ = writeln!(
-                    s,
-                    "slowest 1%    due at ({SLOW_BIN_MS} ms bins, from the first due time) {}",
-                    bins.join(", ")
-                );
-            }
-        }
+    }
+
+    /// `server`, `counters`, `CPU (firing)`: what Herald measured and counted.
+    fn server_lines(&self, s: &mut String) {
         if let Some(l) = &self.server_lateness {
             let _ = writeln!(
                 s,
@@ -268,6 +235,10 @@ impl DelayedReport {
                 rewrites_note(self.aof_rewrites_firing)
             );
         }
+    }
+
+    /// `machine`, `goal`, `problem`, `cleanup`: the conditions and the verdict.
+    fn closing_lines(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "machine       {} cores, load {} before, {} after; reference workload {:.0} ms (one thread sorting 1,000,000 u64)",
@@ -296,7 +267,62 @@ impl DelayedReport {
         if let Some(p) = &self.cleanup.redis_problem {
             let _ = writeln!(s, "cleanup       redis: {p}");
         }
-        s
+    }
+}
+
+/// `received`, `lateness`, `last arrival`, `slowest 1%`: what the sessions received.
+fn delivery_lines(s: &mut String, d: &Delivery, sessions_dropped: u64) {
+    let _ = writeln!(
+        s,
+        "received      {} of {}: {} missing, {} duplicates, {} early{}, {} sessions dropped",
+        d.received,
+        d.expected,
+        d.missing,
+        d.duplicates,
+        d.early,
+        d.most_early_ns.map_or_else(String::new, |e| format!(
+            " (by up to {})",
+            human_ms(e as f64)
+        )),
+        sessions_dropped
+    );
+    match &d.lateness {
+        Some(l) => {
+            let _ = writeln!(s, "lateness      {}", l.human());
+        }
+        None => {
+            let _ = writeln!(s, "lateness      no samples");
+        }
+    }
+    if let Some(after) = d.last_arrival_after_last_due_ms {
+        let _ = writeln!(
+            s,
+            "last arrival  {} after the last due time{}",
+            human_ms(after * 1e6),
+            match (d.goal_ms, d.within_goal) {
+                (Some(g), Some(n)) => format!("; {n} of {} within {g} ms of due", d.expected),
+                _ => String::new(),
+            }
+        );
+    }
+    if !d.slowest.is_empty() {
+        let bins: Vec<String> = d
+            .slowest
+            .iter()
+            .map(|b| {
+                format!(
+                    "+{:.1} s: {} (max {})",
+                    b.due_offset_ms as f64 / 1000.0,
+                    b.count,
+                    human_ms(b.max_late_ns as f64)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "slowest 1%    due at ({SLOW_BIN_MS} ms bins, from the first due time) {}",
+            bins.join(", ")
+        );
     }
 }
 

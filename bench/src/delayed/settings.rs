@@ -69,89 +69,19 @@ impl Settings {
     /// Resolves the defaults of `a` and checks everything before anything starts.
     pub(crate) fn from_args(a: &DelayedArgs) -> Result<Self, String> {
         let scenario = a.scenario;
-        let count = match (scenario, a.count) {
-            (Scenario::Lateness, Some(_)) => {
-                return Err(
-                    "lateness publishes --rate x --seconds; --count is for the other scenarios"
-                        .into(),
-                );
-            }
-            (Scenario::Lateness, None) => {
-                if a.rate == 0 || a.seconds == 0 {
-                    return Err("--rate and --seconds must be at least 1".into());
-                }
-                a.rate.saturating_mul(a.seconds)
-            }
-            (_, Some(n)) => n,
-            (Scenario::Ingest, None) => 500_000,
-            (Scenario::Herd, None) => 200_000,
-            (Scenario::Footprint, None) => 1_000_000,
-        };
-        if count == 0 {
-            return Err("--count must be at least 1".into());
-        }
+        let count = count(a)?;
         let probe = if scenario == Scenario::Footprint {
             a.probe
         } else {
             0
         };
-        let sessions = match (scenario, a.sessions) {
-            (Scenario::Ingest, Some(n)) if n > 0 => {
-                return Err("ingest publishes to users nobody is connected as; --sessions is for the other scenarios".into());
-            }
-            (Scenario::Ingest, _) => 0,
-            (Scenario::Footprint, _) if probe == 0 => 0,
-            (_, Some(n)) => n,
-            (Scenario::Lateness, None) => 1_000,
-            (Scenario::Herd, None) => 10_000,
-            (Scenario::Footprint, None) => 100,
-        };
-        if scenario != Scenario::Ingest && probe_or_delivery(scenario, probe) && sessions == 0 {
-            return Err("--sessions must be at least 1 to receive the notifications".into());
-        }
-        if sessions > MAX_SESSIONS {
-            return Err(format!(
-                "--sessions must be at most {MAX_SESSIONS}: the gateway holds one socket per session and may hold at most 20,000 file descriptors"
-            ));
-        }
-        if a.batch == 0 || a.batch > MAX_BATCH {
-            return Err(format!(
-                "--batch must be between 1 and {MAX_BATCH} (Herald's publish.max_batch)"
-            ));
-        }
-        if a.connections == 0 || a.connections > 256 {
-            return Err("--connections must be between 1 and 256".into());
-        }
-        if a.payload_bytes > 64 * 1024 {
-            return Err("--payload-bytes must be at most 64 KiB".into());
-        }
-        if a.far_days == 0 || a.far_days > 300 {
-            return Err(
-                "--far-days must be between 1 and 300 (Herald refuses more than 365 days ahead)"
-                    .into(),
-            );
-        }
-        if scenario == Scenario::Footprint && probe > 0 && a.probe_rate == 0 {
-            return Err("--probe-rate must be at least 1".into());
-        }
+        let sessions = sessions(a, probe)?;
+        check_publishing(a, probe)?;
         let lead_ms = a.lead_ms.unwrap_or_else(|| plan::default_lead_ms(count));
         if matches!(scenario, Scenario::Lateness | Scenario::Herd) && lead_ms < 1_000 {
             return Err("--lead-ms must be at least 1000".into());
         }
-        match a.target {
-            DelayedTarget::Router if a.router_bin.is_none() => {
-                return Err("--target router needs --router-bin".into());
-            }
-            DelayedTarget::Router if sessions > 0 && a.gateway_bin.is_none() => {
-                return Err(
-                    "--target router needs --gateway-bin for the sessions' edge gateway".into(),
-                );
-            }
-            DelayedTarget::Standalone if a.gateway_bin.is_none() => {
-                return Err("--target standalone needs --gateway-bin".into());
-            }
-            _ => {}
-        }
+        check_binaries(a, sessions)?;
         if sessions > 0 {
             crate::harness::plan::plan(sessions, a.processes, &[], IpAddr::V4(Ipv4Addr::LOCALHOST))
                 .map_err(|e| e.to_string())?;
@@ -296,6 +226,98 @@ impl Settings {
             }
             Scenario::Footprint => None,
         }
+    }
+}
+
+/// How many notifications the scenario publishes: `--count`, or `--rate x --seconds` for
+/// `lateness`, or the scenario's default.
+fn count(a: &DelayedArgs) -> Result<u64, String> {
+    let count = match (a.scenario, a.count) {
+        (Scenario::Lateness, Some(_)) => {
+            return Err(
+                "lateness publishes --rate x --seconds; --count is for the other scenarios".into(),
+            );
+        }
+        (Scenario::Lateness, None) => {
+            if a.rate == 0 || a.seconds == 0 {
+                return Err("--rate and --seconds must be at least 1".into());
+            }
+            a.rate.saturating_mul(a.seconds)
+        }
+        (_, Some(n)) => n,
+        (Scenario::Ingest, None) => 500_000,
+        (Scenario::Herd, None) => 200_000,
+        (Scenario::Footprint, None) => 1_000_000,
+    };
+    if count == 0 {
+        return Err("--count must be at least 1".into());
+    }
+    Ok(count)
+}
+
+/// How many sessions receive the notifications (none for `ingest`, nor for a footprint
+/// without a probe), checked against what the scenario needs and the gateway can hold.
+fn sessions(a: &DelayedArgs, probe: u64) -> Result<usize, String> {
+    let scenario = a.scenario;
+    let sessions = match (scenario, a.sessions) {
+        (Scenario::Ingest, Some(n)) if n > 0 => {
+            return Err("ingest publishes to users nobody is connected as; --sessions is for the other scenarios".into());
+        }
+        (Scenario::Ingest, _) => 0,
+        (Scenario::Footprint, _) if probe == 0 => 0,
+        (_, Some(n)) => n,
+        (Scenario::Lateness, None) => 1_000,
+        (Scenario::Herd, None) => 10_000,
+        (Scenario::Footprint, None) => 100,
+    };
+    if scenario != Scenario::Ingest && probe_or_delivery(scenario, probe) && sessions == 0 {
+        return Err("--sessions must be at least 1 to receive the notifications".into());
+    }
+    if sessions > MAX_SESSIONS {
+        return Err(format!(
+            "--sessions must be at most {MAX_SESSIONS}: the gateway holds one socket per session and may hold at most 20,000 file descriptors"
+        ));
+    }
+    Ok(sessions)
+}
+
+/// The publishing options within what Herald accepts.
+fn check_publishing(a: &DelayedArgs, probe: u64) -> Result<(), String> {
+    if a.batch == 0 || a.batch > MAX_BATCH {
+        return Err(format!(
+            "--batch must be between 1 and {MAX_BATCH} (Herald's publish.max_batch)"
+        ));
+    }
+    if a.connections == 0 || a.connections > 256 {
+        return Err("--connections must be between 1 and 256".into());
+    }
+    if a.payload_bytes > 64 * 1024 {
+        return Err("--payload-bytes must be at most 64 KiB".into());
+    }
+    if a.far_days == 0 || a.far_days > 300 {
+        return Err(
+            "--far-days must be between 1 and 300 (Herald refuses more than 365 days ahead)".into(),
+        );
+    }
+    if a.scenario == Scenario::Footprint && probe > 0 && a.probe_rate == 0 {
+        return Err("--probe-rate must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// The binaries the target needs (and the sessions' edge gateway) are given.
+fn check_binaries(a: &DelayedArgs, sessions: usize) -> Result<(), String> {
+    match a.target {
+        DelayedTarget::Router if a.router_bin.is_none() => {
+            Err("--target router needs --router-bin".into())
+        }
+        DelayedTarget::Router if sessions > 0 && a.gateway_bin.is_none() => {
+            Err("--target router needs --gateway-bin for the sessions' edge gateway".into())
+        }
+        DelayedTarget::Standalone if a.gateway_bin.is_none() => {
+            Err("--target standalone needs --gateway-bin".into())
+        }
+        _ => Ok(()),
     }
 }
 

@@ -121,9 +121,18 @@ pub(super) fn read_context_switches(pid: u32) -> std::io::Result<ContextSwitches
 }
 
 impl ThroughputReport {
+    /// The text report: the traffic (published, forwarded), then what it cost the router and
+    /// the machine, and what went wrong.
     pub(super) fn human(&self) -> String {
-        use std::fmt::Write as _;
         let mut s = String::new();
+        self.traffic_lines(&mut s);
+        self.cost_lines(&mut s);
+        s
+    }
+
+    /// `router`, `published`, `forwarded`.
+    fn traffic_lines(&self, s: &mut String) {
+        use std::fmt::Write as _;
         let mode = match (self.prefill, self.transient) {
             (false, false) => "",
             (true, false) => ", prefilled",
@@ -172,6 +181,12 @@ impl ThroughputReport {
                 String::new()
             },
         );
+    }
+
+    /// `router CPU`, `router ctxsw`, `router RSS`, `machine`, `dead letters`, `problem`,
+    /// `cleanup`.
+    fn cost_lines(&self, s: &mut String) {
+        use std::fmt::Write as _;
         let _ = writeln!(
             s,
             "router CPU    {:.2} s ({:.2} user + {:.2} sys): {} publications per CPU-second (per core)",
@@ -215,7 +230,6 @@ impl ThroughputReport {
         for p in &self.cleanup.problems {
             let _ = writeln!(s, "cleanup       {p}");
         }
-        s
     }
 }
 
