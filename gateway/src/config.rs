@@ -61,6 +61,9 @@ pub struct SessionConfig {
     pub max_sessions: usize,
     /// Time allowed between the upgrade and a valid CONNECT.
     pub connect_timeout_ms: u64,
+    /// Time a client has to send a request head, once while the native
+    /// streaming path sniffs it and once more when hyper reads it.
+    pub header_timeout_ms: u64,
     /// Shortest interval at which the server sends heart-beats (`sx`).
     pub heartbeat_send_ms: u32,
     /// Shortest interval at which the server wants heart-beats (`sy`).
@@ -86,6 +89,7 @@ impl Default for SessionConfig {
         SessionConfig {
             max_sessions: 100_000,
             connect_timeout_ms: 10_000,
+            header_timeout_ms: 10_000,
             heartbeat_send_ms: 10_000,
             heartbeat_receive_ms: 10_000,
             max_frame_bytes: 64 * 1024,
@@ -394,6 +398,7 @@ impl Config {
             ("session.queue_messages", s.queue_messages),
             ("session.queue_bytes", s.queue_bytes),
             ("session.connect_timeout_ms", s.connect_timeout_ms as usize),
+            ("session.header_timeout_ms", s.header_timeout_ms as usize),
             ("mailbox.buffer_messages", self.mailbox.buffer_messages),
             ("mailbox.buffer_bytes", self.mailbox.buffer_bytes),
             (

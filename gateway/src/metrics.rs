@@ -57,6 +57,7 @@ label_value!(RefuseReason {
     Auth => "auth",
     ConnectTimeout => "connect_timeout",
     Version => "version",
+    HeaderTimeout => "header_timeout",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -92,6 +93,9 @@ pub enum RefuseReason {
     ConnectTimeout,
     /// No common STOMP version.
     Version,
+    /// The request head did not arrive within `session.header_timeout_ms`:
+    /// closed.
+    HeaderTimeout,
 }
 
 /// Label: reason for a refusal.
@@ -156,6 +160,9 @@ pub struct Metrics {
     pub mailboxes_expired: Counter,
     /// Refused connections and sessions.
     pub refused: Family<RefuseLabels, Counter>,
+    /// Connections whose request head is being sniffed now (the native
+    /// streaming path).
+    pub sniffing: Gauge,
     /// Messages queued to sessions (one per session per notification).
     pub deliveries: Counter,
     /// Messages replayed from mailbox buffers on resume.
@@ -219,6 +226,11 @@ impl Metrics {
             "herald_connections_refused",
             "Connections and sessions refused, by reason",
             self.refused.clone(),
+        );
+        registry.register(
+            "herald_connections_sniffing",
+            "Connections whose request head is awaited before routing",
+            self.sniffing.clone(),
         );
         registry.register(
             "herald_deliveries",

@@ -16,10 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::metrics::{Metrics, RefuseReason};
 use crate::sockjs::native::Native;
 
-/// Longest time a client may take to send request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
@@ -40,13 +39,25 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// How the accept loop treats a new connection.
+#[derive(Clone)]
+pub struct Accepting {
+    /// The native streaming path that sniffs new connections first.
+    pub native: Option<Arc<Native>>,
+    /// `session.header_timeout_ms`: the time a client has to send its
+    /// request head; hyper's timeouts are counted as `header_timeout`.
+    pub header_timeout: Duration,
+    /// Where timeouts are counted.
+    pub metrics: Arc<Metrics>,
+}
+
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
 /// tracked by `tracker`; on shutdown, idle keep-alive connections close and
 /// in-flight requests finish.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    native: Option<Arc<Native>>,
+    accepting: Accepting,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -67,14 +78,22 @@ pub async fn serve(
         }
         let router = router.clone();
         let shutdown = shutdown.clone();
-        let native = native.clone();
+        let accepting = accepting.clone();
         tracker.spawn(async move {
-            let stream = match native {
-                Some(native) => match native.try_serve(stream, HEADER_READ_TIMEOUT).await {
+            let header_timeout = accepting.header_timeout;
+            let stream = match &accepting.native {
+                Some(native) => match native.try_serve(stream, header_timeout).await {
                     Some(stream) => stream,
                     None => return,
                 },
                 None => stream,
+            };
+            let metrics = accepting.metrics;
+            let ended = move |e: hyper::Error| {
+                if e.is_timeout() {
+                    metrics.refuse(RefuseReason::HeaderTimeout);
+                }
+                tracing::debug!(peer = %peer, error = %e, "http connection ended");
             };
             let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
@@ -82,20 +101,20 @@ pub async fn serve(
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {
                     if let Err(e) = r {
-                        tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                        ended(e);
                     }
                 }
                 _ = shutdown.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     if let Err(e) = conn.await {
-                        tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                        ended(e);
                     }
                 }
             }

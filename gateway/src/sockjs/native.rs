@@ -77,11 +77,13 @@ impl Native {
         stream: TcpStream,
         timeout: Duration,
     ) -> Option<TcpStream> {
+        self.shared.metrics.sniffing.inc();
         let sniffed = match tokio::time::timeout(timeout, self.sniff(&stream)).await {
             Ok(Ok(s)) => s,
             // Slow or broken: hyper answers (and times out) as usual.
             _ => Sniffed::Hyper,
         };
+        self.shared.metrics.sniffing.dec();
         match sniffed {
             Sniffed::Hyper => Some(stream),
             Sniffed::Stream(kind, session, head_len) => {
