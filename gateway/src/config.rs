@@ -61,8 +61,10 @@ pub struct SessionConfig {
     pub max_sessions: usize,
     /// Time allowed between the upgrade and a valid CONNECT.
     pub connect_timeout_ms: u64,
-    /// Time a client has to send a request head, once while the native
-    /// streaming path sniffs it and once more when hyper reads it.
+    /// Time a new connection has, from accept, to send its whole request
+    /// head (a native streaming receiver: its body too), for `/ws`, SockJS
+    /// and every other route alike; then it is closed without an answer.
+    /// Also hyper's header read timeout on a keep-alive connection.
     pub header_timeout_ms: u64,
     /// Shortest interval at which the server sends heart-beats (`sx`).
     pub heartbeat_send_ms: u32,

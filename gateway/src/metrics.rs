@@ -93,8 +93,8 @@ pub enum RefuseReason {
     ConnectTimeout,
     /// No common STOMP version.
     Version,
-    /// The request head did not arrive within `session.header_timeout_ms`:
-    /// closed.
+    /// The request head (or a native streaming receiver's body) did not
+    /// arrive within `session.header_timeout_ms` of accept: closed.
     HeaderTimeout,
 }
 

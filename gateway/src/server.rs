@@ -44,8 +44,9 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct Accepting {
     /// The native streaming path that sniffs new connections first.
     pub native: Option<Arc<Native>>,
-    /// `session.header_timeout_ms`: the time a client has to send its
-    /// request head; hyper's timeouts are counted as `header_timeout`.
+    /// `session.header_timeout_ms`: from accept to a whole request head,
+    /// whether the native path or hyper reads it; counted as
+    /// `header_timeout` when it passes.
     pub header_timeout: Duration,
     /// Where timeouts are counted.
     pub metrics: Arc<Metrics>,
@@ -80,14 +81,20 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         let accepting = accepting.clone();
         tracker.spawn(async move {
-            let header_timeout = accepting.header_timeout;
+            // One header deadline per connection, counted from accept.
+            let deadline = tokio::time::Instant::now() + accepting.header_timeout;
             let stream = match &accepting.native {
-                Some(native) => match native.try_serve(stream, header_timeout).await {
+                Some(native) => match native.try_serve(stream, deadline).await {
                     Some(stream) => stream,
                     None => return,
                 },
                 None => stream,
             };
+            // What the sniff left of the deadline (hyper applies it to each
+            // later head of a keep-alive connection too).
+            let header_timeout = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .max(Duration::from_millis(1));
             let metrics = accepting.metrics;
             let ended = move |e: hyper::Error| {
                 if e.is_timeout() {
