@@ -58,6 +58,7 @@ label_value!(RefuseReason {
     ConnectTimeout => "connect_timeout",
     Version => "version",
     HeaderTimeout => "header_timeout",
+    BodyTooLarge => "body_too_large",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -96,6 +97,8 @@ pub enum RefuseReason {
     /// The request head (or a native streaming receiver's body) did not
     /// arrive within `session.header_timeout_ms` of accept: closed.
     HeaderTimeout,
+    /// A native streaming receiver's body over 64 KiB: answered 413.
+    BodyTooLarge,
 }
 
 /// Label: reason for a refusal.

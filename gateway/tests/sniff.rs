@@ -156,3 +156,43 @@ async fn heads_that_never_finish_are_closed_at_the_header_timeout() {
     assert_eq!(refused(&gw, RefuseReason::HeaderTimeout), 3);
     sniffing_reaches(&gw, 0, WAIT).await;
 }
+
+#[tokio::test]
+async fn a_streaming_body_over_64_kib_is_answered_413() {
+    let gw = start(|_| {}).await;
+    let len = 64 * 1024 + 1;
+    let mut request = format!(
+        "POST /sockjs/000/big/xhr_streaming HTTP/1.1\r\nHost: herald\r\nOrigin: https://app.example\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .into_bytes();
+    request.resize(request.len() + len, b'x');
+    let s = send(&gw, &request).await;
+    let (answer, _) = until_closed(s).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("Access-Control-Allow-Origin: https://app.example\r\n"),
+        "{answer}"
+    );
+    assert!(answer.ends_with("\r\n\r\nPayload too large."), "{answer}");
+    assert_eq!(refused(&gw, RefuseReason::BodyTooLarge), 1);
+    sniffing_reaches(&gw, 0, WAIT).await;
+
+    // 64 KiB itself is read and discarded, and the stream starts.
+    let len = 64 * 1024;
+    let mut request = format!(
+        "POST /sockjs/000/fits/xhr_streaming HTTP/1.1\r\nHost: herald\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .into_bytes();
+    request.resize(request.len() + len, b'x');
+    let mut s = send(&gw, &request).await;
+    let mut first = [0u8; 15];
+    tokio::time::timeout(WAIT, s.read_exact(&mut first))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200 OK");
+}

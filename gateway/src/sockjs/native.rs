@@ -17,9 +17,11 @@
 //! closes mid-head is dropped at once. Head and body must arrive within
 //! `session.header_timeout_ms` of accept, the same deadline hyper is given
 //! for the rest of a connection it takes; past it the connection is closed
-//! without an answer, counted as `header_timeout`.
+//! without an answer, counted as `header_timeout`. A body over
+//! [`MAX_DISCARD`] is answered 413 (counted as `body_too_large`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use herald_protocol::sockjs;
@@ -36,8 +38,13 @@ use crate::metrics::RefuseReason;
 /// The longest request line and head this path reads itself.
 const MAX_HEAD: usize = 8 * 1024;
 /// The most request-body bytes discarded before the stream starts (a
-/// streaming receiver's body carries nothing).
-const MAX_DISCARD: usize = 64 * 1024;
+/// streaming receiver's body carries nothing); beyond, 413.
+pub const MAX_DISCARD: usize = 64 * 1024;
+/// After a 413, how long and how many bytes of the unread body are read
+/// and discarded before closing, so the close does not reset the
+/// connection and destroy the answer before the client read it.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: u64 = 1024 * 1024;
 
 /// The native streaming path of one SockJS service.
 pub struct Native {
@@ -194,10 +201,12 @@ impl Native {
             }
         };
         if head.content_length > MAX_DISCARD {
+            self.shared.metrics.refuse(RefuseReason::BodyTooLarge);
             tracing::debug!(
                 content_length = head.content_length,
-                "streaming request body too large"
+                "streaming request body too large; answered 413"
             );
+            self.too_large(stream, &head).await;
             return;
         }
         let discard = async {
@@ -331,6 +340,23 @@ impl Native {
         response.push_str("Connection: close\r\n");
         response
     }
+
+    /// Answer 413 as `xhr_send` does, then read and discard what the
+    /// client still sends (up to [`LINGER`] and [`LINGER_BYTES`]) so that
+    /// closing does not reset the connection under the answer.
+    async fn too_large(&self, mut stream: TcpStream, head: &Head) {
+        const BODY: &str = "Payload too large.";
+        let mut response =
+            self.answer_head("413 Payload Too Large", "text/plain; charset=UTF-8", head);
+        response.push_str(&format!("Content-Length: {}\r\n\r\n{BODY}", BODY.len()));
+        if stream.write_all(response.as_bytes()).await.is_err() || stream.shutdown().await.is_err()
+        {
+            return;
+        }
+        let mut rest = (&mut stream).take(LINGER_BYTES);
+        let _ =
+            tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
+    }
 }
 
 /// Whether a readable socket is at EOF (or in error). Stray bytes are
@@ -360,7 +386,7 @@ async fn read_head(stream: &mut TcpStream, head_len: usize) -> std::io::Result<H
             .and_then(|h| std::str::from_utf8(h.value).ok())
             .map(str::to_owned)
     };
-    // A length that is no number is taken as too large, not as none.
+    // A length that is no number is taken as too large (413), not as none.
     let content_length = find("content-length")
         .map(|v| v.trim().parse().unwrap_or(usize::MAX))
         .unwrap_or(0);
