@@ -57,6 +57,7 @@ label_value!(RefuseReason {
     Auth => "auth",
     ConnectTimeout => "connect_timeout",
     Version => "version",
+    SniffLimit => "sniff_limit",
     HeaderTimeout => "header_timeout",
     BodyTooLarge => "body_too_large",
 });
@@ -94,8 +95,11 @@ pub enum RefuseReason {
     ConnectTimeout,
     /// No common STOMP version.
     Version,
+    /// `session.max_sniffing` connections were already waiting for their
+    /// request head: answered 503 and closed.
+    SniffLimit,
     /// The request head (or a native streaming receiver's body) did not
-    /// arrive within `session.header_timeout_ms` of accept: closed.
+    /// arrive within `session.header_timeout_ms`: closed.
     HeaderTimeout,
     /// A native streaming receiver's body over 64 KiB: answered 413.
     BodyTooLarge,
@@ -164,7 +168,7 @@ pub struct Metrics {
     /// Refused connections and sessions.
     pub refused: Family<RefuseLabels, Counter>,
     /// Connections whose request head is being sniffed now (the native
-    /// streaming path).
+    /// streaming path), bounded by `session.max_sniffing`.
     pub sniffing: Gauge,
     /// Messages queued to sessions (one per session per notification).
     pub deliveries: Counter,

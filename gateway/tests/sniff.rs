@@ -158,6 +158,41 @@ async fn heads_that_never_finish_are_closed_at_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn connections_beyond_max_sniffing_are_answered_503_and_counted() {
+    const MAX: usize = 4;
+    let gw = start(|c| {
+        c.session.max_sniffing = MAX;
+        c.session.header_timeout_ms = 60_000;
+    })
+    .await;
+    let mut held = Vec::new();
+    for i in 0..MAX {
+        held.push(send(&gw, half_head(i).as_bytes()).await);
+    }
+    sniffing_reaches(&gw, MAX as i64, WAIT).await;
+
+    let extra = TcpStream::connect(gw.addr).await.unwrap();
+    let (answer, _) = until_closed(extra).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("Connection: close\r\n"), "{answer}");
+    assert_eq!(refused(&gw, RefuseReason::SniffLimit), 1);
+    assert_eq!(sniffing(&gw), MAX as i64);
+
+    // A slot comes back when its connection leaves.
+    drop(held.pop());
+    sniffing_reaches(&gw, MAX as i64 - 1, WAIT).await;
+    let r = reqwest::get(format!("http://{}/healthz", gw.addr))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(refused(&gw, RefuseReason::SniffLimit), 1);
+}
+
+#[tokio::test]
 async fn a_streaming_body_over_64_kib_is_answered_413() {
     let gw = start(|_| {}).await;
     let len = 64 * 1024 + 1;

@@ -14,7 +14,10 @@
 //! # Limits
 //! Sniffing waits on readiness ([`super::sniff`]): a half-sent head costs
 //! nothing until more bytes or the peer's FIN arrive, and a peer that
-//! closes mid-head is dropped at once. Head and body must arrive within
+//! closes mid-head is dropped at once. At most `session.max_sniffing`
+//! connections are sniffed (and, for a streaming receiver, have their head
+//! and body read) at once; the next is answered 503 before anything is read
+//! and closed, counted as `sniff_limit`. Head and body must arrive within
 //! `session.header_timeout_ms` of accept, the same deadline hyper is given
 //! for the rest of a connection it takes; past it the connection is closed
 //! without an answer, counted as `header_timeout`. A body over
@@ -31,7 +34,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::Service;
 use super::session::{Attach, Kind, Registry};
-use super::sniff::{SniffPermit, peek_until};
+use super::sniff::{SniffPermit, SniffSlots, peek_until};
 use crate::app::Shared;
 use crate::metrics::RefuseReason;
 
@@ -45,6 +48,8 @@ pub const MAX_DISCARD: usize = 64 * 1024;
 /// connection and destroy the answer before the client read it.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 1024 * 1024;
+/// The answer to a connection over `session.max_sniffing`.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: 54\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections sending their request head; retry";
 
 /// The native streaming path of one SockJS service.
 pub struct Native {
@@ -52,6 +57,7 @@ pub struct Native {
     registry: Arc<Registry>,
     service: Service,
     prefix: &'static str,
+    slots: SniffSlots,
 }
 
 /// What [`Native::sniff`] found.
@@ -78,25 +84,37 @@ impl Native {
         service: Service,
         prefix: &'static str,
     ) -> Self {
+        let slots = SniffSlots::new(
+            shared.config.session.max_sniffing,
+            shared.metrics.sniffing.clone(),
+        );
         Native {
             shared,
             registry,
             service,
             prefix,
+            slots,
         }
     }
 
     /// Serve `stream` if it opens with a streaming receiver request;
     /// otherwise give it back for hyper. The stream is served from a task of
     /// its own, so it does not carry the (larger) connection task's state.
-    /// None when the connection timed out at `deadline` or was closed by
-    /// its peer before its head was whole.
+    /// None when the connection was refused, timed out at `deadline`, or
+    /// closed by its peer before its head was whole.
     pub async fn try_serve(
         self: &Arc<Self>,
         stream: TcpStream,
         deadline: Instant,
     ) -> Option<TcpStream> {
-        let permit = SniffPermit::new(self.shared.metrics.sniffing.clone());
+        let Some(permit) = self.slots.try_acquire() else {
+            self.shared.metrics.refuse(RefuseReason::SniffLimit);
+            tracing::debug!("too many connections sniffing; answered 503");
+            // Nothing is awaited for a refused connection: the answer fits
+            // a fresh socket's send buffer, or is lost.
+            let _ = stream.try_write(BUSY);
+            return None;
+        };
         let sniffed = match timeout_at(deadline, self.sniff(&stream)).await {
             Ok(Ok(Some(s))) => s,
             Ok(Ok(None)) => {
