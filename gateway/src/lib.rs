@@ -234,7 +234,6 @@ impl Gateway {
         let accepting = server::Accepting {
             native,
             header_timeout: Duration::from_millis(cfg.session.header_timeout_ms),
-            metrics: Arc::clone(&shared.metrics),
         };
         server::serve(
             listener,

@@ -98,8 +98,10 @@ pub enum RefuseReason {
     /// `session.max_sniffing` connections were already waiting for their
     /// request head: answered 503 and closed.
     SniffLimit,
-    /// The request head (or a native streaming receiver's body) did not
-    /// arrive within `session.header_timeout_ms`: closed.
+    /// The native path did not see a whole request head (or a streaming
+    /// receiver's body) within `session.header_timeout_ms` of accept:
+    /// closed. (hyper's own timeouts, which also end idle keep-alive
+    /// connections, are not counted.)
     HeaderTimeout,
     /// A native streaming receiver's body over 64 KiB: answered 413.
     BodyTooLarge,

@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::metrics::{Metrics, RefuseReason};
 use crate::sockjs::native::Native;
 
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
@@ -45,11 +44,10 @@ pub struct Accepting {
     /// The native streaming path that sniffs new connections first.
     pub native: Option<Arc<Native>>,
     /// `session.header_timeout_ms`: from accept to a whole request head,
-    /// whether the native path or hyper reads it; counted as
-    /// `header_timeout` when it passes.
+    /// whether the native path or hyper reads it. The native path counts
+    /// its timeouts; hyper's are not counted, because hyper ends an idle
+    /// keep-alive connection with the same error, which is no refusal.
     pub header_timeout: Duration,
-    /// Where timeouts are counted.
-    pub metrics: Arc<Metrics>,
 }
 
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
@@ -95,11 +93,7 @@ pub async fn serve(
             let header_timeout = deadline
                 .saturating_duration_since(tokio::time::Instant::now())
                 .max(Duration::from_millis(1));
-            let metrics = accepting.metrics;
-            let ended = move |e: hyper::Error| {
-                if e.is_timeout() {
-                    metrics.refuse(RefuseReason::HeaderTimeout);
-                }
+            let ended = |e: hyper::Error| {
                 tracing::debug!(peer = %peer, error = %e, "http connection ended");
             };
             let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
