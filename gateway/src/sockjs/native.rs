@@ -110,9 +110,13 @@ impl Native {
         let Some(permit) = self.slots.try_acquire() else {
             self.shared.metrics.refuse(RefuseReason::SniffLimit);
             tracing::debug!("too many connections sniffing; answered 503");
-            // Nothing is awaited for a refused connection: the answer fits
-            // a fresh socket's send buffer, or is lost.
-            let _ = stream.try_write(BUSY);
+            // Nothing is awaited for a refused connection. The answer is
+            // one send on the plain socket: tokio's try_write would skip
+            // it while the new socket's first writable event is pending,
+            // and it always fits a fresh socket's send buffer.
+            if let Ok(mut socket) = stream.into_std() {
+                let _ = std::io::Write::write(&mut socket, BUSY);
+            }
             return None;
         };
         let sniffed = match timeout_at(deadline, self.sniff(&stream)).await {
@@ -214,7 +218,7 @@ impl Native {
             }
             Err(_) => {
                 self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
-                tracing::debug!("streaming request body timed out; connection closed");
+                tracing::debug!("streaming request head timed out; connection closed");
                 return;
             }
         };
