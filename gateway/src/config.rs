@@ -61,6 +61,14 @@ pub struct SessionConfig {
     pub max_sessions: usize,
     /// Time allowed between the upgrade and a valid CONNECT.
     pub connect_timeout_ms: u64,
+    /// Time a new connection has, from accept, to send its whole request
+    /// head (a native streaming receiver: its body too), for `/ws`, SockJS
+    /// and every other route alike; then it is closed without an answer.
+    /// Also hyper's header read timeout on a keep-alive connection.
+    pub header_timeout_ms: u64,
+    /// Most connections whose request head is still being sniffed (the
+    /// native streaming path); the next one is answered 503 and closed.
+    pub max_sniffing: usize,
     /// Shortest interval at which the server sends heart-beats (`sx`).
     pub heartbeat_send_ms: u32,
     /// Shortest interval at which the server wants heart-beats (`sy`).
@@ -86,6 +94,8 @@ impl Default for SessionConfig {
         SessionConfig {
             max_sessions: 100_000,
             connect_timeout_ms: 10_000,
+            header_timeout_ms: 10_000,
+            max_sniffing: 4096,
             heartbeat_send_ms: 10_000,
             heartbeat_receive_ms: 10_000,
             max_frame_bytes: 64 * 1024,
@@ -399,6 +409,8 @@ impl Config {
             ("session.queue_messages", s.queue_messages),
             ("session.queue_bytes", s.queue_bytes),
             ("session.connect_timeout_ms", s.connect_timeout_ms as usize),
+            ("session.header_timeout_ms", s.header_timeout_ms as usize),
+            ("session.max_sniffing", s.max_sniffing),
             ("mailbox.buffer_messages", self.mailbox.buffer_messages),
             ("mailbox.buffer_bytes", self.mailbox.buffer_bytes),
             (

@@ -255,10 +255,14 @@ impl Gateway {
             }
         };
         let (router, native) = http::routes(Arc::clone(&shared), publish_routes);
+        let accepting = server::Accepting {
+            native,
+            header_timeout: Duration::from_millis(cfg.session.header_timeout_ms),
+        };
         server::serve(
             listener,
             router,
-            native,
+            accepting,
             shared.shutdown.clone(),
             shared.tracker.clone(),
         )

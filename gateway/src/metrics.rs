@@ -58,6 +58,9 @@ label_value!(RefuseReason {
     ConnectTimeout => "connect_timeout",
     Version => "version",
     InboundFull => "inbound_full",
+    SniffLimit => "sniff_limit",
+    HeaderTimeout => "header_timeout",
+    BodyTooLarge => "body_too_large",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -95,6 +98,16 @@ pub enum RefuseReason {
     Version,
     /// A SockJS `xhr_send` found the session's inbound queue full (503).
     InboundFull,
+    /// `session.max_sniffing` connections were already waiting for their
+    /// request head: answered 503 and closed.
+    SniffLimit,
+    /// The native path did not see a whole request head (or a streaming
+    /// receiver's body) within `session.header_timeout_ms` of accept:
+    /// closed. (hyper's own timeouts, which also end idle keep-alive
+    /// connections, are not counted.)
+    HeaderTimeout,
+    /// A native streaming receiver's body over 64 KiB: answered 413.
+    BodyTooLarge,
 }
 
 /// Label: reason for a refusal.
@@ -159,6 +172,9 @@ pub struct Metrics {
     pub mailboxes_expired: Counter,
     /// Refused connections and sessions.
     pub refused: Family<RefuseLabels, Counter>,
+    /// Connections whose request head is being sniffed now (the native
+    /// streaming path), bounded by `session.max_sniffing`.
+    pub sniffing: Gauge,
     /// Messages queued to sessions (one per session per notification).
     pub deliveries: Counter,
     /// Messages replayed from mailbox buffers on resume.
@@ -226,6 +242,11 @@ impl Metrics {
             "herald_connections_refused",
             "Connections and sessions refused, by reason",
             self.refused.clone(),
+        );
+        registry.register(
+            "herald_connections_sniffing",
+            "Connections whose request head is awaited before routing",
+            self.sniffing.clone(),
         );
         registry.register(
             "herald_deliveries",

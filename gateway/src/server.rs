@@ -18,8 +18,6 @@ use tower::ServiceExt;
 
 use crate::sockjs::native::Native;
 
-/// Longest time a client may take to send request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
@@ -40,6 +38,18 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// How the accept loop treats a new connection.
+#[derive(Clone)]
+pub struct Accepting {
+    /// The native streaming path that sniffs new connections first.
+    pub native: Option<Arc<Native>>,
+    /// `session.header_timeout_ms`: from accept to a whole request head,
+    /// whether the native path or hyper reads it. The native path counts
+    /// its timeouts; hyper's are not counted, because hyper ends an idle
+    /// keep-alive connection with the same error, which is no refusal.
+    pub header_timeout: Duration,
+}
+
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
 /// tracked by `tracker`; on shutdown, idle keep-alive connections close and
 /// in-flight requests finish. The listener closes when this returns: from
@@ -50,7 +60,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    native: Option<Arc<Native>>,
+    accepting: Accepting,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -71,14 +81,24 @@ pub async fn serve(
         }
         let router = router.clone();
         let shutdown = shutdown.clone();
-        let native = native.clone();
+        let accepting = accepting.clone();
         tracker.spawn(async move {
-            let stream = match native {
-                Some(native) => match native.try_serve(stream, HEADER_READ_TIMEOUT).await {
+            // One header deadline per connection, counted from accept.
+            let deadline = tokio::time::Instant::now() + accepting.header_timeout;
+            let stream = match &accepting.native {
+                Some(native) => match native.try_serve(stream, deadline).await {
                     Some(stream) => stream,
                     None => return,
                 },
                 None => stream,
+            };
+            // What the sniff left of the deadline (hyper applies it to each
+            // later head of a keep-alive connection too).
+            let header_timeout = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .max(Duration::from_millis(1));
+            let ended = |e: hyper::Error| {
+                tracing::debug!(peer = %peer, error = %e, "http connection ended");
             };
             let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
@@ -86,20 +106,20 @@ pub async fn serve(
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {
                     if let Err(e) = r {
-                        tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                        ended(e);
                     }
                 }
                 _ = shutdown.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     if let Err(e) = conn.await {
-                        tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                        ended(e);
                     }
                 }
             }

@@ -15,6 +15,8 @@
 //!   take in turn.
 //! - [`native`]: xhr-streaming and EventSource receivers served straight on
 //!   the socket (no hyper buffers) when they open a connection.
+//! - `sniff`: how [`native`] looks at a new connection's first bytes: on
+//!   readiness, never consuming, with a bound on connections looked at.
 //! - [`test_apps`]: the echo and close apps of the test-suite services,
 //!   over WebSocket and as HTTP applications (test mode only); [`routes`]
 //!   runs them instead of the STOMP session on the test services.
@@ -35,6 +37,7 @@ pub mod native;
 pub mod pending;
 pub mod routes;
 pub mod session;
+mod sniff;
 pub mod test_apps;
 
 /// What a SockJS service runs on its sessions.

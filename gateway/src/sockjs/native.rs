@@ -10,24 +10,46 @@
 //! else goes to hyper untouched. A streaming request that arrives on a
 //! reused keep-alive connection is served by hyper through the same
 //! session, only with hyper's buffers.
+//!
+//! # Limits
+//! Sniffing waits on readiness ([`super::sniff`]): a half-sent head costs
+//! nothing until more bytes or the peer's FIN arrive, and a peer that
+//! closes mid-head is dropped at once. At most `session.max_sniffing`
+//! connections are sniffed (and, for a streaming receiver, have their head
+//! and body read) at once; the next is answered 503 before anything is read
+//! and closed, counted as `sniff_limit`. Head and body must arrive within
+//! `session.header_timeout_ms` of accept, the same deadline hyper is given
+//! for the rest of a connection it takes; past it the connection is closed
+//! without an answer, counted as `header_timeout`. A body over
+//! [`MAX_DISCARD`] is answered 413 (counted as `body_too_large`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use herald_protocol::sockjs;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout_at};
 
 use super::Service;
 use super::session::{Attach, Kind, Registry};
+use super::sniff::{SniffPermit, SniffSlots, peek_until};
 use crate::app::Shared;
 use crate::metrics::RefuseReason;
 
 /// The longest request line and head this path reads itself.
 const MAX_HEAD: usize = 8 * 1024;
-/// The most request-body bytes discarded before the stream starts.
-const MAX_DISCARD: usize = 64 * 1024;
+/// The most request-body bytes discarded before the stream starts (a
+/// streaming receiver's body carries nothing); beyond, 413.
+pub const MAX_DISCARD: usize = 64 * 1024;
+/// After a 413, how long and how many bytes of the unread body are read
+/// and discarded before closing, so the close does not reset the
+/// connection and destroy the answer before the client read it.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: u64 = 1024 * 1024;
+/// The answer to a connection over `session.max_sniffing`.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: 54\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections sending their request head; retry";
 
 /// The native streaming path of one SockJS service.
 pub struct Native {
@@ -35,6 +57,7 @@ pub struct Native {
     registry: Arc<Registry>,
     service: Service,
     prefix: &'static str,
+    slots: SniffSlots,
 }
 
 /// What [`Native::sniff`] found.
@@ -61,76 +84,97 @@ impl Native {
         service: Service,
         prefix: &'static str,
     ) -> Self {
+        let slots = SniffSlots::new(
+            shared.config.session.max_sniffing,
+            shared.metrics.sniffing.clone(),
+        );
         Native {
             shared,
             registry,
             service,
             prefix,
+            slots,
         }
     }
 
     /// Serve `stream` if it opens with a streaming receiver request;
     /// otherwise give it back for hyper. The stream is served from a task of
     /// its own, so it does not carry the (larger) connection task's state.
+    /// None when the connection was refused, timed out at `deadline`, or
+    /// closed by its peer before its head was whole.
     pub async fn try_serve(
         self: &Arc<Self>,
         stream: TcpStream,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Option<TcpStream> {
-        let sniffed = match tokio::time::timeout(timeout, self.sniff(&stream)).await {
-            Ok(Ok(s)) => s,
-            // Slow or broken: hyper answers (and times out) as usual.
-            _ => Sniffed::Hyper,
+        let Some(permit) = self.slots.try_acquire() else {
+            self.shared.metrics.refuse(RefuseReason::SniffLimit);
+            tracing::debug!("too many connections sniffing; answered 503");
+            // Nothing is awaited for a refused connection. The answer is
+            // one send on the plain socket: tokio's try_write would skip
+            // it while the new socket's first writable event is pending,
+            // and it always fits a fresh socket's send buffer.
+            if let Ok(mut socket) = stream.into_std() {
+                let _ = std::io::Write::write(&mut socket, BUSY);
+            }
+            return None;
+        };
+        let sniffed = match timeout_at(deadline, self.sniff(&stream)).await {
+            Ok(Ok(Some(s))) => s,
+            Ok(Ok(None)) => {
+                tracing::debug!("peer closed before its request head was whole");
+                return None;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "connection failed before its request head was whole");
+                return None;
+            }
+            Err(_) => {
+                self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
+                tracing::debug!("request head timed out; connection closed");
+                return None;
+            }
         };
         match sniffed {
             Sniffed::Hyper => Some(stream),
             Sniffed::Stream(kind, session, head_len) => {
                 let this = Arc::clone(self);
                 self.shared.tracker.spawn(async move {
-                    this.serve(stream, kind, session, head_len).await;
+                    this.serve(stream, permit, deadline, kind, session, head_len)
+                        .await;
                 });
                 None
             }
         }
     }
 
-    async fn sniff(&self, stream: &TcpStream) -> std::io::Result<Sniffed> {
+    /// Wait (on readiness) until the request line or the whole head says
+    /// whose the connection is; None if the peer closed first.
+    async fn sniff(&self, stream: &TcpStream) -> std::io::Result<Option<Sniffed>> {
         let mut buf = vec![0u8; MAX_HEAD];
-        let mut seen = 0;
-        loop {
-            // Waits for data; consumes nothing.
-            let n = stream.peek(&mut buf).await?;
-            if n == 0 {
-                return Ok(Sniffed::Hyper);
+        peek_until(stream, &mut buf, |bytes| self.decide(bytes)).await
+    }
+
+    /// Whose the connection is, from its first `bytes`, if they tell.
+    fn decide(&self, bytes: &[u8]) -> Option<Sniffed> {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(bytes) {
+            Ok(httparse::Status::Complete(len)) => {
+                let method = req.method.unwrap_or("");
+                let path = req.path.unwrap_or("");
+                Some(self.classify(method, path, len))
             }
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(&buf[..n]) {
-                Ok(httparse::Status::Complete(len)) => {
-                    let method = req.method.unwrap_or("");
-                    let path = req.path.unwrap_or("");
-                    return Ok(self.classify(method, path, len));
-                }
-                Ok(httparse::Status::Partial) if n < MAX_HEAD => {
-                    // Decide early when the request line already says no.
-                    if let Some(line_end) = buf[..n].iter().position(|&b| b == b'\n') {
-                        let line = String::from_utf8_lossy(&buf[..line_end]);
-                        let mut parts = line.split(' ');
-                        let (method, path) =
-                            (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-                        if matches!(self.classify(method, path, 0), Sniffed::Hyper) {
-                            return Ok(Sniffed::Hyper);
-                        }
-                    }
-                    // A head split across segments (rare): peeking again
-                    // returns at once while nothing new arrived, so pause.
-                    if n == seen {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    seen = n;
-                }
-                _ => return Ok(Sniffed::Hyper),
+            Ok(httparse::Status::Partial) if bytes.len() < MAX_HEAD => {
+                // Decide early when the request line already says no.
+                let line_end = bytes.iter().position(|&b| b == b'\n')?;
+                let line = String::from_utf8_lossy(&bytes[..line_end]);
+                let mut parts = line.split(' ');
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                matches!(self.classify(method, path, 0), Sniffed::Hyper).then_some(Sniffed::Hyper)
             }
+            // Too long or malformed: hyper answers as usual.
+            _ => Some(Sniffed::Hyper),
         }
     }
 
@@ -155,15 +199,56 @@ impl Native {
         Sniffed::Stream(kind, session.to_owned(), head_len)
     }
 
-    /// Consume the head (and any body), then answer and stream.
-    async fn serve(&self, mut stream: TcpStream, kind: Kind, session: String, head_len: usize) {
-        let head = match read_head(&mut stream, head_len).await {
-            Ok(h) => h,
-            Err(e) => {
+    /// Consume the head and any body (by `deadline`, holding `permit`
+    /// meanwhile), then answer and stream.
+    async fn serve(
+        &self,
+        mut stream: TcpStream,
+        permit: SniffPermit,
+        deadline: Instant,
+        kind: Kind,
+        session: String,
+        head_len: usize,
+    ) {
+        let head = match timeout_at(deadline, read_head(&mut stream, head_len)).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => {
                 tracing::debug!(error = %e, "streaming request head unreadable");
                 return;
             }
+            Err(_) => {
+                self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
+                tracing::debug!("streaming request head timed out; connection closed");
+                return;
+            }
         };
+        if head.content_length > MAX_DISCARD {
+            self.shared.metrics.refuse(RefuseReason::BodyTooLarge);
+            tracing::debug!(
+                content_length = head.content_length,
+                "streaming request body too large; answered 413"
+            );
+            self.too_large(stream, &head).await;
+            return;
+        }
+        let discard = async {
+            let mut body = (&mut stream).take(head.content_length as u64);
+            tokio::io::copy(&mut body, &mut tokio::io::sink()).await
+        };
+        match timeout_at(deadline, discard).await {
+            Ok(Ok(n)) if n == head.content_length as u64 => {}
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                tracing::debug!("peer closed before its request body was whole");
+                return;
+            }
+            Err(_) => {
+                self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
+                tracing::debug!("streaming request body timed out; connection closed");
+                return;
+            }
+        }
+        // The request is read: from here on it is a session's receiver.
+        drop(permit);
         // Only the STOMP service is served natively.
         let app = || super::application::stomp(&self.shared, kind, head.token.clone());
         let Some(sess) = self
@@ -176,41 +261,12 @@ impl Native {
                 .await;
             return;
         };
-        let mut response = String::with_capacity(512);
-        response.push_str("HTTP/1.1 200 OK\r\nContent-Type: ");
-        response.push_str(match kind {
+        let content_type = match kind {
             Kind::Eventsource => "text/event-stream; charset=UTF-8",
             _ => "application/javascript; charset=UTF-8",
-        });
-        response.push_str("\r\nCache-Control: ");
-        response.push_str(super::routes::NO_CACHE);
-        response.push_str("\r\nAccess-Control-Allow-Origin: ");
-        response.push_str(
-            head.origin
-                .as_deref()
-                .filter(|o| *o != "null")
-                .unwrap_or("*"),
-        );
-        response.push_str("\r\nAccess-Control-Allow-Credentials: true\r\n");
-        if let Some(h) = &head.request_headers {
-            response.push_str("Access-Control-Allow-Headers: ");
-            response.push_str(h);
-            response.push_str("\r\n");
-        }
-        if self.service.cookie_needed {
-            let value = head
-                .cookie
-                .as_deref()
-                .and_then(|c| {
-                    c.split(';')
-                        .find_map(|c| c.trim().strip_prefix("JSESSIONID="))
-                })
-                .unwrap_or("dummy");
-            response.push_str("Set-Cookie: JSESSIONID=");
-            response.push_str(value);
-            response.push_str("; path=/\r\n");
-        }
-        response.push_str("Connection: close\r\n\r\n");
+        };
+        let mut response = self.answer_head("200 OK", content_type, &head);
+        response.push_str("\r\n");
         match kind {
             Kind::XhrStreaming => {
                 response.push_str(&"h".repeat(2048));
@@ -265,6 +321,66 @@ impl Native {
     }
 }
 
+impl Native {
+    /// The status line and headers of an answer, up to the blank line:
+    /// no caching, CORS for `head`'s origin, the cookie when the service
+    /// wants one, and `Connection: close`.
+    fn answer_head(&self, status: &str, content_type: &str, head: &Head) -> String {
+        let mut response = String::with_capacity(512);
+        response.push_str("HTTP/1.1 ");
+        response.push_str(status);
+        response.push_str("\r\nContent-Type: ");
+        response.push_str(content_type);
+        response.push_str("\r\nCache-Control: ");
+        response.push_str(super::routes::NO_CACHE);
+        response.push_str("\r\nAccess-Control-Allow-Origin: ");
+        response.push_str(
+            head.origin
+                .as_deref()
+                .filter(|o| *o != "null")
+                .unwrap_or("*"),
+        );
+        response.push_str("\r\nAccess-Control-Allow-Credentials: true\r\n");
+        if let Some(h) = &head.request_headers {
+            response.push_str("Access-Control-Allow-Headers: ");
+            response.push_str(h);
+            response.push_str("\r\n");
+        }
+        if self.service.cookie_needed {
+            let value = head
+                .cookie
+                .as_deref()
+                .and_then(|c| {
+                    c.split(';')
+                        .find_map(|c| c.trim().strip_prefix("JSESSIONID="))
+                })
+                .unwrap_or("dummy");
+            response.push_str("Set-Cookie: JSESSIONID=");
+            response.push_str(value);
+            response.push_str("; path=/\r\n");
+        }
+        response.push_str("Connection: close\r\n");
+        response
+    }
+
+    /// Answer 413 as `xhr_send` does, then read and discard what the
+    /// client still sends (up to [`LINGER`] and [`LINGER_BYTES`]) so that
+    /// closing does not reset the connection under the answer.
+    async fn too_large(&self, mut stream: TcpStream, head: &Head) {
+        const BODY: &str = "Payload too large.";
+        let mut response =
+            self.answer_head("413 Payload Too Large", "text/plain; charset=UTF-8", head);
+        response.push_str(&format!("Content-Length: {}\r\n\r\n{BODY}", BODY.len()));
+        if stream.write_all(response.as_bytes()).await.is_err() || stream.shutdown().await.is_err()
+        {
+            return;
+        }
+        let mut rest = (&mut stream).take(LINGER_BYTES);
+        let _ =
+            tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
+    }
+}
+
 /// Whether a readable socket is at EOF (or in error). Stray bytes are
 /// discarded.
 fn peer_closed(stream: &TcpStream) -> bool {
@@ -276,8 +392,9 @@ fn peer_closed(stream: &TcpStream) -> bool {
     }
 }
 
+/// Read the `head_len` bytes of the head the sniff saw, and what the
+/// answer needs from it (the body is left unread).
 async fn read_head(stream: &mut TcpStream, head_len: usize) -> std::io::Result<Head> {
-    use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; head_len];
     stream.read_exact(&mut buf).await?;
     let mut headers = [httparse::EMPTY_HEADER; 32];
@@ -291,9 +408,10 @@ async fn read_head(stream: &mut TcpStream, head_len: usize) -> std::io::Result<H
             .and_then(|h| std::str::from_utf8(h.value).ok())
             .map(str::to_owned)
     };
+    // A length that is no number is taken as too large (413), not as none.
     let content_length = find("content-length")
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0usize);
+        .map(|v| v.trim().parse().unwrap_or(usize::MAX))
+        .unwrap_or(0);
     let token = req.path.and_then(|p| p.split_once('?')).and_then(|(_, q)| {
         form_urlencoded::parse(q.as_bytes())
             .find(|(k, _)| k == "token")
@@ -306,13 +424,5 @@ async fn read_head(stream: &mut TcpStream, head_len: usize) -> std::io::Result<H
         content_length,
         token,
     };
-    if head.content_length > MAX_DISCARD {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "streaming request body too large",
-        ));
-    }
-    let mut rest = vec![0u8; head.content_length];
-    stream.read_exact(&mut rest).await?;
     Ok(head)
 }
