@@ -1,5 +1,6 @@
 //! Process plumbing shared by Herald's binaries (`herald-router`,
-//! `herald-gateway`): exit codes, logging set-up, the shutdown signal.
+//! `herald-gateway`): exit codes, logging set-up, the shutdown signal, the
+//! reload signal.
 
 /// sysexits.h EX_CONFIG: the configuration is unusable.
 pub const EX_CONFIG: u8 = 78;
@@ -55,6 +56,26 @@ pub async fn wait_for_signal() {
         }
         _ => {
             tracing::error!("cannot install signal handlers; stop with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Call `reload` on every SIGHUP (logged), forever; run it as a task and
+/// abort it at shutdown. Installing the handler also keeps SIGHUP from
+/// killing the process (its default action). When the handler cannot be
+/// installed this logs a warning and never resolves.
+pub async fn on_reload_signal(mut reload: impl FnMut()) {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(mut hup) => {
+            while hup.recv().await.is_some() {
+                tracing::info!(signal = "SIGHUP", "reloading");
+                reload();
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot install the SIGHUP handler: reloading needs a restart");
             std::future::pending::<()>().await;
         }
     }

@@ -1,13 +1,25 @@
-//! Identity from a signed JWT: HS256 with a shared secret, or RS256/ES256
-//! with a public key. Claims: `sub` (user), `client` (company), `site`,
-//! `exp`. The algorithm is fixed by configuration; a token signed with any
-//! other (including `none`) is refused.
+//! Identity from a signed JWT, checked against one of the configured keys
+//! (`keys`: the single-key settings, `[[auth.keys]]` by `kid`, a JWKS
+//! file; reloaded on SIGHUP without a restart). A token's header `kid`
+//! picks its key; without `kid` it is checked against the default key.
+//! Claims: `sub` (user), `client` (company), `site`, optionally `iss` and
+//! `aud` (checked when configured),
+//! `exp`, `nbf` (when present; both with `auth.leeway_secs` of skew). The
+//! algorithm is fixed by configuration; a token signed with any other is
+//! refused, and `none` (or a name no library knows) is refused by name as
+//! "algorithm not allowed" before the token reaches the library.
+
+mod keys;
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
+
+use keys::KeySet;
 
 use crate::config::AuthConfig;
 use crate::hub::Identity;
@@ -44,89 +56,115 @@ pub enum AuthError {
     /// Signature does not verify.
     #[error("token signature is invalid")]
     BadSignature,
-    /// Signed with another algorithm than the configured one.
+    /// Before `nbf` (beyond the leeway).
+    #[error("token not valid yet: its nbf is in the future")]
+    NotYetValid,
+    /// Signed with another algorithm than the key's.
     #[error("token algorithm not accepted: this gateway accepts {0:?}")]
     WrongAlgorithm(Algorithm),
+    /// Not signed (`alg: none`), or with an algorithm no JWT library knows:
+    /// refused by name, never handed to the library's parser.
+    #[error("token algorithm not allowed: {0:?}")]
+    AlgorithmNotAllowed(String),
+    /// The header's `kid` names no configured key.
+    #[error("token key id (kid) {0:?} is not known to this gateway")]
+    UnknownKey(String),
+    /// No `kid`, and no default key is configured.
+    #[error("token has no key id (kid) and this gateway has no default key")]
+    NoDefaultKey,
+    /// `iss` missing or not one of `auth.issuers`.
+    #[error("token issuer (iss) not accepted")]
+    WrongIssuer,
+    /// `aud` missing or not one of `auth.audiences`.
+    #[error("token audience (aud) not accepted")]
+    WrongAudience,
     /// Not a JWT, or claims missing or malformed.
     #[error("token is malformed: {0}")]
     Malformed(String),
 }
 
-/// Verifies tokens.
+/// A token that verified: who it names and how long it stays valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Who the token names.
+    pub who: Identity,
+    /// Until `exp` plus the leeway, from the moment it was verified.
+    pub valid_for: Duration,
+}
+
+/// Verifies tokens. Clones share the keys, so a [`Verifier::reload`]
+/// reaches every holder.
 #[derive(Clone)]
 pub struct Verifier {
-    key: Arc<DecodingKey>,
-    validation: Arc<Validation>,
-    algorithm: Algorithm,
+    keys: Arc<RwLock<Arc<KeySet>>>,
 }
 
 impl std::fmt::Debug for Verifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Verifier({:?})", self.algorithm)
+        write!(f, "Verifier({:?})", self.keys.read())
     }
 }
 
 impl Verifier {
-    /// HS256 with `secret`.
+    /// HS256 with `secret`, the default key.
     pub fn hs256(secret: &[u8], leeway_secs: u64) -> Self {
-        Self::new(
-            DecodingKey::from_secret(secret),
-            Algorithm::HS256,
-            leeway_secs,
-        )
+        Self::with(KeySet::hs256(secret, leeway_secs))
     }
 
-    fn new(key: DecodingKey, algorithm: Algorithm, leeway_secs: u64) -> Self {
-        let mut validation = Validation::new(algorithm);
-        validation.leeway = leeway_secs;
-        validation.validate_exp = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+    fn with(keys: KeySet) -> Self {
         Verifier {
-            key: Arc::new(key),
-            validation: Arc::new(validation),
-            algorithm,
+            keys: Arc::new(RwLock::new(Arc::new(keys))),
         }
     }
 
-    /// From configuration (not dev mode): a secret, or a PEM public key.
+    /// From configuration (not dev mode): every key it names, read now.
     pub fn from_config(auth: &AuthConfig) -> Result<Self, String> {
-        if let Some(secret) = &auth.jwt_secret {
-            return Ok(Self::hs256(secret.as_bytes(), auth.leeway_secs));
-        }
-        let Some(path) = &auth.jwt_public_key_file else {
-            return Err("no JWT key configured".into());
-        };
-        let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let (key, algorithm) = match auth.jwt_algorithm.as_deref() {
-            Some("RS256") => (DecodingKey::from_rsa_pem(&pem), Algorithm::RS256),
-            Some("ES256") => (DecodingKey::from_ec_pem(&pem), Algorithm::ES256),
-            other => return Err(format!("unsupported jwt_algorithm {other:?}")),
-        };
-        let key = key.map_err(|e| {
-            format!(
-                "auth.jwt_public_key_file {} is not a {algorithm:?} public key: {e}",
-                path.display()
-            )
-        })?;
-        Ok(Self::new(key, algorithm, auth.leeway_secs))
+        KeySet::load(auth).map(Self::with)
+    }
+
+    /// Load the keys `auth` names again and use them from now on; on any
+    /// problem keep the current ones and say why. Returns how many keys
+    /// are in use.
+    pub fn reload(&self, auth: &AuthConfig) -> Result<usize, String> {
+        let fresh = KeySet::load(auth)?;
+        let count = fresh.len();
+        *self.keys.write() = Arc::new(fresh);
+        Ok(count)
     }
 
     /// Check a token and return who it names.
-    pub fn verify(&self, token: &str) -> Result<Identity, AuthError> {
+    pub fn verify(&self, token: &str) -> Result<Verified, AuthError> {
         let token = token.trim();
         if token.is_empty() {
             return Err(AuthError::Missing);
         }
-        let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(
-            |e| match e.kind() {
-                ErrorKind::ExpiredSignature => AuthError::Expired,
-                ErrorKind::InvalidSignature => AuthError::BadSignature,
-                ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
-                    AuthError::WrongAlgorithm(self.algorithm)
+        let header = TokenHeader::parse(token)?;
+        // Refused here, by name, before the library: it knows no `none`
+        // and would answer with a parse error.
+        let Ok(alg) = header.alg.parse::<Algorithm>() else {
+            return Err(AuthError::AlgorithmNotAllowed(header.alg));
+        };
+        let keys = Arc::clone(&self.keys.read());
+        let key = keys.select(header.kid.as_deref())?;
+        if alg != key.algorithm {
+            return Err(AuthError::WrongAlgorithm(key.algorithm));
+        }
+        let data =
+            jsonwebtoken::decode::<Claims>(token, &key.decoding, &key.validation).map_err(|e| {
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => AuthError::Expired,
+                    ErrorKind::ImmatureSignature => AuthError::NotYetValid,
+                    ErrorKind::InvalidSignature => AuthError::BadSignature,
+                    ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
+                        AuthError::WrongAlgorithm(key.algorithm)
+                    }
+                    ErrorKind::InvalidIssuer => AuthError::WrongIssuer,
+                    ErrorKind::InvalidAudience => AuthError::WrongAudience,
+                    ErrorKind::MissingRequiredClaim(c) if c == "iss" => AuthError::WrongIssuer,
+                    ErrorKind::MissingRequiredClaim(c) if c == "aud" => AuthError::WrongAudience,
+                    _ => AuthError::Malformed(e.to_string()),
                 }
-                _ => AuthError::Malformed(e.to_string()),
-            },
-        )?;
+            })?;
         let claims = data.claims;
         check_claim("sub", &claims.sub)?;
         for (name, value) in [("client", &claims.client), ("site", &claims.site)] {
@@ -134,11 +172,54 @@ impl Verifier {
                 check_claim(name, v)?;
             }
         }
-        Ok(Identity {
-            user: claims.sub.into(),
-            client: claims.client.map(Into::into),
-            site: claims.site.unwrap_or_default().into(),
+        Ok(Verified {
+            valid_for: valid_for(claims.exp, keys.leeway_secs),
+            who: Identity {
+                user: claims.sub.into(),
+                client: claims.client.map(Into::into),
+                site: claims.site.unwrap_or_default().into(),
+            },
         })
+    }
+}
+
+/// From now until `exp + leeway`; zero when that is past, [`Duration::MAX`]
+/// when it is beyond what the clock can name.
+fn valid_for(exp: u64, leeway_secs: u64) -> Duration {
+    let Some(end) = UNIX_EPOCH.checked_add(Duration::from_secs(exp.saturating_add(leeway_secs)))
+    else {
+        return Duration::MAX;
+    };
+    end.duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
+}
+
+/// The header fields Herald reads before choosing a key, parsed leniently
+/// (as strings) so that an algorithm the library has no name for is still
+/// refused by name.
+#[derive(Debug, Deserialize)]
+struct TokenHeader {
+    alg: String,
+    #[serde(default)]
+    kid: Option<String>,
+}
+
+impl TokenHeader {
+    fn parse(token: &str) -> Result<Self, AuthError> {
+        use base64::Engine;
+        let mut parts = token.split('.');
+        let (Some(head), Some(_), Some(_), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(AuthError::Malformed(
+                "not a JWT: expected three dot-separated parts".into(),
+            ));
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(head.trim_end_matches('='))
+            .map_err(|e| AuthError::Malformed(format!("header is not base64url: {e}")))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| AuthError::Malformed(format!("header is not a JWT header: {e}")))
     }
 }
 
@@ -162,76 +243,4 @@ pub fn sign_hs256(secret: &[u8], claims: &Claims) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
-
-    fn now() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
-    }
-
-    fn claims(exp: u64) -> Claims {
-        Claims {
-            sub: "alice".into(),
-            client: Some("acme".into()),
-            site: None,
-            exp,
-        }
-    }
-
-    #[test]
-    fn accepts_a_valid_token() {
-        let v = Verifier::hs256(SECRET, 0);
-        let id = v.verify(&sign_hs256(SECRET, &claims(now() + 60))).unwrap();
-        assert_eq!(&*id.user, "alice");
-        assert_eq!(id.client.as_deref(), Some("acme"));
-        assert_eq!(&*id.site, "");
-    }
-
-    #[test]
-    fn refuses_expired_forged_and_garbage() {
-        let v = Verifier::hs256(SECRET, 0);
-        assert_eq!(
-            v.verify(&sign_hs256(SECRET, &claims(now() - 120))),
-            Err(AuthError::Expired)
-        );
-        let forged = sign_hs256(b"another-secret-another-secret-xx", &claims(now() + 60));
-        assert_eq!(v.verify(&forged), Err(AuthError::BadSignature));
-        assert!(matches!(v.verify("abc"), Err(AuthError::Malformed(_))));
-        assert_eq!(v.verify(""), Err(AuthError::Missing));
-    }
-
-    #[test]
-    fn refuses_other_algorithms_and_none() {
-        let v = Verifier::hs256(SECRET, 0);
-        let token = jsonwebtoken::encode(
-            &Header::new(Algorithm::HS384),
-            &claims(now() + 60),
-            &EncodingKey::from_secret(SECRET),
-        )
-        .unwrap();
-        assert_eq!(
-            v.verify(&token),
-            Err(AuthError::WrongAlgorithm(Algorithm::HS256))
-        );
-        // alg "none": header {"alg":"none"}, no signature.
-        let none = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6OTk5OTk5OTk5OX0.";
-        assert!(v.verify(none).is_err());
-    }
-
-    #[test]
-    fn claims_are_bounded() {
-        let v = Verifier::hs256(SECRET, 0);
-        let mut c = claims(now() + 60);
-        c.sub = "x".repeat(300);
-        assert!(matches!(
-            v.verify(&sign_hs256(SECRET, &c)),
-            Err(AuthError::Malformed(_))
-        ));
-    }
-}
+pub(crate) mod tests;

@@ -4,6 +4,7 @@
 //! Every bound Herald enforces has a key here. [`Config::validate`] lists
 //! every problem at once, so a bad configuration is fixed in one go.
 
+mod auth;
 mod cli;
 
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use auth::{ALGORITHMS, AuthConfig, KeyConfig, MIN_SECRET_BYTES};
 pub use cli::Cli;
 use herald_amqp::Reconnect;
 pub use herald_engine::config::{ConfigError, PublishConfig};
@@ -37,20 +39,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// JWT verification settings. Nothing set means dev mode.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthConfig {
-    /// HS256 shared secret (at least 32 bytes).
-    pub jwt_secret: Option<String>,
-    /// PEM file with the RS256 or ES256 public key.
-    pub jwt_public_key_file: Option<PathBuf>,
-    /// `HS256`, `RS256` or `ES256`; defaults to HS256 with a secret.
-    pub jwt_algorithm: Option<String>,
-    /// Clock skew tolerated on `exp`, in seconds.
-    pub leeway_secs: u64,
 }
 
 /// Browser session settings.
@@ -342,54 +330,16 @@ impl Config {
     /// Whether no JWT key is configured: the gateway makes its own secret and
     /// prints a demo token.
     pub fn dev_mode(&self) -> bool {
-        self.auth.jwt_secret.is_none() && self.auth.jwt_public_key_file.is_none()
+        self.auth.no_keys()
     }
 
     /// Check every rule; report all violations.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Vec::new();
-        let auth = &self.auth;
-        match (&auth.jwt_secret, &auth.jwt_public_key_file) {
-            (Some(_), Some(_)) => p.push(
-                "auth: set either jwt_secret (HS256) or jwt_public_key_file (RS256/ES256), not both"
-                    .to_owned(),
-            ),
-            (Some(secret), None) => {
-                if secret.len() < 32 {
-                    p.push(format!(
-                        "auth.jwt_secret is {} bytes; HS256 needs at least 32",
-                        secret.len()
-                    ));
-                }
-                if let Some(alg) = auth.jwt_algorithm.as_ref().filter(|a| *a != "HS256") {
-                    p.push(format!(
-                        "auth.jwt_algorithm is {alg} but a secret is HS256; use jwt_public_key_file for {alg}"
-                    ));
-                }
-            }
-            (None, Some(path)) => {
-                match auth.jwt_algorithm.as_deref() {
-                    Some("RS256" | "ES256") => {}
-                    Some(other) => p.push(format!(
-                        "auth.jwt_algorithm {other} is not usable with a public key: use RS256 or ES256"
-                    )),
-                    None => p.push(
-                        "auth.jwt_algorithm is required with jwt_public_key_file: RS256 or ES256"
-                            .to_owned(),
-                    ),
-                }
-                if !path.is_file() {
-                    p.push(format!(
-                        "auth.jwt_public_key_file {} does not exist",
-                        path.display()
-                    ));
-                }
-            }
-            (None, None) => {}
-        }
+        p.extend(self.auth.problems());
         if self.edge_mode() && self.dev_mode() {
             p.push(
-                "edge mode needs auth.jwt_secret or auth.jwt_public_key_file: dev mode is standalone only"
+                "edge mode needs a JWT key (auth.jwt_secret, jwt_public_key_file, keys or jwks_file): dev mode is standalone only"
                     .to_owned(),
             );
         }
@@ -560,6 +510,38 @@ mod tests {
     }
 
     #[test]
+    fn the_example_names_every_auth_key_and_its_commented_keys_parse() {
+        let text = include_str!("../../deploy/gateway.example.toml");
+        for key in [
+            "jwt_secret",
+            "jwt_public_key_file",
+            "jwt_algorithm",
+            "jwks_file",
+            "default_kid",
+            "keys",
+            "leeway_secs",
+            "issuers",
+            "audiences",
+        ] {
+            assert!(
+                text.contains(&format!("\n{key} = ")) || text.contains(&format!("\n# {key} = ")),
+                "deploy/gateway.example.toml does not name auth.{key}"
+            );
+        }
+        // The [[auth.keys]] example, uncommented in place of `keys = []`.
+        let auth = text.split("[auth]\n").nth(1).unwrap();
+        let table: String = auth
+            .lines()
+            .skip_while(|l| !l.starts_with("# [[auth.keys]]"))
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let c = Config::from_toml(&table, Path::new("example")).unwrap();
+        assert_eq!(c.auth.keys[0].kid, "2025-06");
+        assert_eq!(c.auth.keys[0].algorithm, "RS256");
+    }
+
+    #[test]
     fn every_problem_is_reported() {
         let mut c = Config::default();
         c.auth.jwt_secret = Some("short".into());
@@ -569,6 +551,55 @@ mod tests {
         assert_eq!(err.problems.len(), 4, "{err}");
         assert!(err.to_string().contains("at least 32"));
         assert!(err.to_string().contains("api_keys"));
+    }
+
+    #[test]
+    fn auth_keys_parse_and_their_problems_are_listed() {
+        let text = r#"
+api_keys = ["k"]
+[auth]
+default_kid = "b"
+issuers = ["https://id.example"]
+audiences = ["herald"]
+[[auth.keys]]
+kid = "a"
+algorithm = "HS256"
+secret = "0123456789abcdef0123456789abcdef"
+[[auth.keys]]
+kid = "b"
+algorithm = "RS256"
+public_key_file = "keys/rsa.pub.pem"
+"#;
+        let c = Config::from_toml(text, Path::new("x.toml")).unwrap();
+        assert!(!c.dev_mode());
+        assert_eq!(c.auth.keys.len(), 2);
+        assert_eq!(c.auth.keys[1].kid, "b");
+        assert_eq!(c.auth.audiences, ["herald"]);
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef"),
+            "secrets stay out of Debug"
+        );
+        // Validation wants the key file to exist: point it at a generated one.
+        let files = crate::auth::tests::key_files();
+        let mut c = c;
+        c.auth.keys[1].public_key_file = Some(files.path().join("rsa.pub.pem"));
+        c.validate().unwrap();
+        c.auth.keys[1].kid = "a".into();
+        c.auth.keys[0].secret = Some("short".into());
+        c.auth.keys.push(KeyConfig {
+            kid: "c".into(),
+            algorithm: "none".into(),
+            ..KeyConfig::default()
+        });
+        let err = c.validate().unwrap_err().to_string();
+        for says in [
+            "used twice",
+            "at least 32",
+            "\"none\" is not one of",
+            "default_kid \"b\"",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
     }
 
     #[test]

@@ -86,7 +86,7 @@ mod tests {
     #[test]
     fn demo_token_verifies_as_the_demo_user() {
         let (verifier, creds) = credentials(0);
-        let who = verifier.verify(&creds.token).unwrap();
+        let who = verifier.verify(&creds.token).unwrap().who;
         assert_eq!(&*who.user, "demo");
         assert_eq!(who.client.as_deref(), Some("demo-co"));
         assert_eq!(creds.api_key.len(), 32);

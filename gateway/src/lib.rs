@@ -15,7 +15,9 @@
 //! - [`session`]: STOMP over WebSocket: sans-I/O state machine, the bytes it
 //!   writes, the async shell.
 //! - [`sockjs`]: SockJS 0.3 under `/sockjs` (and the test-suite services).
-//! - [`auth`]: JWT verification (HS256, RS256, ES256).
+//! - [`auth`]: JWT verification: keys by `kid` (single key, `[[auth.keys]]`,
+//!   a JWKS file), reloaded on SIGHUP; `exp`/`nbf`, optional `iss`/`aud`;
+//!   how long a token stays valid, for ending its session at expiry.
 //! - [`hub`]: mailboxes by (site, user), routing by scope, replay, expiry.
 //! - [`outbox`]: each session's bounded queue and its policy when full.
 //! - [`filter`]: event filters on subscriptions.

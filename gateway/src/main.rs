@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use herald_engine::process::{
-    EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
+    EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, on_reload_signal, print_config_errors,
+    wait_for_signal,
 };
 use herald_gateway::Gateway;
 use herald_gateway::auth::Verifier;
@@ -67,6 +68,11 @@ fn main() -> ExitCode {
             println!("{}", dev::banner(addr, &config.data_dir, creds));
         }
         let dev = dev_creds.is_some();
+        // SIGHUP reloads the keys (dev mode has none to reload).
+        let reload_verifier = verifier.clone();
+        let reloads = tokio::spawn(on_reload_signal(move || {
+            reload_keys(&cli, &reload_verifier, dev)
+        }));
         let shutdown = CancellationToken::new();
         let store = herald_gateway::delayed::store_path(&config);
         let gateway = match Gateway::new(config, verifier, dev_creds, shutdown.clone()) {
@@ -87,6 +93,36 @@ fn main() -> ExitCode {
         });
         gateway.serve(listener).await;
         signals.abort();
+        reloads.abort();
         ExitCode::SUCCESS
     })
+}
+
+/// Read the configuration again (file, environment, flags) and use the
+/// keys its `[auth]` names; on any problem keep the current keys and log
+/// why. Nothing else of the configuration changes without a restart.
+fn reload_keys(cli: &Cli, verifier: &Verifier, dev: bool) {
+    if dev {
+        tracing::warn!("dev mode: no configured keys to reload (restart to leave dev mode)");
+        return;
+    }
+    let config = match Config::load(cli) {
+        Ok(c) if !c.dev_mode() => c,
+        Ok(_) => {
+            tracing::warn!(
+                "key reload failed, keeping the current keys: the configuration names no JWT key now"
+            );
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(problems = %e, "key reload failed, keeping the current keys: the configuration is invalid");
+            return;
+        }
+    };
+    match verifier.reload(&config.auth) {
+        Ok(keys) => tracing::info!(keys, "keys reloaded"),
+        Err(error) => {
+            tracing::warn!(%error, "key reload failed, keeping the current keys");
+        }
+    }
 }

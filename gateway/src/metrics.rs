@@ -189,6 +189,8 @@ pub struct Metrics {
     /// SockJS frames) waiting for clients, every session together; each
     /// session's share is bounded by `session.queue_bytes`.
     pub queued_control_bytes: Gauge,
+    /// Sessions ended because their token's `exp` (plus the leeway) passed.
+    pub sessions_token_expired: Counter,
     /// Edge mode: root links currently connected.
     pub root_links: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
@@ -327,6 +329,11 @@ impl Metrics {
             "herald_session_queued_control_bytes",
             "Bytes of control frames (pongs, receipts, ERROR, heart-beats, close) waiting for clients, all sessions",
             self.queued_control_bytes.clone(),
+        );
+        registry.register(
+            "herald_sessions_token_expired",
+            "Sessions ended with ERROR \"token expired\" when their token's exp (plus the leeway) passed",
+            self.sessions_token_expired.clone(),
         );
         registry.register(
             "herald_protocol_errors",

@@ -231,3 +231,30 @@ async fn standalone_is_live_and_ready_then_not_ready_while_draining() {
         .unwrap();
     assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err());
 }
+
+#[tokio::test]
+async fn a_session_ends_when_its_token_expires_with_error_and_1008() {
+    let gw = start(|_| {}).await; // leeway 0
+    let short = herald_gateway::auth::sign_hs256(
+        SECRET.as_bytes(),
+        &herald_gateway::auth::Claims {
+            sub: "expiring".into(),
+            client: None,
+            site: None,
+            exp: now_secs() + 2,
+        },
+    );
+    let mut c = gw.session(&short).await;
+    // Within 2 s (WAIT bounds it): ERROR, then the close.
+    let f = c.next_frame().await.expect("an ERROR before the close");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(f.header("message"), Some("token expired"));
+    assert!(c.next_frame().await.is_none());
+    assert_eq!(c.close_code, Some(1008));
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        sample(&metrics, "herald_sessions_token_expired_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+}

@@ -11,7 +11,10 @@
 //    code) over each SockJS transport: connect with the JWT as passcode,
 //    subscribe, receive, and resume with last-seq/epoch set in beforeConnect.
 // 3. Tokens in the browser: a refused static token stops the client; the
-//    getToken hook replaces an expired token.
+//    getToken hook replaces an expired token; a session whose token expires
+//    is ended by the gateway ("token expired") and comes back at once with
+//    a fresh token from getToken, resuming without losing a notification
+//    (raw WebSocket and SockJS xhr-streaming).
 //
 //   cd tests/browser && npm ci && node --test
 //
@@ -228,6 +231,51 @@ describe('herald client', () => {
       await waitFor(page, () => window.T.received.length === 1, null, 'a notification');
     });
   });
+});
+
+describe('token expiry', () => {
+  /** A gateway with no leeway, so a token's exp ends its session on time. */
+  let strict;
+
+  before(async () => {
+    strict = new Gateway('[auth]\nleeway_secs = 0\n');
+    await strict.start();
+  });
+
+  after(async () => {
+    if (strict) assert.equal(await strict.stop(), 0, strict.log());
+  });
+
+  for (const run of CLIENT_RUNS.filter((r) => ['raw', 'sj-xs'].includes(r.tag))) {
+    test(`${run.name}: the session ends at exp; getToken's fresh token resumes it, nothing lost`, async () => {
+      if (run.sockjs) requireSockJS();
+      const user = newUser(`exp-${run.tag}`);
+      const expired = await strict.metric('herald_sessions_token_expired_total');
+      // The first token expires in 2-3 s (exp is whole seconds), the next is good for an hour.
+      const tokens = [token(user, { expIn: 3 }), token(user)].join(',');
+      const params = { url: runUrl(run, strict), transport: run.transport, tokens, user };
+      await withPage(strict, '/herald.html', params, async ({ page }) => {
+        await waitFor(page, () => window.h && window.h.state === 'connected', null, 'connected with the short token');
+        await strict.publish({ users: [user], event: 'test.before', payload: { n: 1 } });
+        await waitFor(page, () => window.T.received.length === 1, null, 'the first notification');
+        await waitFor(page, () => window.T.errors.some((e) => e.message === 'token expired'), null,
+          'the gateway ending the session at exp');
+        // Published at once: while the client refreshes, or just after.
+        await strict.publish({ users: [user], event: 'test.during', payload: { n: 2 } });
+        await waitFor(page, () => window.T.tokenCalls === 2 && window.h.state === 'connected', null,
+          'connected again with the fresh token');
+        await strict.publish({ users: [user], event: 'test.after', payload: { n: 3 } });
+        await waitFor(page, () => window.T.received.length === 3, null, 'every notification');
+        const t = await page.evaluate(() => window.T);
+        assertConsecutive(t.received, [1, 2, 3]);
+        assert.deepEqual(t.gaps, []);
+        assert.deepEqual(t.states, ['connecting', 'connected', 'reconnecting', 'connected']);
+        assert.equal(t.errors.length, 1);
+        assert.ok(t.errors[0].auth && !t.errors[0].fatal, 'an auth error the client recovers from');
+      });
+      assert.equal(await strict.metric('herald_sessions_token_expired_total'), expired + 1);
+    });
+  }
 });
 
 describe('stock @stomp/stompjs over sockjs-client', () => {

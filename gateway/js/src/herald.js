@@ -345,6 +345,11 @@ export function rawWebSocketUrl(url) {
   return `${scheme}://${m[2]}/websocket${m[3] || ''}`;
 }
 
+/** Whether an ERROR message says the session's token expired. */
+function isExpiry(message) {
+  return /\btoken expired\b/i.test(message || '');
+}
+
 /**
  * Whether an ERROR message means the token was refused (missing, expired,
  * invalid): retrying with the same token cannot succeed.
@@ -767,8 +772,12 @@ export class HeraldClient {
         // A refused token without a way to get another, or a refused
         // subscription (bad filter, ...), will not get better by retrying.
         s.fatal = (auth && !this._getToken) || (h['receipt-id'] !== undefined && h['receipt-id'] === s.receipt);
+        // The server ends a live session when its token expires. With a
+        // getToken to ask, come back at once (nothing is wrong, no backoff)
+        // and resume; a token refused at CONNECT still backs off.
+        const refresh = !s.fatal && s.stomp && !!this._getToken && isExpiry(message);
         this._error(message, { auth, fatal: s.fatal, headers: h, body: decoder.decode(f.body) });
-        this._lose('ERROR: ' + message, s.fatal);
+        this._lose('ERROR: ' + message, s.fatal, refresh);
         break;
       }
       default:
@@ -835,8 +844,11 @@ export class HeraldClient {
     }
   }
 
-  /** The transport is gone (or must go): clean up, then retry or stop. */
-  _lose(why, fatal) {
+  /**
+   * The transport is gone (or must go): clean up, then retry (at once when
+   * `now`, else after a backoff) or stop.
+   */
+  _lose(why, fatal, now = false) {
     const sock = this._sock;
     const s = this._session;
     if (!sock) return;
@@ -852,6 +864,12 @@ export class HeraldClient {
       if (typeof globalThis.removeEventListener === 'function') globalThis.removeEventListener('online', this._onOnline);
       this._closedPromise = Promise.resolve();
       this._setState('closed');
+      return;
+    }
+    if (now && !this._hold) {
+      this._cancelRetry();
+      this._setState('reconnecting');
+      this._open();
       return;
     }
     this._scheduleRetry();

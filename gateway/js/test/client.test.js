@@ -254,6 +254,30 @@ test('getToken is called before every connect; an expired-token ERROR makes the 
   assert.equal(calls.length, 3);
 });
 
+test('a live session ended by "token expired" reconnects at once with a fresh token and resumes', async () => {
+  let n = 0;
+  const { h, rec } = await client({ token: undefined, getToken: async () => `jwt-${++n}` });
+  const first = FakeSocket.last;
+  first.handshake();
+  first.message(1, { event: 'e', body: 'one' });
+  // The server ends the session at the token's exp.
+  first.frame('ERROR', { message: 'token expired' });
+  assert.equal(rec.errors.length, 1);
+  assert.equal(rec.errors[0].auth, true);
+  assert.equal(rec.errors[0].fatal, false);
+  await flush();
+  // No backoff: nothing is wrong, the token just ran out.
+  assert.equal(FakeSocket.all.length, 2, 'a new transport without waiting for a timer');
+  const second = FakeSocket.last;
+  second.handshake({ seq: '1' });
+  const connect = second.sentFrames('CONNECT')[0].headers;
+  assert.equal(connect.passcode, 'jwt-2');
+  assert.equal(connect['last-seq'], '1');
+  assert.equal(connect.epoch, '77');
+  assert.equal(h.state, 'connected');
+  assert.deepEqual(rec.states, ['connecting', 'connected', 'reconnecting', 'connected']);
+});
+
 test('a getToken that throws is reported and retried with backoff', async () => {
   let fail = true;
   const { h, rec } = await client({

@@ -1,6 +1,7 @@
 //! The transport-independent part of a browser session: STOMP decoding, the
 //! state machine's actions (auth, hub attachment, subscriptions), the pull
-//! from the outbox, heart-beat timing and the close decision.
+//! from the outbox, heart-beat timing, the token's expiry and the close
+//! decision.
 //!
 //! A transport shell (raw WebSocket, SockJS over WebSocket, SockJS over
 //! HTTP) feeds it the STOMP byte stream the client sent and gives it a
@@ -132,6 +133,11 @@ pub struct StompCore {
     send_every: Option<Duration>,
     recv_within: Option<Duration>,
     connect_deadline: Option<Instant>,
+    /// When the token stops being valid (`exp` plus the leeway): the
+    /// session ends with ERROR "token expired" so the client reconnects
+    /// with a fresh one. None before CONNECT, or when it is beyond what
+    /// an `Instant` can hold.
+    token_deadline: Option<Instant>,
     /// Set when the session must end; the value is the WebSocket close code
     /// (SockJS maps it to its own close frame).
     close: Option<u16>,
@@ -160,6 +166,7 @@ impl StompCore {
                 when_full: cfg.when_full,
             })),
             connect_deadline: Some(now + Duration::from_millis(cfg.connect_timeout_ms)),
+            token_deadline: None,
             transport,
             http_token,
             stomp_buf: BytesMut::new(),
@@ -232,7 +239,7 @@ impl StompCore {
     fn act(&mut self, action: Action, now: Instant, sink: &mut dyn Sink) {
         let v = self.machine.version();
         match action {
-            Action::Connect(c) => self.connect(c, sink),
+            Action::Connect(c) => self.connect(c, now, sink),
             Action::Subscribe(s) => self.subscribe(s, now, sink),
             Action::Unsubscribe { id, receipt: r } => {
                 self.outbox.unsubscribe(&id);
@@ -250,14 +257,17 @@ impl StompCore {
         }
     }
 
-    fn connect(&mut self, c: Connect, sink: &mut dyn Sink) {
+    fn connect(&mut self, c: Connect, now: Instant, sink: &mut dyn Sink) {
         let token = c.token.or_else(|| self.http_token.take());
         let identity = match token {
             None => Err(crate::auth::AuthError::Missing),
             Some(t) => self.host.verify(&t),
         };
         let who = match identity {
-            Ok(who) => who,
+            Ok(verified) => {
+                self.token_deadline = now.checked_add(verified.valid_for);
+                verified.who
+            }
             Err(e) => {
                 self.host.metrics().refuse(RefuseReason::Auth);
                 tracing::debug!(error = %e, "CONNECT refused");
@@ -394,6 +404,7 @@ impl StompCore {
         }
         [
             self.connect_deadline,
+            self.token_deadline,
             self.send_every.map(|e| self.last_send + e),
             self.recv_within.map(|w| self.last_recv + w),
         ]
@@ -402,7 +413,7 @@ impl StompCore {
         .min()
     }
 
-    /// Connect timeout, heart-beat timeout, heart-beats due.
+    /// Connect timeout, token expiry, heart-beat timeout, heart-beats due.
     pub fn on_timer(&mut self, now: Instant, sink: &mut dyn Sink) {
         if self.close.is_some() {
             return;
@@ -416,6 +427,19 @@ impl StompCore {
                     kind: ProtocolError::Refused,
                     close_code: 1008,
                 },
+                sink,
+            );
+            return;
+        }
+        if self.token_deadline.is_some_and(|d| now >= d) {
+            // Not a protocol error: the client did nothing wrong, its token
+            // ran out. It reconnects with a fresh one and resumes.
+            self.host.metrics().sessions_token_expired.inc();
+            tracing::debug!("token expired: session ends");
+            self.end(
+                &crate::auth::AuthError::Expired.to_string(),
+                None,
+                1008,
                 sink,
             );
             return;
@@ -478,13 +502,13 @@ impl StompCore {
         }
         self.host.metrics().error(f.kind);
         tracing::debug!(message = %f.message, "session error");
-        error(
-            sink,
-            &f.message,
-            f.receipt.as_deref(),
-            self.machine.version(),
-        );
-        self.close = Some(f.close_code);
+        self.end(&f.message, f.receipt.as_deref(), f.close_code, sink);
+    }
+
+    /// ERROR with `message`, then close with `code`.
+    fn end(&mut self, message: &str, receipt: Option<&str>, code: u16, sink: &mut dyn Sink) {
+        error(sink, message, receipt, self.machine.version());
+        self.close = Some(code);
     }
 
     /// Shutdown: ERROR "server shutting down", close 1001.
@@ -492,8 +516,7 @@ impl StompCore {
         if self.close.is_some() {
             return;
         }
-        error(sink, "server shutting down", None, self.machine.version());
-        self.close = Some(1001);
+        self.end("server shutting down", None, 1001, sink);
     }
 
     /// The transport failed underneath (a protocol error of the framing).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::app::{Mode, Shared};
-use crate::auth::AuthError;
+use crate::auth::{AuthError, Verified};
 use crate::config::SessionConfig;
 use crate::hub::{Attached, Identity, Replay, Resume};
 use crate::metrics::Metrics;
@@ -22,8 +22,8 @@ pub trait Host: Send + Sync {
     /// The `server` header of CONNECTED (names the edge, when it has an id).
     fn server_name(&self) -> String;
 
-    /// Who a token names.
-    fn verify(&self, token: &str) -> Result<Identity, AuthError>;
+    /// Who a token names, and how long it stays valid.
+    fn verify(&self, token: &str) -> Result<Verified, AuthError>;
 
     /// Join the session's outbox to the user's mailbox.
     fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached;
@@ -69,7 +69,7 @@ impl Host for Shared {
         }
     }
 
-    fn verify(&self, token: &str) -> Result<Identity, AuthError> {
+    fn verify(&self, token: &str) -> Result<Verified, AuthError> {
         self.verifier.verify(token)
     }
 

@@ -32,6 +32,19 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// return it and the address it logs. Its log is drained in a thread so it
 /// never blocks on a full pipe.
 pub fn spawn_gateway_binary(args: &[&std::ffi::OsStr]) -> (std::process::Child, SocketAddr) {
+    let (child, addr, _log) = spawn_gateway_binary_logged(args);
+    (child, addr)
+}
+
+/// Like [`spawn_gateway_binary`], with every later log line (JSON) sent to
+/// the returned receiver.
+pub fn spawn_gateway_binary_logged(
+    args: &[&std::ffi::OsStr],
+) -> (
+    std::process::Child,
+    SocketAddr,
+    std::sync::mpsc::Receiver<serde_json::Value>,
+) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_herald-gateway"))
@@ -63,8 +76,14 @@ pub fn spawn_gateway_binary(args: &[&std::ffi::OsStr]) -> (std::process::Child, 
             break a.parse().unwrap();
         }
     };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            // Nobody listening is fine: the pipe is drained either way.
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or_default());
+        }
+    });
+    (child, addr, rx)
 }
 
 /// The wall clock in epoch ms, as the gateway fixes due times.

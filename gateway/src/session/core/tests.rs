@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::*;
-use crate::auth::{AuthError, Claims, Verifier, sign_hs256};
+use crate::auth::{AuthError, Claims, Verified, Verifier, sign_hs256};
 use crate::config::{MailboxConfig, SessionConfig};
 use crate::hub::{Attached, Hub, Identity, Replay, Resume};
 use crate::metrics::{ErrorLabels, Metrics, RefuseLabels, RefuseReason, Transport};
@@ -100,7 +100,7 @@ impl Host for TestHost {
         "Herald/test".into()
     }
 
-    fn verify(&self, token: &str) -> Result<Identity, AuthError> {
+    fn verify(&self, token: &str) -> Result<Verified, AuthError> {
         self.verifier.verify(token)
     }
 
@@ -463,7 +463,13 @@ fn no_heart_beats_when_either_side_declines() {
     let t = token("alice");
     let answer = c.connect(&[("passcode", &t), ("heart-beat", "0,0")]);
     assert_eq!(answer.header("heart-beat"), Some("0,0"));
-    assert_eq!(c.core.next_deadline(), None);
+    // Only the token's expiry, 10 minutes away, is left.
+    let next = c.core.next_deadline().unwrap();
+    assert!(
+        next > c.now + Duration::from_secs(599),
+        "{:?}",
+        next - c.now
+    );
 }
 
 #[test]
@@ -795,4 +801,87 @@ fn finish_leaves_the_mailbox_and_the_last_one_out_reports_offline() {
     Client::new(&host).core.finish();
     assert_eq!(host.presence().len(), 2);
     assert_eq!(host.hub.mailbox_count(), 1, "the mailbox waits out its TTL");
+}
+
+fn token_expiring_in(user: &str, secs: u64) -> String {
+    let exp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + secs;
+    sign_hs256(
+        SECRET,
+        &Claims {
+            sub: user.into(),
+            client: None,
+            site: None,
+            exp,
+        },
+    )
+}
+
+#[test]
+fn a_session_ends_with_token_expired_when_its_token_does() {
+    let host = TestHost::standard(); // leeway 0
+    let mut c = Client::new(&host);
+    let t = token_expiring_in("alice", 2);
+    let answer = c.connect(&[("passcode", &t), ("heart-beat", "0,0")]);
+    assert_eq!(answer.command(), Some(Command::Connected), "{answer:?}");
+    c.subscribe("s1", &[]);
+    // exp is whole seconds: between 1 and 2 s from now.
+    let expiry = c
+        .core
+        .next_deadline()
+        .expect("the token's expiry is a deadline");
+    assert!(
+        expiry > c.now + Duration::from_secs(1) && expiry <= c.now + Duration::from_secs(2),
+        "{:?} after connect",
+        expiry - c.now
+    );
+    let before = expiry - c.now - Duration::from_millis(1);
+    assert!(c.timer(before).is_empty(), "not a moment early");
+    assert_eq!(c.core.close_code(), None);
+    let out = c.timer(Duration::from_millis(1));
+    assert_eq!(error_of(&out, &c.core), ("token expired".into(), 1008));
+    assert!(!c.core.can_pull(), "nothing more goes out");
+    assert_eq!(host.metrics.sessions_token_expired.get(), 1);
+    assert_eq!(
+        host.errors(ProtocolError::Refused),
+        0,
+        "not a protocol error"
+    );
+    assert_eq!(c.core.next_deadline(), None);
+}
+
+#[test]
+fn the_token_expiry_is_the_next_deadline_only_when_it_comes_first() {
+    let host = TestHost::standard();
+    // Heart-beats every 10 s, the token good for 10 minutes: heart-beats first.
+    let mut c = Client::new(&host);
+    c.connect(&[("passcode", &token("alice")), ("heart-beat", "10000,10000")]);
+    c.core.sent(c.now);
+    assert_eq!(
+        c.core.next_deadline(),
+        Some(c.now + Duration::from_secs(10))
+    );
+    // A token good for 2 s comes before them.
+    let mut c = Client::new(&host);
+    let t = token_expiring_in("alice", 2);
+    c.connect(&[("passcode", &t), ("heart-beat", "10000,10000")]);
+    c.core.sent(c.now);
+    assert!(c.core.next_deadline().unwrap() <= c.now + Duration::from_secs(2));
+    // A token that practically never expires: a deadline nobody waits for.
+    let far = sign_hs256(
+        SECRET,
+        &Claims {
+            sub: "alice".into(),
+            client: None,
+            site: None,
+            exp: u64::MAX / 2,
+        },
+    );
+    let mut c = Client::new(&host);
+    c.connect(&[("passcode", &far), ("heart-beat", "0,0")]);
+    let century = Duration::from_secs(100 * 365 * 24 * 3600);
+    assert!(c.core.next_deadline().is_none_or(|d| d > c.now + century));
 }
