@@ -111,6 +111,9 @@ pub fn read_toml_renamed<T: serde::de::DeserializeOwned + Default>(
 /// One warning for each key of `renamed` that `text` (a TOML document
 /// that already parsed) uses under its old name.
 pub fn renamed_keys(text: &str, renamed: &[Renamed]) -> Vec<String> {
+    if renamed.is_empty() {
+        return Vec::new();
+    }
     let Ok(table) = text.parse::<toml::Table>() else {
         return Vec::new();
     };
