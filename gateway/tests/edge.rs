@@ -209,27 +209,11 @@ async fn edge_with_id(exchange: &str, id: String) -> (TestGateway, String) {
     (gw, edge_id)
 }
 
-/// Wait until the metric reaches `value` (the link state is only visible
-/// there), failing after [`WAIT`].
-async fn until_metric(gw: &TestGateway, series: &str, value: f64) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if sample(&gw.metrics().await, series) == Some(value) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} never reached {value}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn notifications_from_a_root_reach_sessions_once() {
     let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
     let (gw, _) = edge(&exchange).await;
-    until_metric(&gw, "herald_root_links", 1.0).await;
+    gw.until_metric("herald_root_links", 1.0).await;
     let root = Root::connect(&exchange).await;
     let mut alice = gw.session(&token("alice", None, None)).await;
     let server = alice
@@ -253,7 +237,7 @@ async fn notifications_from_a_root_reach_sessions_once() {
     assert_eq!(m.header("message-id"), Some("n-2"));
     assert_eq!(m.header("seq"), Some("2"));
     assert_eq!(&m.body[..], b"{\"via\":\"amqp\"}");
-    until_metric(&gw, "herald_duplicates_total", 1.0).await;
+    gw.until_metric("herald_duplicates_total", 1.0).await;
 
     // The publish API is a router's job in a distributed deployment.
     let (status, _) = gw
@@ -267,7 +251,7 @@ async fn notifications_from_a_root_reach_sessions_once() {
 async fn a_burst_is_routed_in_order_and_acked_in_full() {
     let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
     let (mut gw, id) = edge(&exchange).await;
-    until_metric(&gw, "herald_root_links", 1.0).await;
+    gw.until_metric("herald_root_links", 1.0).await;
     let root = Root::connect(&exchange).await;
     let mut carol = gw.session(&token("carol", None, None)).await;
     let burst: Vec<Notification> = (0..600)
@@ -289,11 +273,13 @@ async fn a_burst_is_routed_in_order_and_acked_in_full() {
     let (_, task) = gw.local.take().unwrap();
     task.await.unwrap();
     let (again, _) = edge_with_id(&exchange, id).await;
-    until_metric(&again, "herald_root_links", 1.0).await;
+    again.until_metric("herald_root_links", 1.0).await;
     let mut carol = again.session(&token("carol", None, None)).await;
     root.forward(&note("marker", "carol", "after")).await;
     assert_eq!(carol.message().await.header("message-id"), Some("marker"));
-    until_metric(&again, "herald_uplink_received_total", 1.0).await;
+    again
+        .until_metric("herald_uplink_received_total", 1.0)
+        .await;
     root.cleanup().await;
 }
 
@@ -301,7 +287,7 @@ async fn a_burst_is_routed_in_order_and_acked_in_full() {
 async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
     let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
     let (gw, _) = edge(&exchange).await;
-    until_metric(&gw, "herald_root_links", 1.0).await;
+    gw.until_metric("herald_root_links", 1.0).await;
     let root = Root::connect(&exchange).await;
     let mut dana = gw.session(&token("dana", None, None)).await;
     let mut erin = gw.session(&token("erin", None, None)).await;
@@ -332,7 +318,7 @@ async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
         assert_eq!(&m.body[..], b"{\"via\":\"amqp\"}");
     }
     assert_eq!(erin.message().await.header("message-id"), Some("e-1"));
-    until_metric(&gw, "herald_uplink_received_total", 6.0).await;
+    gw.until_metric("herald_uplink_received_total", 6.0).await;
     let metrics = gw.metrics().await;
     assert_eq!(sample(&metrics, "herald_uplink_bundles_total"), Some(2.0));
     assert_eq!(sample(&metrics, "herald_uplink_rejected_total"), Some(2.0));
@@ -344,13 +330,13 @@ async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
 async fn the_link_comes_back_after_the_broker_drops_it() {
     let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
     let (gw, id) = edge(&exchange).await;
-    until_metric(&gw, "herald_root_links", 1.0).await;
+    gw.until_metric("herald_root_links", 1.0).await;
     let mut bob = gw.session(&token("bob", None, None)).await;
     // Close this edge's connection from the broker side (only this one:
     // other tests share the broker).
     close_connection(&format!("herald-edge herald.edge.{id}"));
-    until_metric(&gw, "herald_root_reconnects_total", 1.0).await;
-    until_metric(&gw, "herald_root_links", 1.0).await;
+    gw.until_metric("herald_root_reconnects_total", 1.0).await;
+    gw.until_metric("herald_root_links", 1.0).await;
     let root = Root::connect(&exchange).await;
     root.forward(&note("after-drop", "bob", "again")).await;
     assert_eq!(bob.message().await.header("message-id"), Some("after-drop"));
@@ -444,7 +430,7 @@ async fn an_edge_reports_users_coming_online_and_going_offline() {
         c.edge.presence_batch_ms = 20;
     })
     .await;
-    until_metric(&gw, "herald_root_links", 1.0).await;
+    gw.until_metric("herald_root_links", 1.0).await;
     let pia = gw.session(&token("pia", None, None)).await;
     let online = until_report(&root.channel, &queue, |r| {
         r.online.iter().any(|u| u == "pia")

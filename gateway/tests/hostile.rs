@@ -188,21 +188,6 @@ async fn wait_for_cut(gw: &TestGateway, before: f64, flood: &JoinHandle<usize>) 
     (cut, most)
 }
 
-/// After the client left, its session's queue is gone from the gauge.
-async fn wait_queue_released(gw: &TestGateway) {
-    let released = async {
-        loop {
-            if sample(&gw.metrics().await, QUEUED) == Some(0.0) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, released)
-        .await
-        .expect("the session's queued bytes are released once it ends");
-}
-
 async fn assert_cut(
     gw: &TestGateway,
     what: &str,
@@ -237,7 +222,8 @@ async fn assert_cut(
         "{what}: an ERROR says why: {errors:?}"
     );
     drop(frames);
-    wait_queue_released(gw).await;
+    // After the client left, its session's queue is gone from the gauge.
+    gw.until_metric(QUEUED, 0.0).await;
     let after = sample(&gw.metrics().await, SLOW_CONSUMER).unwrap();
     assert_eq!(after, before + 1.0, "{what}: counted once");
 }

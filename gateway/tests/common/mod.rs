@@ -203,6 +203,21 @@ impl TestGateway {
         }
     }
 
+    /// Poll `/metrics` until `series` reads `value`; fails after `WAIT`.
+    pub async fn until_metric(&self, series: &str, value: f64) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if sample(&self.metrics().await, series) == Some(value) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series} never reached {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("http://{}/metrics", self.addr))
             .await
