@@ -170,7 +170,7 @@ impl Session {
         loop {
             let now = Instant::now();
             if self.closing.is_none() {
-                self.with_sink(|core, sink| core.pull(sink, PULL_UNTIL));
+                self.with_sink(|core, sink| core.pull(sink, PULL_UNTIL, now));
                 if let Some(code) = self.core.close_code() {
                     self.start_closing(code, now);
                 }
