@@ -241,6 +241,8 @@ impl Outbox {
     /// session is behind (its mailbox holds more), or it was cut.
     pub async fn notified(&self) {
         if self.is_behind() {
+            // Ready at once, but within the task's cooperative budget.
+            tokio::task::coop::consume_budget().await;
             return;
         }
         self.notify.notified().await;

@@ -587,6 +587,49 @@ fn resume_replays_what_came_after_the_last_seen_sequence() {
     assert_eq!(seqs(&again.pull()), vec![("s2".into(), 3)]);
 }
 
+/// A replay longer than the session's queue (the mailbox may hold more
+/// than a queue now) is read through the queue as the client drains, and
+/// live messages follow it without a gap or a repeat.
+#[test]
+fn a_replay_longer_than_the_queue_is_read_as_the_client_drains() {
+    let session = SessionConfig {
+        queue_messages: 4,
+        ..SessionConfig::default()
+    };
+    let mailbox = MailboxConfig {
+        buffer_messages: 50,
+        ..MailboxConfig::default()
+    };
+    let host = TestHost::new(session, mailbox);
+    let mut first = Client::new(&host);
+    let epoch = first
+        .connect_as("alice")
+        .header(names::EPOCH)
+        .unwrap()
+        .to_owned();
+    first.core.finish();
+    for i in 1..=30 {
+        host.deliver("alice", &format!("n{i}"));
+    }
+    let mut c = Client::new(&host);
+    let t = token("alice");
+    c.connect(&[
+        ("passcode", &t),
+        (names::LAST_SEQ, "0"),
+        (names::EPOCH, &epoch),
+    ]);
+    c.subscribe("s1", &[]);
+    assert!(c.core.outbox().len() <= 4);
+    c.core.pull(&mut c.wire, 10, c.now);
+    let mut got = seqs(&c.wire.take());
+    host.deliver("alice", "n31"); // live, mid-replay
+    got.extend(seqs(&c.pull()));
+    let expected: Vec<(String, u64)> = (1..=31).map(|seq| ("s1".into(), seq)).collect();
+    assert_eq!(got, expected);
+    assert_eq!(host.metrics.replayed.get(), 30);
+    assert_eq!(c.core.close_code(), None);
+}
+
 #[test]
 fn without_a_resume_point_the_first_subscribe_starts_at_connect() {
     let host = TestHost::standard();
