@@ -9,6 +9,7 @@ use std::collections::HashSet;
 
 use common::*;
 use herald_gateway::config::WhenFull;
+use herald_gateway::metrics::{DropLabels, DropReason};
 use herald_protocol::stomp::Command;
 use serde_json::{Value, json};
 
@@ -107,16 +108,32 @@ fn rss() -> u64 {
     kb * 1024
 }
 
+/// The in-process gateway's `slow_consumer` count.
+fn slow_consumers(gw: &TestGateway) -> u64 {
+    let (shared, _) = gw.local.as_ref().expect("an in-process gateway");
+    shared
+        .metrics
+        .dropped
+        .get_or_create(&DropLabels {
+            reason: DropReason::SlowConsumer,
+        })
+        .get()
+}
+
 /// A client that never reads, under `drop-oldest` (which never cuts for a
-/// loss): its session holds no more than its queue and its mailbox however
-/// much is sent, and once its socket stops taking bytes for
+/// loss): however much is sent to it, its session holds no more than its
+/// queue and the mailbox, and once its socket has taken nothing for
 /// `session.max_lag_ms` it is cut as a slow consumer, saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_cut_by_its_lag_with_bounded_memory() {
-    const PAYLOAD: usize = 64 * 1024;
+    const PAYLOAD: usize = 256 * 1024;
+    /// What one session may retain: its queue (8 messages, 2 MiB), the
+    /// mailbox (1 MiB), what waits for its socket, and allocator slack
+    /// (6-7 MiB measured in all).
+    const RETAINED: u64 = 12 << 20;
     let gw = start(|c| {
         c.session.when_full = WhenFull::DropOldest;
-        c.session.max_lag_ms = 1000;
+        c.session.max_lag_ms = 5000;
         c.session.queue_messages = 8;
         c.mailbox.buffer_bytes = 1 << 20;
         c.publish.max_payload_bytes = 2 * PAYLOAD;
@@ -124,22 +141,34 @@ async fn a_client_that_never_reads_is_cut_by_its_lag_with_bounded_memory() {
     .await;
     let mut slow = gw.slow_session(&token("slow", None, None)).await;
     let rss_before = rss();
-    // 32 MiB: far more than the kernel's socket buffers (4 MiB here), the
-    // queue (8 messages) and the mailbox (1 MiB) hold together.
+    // Until it is cut, or 64 MiB: far more than the kernel's socket buffers
+    // (4 MiB here), the queue and the mailbox hold together.
     let payload = "x".repeat(PAYLOAD);
-    for _ in 0..512 {
+    let mut sent = 0;
+    while sent < 64 << 20 && slow_consumers(&gw) == 0 {
         let (s, body) = gw
             .publish(json!({"users": ["slow"], "event": "big", "payload": payload}))
             .await;
         assert_eq!(s, 202, "{body}");
+        sent += PAYLOAD;
     }
-    gw.until_metric(SLOW_CONSUMER, 1.0).await;
     let grown = rss().saturating_sub(rss_before);
-    assert!(
-        grown < 24 << 20,
-        "the process grew {} MiB for 32 MiB sent to one client that reads nothing",
+    eprintln!(
+        "sent {} MiB to a client that reads nothing; the process grew {} MiB",
+        sent >> 20,
         grown >> 20
     );
+    assert!(
+        sent as u64 > 2 * RETAINED,
+        "only {} MiB went out before the cut: too little to tell a bound",
+        sent >> 20
+    );
+    assert!(
+        grown < RETAINED,
+        "the process grew {} MiB for one client that reads nothing",
+        grown >> 20
+    );
+    gw.until_metric(SLOW_CONSUMER, 1.0).await;
     // Reading now: what the socket held, then the ERROR that says why.
     let mut error = None;
     while let Some(f) = slow.next_frame().await {
