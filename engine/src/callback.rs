@@ -39,6 +39,7 @@
 pub mod answer;
 pub mod attempt;
 pub mod condition;
+pub mod config;
 pub mod destination;
 pub mod retry;
 pub mod signature;

@@ -39,9 +39,6 @@ use super::destination::{self, Class};
 use super::retry::{MAX_ATTEMPTS, Policy};
 use super::signature::Secret;
 
-/// The longest topic name, in bytes.
-pub const MAX_NAME_BYTES: usize = 128;
-
 /// The default per-attempt timeout.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
@@ -109,26 +106,18 @@ impl TopicError {
     }
 }
 
-/// Check a topic name: 1 to [`MAX_NAME_BYTES`] bytes of ASCII letters,
-/// digits, `.`, `_`, `-` and `:`, so that it is safe in a URL path, a
-/// Redis key and a metric label without escaping.
+/// Check a topic name: what a notification's `topic` accepts (1 to 200
+/// characters of `A-Z a-z 0-9 . _ ~ @ / + = -`), so every topic a backend
+/// publishes under can be registered.
 pub fn check_name(name: &str) -> Result<(), TopicError> {
-    if name.is_empty() || name.len() > MAX_NAME_BYTES {
-        return Err(TopicError::new(
+    if herald_protocol::envelope::is_valid_name(name) {
+        Ok(())
+    } else {
+        Err(TopicError::new(
             "name",
-            format!("must be 1 to {MAX_NAME_BYTES} bytes, got {}", name.len()),
-        ));
+            "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",
+        ))
     }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
-    {
-        return Err(TopicError::new(
-            "name",
-            format!("{bad:?} is not allowed: use letters, digits, '.', '_', '-' and ':'"),
-        ));
-    }
-    Ok(())
 }
 
 const FIELDS: [&str; 9] = [

@@ -271,23 +271,11 @@ fn the_view_hides_secrets_and_the_stored_form_round_trips() {
 }
 
 #[test]
-fn names_are_url_and_label_safe() {
-    for ok in [
-        "billing.reminder",
-        "a",
-        "x_y-z:1",
-        &"n".repeat(MAX_NAME_BYTES),
-    ] {
+fn names_are_those_a_notification_may_carry() {
+    for ok in ["billing.reminder", "a", "x_y-z/1@b+c=d~e", &"n".repeat(200)] {
         assert!(check_name(ok).is_ok(), "{ok}");
     }
-    for bad in [
-        "",
-        "a b",
-        "a/b",
-        "é",
-        "a%2F",
-        &"n".repeat(MAX_NAME_BYTES + 1),
-    ] {
+    for bad in ["", "a b", "a:b", "é", "a%2F", &"n".repeat(201)] {
         assert_eq!(check_name(bad).unwrap_err().field, "name", "{bad:?}");
     }
 }
