@@ -282,6 +282,8 @@ pub struct Config {
     pub publish: PublishConfig,
     /// Delayed notifications (standalone; an edge leaves them to its routers).
     pub schedule: ScheduleConfig,
+    /// Callbacks (standalone; an edge leaves them to its routers).
+    pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// Warnings from loading (keys used under a deprecated name), for
     /// `main` to log once logging is up.
     #[serde(skip)]
@@ -312,6 +314,7 @@ impl Default for Config {
             edge: EdgeConfig::default(),
             publish: PublishConfig::default(),
             schedule: ScheduleConfig::default(),
+            callbacks: Default::default(),
             warnings: Vec::new(),
         }
     }
