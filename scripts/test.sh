@@ -4,7 +4,9 @@
 # herald-gateway binary), the distributed end-to-end tests
 # (tests/distributed: a whole deployment from deploy/up, driven with pika and
 # stomp.py through HAProxy), then the JavaScript client's unit and type tests
-# (gateway/js) and the real-browser tests (tests/browser: chromium).
+# (gateway/js) and the real-browser tests (tests/browser: chromium), and the
+# WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
+# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json).
 #
 #   scripts/test.sh
 #
@@ -12,7 +14,8 @@
 # whatever else is missing is installed here: the Python virtualenv at .venv
 # and its pinned packages, Debian's haproxy, rabbitmq-server and redis-server (for
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
-# the pinned npm packages of gateway/js and tests/browser (npm ci). Honours
+# the pinned npm packages of gateway/js and tests/browser (npm ci), and the
+# Autobahn|Testsuite's Python 2.7 virtualenv (pyenv's 2.7.x must exist). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -194,6 +197,16 @@ sum_pytest_results() {
     grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$1" | tail -n1 | sed -E 's/^=+ //; s/ =+$//'
 }
 
+# Autobahn|Testsuite (an independent WebSocket client, Python 2.7) against
+# the gateway's own WebSocket framing; every case's outcome is pinned.
+autobahn_tests() {
+    local bin
+    bin="$(target_dir)/debug/herald-gateway"
+    [ -x "$bin" ] || die "$bin was not built"
+    run_stage autobahn scripts/autobahn.sh --gateway "$bin"
+    SUMMARY+=("websocket conformance (autobahn 1-10 vs expected.json): $(grep -E '^autobahn: [0-9]+ passed' "$LOGDIR/autobahn.log" | tail -n1 | sed 's/^autobahn: //')")
+}
+
 # pika (an independent AMQP client) against the router binary.
 router_pika_tests() {
     HERALD_ROUTER_BIN="$(target_dir)/debug/herald-router" \
@@ -294,6 +307,7 @@ main() {
 
     cargo_tests
     python_tests
+    autobahn_tests
     router_pika_tests
     haproxy_tests
     distributed_tests
