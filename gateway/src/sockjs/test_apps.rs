@@ -146,6 +146,8 @@ fn echo(framing: Framing, data: &[u8], text: bool, out: &mut BytesMut, done: &mu
                 return;
             }
             match sockjs::decode_messages(data, true) {
+                // `[]` carries no message: nothing to echo.
+                Ok(messages) if messages.is_empty() => {}
                 Ok(messages) => {
                     let refs: Vec<&str> = messages.iter().map(String::as_str).collect();
                     let mut frame = BytesMut::new();
