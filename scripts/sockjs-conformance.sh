@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Run the SockJS protocol test suite (sockjs-protocol 0.3.3) against herald-gateway and print a
-# pass/fail table. See docs/sockjs-conformance.md.
+# Run the SockJS protocol test suite against herald-gateway and print a pass/fail table. See
+# docs/sockjs-conformance.md.
 #
 #   scripts/sockjs-conformance.sh [options] SUITE
 #   SOCKJS_PROTOCOL_PY=SUITE scripts/sockjs-conformance.sh [options]
 #
-# SUITE is sockjs-protocol-0.3.3.py from a checkout of github.com/sockjs/sockjs-protocol at tag
-# v0.3.3 (its utils_03.py and httplib_fork.py must be beside it), or that checkout's directory.
-# The suite is not part of Herald, and this script never downloads it.
+# SUITE is one of the suite's two forms from a checkout of github.com/sockjs/sockjs-protocol, or
+# that checkout's directory:
+#   sockjs-protocol-0.3.3.py  at tag v0.3.3 (utils_03.py and httplib_fork.py beside it);
+#   sockjs-protocol.py        the single-file suite of later revisions, pinned at the
+#                             repository's HEAD, commit fdf5b7d (utils.py and httplib_fork.py
+#                             beside it).
+# The suite is not part of Herald, and this script never downloads it (no package registry
+# carries it; see the doc).
 #
 # Options:
 #   --gateway PATH       herald-gateway binary to test [default: `cargo build -p herald-gateway`
@@ -18,24 +23,30 @@
 #   --gateway-log FILE   where the gateway's output goes [default: a temporary file, kept and
 #                        named when a test fails]
 #
-# Needs Python 2.7 (the suite is Python 2): $PYTHON2, else pyenv's 2.7.x, else python2.7 on
-# PATH. The suite's packages (scripts/sockjs-conformance/requirements.txt, from PyPI) go into a
-# virtualenv outside the repository, $SOCKJS_VENV [default:
-# ${XDG_CACHE_HOME:-~/.cache}/herald/sockjs-protocol-venv], made once and remade when the pins
-# change. Honours CARGO_TARGET_DIR.
+# Needs Python 2.7 (both forms are Python 2): $PYTHON2, else pyenv's 2.7.x, else python2.7 on
+# PATH. The suite's packages (from PyPI, pinned in scripts/sockjs-conformance/requirements.txt
+# for v0.3.3 and requirements-head.txt for sockjs-protocol.py) go into a virtualenv outside the
+# repository, $SOCKJS_VENV [default: ${XDG_CACHE_HOME:-~/.cache}/herald/sockjs-protocol-venv,
+# or sockjs-protocol-head-venv], made once and remade when the pins change. Honours
+# CARGO_TARGET_DIR.
 #
-# Exit status: 0 when every test passed or is listed in
-# scripts/sockjs-conformance/not-applicable.txt, 1 when any other test failed, 2 for usage or
-# setup errors.
+# Exit status: 0 when every test passed or is listed in the suite's
+# scripts/sockjs-conformance/not-applicable-*.txt, and every v0.3.3 test listed in
+# superseded-0.3.3.txt failed on the answer the protocol changed later; 1 otherwise; 2 for usage
+# or setup errors.
 
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HERE="$ROOT/scripts/sockjs-conformance"
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/herald"
-VENV="${SOCKJS_VENV:-$CACHE/sockjs-protocol-venv}"
-VENV_TOOLS="$CACHE/virtualenv-py27"
-SUITE_FILE_NAME=sockjs-protocol-0.3.3.py
+# shellcheck source=lib/py27-venv.sh
+. "$ROOT/scripts/lib/py27-venv.sh"
+SUITE_FILE_NAMES=(sockjs-protocol-0.3.3.py sockjs-protocol.py)
+# Set from the suite file by parse_args.
+VENV=""
+REQUIREMENTS=""
+NOT_APPLICABLE=""
+SUPERSEDED=""
 STARTUP_TIMEOUT_SECS=30
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONDONTWRITEBYTECODE=1
@@ -66,65 +77,43 @@ parse_args() {
             *) SUITE=$1; shift ;;
         esac
     done
-    [ -n "$SUITE" ] || die "give the path of $SUITE_FILE_NAME (argument or SOCKJS_PROTOCOL_PY); see --help"
+    [ -n "$SUITE" ] || die "give the path of ${SUITE_FILE_NAMES[*]} (argument or SOCKJS_PROTOCOL_PY); see --help"
     [ -z "$URL" ] || [ -z "$GATEWAY" ] || die "--url and --gateway exclude each other"
+    local name
     if [ -d "$SUITE" ]; then
-        SUITE="$SUITE/$SUITE_FILE_NAME"
+        for name in "${SUITE_FILE_NAMES[@]}"; do
+            [ -f "$SUITE/$name" ] && { SUITE="$SUITE/$name"; break; }
+        done
     fi
-    [ -f "$SUITE" ] || die "$SUITE: no such file"
+    [ -f "$SUITE" ] || die "$SUITE: no such file (want one of ${SUITE_FILE_NAMES[*]})"
     SUITE=$(abspath "$SUITE")
-    local dir
+    local dir helpers
     dir=$(dirname "$SUITE")
-    [ -f "$dir/httplib_fork.py" ] && { [ -f "$dir/utils_03.py" ] || [ -f "$dir/utils.py" ]; } \
-        || die "utils_03.py and httplib_fork.py must be beside $SUITE (use a checkout of sockjs-protocol at v0.3.3)"
+    case "$(basename "$SUITE")" in
+        sockjs-protocol-0.3.3.py)
+            helpers=utils_03.py
+            VENV="${SOCKJS_VENV:-$PY27_CACHE/sockjs-protocol-venv}"
+            REQUIREMENTS="$HERE/requirements.txt"
+            NOT_APPLICABLE="$HERE/not-applicable-0.3.3.txt"
+            SUPERSEDED="$HERE/superseded-0.3.3.txt"
+            ;;
+        sockjs-protocol.py)
+            helpers=utils.py
+            VENV="${SOCKJS_VENV:-$PY27_CACHE/sockjs-protocol-head-venv}"
+            REQUIREMENTS="$HERE/requirements-head.txt"
+            NOT_APPLICABLE="$HERE/not-applicable-head.txt"
+            SUPERSEDED=""
+            ;;
+        *) die "$SUITE: not one of ${SUITE_FILE_NAMES[*]}" ;;
+    esac
+    [ -f "$dir/httplib_fork.py" ] && [ -f "$dir/$helpers" ] \
+        || die "$helpers and httplib_fork.py must be beside $SUITE (use a checkout of sockjs-protocol)"
 }
 
 abspath() { (cd "$(dirname "$1")" && printf '%s/%s\n' "$(pwd)" "$(basename "$1")"); }
 
-find_python2() {
-    local candidate
-    if [ -n "${PYTHON2:-}" ]; then
-        printf '%s\n' "$PYTHON2"
-        return
-    fi
-    if command -v pyenv >/dev/null 2>&1; then
-        for candidate in "$(pyenv root)"/versions/2.7*/bin/python; do
-            [ -x "$candidate" ] && { printf '%s\n' "$candidate"; return; }
-        done
-    fi
-    for candidate in "$HOME"/.pyenv/versions/2.7*/bin/python "$(command -v python2.7 || true)"; do
-        [ -n "$candidate" ] && [ -x "$candidate" ] && { printf '%s\n' "$candidate"; return; }
-    done
-    die "Python 2.7 not found: set PYTHON2, or install it (pyenv install 2.7.18)"
-}
-
-# The suite's virtualenv: made with virtualenv 20.15 run by Python 2.7 itself, and filled from
-# the pinned requirements; remade only when the pins or the interpreter change.
 ensure_venv() {
-    local python2 stamp want
-    python2=$(find_python2)
-    "$python2" -c 'import sys; sys.exit(sys.version_info[:2] != (2, 7))' \
-        || die "$python2 is not Python 2.7"
-    stamp="$VENV/.herald-requirements.sha256"
-    want=$( { cat "$HERE/requirements.txt" "$HERE/virtualenv-requirements.txt"; "$python2" -V 2>&1; } \
-        | sha256sum | cut -d' ' -f1)
-    if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$VENV/bin/python" ]; then
-        return
-    fi
-    step "preparing the Python 2.7 virtualenv at $VENV"
-    if [ ! -f "$VENV_TOOLS/.installed" ] || ! cmp -s "$HERE/virtualenv-requirements.txt" "$VENV_TOOLS/.installed"; then
-        rm -rf "$VENV_TOOLS"
-        "$python2" -m pip install -q --no-warn-script-location --target "$VENV_TOOLS" \
-            -r "$HERE/virtualenv-requirements.txt" 2>&1 | grep -v DEPRECATION >&2 || true
-        [ -d "$VENV_TOOLS/virtualenv" ] || die "could not install virtualenv for $python2"
-        cp "$HERE/virtualenv-requirements.txt" "$VENV_TOOLS/.installed"
-    fi
-    rm -rf "$VENV"
-    PYTHONPATH="$VENV_TOOLS" "$python2" -m virtualenv -q "$VENV" >&2
-    "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" 2>&1 | grep -v DEPRECATION >&2 || true
-    "$VENV/bin/python" -c 'import unittest2, websocket, ws4py' \
-        || die "the virtualenv at $VENV lacks the suite's packages"
-    echo "$want" >"$stamp"
+    ensure_py27_venv "$VENV" "unittest2, websocket, ws4py" "$REQUIREMENTS"
 }
 
 target_dir() {
@@ -227,7 +216,8 @@ main() {
     step "running $(basename "$SUITE") against $URL"
     local status=0
     SOCKJS_URL="$URL" "$VENV/bin/python" "$HERE/runner.py" "$SUITE" \
-        --not-applicable "$HERE/not-applicable.txt" ${RUNNER_ARGS[@]+"${RUNNER_ARGS[@]}"} || status=$?
+        --not-applicable "$NOT_APPLICABLE" ${SUPERSEDED:+--superseded "$SUPERSEDED"} \
+        ${RUNNER_ARGS[@]+"${RUNNER_ARGS[@]}"} || status=$?
     if [ "$status" -ne 0 ] && [ -n "$GATEWAY_PID" ] && [ "$GATEWAY_LOG" = "$WORK/gateway.log" ]; then
         local kept
         kept=$(mktemp "${TMPDIR:-/tmp}/herald-sockjs-gateway.XXXXXX.log")
