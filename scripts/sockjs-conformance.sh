@@ -11,15 +11,24 @@
 #   sockjs-protocol.py        the single-file suite of later revisions, pinned at the
 #                             repository's HEAD, commit fdf5b7d (utils.py and httplib_fork.py
 #                             beside it).
-# The suite is not part of Herald, and this script never downloads it (no package registry
-# carries it; see the doc).
+# The suite is not part of Herald. No package registry carries either pinned file; with
+# --pypi-copy the script instead downloads the one copy a registry does carry (see that option),
+# which is what scripts/test.sh runs in CI.
 #
 # Options:
+#   --pypi-copy          instead of SUITE, test the copy of the v0.3.3 suite bundled in PyPI's
+#                        pyramid_sockjs 0.3.9 sdist (tests/sockjs-protocol-0.3.3.py: upstream
+#                        commit 47ad873 of 2012-10-30, 3.5 months before the v0.3.3 tag, with one
+#                        indentation fix), downloaded with pip once into
+#                        ${XDG_CACHE_HOME:-~/.cache}/herald/sockjs-protocol-pypi, sha256-checked
 #   --gateway PATH       herald-gateway binary to test [default: `cargo build -p herald-gateway`
 #                        and use the debug binary]
 #   --url URL            test a SockJS server already running at URL instead (nothing is started)
 #   --only TEST          run only TEST: `Class` or `Class.test_name`; repeatable
 #   --json FILE          also write the results as JSON
+#   --retries N          run a failing test up to N more times [default: 1]: a few of the
+#                        suite's tests rely on 0.25 s sleeps and miss on a loaded machine; a
+#                        pass on a retry is reported as such
 #   --gateway-log FILE   where the gateway's output goes [default: a temporary file, kept and
 #                        named when a test fails]
 #
@@ -56,7 +65,14 @@ GATEWAY=""
 URL=""
 GATEWAY_LOG=""
 RUNNER_ARGS=()
+RETRIES=1
 SUITE="${SOCKJS_PROTOCOL_PY:-}"
+PYPI_COPY=0
+# The registry copy of the v0.3.3 suite: the sdist and its sha256.
+PYPI_COPY_REQUIREMENT=pyramid_sockjs==0.3.9
+PYPI_COPY_SDIST=pyramid_sockjs-0.3.9.tar.gz
+PYPI_COPY_SHA256=f2c771e068f001fa795e042cc47f1062d02f935aa30761337a98ea172f6d1bdd
+PYPI_COPY_DIR="$PY27_CACHE/sockjs-protocol-pypi/pyramid_sockjs-0.3.9"
 WORK=""
 GATEWAY_PID=""
 
@@ -69,6 +85,8 @@ parse_args() {
         case "$1" in
             --gateway) GATEWAY=${2:?--gateway needs a path}; shift 2 ;;
             --url) URL=${2:?--url needs a URL}; shift 2 ;;
+            --pypi-copy) PYPI_COPY=1; shift ;;
+            --retries) RETRIES=${2:?--retries needs a number}; shift 2 ;;
             --only) RUNNER_ARGS+=(--only "${2:?--only needs a test name}"); shift 2 ;;
             --json) RUNNER_ARGS+=(--json "$(abspath "${2:?--json needs a file}")"); shift 2 ;;
             --gateway-log) GATEWAY_LOG=$(abspath "${2:?--gateway-log needs a file}"); shift 2 ;;
@@ -77,7 +95,13 @@ parse_args() {
             *) SUITE=$1; shift ;;
         esac
     done
-    [ -n "$SUITE" ] || die "give the path of ${SUITE_FILE_NAMES[*]} (argument or SOCKJS_PROTOCOL_PY); see --help"
+    if [ "$PYPI_COPY" = 1 ]; then
+        # Downloaded after the virtualenv exists (its pip does it), by fetch_pypi_copy.
+        SUITE="$PYPI_COPY_DIR/sockjs-protocol-0.3.3.py"
+        set_version sockjs-protocol-0.3.3.py
+        return
+    fi
+    [ -n "$SUITE" ] || die "give the path of ${SUITE_FILE_NAMES[*]} (argument or SOCKJS_PROTOCOL_PY), or --pypi-copy; see --help"
     [ -z "$URL" ] || [ -z "$GATEWAY" ] || die "--url and --gateway exclude each other"
     local name
     if [ -d "$SUITE" ]; then
@@ -87,18 +111,25 @@ parse_args() {
     fi
     [ -f "$SUITE" ] || die "$SUITE: no such file (want one of ${SUITE_FILE_NAMES[*]})"
     SUITE=$(abspath "$SUITE")
-    local dir helpers
+    set_version "$(basename "$SUITE")"
+    local dir
     dir=$(dirname "$SUITE")
-    case "$(basename "$SUITE")" in
+    [ -f "$dir/httplib_fork.py" ] && [ -f "$dir/$HELPERS" ] \
+        || die "$HELPERS and httplib_fork.py must be beside $SUITE (use a checkout of sockjs-protocol)"
+}
+
+# set_version FILE_NAME: the helpers, virtualenv, requirements and lists of that suite form.
+set_version() {
+    case "$1" in
         sockjs-protocol-0.3.3.py)
-            helpers=utils_03.py
+            HELPERS=utils_03.py
             VENV="${SOCKJS_VENV:-$PY27_CACHE/sockjs-protocol-venv}"
             REQUIREMENTS="$HERE/requirements.txt"
             NOT_APPLICABLE="$HERE/not-applicable-0.3.3.txt"
             SUPERSEDED="$HERE/superseded-0.3.3.txt"
             ;;
         sockjs-protocol.py)
-            helpers=utils.py
+            HELPERS=utils.py
             VENV="${SOCKJS_VENV:-$PY27_CACHE/sockjs-protocol-head-venv}"
             REQUIREMENTS="$HERE/requirements-head.txt"
             NOT_APPLICABLE="$HERE/not-applicable-head.txt"
@@ -106,8 +137,31 @@ parse_args() {
             ;;
         *) die "$SUITE: not one of ${SUITE_FILE_NAMES[*]}" ;;
     esac
-    [ -f "$dir/httplib_fork.py" ] && [ -f "$dir/$helpers" ] \
-        || die "$helpers and httplib_fork.py must be beside $SUITE (use a checkout of sockjs-protocol)"
+}
+
+# The suite files of the registry copy, into PYPI_COPY_DIR once: pip downloads the sdist (no
+# install, nothing of it runs but its setup.py's metadata step), the sha256 is checked, and only
+# the suite's three files are kept.
+fetch_pypi_copy() {
+    [ -f "$PYPI_COPY_DIR/.sha256" ] && [ "$(cat "$PYPI_COPY_DIR/.sha256")" = "$PYPI_COPY_SHA256" ] \
+        && return
+    step "downloading $PYPI_COPY_REQUIREMENT (its tests/ bundle the SockJS protocol suite)"
+    local dl="$WORK/pypi-copy" got
+    mkdir -p "$dl"
+    "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$dl" "$PYPI_COPY_REQUIREMENT" \
+        2>&1 | grep -v DEPRECATION >&2 || true
+    [ -f "$dl/$PYPI_COPY_SDIST" ] || die "pip did not download $PYPI_COPY_SDIST"
+    got=$(sha256sum "$dl/$PYPI_COPY_SDIST" | cut -d' ' -f1)
+    [ "$got" = "$PYPI_COPY_SHA256" ] \
+        || die "$PYPI_COPY_SDIST has sha256 $got, expected $PYPI_COPY_SHA256"
+    tar -xzf "$dl/$PYPI_COPY_SDIST" -C "$dl"
+    rm -rf "$PYPI_COPY_DIR"
+    mkdir -p "$PYPI_COPY_DIR"
+    local f
+    for f in sockjs-protocol-0.3.3.py utils_03.py httplib_fork.py; do
+        cp "$dl/${PYPI_COPY_SDIST%.tar.gz}/tests/$f" "$PYPI_COPY_DIR/$f"
+    done
+    echo "$PYPI_COPY_SHA256" >"$PYPI_COPY_DIR/.sha256"
 }
 
 abspath() { (cd "$(dirname "$1")" && printf '%s/%s\n' "$(pwd)" "$(basename "$1")"); }
@@ -207,6 +261,7 @@ main() {
     WORK=$(mktemp -d)
     trap cleanup EXIT
     trap 'exit 130' INT TERM
+    [ "$PYPI_COPY" = 0 ] || fetch_pypi_copy
     if [ -z "$URL" ]; then
         start_gateway
     fi
@@ -217,6 +272,7 @@ main() {
     local status=0
     SOCKJS_URL="$URL" "$VENV/bin/python" "$HERE/runner.py" "$SUITE" \
         --not-applicable "$NOT_APPLICABLE" ${SUPERSEDED:+--superseded "$SUPERSEDED"} \
+        --retries "$RETRIES" \
         ${RUNNER_ARGS[@]+"${RUNNER_ARGS[@]}"} || status=$?
     if [ "$status" -ne 0 ] && [ -n "$GATEWAY_PID" ] && [ "$GATEWAY_LOG" = "$WORK/gateway.log" ]; then
         local kept

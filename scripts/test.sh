@@ -6,7 +6,9 @@
 # stomp.py through HAProxy), then the JavaScript client's unit and type tests
 # (gateway/js) and the real-browser tests (tests/browser: chromium), and the
 # WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
-# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json).
+# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
+# and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
+# the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned).
 #
 #   scripts/test.sh
 #
@@ -15,7 +17,8 @@
 # and its pinned packages, Debian's haproxy, rabbitmq-server and redis-server (for
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js and tests/browser (npm ci), and the
-# Autobahn|Testsuite's Python 2.7 virtualenv (pyenv's 2.7.x must exist). Honours
+# Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
+# 2.7.x must exist). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -207,6 +210,17 @@ autobahn_tests() {
     SUMMARY+=("websocket conformance (autobahn 1-10 vs expected.json): $(grep -E '^autobahn: [0-9]+ passed' "$LOGDIR/autobahn.log" | tail -n1 | sed 's/^autobahn: //')")
 }
 
+# The SockJS protocol suite (v0.3.3, the copy a registry carries) against the
+# gateway's SockJS test services. The suite at its repository's HEAD is on no
+# registry: docs/sockjs-conformance.md says how to run it by hand.
+sockjs_conformance_tests() {
+    local bin
+    bin="$(target_dir)/debug/herald-gateway"
+    [ -x "$bin" ] || die "$bin was not built"
+    run_stage sockjs-conformance scripts/sockjs-conformance.sh --gateway "$bin" --pypi-copy
+    SUMMARY+=("sockjs protocol suite (v0.3.3, pyramid_sockjs copy): $(grep -E '^total ' "$LOGDIR/sockjs-conformance.log" | tail -n1 | sed -E 's/^total +//')")
+}
+
 # pika (an independent AMQP client) against the router binary.
 router_pika_tests() {
     HERALD_ROUTER_BIN="$(target_dir)/debug/herald-router" \
@@ -308,6 +322,7 @@ main() {
     cargo_tests
     python_tests
     autobahn_tests
+    sockjs_conformance_tests
     router_pika_tests
     haproxy_tests
     distributed_tests
