@@ -8,7 +8,10 @@
 # WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
 # 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
-# the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned).
+# the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
+# and, when rustup has a nightly toolchain, every cargo-fuzz target for a
+# bounded time (scripts/fuzz.sh, $HERALD_FUZZ_SECONDS each, default 15; the
+# seed corpora are replayed on stable by the Rust tests either way).
 #
 #   scripts/test.sh
 #
@@ -174,6 +177,19 @@ cargo_tests() {
     fi
 }
 
+# Every cargo-fuzz target for a bounded time, from its seed corpus (nightly
+# only; cargo-fuzz is installed from crates.io when missing). Without nightly
+# the corpora still ran, replayed on stable in the Rust tests.
+fuzz_tests() {
+    if ! cargo +nightly --version >/dev/null 2>&1; then
+        SUMMARY+=("fuzz: not run (no nightly toolchain); the seed corpora were replayed by the rust tests")
+        return 0
+    fi
+    local secs=${HERALD_FUZZ_SECONDS:-15}
+    run_stage fuzz scripts/fuzz.sh --seconds "$secs"
+    SUMMARY+=("fuzz (cargo-fuzz, ${secs}s per target): $(grep -E '^fuzz: [0-9]+ passed' "$LOGDIR/fuzz.log" | tail -n1 | sed 's/^fuzz: //') targets")
+}
+
 # Add up cargo test's per-binary "test result:" lines.
 sum_cargo_results() {
     awk '/^test result:/ {
@@ -320,6 +336,7 @@ main() {
     cargo build --workspace --all-targets
 
     cargo_tests
+    fuzz_tests
     python_tests
     autobahn_tests
     sockjs_conformance_tests
