@@ -7,6 +7,7 @@
 //! a JSON error (`400` malformed, `401` key, `413` size, `415` no content
 //! type, `422` a field, `503` link down).
 
+pub mod decode;
 mod error;
 mod notifications;
 mod parse;
