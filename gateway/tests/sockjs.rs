@@ -18,7 +18,9 @@ fn client() -> reqwest::Client {
 async fn test_gateway() -> TestGateway {
     start(|c| {
         c.sockjs.test_endpoints = true;
-        c.sockjs.session_timeout_ms = 300;
+        // Long enough that a loaded machine never expires a session between
+        // two requests of one test; the expiry test sets its own.
+        c.sockjs.session_timeout_ms = 5_000;
     })
     .await
 }
