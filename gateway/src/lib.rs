@@ -131,6 +131,11 @@ impl Gateway {
         let metrics = Arc::new(Metrics::default());
         let publish_metrics = PublishMetrics::default();
         let mut registry = Registry::default();
+        herald_engine::metrics::register_build_info(
+            &mut registry,
+            env!("CARGO_PKG_VERSION"),
+            env!("HERALD_COMMIT"),
+        );
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
