@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
-use herald_engine::schedule::entry::{Entry, Millis};
+use herald_engine::schedule::entry::{Entry, Millis, Phase};
 use herald_engine::schedule::store::Store;
 use herald_engine::schedule::store::redis::{RedisConfig, RedisStore};
 use herald_protocol::envelope::{Notification, Scope};
@@ -92,6 +92,7 @@ fn entry(i: usize, payload: &Bytes) -> Entry {
         accepted_ms: T0,
         when_online: false,
         attempts: 0,
+        phase: Phase::Deliver,
     }
 }
 

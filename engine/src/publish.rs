@@ -31,7 +31,7 @@ pub use error::ApiError;
 use crate::api_key::ApiKeys;
 use crate::link::Link;
 use crate::metrics::PublishMetrics;
-use crate::schedule::entry::Entry;
+use crate::schedule::entry::{Entry, Phase};
 use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
 use crate::schedule::timing::{now_ms, rfc3339};
@@ -274,6 +274,7 @@ impl PublishApi {
                 accepted_ms: now,
                 when_online: p.delay.when_online,
                 attempts: 0,
+                phase: Phase::Deliver,
             });
         }
         let mut scheduled = Vec::with_capacity(delayed.len());

@@ -92,9 +92,48 @@ async fn a_store_of_the_first_format_is_refused_with_a_clear_error() {
     }
     let err = EmbeddedStore::open(dir.path()).unwrap_err().to_string();
     assert!(
-        err.contains("store format 1") && err.contains("format 2"),
+        err.contains("store format 1") && err.contains("format 3"),
         "{err}"
     );
+}
+
+/// A file of format 2 (before the callback states) is read as it is, and
+/// stamped 3 so that an older Herald refuses it instead of meeting states
+/// it does not know.
+#[tokio::test]
+async fn a_store_of_format_2_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let e = store_suite::entry("kept", store_suite::T0 + 5, None, "u");
+        store.insert(vec![e], store_suite::T0).await.unwrap();
+    }
+    {
+        // What a format 2 Herald wrote: the same tables, less `retry` and
+        // `attempts`, stamped 2.
+        let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(meta).unwrap().insert("format", 2).unwrap();
+        for gone in ["retry", "attempts"] {
+            let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new(gone);
+            assert!(txn.delete_table(def).unwrap(), "{gone} existed");
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let claimed = store
+            .claim_due(store_suite::T0 + 5, 10, 1000)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "the entry of format 2 fires");
+        assert_eq!(store.attempts("kept").await.unwrap(), vec![]);
+    }
+    let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
+    let txn = db.begin_read().unwrap();
+    let format = txn.open_table(meta).unwrap().get("format").unwrap();
+    assert_eq!(format.map(|v| v.value()), Some(3));
 }
 
 #[tokio::test]
@@ -124,6 +163,71 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
         .unwrap();
     let ids: Vec<&str> = again.iter().map(|e| e.id()).collect();
     assert_eq!(ids, ["e0", "e1", "e2", "e3", "e4"]);
+}
+
+/// The callback states survive a restart: an entry claimed from
+/// retry_wait when the process stopped comes back in the callback phase at
+/// once, a dead letter keeps its body, and the attempt logs are there.
+#[tokio::test]
+async fn a_reopened_store_keeps_the_callback_states() {
+    use herald_engine::schedule::entry::{Phase, State};
+    use herald_engine::schedule::store::{Ending, Finish, Replay, RetryWait};
+    let t0 = store_suite::T0;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let entries = ["w", "d"].map(|id| store_suite::entry(id, t0, Some("cb"), "u"));
+        store.insert(entries.to_vec(), t0).await.unwrap();
+        store.claim_due(t0, 10, 60_000).await.unwrap();
+        let attempt = |n| Some(store_suite::attempt(n, t0));
+        store
+            .retry_wait(
+                vec![RetryWait {
+                    id: "w".into(),
+                    at_ms: t0 + 10,
+                    attempt: attempt(1),
+                }],
+                t0 + 1,
+            )
+            .await
+            .unwrap();
+        store
+            .finish(
+                vec![Finish {
+                    id: "d".into(),
+                    ending: Ending::Dead,
+                    attempt: attempt(1),
+                }],
+                t0 + 1,
+            )
+            .await
+            .unwrap();
+        // Claimed again, in the callback phase, when the process stops.
+        let claimed = store.claim_due(t0 + 10, 10, 60_000).await.unwrap();
+        assert_eq!(claimed[0].phase, Phase::Callback);
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let w = store.status("w").await.unwrap().unwrap();
+    assert_eq!(
+        w.state,
+        State::RetryWait,
+        "the claim ended with the process"
+    );
+    let back = store.claim_due(t0 + 10, 10, 60_000).await.unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].id(), back[0].phase), ("w", Phase::Callback));
+    for id in ["w", "d"] {
+        assert_eq!(store.attempts(id).await.unwrap().len(), 1, "{id}");
+    }
+    assert!(matches!(
+        store.replay("d", t0 + 20).await.unwrap(),
+        Replay::Replayed(_)
+    ));
+    let d = store.claim_due(t0 + 20, 10, 60_000).await.unwrap();
+    assert_eq!(
+        d[0].notification,
+        store_suite::entry("d", t0, Some("cb"), "u").notification
+    );
 }
 
 #[tokio::test]

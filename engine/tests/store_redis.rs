@@ -404,6 +404,15 @@ async fn a_redis_cluster_passes_the_suite() {
         topics_put_get_list_delete,
         topics_are_bounded,
         topics_version_changes_with_every_change,
+        retry_wait_then_claim_is_the_callback_phase,
+        mark_step_shows_in_the_status,
+        a_crashed_callback_lease_comes_back_in_the_callback_phase,
+        finish_to_each_final_state,
+        a_dead_letter_keeps_its_body_and_replays_due_now,
+        the_attempt_log_is_in_order_and_bounded,
+        cancel_of_a_retry_wait_entry,
+        release_and_hold_keep_the_callback_phase,
+        list_purge_and_counts_with_the_callback_states,
     );
     run!("@by_arc", by_arc;
         cancel_racing_claim_has_one_winner,
