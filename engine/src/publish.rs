@@ -131,7 +131,8 @@ impl PublishApi {
 
     /// The routes: `POST /v1/notifications`; with delayed notifications
     /// also `GET /v1/notifications` (list), `GET` and `DELETE
-    /// /v1/notifications/{id}`, `POST /v1/users/{uid}/online`, and the
+    /// /v1/notifications/{id}`, `POST /v1/notifications/{id}/retry`,
+    /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
     /// /v1/topics/{name}`).
     pub fn routes(&self) -> Router {
@@ -142,6 +143,7 @@ impl PublishApi {
                     "/v1/notifications/{id}",
                     delete(notifications::cancel).get(notifications::status),
                 )
+                .route("/v1/notifications/{id}/retry", post(notifications::retry))
                 .route("/v1/users/{uid}/online", post(notifications::user_online))
                 .route("/v1/topics", get(topics::list))
                 .route(

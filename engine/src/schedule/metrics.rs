@@ -90,6 +90,12 @@ pub struct DelayedMetrics {
     pub firing: Gauge,
     /// Entries held for offline users.
     pub held_pending: Gauge,
+    /// Callbacks waiting for their next attempt (retry_wait, not claimed).
+    pub retry_wait_pending: Gauge,
+    /// Dead letters sent again (`POST /v1/notifications/{id}/retry`).
+    pub replayed: Counter,
+    /// Replays refused: the notification was not a dead letter.
+    pub replay_not_dead: Counter,
     /// Store operations that failed.
     pub store_errors: Family<OpLabels, Counter>,
     /// "User online" events dropped because their queue was full.
@@ -129,6 +135,9 @@ impl Default for DelayedMetrics {
             pending: Family::default(),
             firing: Gauge::default(),
             held_pending: Gauge::default(),
+            retry_wait_pending: Gauge::default(),
+            replayed: Counter::default(),
+            replay_not_dead: Counter::default(),
             store_errors: Family::default(),
             online_dropped: Counter::default(),
             hints_dropped: Counter::default(),
@@ -234,6 +243,17 @@ impl DelayedMetrics {
             self.held_pending.clone(),
         );
         r.register(
+            "retry_wait_pending",
+            "Callbacks waiting for their next attempt",
+            self.retry_wait_pending.clone(),
+        );
+        r.register("replayed", "Dead letters sent again", self.replayed.clone());
+        r.register(
+            "replay_not_dead",
+            "Replays refused because the notification was not a dead letter",
+            self.replay_not_dead.clone(),
+        );
+        r.register(
             "store_errors",
             "Store operations that failed",
             self.store_errors.clone(),
@@ -305,6 +325,9 @@ mod tests {
             "herald_delayed_pending{due=\"1m\"}",
             "herald_delayed_firing",
             "herald_delayed_held_pending",
+            "herald_delayed_retry_wait_pending",
+            "herald_delayed_replayed_total",
+            "herald_delayed_replay_not_dead_total",
             "herald_delayed_held_total",
             "herald_delayed_cancelled_total",
             "herald_delayed_cancel_too_late_total",

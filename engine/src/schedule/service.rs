@@ -18,9 +18,10 @@ use super::entry::{Entry, Millis, Status};
 use super::firer::Firer;
 use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels};
 use super::presence::Presence;
-use super::store::{Cancel, Cursor, Insert, ListFilter, Page, Store, StoreError};
+use super::store::{Cancel, Cursor, Insert, ListFilter, Page, Replay, Store, StoreError};
 use super::timing::{DelayRequest, due_time, now_ms};
 use super::topics::Topics;
+use crate::callback::attempt::Attempt;
 use crate::link::Link;
 use crate::task::{Task, TaskFuture};
 
@@ -249,6 +250,37 @@ impl Delayed {
         })
     }
 
+    /// The attempt log of one notification (its callback's requests),
+    /// oldest first.
+    pub async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        self.inner.store.attempts(id).await.inspect_err(|_| {
+            self.inner.metrics.store_error("attempts");
+        })
+    }
+
+    /// Send a dead letter again: it is due now, and its callback is made
+    /// again from attempt 1 (its attempt log goes on).
+    pub async fn replay(&self, id: &str) -> Result<Replay, StoreError> {
+        let now = now_ms();
+        let out = self.inner.store.replay(id, now).await.inspect_err(|_| {
+            self.inner.metrics.store_error("replay");
+        })?;
+        match &out {
+            Replay::Replayed(_) => {
+                self.inner.metrics.replayed.inc();
+                tracing::info!(id, "dead letter replayed");
+                if self.inner.hints.try_send((now, id.to_owned())).is_err() {
+                    self.inner.metrics.hints_dropped.inc();
+                }
+            }
+            Replay::NotDead(_) => {
+                self.inner.metrics.replay_not_dead.inc();
+            }
+            Replay::NotFound => {}
+        }
+        Ok(out)
+    }
+
     /// A page of statuses.
     pub async fn list(
         &self,
@@ -326,6 +358,7 @@ impl Delayed {
                 }
                 metrics.firing.set(c.firing as i64);
                 metrics.held_pending.set(c.held as i64);
+                metrics.retry_wait_pending.set(c.retry_wait as i64);
             }
             Err(e) => {
                 metrics.store_error("counts");
