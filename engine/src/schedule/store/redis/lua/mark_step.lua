@@ -9,8 +9,10 @@ for i = 3, #ARGV do
   if h then
     local e = parse(h)
     if e.state == FIRING then
-      redis.call('SETRANGE', k, 6, struct.pack('>I8', now))
-      put_flags(k, e.flags % 8 + STEP * step)
+      -- One write from updated_ms (offset 6) to the flags (offset 40):
+      -- the new time, the header's bytes between as they are, the flags.
+      redis.call('SETRANGE', k, 6,
+        struct.pack('>I8', now) .. string.sub(h, 15, 40) .. string.char(e.flags % 8 + STEP * step))
       n = n + 1
     end
   end
