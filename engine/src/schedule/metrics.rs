@@ -96,6 +96,9 @@ pub struct DelayedMetrics {
     pub replayed: Counter,
     /// Replays refused: the notification was not a dead letter.
     pub replay_not_dead: Counter,
+    /// Attempt records dropped because a notification's attempt log was
+    /// full (the oldest after the first ten).
+    pub attempt_log_trimmed: Counter,
     /// Store operations that failed.
     pub store_errors: Family<OpLabels, Counter>,
     /// "User online" events dropped because their queue was full.
@@ -138,6 +141,7 @@ impl Default for DelayedMetrics {
             retry_wait_pending: Gauge::default(),
             replayed: Counter::default(),
             replay_not_dead: Counter::default(),
+            attempt_log_trimmed: Counter::default(),
             store_errors: Family::default(),
             online_dropped: Counter::default(),
             hints_dropped: Counter::default(),
@@ -254,6 +258,11 @@ impl DelayedMetrics {
             self.replay_not_dead.clone(),
         );
         r.register(
+            "attempt_log_trimmed",
+            "Attempt records dropped because a notification's attempt log was full",
+            self.attempt_log_trimmed.clone(),
+        );
+        r.register(
             "store_errors",
             "Store operations that failed",
             self.store_errors.clone(),
@@ -328,6 +337,7 @@ mod tests {
             "herald_delayed_retry_wait_pending",
             "herald_delayed_replayed_total",
             "herald_delayed_replay_not_dead_total",
+            "herald_delayed_attempt_log_trimmed_total",
             "herald_delayed_held_total",
             "herald_delayed_cancelled_total",
             "herald_delayed_cancel_too_late_total",

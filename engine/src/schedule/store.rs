@@ -143,6 +143,16 @@ pub struct Finish {
     pub attempt: Option<Attempt>,
 }
 
+/// What [`Store::retry_wait`] or [`Store::finish`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Entries that were firing and moved (the others were left alone).
+    pub moved: u64,
+    /// Attempt records dropped because an entry's log was full (the
+    /// oldest after the first [`FIRST_ATTEMPTS_KEPT`]).
+    pub trimmed: u64,
+}
+
 /// The outcome of [`Store::replay`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Replay {
@@ -330,13 +340,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`Phase::Callback`](super::entry::Phase)), and its attempt appended
     /// to its log. Ids not firing are left alone (nothing is logged for
     /// them).
-    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, ()>;
+    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled>;
 
     /// These firing entries end: each becomes delivered, declined or dead
     /// at `now`, its attempt appended to its log. A dead letter keeps its
     /// body; the others keep only their status. Ids not firing are left
     /// alone (nothing is logged for them).
-    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, ()>;
+    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled>;
 
     /// The attempt log of an entry, oldest first (see the module docs for
     /// its bound); empty when it has none or is not stored.

@@ -24,7 +24,7 @@ use herald_engine::callback::attempt::{Attempt, Kind, Verdict};
 use herald_engine::schedule::entry::{Entry, Millis, Phase, State, Step};
 use herald_engine::schedule::store::{
     Cancel, Cursor, Ending, FIRST_ATTEMPTS_KEPT, Finish, Insert, ListFilter, MAX_ATTEMPTS_KEPT,
-    Page, PutTopic, Replay, RetryWait, Store, StoredTopic,
+    Page, PutTopic, Replay, RetryWait, Settled, Store, StoredTopic,
 };
 use herald_protocol::envelope::{Notification, Scope};
 
@@ -973,7 +973,7 @@ pub async fn retry_wait_then_claim_is_the_callback_phase(store: &dyn Store) {
     assert_eq!(ids(&first), ["a"]);
     assert_eq!((first[0].attempts, first[0].phase), (1, Phase::Deliver));
     // "later" is not firing: left alone, nothing logged for it.
-    store
+    let settled = store
         .retry_wait(
             vec![
                 wait("a", T0 + 5000, Some(attempt(1, T0 + 1))),
@@ -984,6 +984,13 @@ pub async fn retry_wait_then_claim_is_the_callback_phase(store: &dyn Store) {
         )
         .await
         .unwrap();
+    assert_eq!(
+        settled,
+        Settled {
+            moved: 1,
+            trimmed: 0
+        }
+    );
     let a = store.status("a").await.unwrap().unwrap();
     assert_eq!(
         (a.state, a.updated_ms, a.attempts, a.next_attempt_ms),
@@ -1117,18 +1124,20 @@ pub async fn finish_to_each_final_state(store: &dyn Store) {
     )
     .await;
     assert_eq!(store.claim_due(T0, 10, LEASE).await.unwrap().len(), 3);
-    store
+    let settled = store
         .finish(
             vec![
                 end("ok", Ending::Delivered, Some(attempt(1, T0 + 1))),
                 end("no", Ending::Declined, Some(attempt(1, T0 + 2))),
                 end("dead", Ending::Dead, Some(attempt(1, T0 + 3))),
                 end("later", Ending::Dead, Some(attempt(1, T0 + 4))),
+                end("dead", Ending::Delivered, Some(attempt(9, T0 + 4))),
             ],
             T0 + 5,
         )
         .await
         .unwrap();
+    assert_eq!(settled.moved, 3, "the repeated id is no longer firing");
     for (id, st) in [
         ("ok", State::Delivered),
         ("no", State::Declined),
@@ -1248,10 +1257,19 @@ pub async fn the_attempt_log_is_in_order_and_bounded(store: &dyn Store) {
             let log = store.attempts("a").await.unwrap();
             assert_eq!(log, [attempt(1, T0 + 10), attempt(2, T0 + 20)]);
         }
-        store
+        let settled = store
             .retry_wait(vec![wait("a", now + 10, Some(attempt(n, now)))], now)
             .await
             .unwrap();
+        let dropped = u64::from(n > MAX_ATTEMPTS_KEPT as u32);
+        assert_eq!(
+            settled,
+            Settled {
+                moved: 1,
+                trimmed: dropped
+            },
+            "attempt {n}"
+        );
     }
     let log: Vec<u32> = store
         .attempts("a")

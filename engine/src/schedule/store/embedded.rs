@@ -57,8 +57,8 @@ use self::read::StatusTables;
 use self::recent::RecentIds;
 use self::write::Tables;
 use super::{
-    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Store,
-    StoreError, StoreFuture, StoredTopic,
+    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Settled,
+    Store, StoreError, StoreFuture, StoredTopic,
 };
 use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{Entry, Millis, Status, Step};
@@ -415,11 +415,11 @@ impl Store for EmbeddedStore {
         Box::pin(self.ask(move |tx| Request::MarkStep(ids, step, now, tx)))
     }
 
-    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, ()> {
+    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled> {
         Box::pin(self.ask(move |tx| Request::RetryWait(items, now, tx)))
     }
 
-    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, ()> {
+    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled> {
         Box::pin(self.ask(move |tx| Request::Finish(items, now, tx)))
     }
 

@@ -94,8 +94,8 @@ use self::insert::Inserter;
 use self::layout::{Keys, score};
 use self::reply::num;
 use super::{
-    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Store,
-    StoreError, StoreFuture, StoredTopic,
+    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Settled,
+    Store, StoreError, StoreFuture, StoredTopic,
 };
 use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{Entry, Millis, Status, Step};
@@ -413,11 +413,11 @@ impl Store for RedisStore {
         self.op("mark_step", self.mark_step_all(ids, step, now))
     }
 
-    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, ()> {
+    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled> {
         self.op("retry_wait", self.retry_wait_all(items, now))
     }
 
-    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, ()> {
+    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled> {
         self.op("finish", self.finish_all(items, now))
     }
 

@@ -11,7 +11,9 @@ use super::Memory;
 use super::io;
 use super::write::Tables;
 use crate::schedule::entry::{Entry, Millis, Step};
-use crate::schedule::store::{Cancel, Finish, Insert, PutTopic, Replay, RetryWait, StoreError};
+use crate::schedule::store::{
+    Cancel, Finish, Insert, PutTopic, Replay, RetryWait, Settled, StoreError,
+};
 
 /// One change, with where its answer goes.
 pub(super) enum Request {
@@ -56,9 +58,13 @@ pub(super) enum Request {
     RetryWait(
         Vec<RetryWait>,
         Millis,
-        oneshot::Sender<Result<(), StoreError>>,
+        oneshot::Sender<Result<Settled, StoreError>>,
     ),
-    Finish(Vec<Finish>, Millis, oneshot::Sender<Result<(), StoreError>>),
+    Finish(
+        Vec<Finish>,
+        Millis,
+        oneshot::Sender<Result<Settled, StoreError>>,
+    ),
     Replay(String, Millis, oneshot::Sender<Result<Replay, StoreError>>),
     Expire(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
     Purge(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
@@ -82,6 +88,7 @@ enum Answer {
     Unit(oneshot::Sender<Result<(), StoreError>>),
     Cancel(Cancel, oneshot::Sender<Result<Cancel, StoreError>>),
     Replay(Replay, oneshot::Sender<Result<Replay, StoreError>>),
+    Settled(Settled, oneshot::Sender<Result<Settled, StoreError>>),
     Count(u64, oneshot::Sender<Result<u64, StoreError>>),
     PutTopic(PutTopic, oneshot::Sender<Result<PutTopic, StoreError>>),
     Flag(bool, oneshot::Sender<Result<bool, StoreError>>),
@@ -95,6 +102,7 @@ impl Answer {
             Answer::Unit(tx) => drop(tx.send(Ok(()))),
             Answer::Cancel(v, tx) => drop(tx.send(Ok(v))),
             Answer::Replay(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Settled(v, tx) => drop(tx.send(Ok(v))),
             Answer::Count(v, tx) => drop(tx.send(Ok(v))),
             Answer::PutTopic(v, tx) => drop(tx.send(Ok(v))),
             Answer::Flag(v, tx) => drop(tx.send(Ok(v))),
@@ -108,6 +116,7 @@ impl Answer {
             Answer::Unit(tx) => drop(tx.send(Err(e))),
             Answer::Cancel(_, tx) => drop(tx.send(Err(e))),
             Answer::Replay(_, tx) => drop(tx.send(Err(e))),
+            Answer::Settled(_, tx) => drop(tx.send(Err(e))),
             Answer::Count(_, tx) => drop(tx.send(Err(e))),
             Answer::PutTopic(_, tx) => drop(tx.send(Err(e))),
             Answer::Flag(_, tx) => drop(tx.send(Err(e))),
@@ -259,8 +268,8 @@ fn apply(t: &mut Tables<'_>, request: Request) -> Option<Answer> {
         Request::Release(ids, at, now, tx) => reply(t.release(ids, at, now), tx, unit),
         Request::Cancel(id, now, tx) => reply(t.cancel(&id, now), tx, Answer::Cancel),
         Request::MarkStep(ids, step, now, tx) => reply(t.mark_step(ids, step, now), tx, unit),
-        Request::RetryWait(items, now, tx) => reply(t.retry_wait(items, now), tx, unit),
-        Request::Finish(items, now, tx) => reply(t.finish(items, now), tx, unit),
+        Request::RetryWait(items, now, tx) => reply(t.retry_wait(items, now), tx, Answer::Settled),
+        Request::Finish(items, now, tx) => reply(t.finish(items, now), tx, Answer::Settled),
         Request::Replay(id, now, tx) => reply(t.replay(&id, now), tx, Answer::Replay),
         Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Count),
         Request::Purge(before, limit, tx) => reply(t.purge(before, limit), tx, Answer::Count),

@@ -14,7 +14,8 @@ use super::recent::RecentIds;
 use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{Entry, Millis, State, Step};
 use crate::schedule::store::{
-    Cancel, FIRST_ATTEMPTS_KEPT, Finish, Insert, MAX_ATTEMPTS_KEPT, Replay, RetryWait, StoreError,
+    Cancel, FIRST_ATTEMPTS_KEPT, Finish, Insert, MAX_ATTEMPTS_KEPT, Replay, RetryWait, Settled,
+    StoreError,
 };
 
 /// Every table, open in one write transaction.
@@ -463,7 +464,8 @@ impl<'t> Tables<'t> {
     }
 
     /// Firing entries whose callback waits for another attempt.
-    pub(super) fn retry_wait(&mut self, items: Vec<RetryWait>, now: Millis) -> R<()> {
+    pub(super) fn retry_wait(&mut self, items: Vec<RetryWait>, now: Millis) -> R<Settled> {
+        let mut out = Settled::default();
         for item in items {
             let settled = self.settle_one(
                 &item.id,
@@ -475,30 +477,32 @@ impl<'t> Tables<'t> {
                     s.header.fire = item.at_ms;
                 },
             )?;
-            if let (Some(seq), Some(a)) = (settled, &item.attempt) {
-                self.log_attempt(seq, a)?;
-            }
+            out.count(settled, item.attempt.as_ref(), |seq, a| {
+                self.log_attempt(seq, a)
+            })?;
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Firing entries that end: delivered, declined or dead.
-    pub(super) fn finish(&mut self, items: Vec<Finish>, now: Millis) -> R<()> {
+    pub(super) fn finish(&mut self, items: Vec<Finish>, now: Millis) -> R<Settled> {
+        let mut out = Settled::default();
         for item in items {
             let state = item.ending.state();
             let settled = self.settle_one(&item.id, now, |_| true, |s, _| s.finish(state, now))?;
-            if let (Some(seq), Some(a)) = (settled, &item.attempt) {
-                self.log_attempt(seq, a)?;
-            }
+            out.count(settled, item.attempt.as_ref(), |seq, a| {
+                self.log_attempt(seq, a)
+            })?;
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Append `a` to the attempt log of the entry at `seq`; when the log is
     /// full, drop the oldest record after the first
     /// [`FIRST_ATTEMPTS_KEPT`] (numbers only grow, so the records kept are
-    /// `0..FIRST` and the latest `MAX - FIRST`).
-    fn log_attempt(&mut self, seq: u64, a: &Attempt) -> R<()> {
+    /// `0..FIRST` and the latest `MAX - FIRST`). Returns whether one was
+    /// dropped.
+    fn log_attempt(&mut self, seq: u64, a: &Attempt) -> R<bool> {
         self.wrote = true;
         let (first, last) = (attempt_key(seq, 0), attempt_key(seq, u32::MAX));
         let next = match self
@@ -514,7 +518,8 @@ impl<'t> Tables<'t> {
             None => 0,
         };
         let (max, keep) = (MAX_ATTEMPTS_KEPT as u32, FIRST_ATTEMPTS_KEPT as u32);
-        if next >= max {
+        let trimmed = next >= max;
+        if trimmed {
             self.attempts
                 .remove(attempt_key(seq, next - (max - keep)).as_slice())
                 .map_err(io)?;
@@ -522,7 +527,7 @@ impl<'t> Tables<'t> {
         self.attempts
             .insert(attempt_key(seq, next).as_slice(), a.encode().as_ref())
             .map_err(io)?;
-        Ok(())
+        Ok(trimmed)
     }
 
     /// Forget the attempt log of the entry at `seq`.
@@ -737,6 +742,28 @@ impl<'t> Tables<'t> {
             n += 1;
         }
         Ok(n)
+    }
+}
+
+impl Settled {
+    /// Count an entry that moved (`seq` is `Some`) and log its attempt
+    /// with `log`, counting a record the log's bound dropped.
+    fn count(
+        &mut self,
+        seq: Option<u64>,
+        attempt: Option<&Attempt>,
+        log: impl FnOnce(u64, &Attempt) -> R<bool>,
+    ) -> R<()> {
+        let Some(seq) = seq else {
+            return Ok(());
+        };
+        self.moved += 1;
+        if let Some(a) = attempt
+            && log(seq, a)?
+        {
+            self.trimmed += 1;
+        }
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use super::reply::{array, blob, int, num, unexpected};
 use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{Millis, Step};
 use crate::schedule::store::{
-    FIRST_ATTEMPTS_KEPT, Finish, MAX_ATTEMPTS_KEPT, Replay, RetryWait, StoreError,
+    FIRST_ATTEMPTS_KEPT, Finish, MAX_ATTEMPTS_KEPT, Replay, RetryWait, Settled, StoreError,
 };
 
 /// One entry of a batch: its id and the two arguments the script takes
@@ -39,7 +39,7 @@ impl RedisStore {
         &self,
         items: Vec<RetryWait>,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Settled, StoreError> {
         let items = items
             .into_iter()
             .map(|i| {
@@ -55,7 +55,7 @@ impl RedisStore {
         &self,
         items: Vec<Finish>,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Settled, StoreError> {
         let items = items
             .into_iter()
             .map(|i| {
@@ -68,13 +68,13 @@ impl RedisStore {
 
     /// Run `script` once per chunk of `items` in each shard, all at once:
     /// its arguments are `now`, the attempt log's bounds, then each item's
-    /// id and its two arguments.
+    /// id and its two arguments; it answers `{ moved, trimmed }`.
     async fn per_shard_items(
         &self,
         script: &Script,
         items: Vec<Item>,
         now: Millis,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Settled, StoreError> {
         let mut by_shard: BTreeMap<u16, Vec<Item>> = BTreeMap::new();
         for item in items {
             by_shard
@@ -88,7 +88,7 @@ impl RedisStore {
             num(FIRST_ATTEMPTS_KEPT as u64),
         ];
         let max = self.config.max_entries_per_script;
-        try_join_all(by_shard.iter().flat_map(|(&s, items)| {
+        let answers = try_join_all(by_shard.iter().flat_map(|(&s, items)| {
             let head = &head;
             items.chunks(max).map(move |chunk| {
                 let mut args = head.to_vec();
@@ -100,8 +100,15 @@ impl RedisStore {
                 async move { self.run(script, s, args).await }
             })
         }))
-        .await
-        .map(drop)
+        .await?;
+        let mut out = Settled::default();
+        for answer in answers {
+            let [moved, trimmed] = <[redis::Value; 2]>::try_from(array(answer)?)
+                .map_err(|_| unexpected("a callback script"))?;
+            out.moved += u64::try_from(int(&moved)?).unwrap_or(0);
+            out.trimmed += u64::try_from(int(&trimmed)?).unwrap_or(0);
+        }
+        Ok(out)
     }
 
     pub(super) async fn attempts_of(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {

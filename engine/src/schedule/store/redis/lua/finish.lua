@@ -3,7 +3,8 @@
 -- be replayed); the others keep their header only.
 -- ARGV: now, max, keep, then per entry: id, state code, record ('' for
 -- none) (max and keep bound the attempt log: `log_attempt`).
--- Returns how many.
+-- Returns { moved, trimmed }: how many ended, how many log records the
+-- bound dropped.
 --
 -- As delivered.lua: one MGET reads the entries, and the new values and
 -- sorted-set changes are made at `flush`, a few calls for the batch; the
@@ -22,7 +23,7 @@ for i = 4, #ARGV, 3 do
   end
 end
 if #keys == 0 then
-  return 0
+  return { 0, 0 }
 end
 local values = bulk_read('MGET', nil, keys)
 local c = changes()
@@ -50,7 +51,8 @@ for j = 1, #keys do
   end
 end
 flush(c)
+local trimmed = 0
 for _, j in ipairs(logs) do
-  log_attempt(ids[j], records[j], max, keep)
+  trimmed = trimmed + log_attempt(ids[j], records[j], max, keep)
 end
-return n
+return { n, trimmed }

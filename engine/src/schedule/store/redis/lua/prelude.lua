@@ -297,14 +297,16 @@ end
 -- `max` records: when a record makes it longer, the one at index `keep`
 -- (the oldest after the first `keep`) goes, so the first `keep` and the
 -- latest stay. Records are never empty (a version byte first), so an empty
--- string marks the one to remove.
+-- string marks the one to remove. Returns 1 when one was removed, else 0.
 local function log_attempt(id, record, max, keep)
   local ak = B .. ':a:' .. id
   local n = redis.call('RPUSH', ak, record)
   if n > max then
     redis.call('LSET', ak, keep, '')
     redis.call('LREM', ak, 1, '')
+    return 1
   end
+  return 0
 end
 
 -- `finish`, with its sorted-set changes gathered in `c`; `now_text` is

@@ -3,10 +3,11 @@
 -- in the callback phase, its step cleared, its attempt logged.
 -- ARGV: now, max, keep, then per entry: id, at, record ('' for none)
 -- (max and keep bound the attempt log: `log_attempt`).
--- Returns how many.
+-- Returns { moved, trimmed }: how many moved, how many log records the
+-- bound dropped.
 local now, max, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease, due, rw = B .. ':lease', B .. ':due', B .. ':rw'
-local n, seen = 0, {}
+local n, trimmed, seen = 0, 0, {}
 for i = 4, #ARGV, 3 do
   local id, at, record = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local k = ekey(id)
@@ -22,10 +23,10 @@ for i = 4, #ARGV, 3 do
       put_state(k, RETRY_WAIT, e.attempts, now, tonumber(at))
       put_flags(k, stepless(e, true))
       if record ~= '' then
-        log_attempt(id, record, max, keep)
+        trimmed = trimmed + log_attempt(id, record, max, keep)
       end
       n = n + 1
     end
   end
 end
-return n
+return { n, trimmed }
