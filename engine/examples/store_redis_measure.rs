@@ -17,7 +17,9 @@
 //! claims with everything pending; claim (`--claim-batches` batches, or
 //! everything), mark delivered, purge. Results are printed as one line per
 //! measurement, for docs/redis-store.md. `--keep`, then `--reuse PREFIX`,
-//! measures claims again with the same entries pending.
+//! measures claims again with the same entries pending. `--callback` settles
+//! the claimed entries as a callback sender does instead: its step marked
+//! (`calling`), then finished as delivered with its attempt logged.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,9 +27,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
-use herald_engine::schedule::entry::{Entry, Millis};
-use herald_engine::schedule::store::Store;
+use herald_engine::callback::attempt::{Attempt, Kind, Verdict};
+use herald_engine::schedule::entry::{Entry, Millis, Phase, Step};
 use herald_engine::schedule::store::redis::{RedisConfig, RedisStore};
+use herald_engine::schedule::store::{Ending, Finish, Store};
 use herald_protocol::envelope::{Notification, Scope};
 use tokio::sync::Mutex;
 
@@ -59,6 +62,10 @@ struct Args {
     /// purge everything).
     #[arg(long, default_value_t = 0)]
     claim_batches: usize,
+    /// Settle as callbacks: mark the step, then finish with an attempt
+    /// record, instead of marking delivered.
+    #[arg(long)]
+    callback: bool,
     /// Leave the keys in Redis.
     #[arg(long)]
     keep: bool,
@@ -92,6 +99,7 @@ fn entry(i: usize, payload: &Bytes) -> Entry {
         accepted_ms: T0,
         when_online: false,
         attempts: 0,
+        phase: Phase::Deliver,
     }
 }
 
@@ -443,11 +451,14 @@ async fn main() {
         percentiles(&mut lat)
     );
     println!("claim_due: {}", redis_cost(&args.url, busy, claimed.len()));
-    let busy = costs(&args.url);
 
-    // Delivered, then purge.
+    // Delivered (or the callback's step and end), then purge.
     let n = claimed.len();
     let claimed = Arc::new(claimed);
+    if args.callback {
+        settle_as_callbacks(&store, &claimed, &args).await;
+    }
+    let busy = costs(&args.url);
     let (elapsed, mut lat) = {
         let (store, claimed, b) = (Arc::clone(&store), Arc::clone(&claimed), args.batch);
         spread(n.div_ceil(b), args.concurrency, move |k| {
@@ -469,6 +480,11 @@ async fn main() {
     );
     println!("delivered: {}", redis_cost(&args.url, busy, n));
     let busy = costs(&args.url);
+    if args.callback {
+        // They were finished already: the delivered calls found nothing
+        // firing (what that costs is the line above).
+        println!("(--callback: delivered found nothing left to mark)");
+    }
     let t = Instant::now();
     let mut purged = 0;
     loop {
@@ -496,4 +512,71 @@ async fn main() {
             used_memory(&args.url) / 1_000_000
         );
     }
+}
+
+/// Settle `claimed` as a callback sender does: the step of each batch
+/// marked `calling`, then each finished as delivered with its attempt
+/// logged; prints the time and the Redis CPU of each.
+async fn settle_as_callbacks(store: &Arc<RedisStore>, claimed: &Arc<Vec<String>>, args: &Args) {
+    let n = claimed.len();
+    let b = args.batch;
+    let busy = costs(&args.url);
+    let (elapsed, mut lat) = {
+        let (store, claimed) = (Arc::clone(store), Arc::clone(claimed));
+        spread(n.div_ceil(b), args.concurrency, move |k| {
+            let (store, claimed) = (Arc::clone(&store), Arc::clone(&claimed));
+            async move {
+                let ids = claimed[k * b..((k + 1) * b).min(claimed.len())].to_vec();
+                store
+                    .mark_step(ids, Step::Calling, T0 + 1)
+                    .await
+                    .expect("mark_step");
+                true
+            }
+        })
+        .await
+    };
+    println!(
+        "mark_step: {n} entries in {:.2} s = {}; per call of {b}: {}",
+        elapsed.as_secs_f64(),
+        rate(n, elapsed),
+        percentiles(&mut lat)
+    );
+    println!("mark_step: {}", redis_cost(&args.url, busy, n));
+    let busy = costs(&args.url);
+    let (elapsed, mut lat) = {
+        let (store, claimed) = (Arc::clone(store), Arc::clone(claimed));
+        spread(n.div_ceil(b), args.concurrency, move |k| {
+            let (store, claimed) = (Arc::clone(&store), Arc::clone(&claimed));
+            async move {
+                let items = claimed[k * b..((k + 1) * b).min(claimed.len())]
+                    .iter()
+                    .map(|id| Finish {
+                        id: id.clone(),
+                        ending: Ending::Delivered,
+                        attempt: Some(Attempt {
+                            at_ms: T0 + 1,
+                            duration_ms: 1,
+                            attempt: 1,
+                            kind: Kind::Call,
+                            status: Some(200),
+                            verdict: Verdict::Delivered,
+                            error: None,
+                            excerpt: "OK".into(),
+                        }),
+                    })
+                    .collect();
+                store.finish(items, T0 + 1).await.expect("finish");
+                true
+            }
+        })
+        .await
+    };
+    println!(
+        "finish: {n} entries in {:.2} s = {}; per call of {b}: {}",
+        elapsed.as_secs_f64(),
+        rate(n, elapsed),
+        percentiles(&mut lat)
+    );
+    println!("finish: {}", redis_cost(&args.url, busy, n));
 }

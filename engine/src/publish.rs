@@ -32,7 +32,7 @@ pub use error::ApiError;
 use crate::api_key::ApiKeys;
 use crate::link::Link;
 use crate::metrics::PublishMetrics;
-use crate::schedule::entry::Entry;
+use crate::schedule::entry::{Entry, Phase};
 use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
 use crate::schedule::timing::{now_ms, rfc3339};
@@ -132,7 +132,8 @@ impl PublishApi {
 
     /// The routes: `POST /v1/notifications`; with delayed notifications
     /// also `GET /v1/notifications` (list), `GET` and `DELETE
-    /// /v1/notifications/{id}`, `POST /v1/users/{uid}/online`, and the
+    /// /v1/notifications/{id}`, `POST /v1/notifications/{id}/retry`,
+    /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
     /// /v1/topics/{name}`).
     pub fn routes(&self) -> Router {
@@ -143,6 +144,7 @@ impl PublishApi {
                     "/v1/notifications/{id}",
                     delete(notifications::cancel).get(notifications::status),
                 )
+                .route("/v1/notifications/{id}/retry", post(notifications::retry))
                 .route("/v1/users/{uid}/online", post(notifications::user_online))
                 .route("/v1/topics", get(topics::list))
                 .route(
@@ -275,6 +277,7 @@ impl PublishApi {
                 accepted_ms: now,
                 when_online: p.delay.when_online,
                 attempts: 0,
+                phase: Phase::Deliver,
             });
         }
         let mut scheduled = Vec::with_capacity(delayed.len());

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use herald_engine::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
 use herald_engine::schedule::config::ScheduleConfig;
-use herald_engine::schedule::entry::{Entry, State};
+use herald_engine::schedule::entry::{Entry, Phase, State};
 use herald_engine::schedule::metrics::{DelayedMetrics, ReadLabels};
 use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::service::Delayed;
@@ -55,6 +55,7 @@ fn entry(id: &str, due_ms: u64) -> Entry {
         accepted_ms: now_ms(),
         when_online: false,
         attempts: 0,
+        phase: Phase::Deliver,
     }
 }
 

@@ -8,9 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use herald_engine::schedule::store::Insert;
-use herald_engine::schedule::store::Store;
+use herald_engine::schedule::entry::{Phase, State};
 use herald_engine::schedule::store::embedded::{EmbeddedConfig, EmbeddedStore};
+use herald_engine::schedule::store::{Ending, Finish, Insert, Replay, RetryWait, Store};
 
 async fn open() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -92,9 +92,48 @@ async fn a_store_of_the_first_format_is_refused_with_a_clear_error() {
     }
     let err = EmbeddedStore::open(dir.path()).unwrap_err().to_string();
     assert!(
-        err.contains("store format 1") && err.contains("format 2"),
+        err.contains("store format 1") && err.contains("format 3"),
         "{err}"
     );
+}
+
+/// A file of format 2 (before the callback states) is read as it is, and
+/// stamped 3 so that an older Herald refuses it instead of meeting states
+/// it does not know.
+#[tokio::test]
+async fn a_store_of_format_2_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let e = store_suite::entry("kept", store_suite::T0 + 5, None, "u");
+        store.insert(vec![e], store_suite::T0).await.unwrap();
+    }
+    {
+        // What a format 2 Herald wrote: the same tables, less `retry` and
+        // `attempts`, stamped 2.
+        let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(meta).unwrap().insert("format", 2).unwrap();
+        for gone in ["retry", "attempts"] {
+            let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new(gone);
+            assert!(txn.delete_table(def).unwrap(), "{gone} existed");
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let claimed = store
+            .claim_due(store_suite::T0 + 5, 10, 1000)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "the entry of format 2 fires");
+        assert_eq!(store.attempts("kept").await.unwrap(), vec![]);
+    }
+    let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
+    let txn = db.begin_read().unwrap();
+    let format = txn.open_table(meta).unwrap().get("format").unwrap();
+    assert_eq!(format.map(|v| v.value()), Some(3));
 }
 
 #[tokio::test]
@@ -124,6 +163,69 @@ async fn a_reopened_store_has_everything_it_acknowledged() {
         .unwrap();
     let ids: Vec<&str> = again.iter().map(|e| e.id()).collect();
     assert_eq!(ids, ["e0", "e1", "e2", "e3", "e4"]);
+}
+
+/// The callback states survive a restart: an entry claimed from
+/// retry_wait when the process stopped comes back in the callback phase at
+/// once, a dead letter keeps its body, and the attempt logs are there.
+#[tokio::test]
+async fn a_reopened_store_keeps_the_callback_states() {
+    let t0 = store_suite::T0;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let entries = ["w", "d"].map(|id| store_suite::entry(id, t0, Some("cb"), "u"));
+        store.insert(entries.to_vec(), t0).await.unwrap();
+        store.claim_due(t0, 10, 60_000).await.unwrap();
+        let attempt = |n| Some(store_suite::attempt(n, t0));
+        store
+            .retry_wait(
+                vec![RetryWait {
+                    id: "w".into(),
+                    at_ms: t0 + 10,
+                    attempt: attempt(1),
+                }],
+                t0 + 1,
+            )
+            .await
+            .unwrap();
+        store
+            .finish(
+                vec![Finish {
+                    id: "d".into(),
+                    ending: Ending::Dead,
+                    attempt: attempt(1),
+                }],
+                t0 + 1,
+            )
+            .await
+            .unwrap();
+        // Claimed again, in the callback phase, when the process stops.
+        let claimed = store.claim_due(t0 + 10, 10, 60_000).await.unwrap();
+        assert_eq!(claimed[0].phase, Phase::Callback);
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let w = store.status("w").await.unwrap().unwrap();
+    assert_eq!(
+        w.state,
+        State::RetryWait,
+        "the claim ended with the process"
+    );
+    let back = store.claim_due(t0 + 10, 10, 60_000).await.unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].id(), back[0].phase), ("w", Phase::Callback));
+    for id in ["w", "d"] {
+        assert_eq!(store.attempts(id).await.unwrap().len(), 1, "{id}");
+    }
+    assert!(matches!(
+        store.replay("d", t0 + 20).await.unwrap(),
+        Replay::Replayed(_)
+    ));
+    let d = store.claim_due(t0 + 20, 10, 60_000).await.unwrap();
+    assert_eq!(
+        d[0].notification,
+        store_suite::entry("d", t0, Some("cb"), "u").notification
+    );
 }
 
 #[tokio::test]
@@ -319,6 +421,37 @@ async fn crash_child() {
             }
         }));
     }
+    // Beside them, callbacks one after the other: each fails once (to
+    // retry_wait), is claimed again and dies, each step printed once it
+    // is acknowledged. The others' entries are due later than any claim
+    // here, so each claim takes this loop's entry alone.
+    let store = Arc::clone(&store);
+    tasks.push(tokio::spawn(async move {
+        let t0 = store_suite::T0;
+        for n in 0.. {
+            let id = format!("c{n}");
+            let e = store_suite::entry(&id, t0, None, "u");
+            store.insert(vec![e], t0).await.unwrap();
+            let claimed = store.claim_due(t0, 10, 60_000).await.unwrap();
+            assert_eq!(claimed.len(), 1);
+            let wait = RetryWait {
+                id: id.clone(),
+                at_ms: t0 + 500,
+                attempt: Some(store_suite::attempt(1, t0)),
+            };
+            store.retry_wait(vec![wait], t0 + 1).await.unwrap();
+            println!("rw {id}");
+            let claimed = store.claim_due(t0 + 500, 10, 60_000).await.unwrap();
+            assert_eq!(claimed[0].phase, Phase::Callback);
+            let dead = Finish {
+                id: id.clone(),
+                ending: Ending::Dead,
+                attempt: Some(store_suite::attempt(2, t0 + 500)),
+            };
+            store.finish(vec![dead], t0 + 501).await.unwrap();
+            println!("dead {id}");
+        }
+    }));
     for t in tasks {
         t.await.unwrap();
     }
@@ -341,11 +474,16 @@ async fn kill_9_mid_ingest_keeps_every_acknowledged_entry() {
         .spawn()
         .unwrap();
     let mut acked = Vec::new();
+    let (mut waiting, mut dead) = (Vec::new(), Vec::new());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while acked.len() < 3000 {
+    while acked.len() < 3000 || dead.len() < 20 {
         let line = lines.next().expect("the child stopped early").unwrap();
         if line.starts_with('w') {
             acked.push(line);
+        } else if let Some(id) = line.strip_prefix("rw ") {
+            waiting.push(id.to_owned());
+        } else if let Some(id) = line.strip_prefix("dead ") {
+            dead.push(id.to_owned());
         }
     }
     child.kill().unwrap(); // SIGKILL: no destructor, no flush
@@ -357,4 +495,35 @@ async fn kill_9_mid_ingest_keeps_every_acknowledged_entry() {
             "{id} was acknowledged but is gone"
         );
     }
+    // Every callback state acknowledged is there, with its log: a dead
+    // letter as dead with both attempts (and its body: it replays); one
+    // only known to wait, waiting (its claim ended with the process) or
+    // dead (finished, not printed yet).
+    for id in &waiting {
+        let s = store.status(id).await.unwrap().expect("acknowledged");
+        let log = store.attempts(id).await.unwrap().len();
+        if dead.contains(id) {
+            assert_eq!((s.state, log), (State::Dead, 2), "{id}");
+        } else {
+            assert!(
+                matches!(s.state, State::RetryWait | State::Dead),
+                "{id}: {s:?}"
+            );
+            assert!(log >= 1, "{id}");
+        }
+    }
+    let last = dead.last().unwrap();
+    assert!(matches!(
+        store.replay(last, store_suite::T0 + 600).await.unwrap(),
+        Replay::Replayed(_)
+    ));
+    let back = store
+        .claim_due(store_suite::T0 + 600, 100, 60_000)
+        .await
+        .unwrap();
+    let replayed = back.iter().find(|e| e.id() == last).expect("replayed");
+    assert_eq!(
+        replayed.notification,
+        store_suite::entry(last, store_suite::T0, None, "u").notification
+    );
 }

@@ -25,10 +25,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use herald_engine::schedule::entry::{Entry, State};
+use herald_engine::schedule::entry::{Entry, Phase, State};
 use herald_engine::schedule::store::redis::{Durability, Eviction, RedisConfig, RedisStore};
-use herald_engine::schedule::store::{Cancel, Cursor, Insert, ListFilter, Store, StoreError};
-use store_suite::{LEASE, T0, entry, online_entry};
+use herald_engine::schedule::store::{
+    Cancel, Cursor, Ending, Finish, Insert, ListFilter, Replay, RetryWait, Store, StoreError,
+};
+use store_suite::{LEASE, T0, attempt, entry, online_entry};
 
 // ---------------------------------------------------------------------------
 // Helpers: URLs, prefixes, key inspection and clean-up.
@@ -404,6 +406,15 @@ async fn a_redis_cluster_passes_the_suite() {
         topics_put_get_list_delete,
         topics_are_bounded,
         topics_version_changes_with_every_change,
+        retry_wait_then_claim_is_the_callback_phase,
+        mark_step_shows_in_the_status,
+        a_crashed_callback_lease_comes_back_in_the_callback_phase,
+        finish_to_each_final_state,
+        a_dead_letter_keeps_its_body_and_replays_due_now,
+        the_attempt_log_is_in_order_and_bounded,
+        cancel_of_a_retry_wait_entry,
+        release_and_hold_keep_the_callback_phase,
+        list_purge_and_counts_with_the_callback_states,
     );
     run!("@by_arc", by_arc;
         cancel_racing_claim_has_one_winner,
@@ -1148,6 +1159,25 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
         store.cancel("p000", T0 + 2).await.unwrap(),
         Cancel::Cancelled(_)
     ));
+    // Callbacks: f00-f04 wait for a retry, f05-f09 are dead letters, each
+    // with its attempt logged.
+    let f = |i: usize| format!("f{i:02}");
+    let waiting = (0..5)
+        .map(|i| RetryWait {
+            id: f(i),
+            at_ms: T0 + 20,
+            attempt: Some(attempt(1, T0 + 3)),
+        })
+        .collect();
+    store.retry_wait(waiting, T0 + 3).await.unwrap();
+    let dead = (5..10)
+        .map(|i| Finish {
+            id: f(i),
+            ending: Ending::Dead,
+            attempt: Some(attempt(1, T0 + 3)),
+        })
+        .collect();
+    store.finish(dead, T0 + 3).await.unwrap();
 
     server.kill9();
     assert!(matches!(
@@ -1176,18 +1206,45 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
         let want = match e.id() {
             "p000" => State::Cancelled,
             id if id.starts_with('h') => State::Held,
+            "f00" | "f01" | "f02" | "f03" | "f04" => State::RetryWait,
+            "f05" | "f06" | "f07" | "f08" | "f09" => State::Dead,
             id if id.starts_with('f') => State::Firing,
             _ => State::Scheduled,
         };
         assert_eq!(s.state, want, "{}", e.id());
+        let logged = store.attempts(e.id()).await.unwrap().len();
+        let callback = matches!(want, State::RetryWait | State::Dead);
+        assert_eq!(logged, usize::from(callback), "{}", e.id());
     }
     // Scripts are loaded again transparently (Redis forgot them).
     let back = store.claim_held("alice", T0 + 3, 100, LEASE).await.unwrap();
     assert_eq!(ids(&back), held);
     let due = store.claim_due(T0 + 10_010, 100, LEASE).await.unwrap();
-    assert_eq!(due.len(), 10);
+    assert_eq!(due.len(), 15, "10 scheduled, 5 retries");
+    for e in &due {
+        let retry = e.id().starts_with('f');
+        let phase = if retry {
+            Phase::Callback
+        } else {
+            Phase::Deliver
+        };
+        assert_eq!(e.phase, phase, "{}", e.id());
+    }
     let c = store.counts(T0, vec![]).await.unwrap();
-    assert_eq!((c.scheduled, c.firing, c.held), (vec![389], 50, 0));
+    assert_eq!(
+        (c.scheduled, c.firing, c.held, c.retry_wait),
+        (vec![389], 45, 0, 0)
+    );
+    // A dead letter kept its body through the crash.
+    assert!(matches!(
+        store.replay("f05", T0 + 10_011).await.unwrap(),
+        Replay::Replayed(_)
+    ));
+    let back = store.claim_due(T0 + 10_011, 100, LEASE).await.unwrap();
+    let f05 = back.iter().find(|e| e.id() == "f05").expect("f05 is due");
+    let sent = all.iter().find(|e| e.id() == "f05").unwrap();
+    assert_eq!(f05.notification, sent.notification);
+    assert_eq!((f05.phase, f05.attempts), (Phase::Callback, 1));
 }
 
 /// An entry claimed by an older Herald is listed in the firing set

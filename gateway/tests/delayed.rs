@@ -478,3 +478,179 @@ async fn an_immediate_notification_is_not_in_the_delayed_store() {
     .await;
     assert_eq!(code, 404);
 }
+
+/// The store of this in-process gateway, to drive a callback through its
+/// states the way the sender will (the sender itself is not wired yet).
+fn store_of(gw: &TestGateway) -> std::sync::Arc<dyn herald_engine::schedule::store::Store> {
+    let (shared, _) = gw.local.as_ref().expect("an in-process gateway");
+    match &shared.mode {
+        herald_gateway::app::Mode::Standalone { delayed, .. } => {
+            std::sync::Arc::clone(delayed.store())
+        }
+        other => panic!("not standalone: {}", other.name()),
+    }
+}
+
+/// A callback's states through the API: the step of a firing callback,
+/// retry_wait with its next attempt, a dead letter with every attempt in
+/// its log, listed by topic, sent again with `POST .../retry` (202; 409
+/// once it is not dead; 404 unknown).
+#[tokio::test]
+async fn callback_states_show_in_the_status_and_a_dead_letter_can_be_sent_again() {
+    use herald_engine::callback::attempt::{Attempt, Kind, Verdict};
+    use herald_engine::schedule::entry::Step;
+    use herald_engine::schedule::store::{Ending, Finish, RetryWait};
+    let gw = start(|_| {}).await;
+    let store = store_of(&gw);
+    // Due in an hour: the gateway's firer leaves it alone; the test plays
+    // the sender with a clock an hour ahead.
+    let (code, body) = gw
+        .publish(json!({"id": "cb-1", "users": ["kim"], "event": "e", "topic": "billing", "delay_ms": 3_600_000}))
+        .await;
+    assert_eq!(code, 202, "{body}");
+    let due = body["scheduled"][0]["due_at_ms"].as_u64().unwrap();
+    let s = status_of(&gw, "cb-1").await;
+    assert_eq!(
+        (&s["state"], &s["attempt_log"]),
+        (&json!("scheduled"), &json!([]))
+    );
+    let claimed = store.claim_due(due, 10, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    store
+        .mark_step(vec!["cb-1".into()], Step::Calling, due + 1)
+        .await
+        .unwrap();
+    let s = status_of(&gw, "cb-1").await;
+    assert_eq!(
+        (&s["state"], &s["step"]),
+        (&json!("firing"), &json!("calling"))
+    );
+    let failed = |n: u32, at_ms: u64| Attempt {
+        at_ms,
+        duration_ms: 30,
+        attempt: n,
+        kind: Kind::Call,
+        status: Some(503),
+        verdict: Verdict::Failed,
+        error: Some("HTTP 503".into()),
+        excerpt: "try later".into(),
+    };
+    store
+        .retry_wait(
+            vec![RetryWait {
+                id: "cb-1".into(),
+                at_ms: due + 60_000,
+                attempt: Some(failed(1, due + 1)),
+            }],
+            due + 31,
+        )
+        .await
+        .unwrap();
+    let s = status_of(&gw, "cb-1").await;
+    assert_eq!(s["state"], "retry_wait");
+    assert_eq!(s["next_attempt_at_ms"].as_u64(), Some(due + 60_000));
+    assert!(s.get("step").is_none(), "{s}");
+    assert_eq!(s["attempt_log"].as_array().unwrap().len(), 1);
+    store.claim_due(due + 60_000, 10, 60_000).await.unwrap();
+    store
+        .finish(
+            vec![Finish {
+                id: "cb-1".into(),
+                ending: Ending::Dead,
+                attempt: Some(failed(2, due + 60_001)),
+            }],
+            due + 60_031,
+        )
+        .await
+        .unwrap();
+    let s = status_of(&gw, "cb-1").await;
+    assert_eq!((&s["state"], &s["attempts"]), (&json!("dead"), &json!(2)));
+    let log = s["attempt_log"].as_array().unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(
+        (
+            &log[0]["attempt"],
+            &log[1]["attempt"],
+            &log[1]["status"],
+            &log[1]["verdict"]
+        ),
+        (&json!(1), &json!(2), &json!(503), &json!("failed"))
+    );
+    assert_eq!(log[1]["kind"], "call");
+    assert_eq!(log[1]["excerpt"], "try later");
+    assert!(log[1]["at"].as_str().unwrap().ends_with('Z'));
+    // Dead letters by topic.
+    let (code, page) = api(
+        &gw,
+        reqwest::Method::GET,
+        "/v1/notifications?state=dead&topic=billing",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
+    assert_eq!(page["items"][0]["id"], "cb-1");
+    // A dead letter cannot be cancelled, but it can be sent again.
+    let (code, body) = api(&gw, reqwest::Method::DELETE, "/v1/notifications/cb-1", None).await;
+    assert_eq!(
+        (code, &body["notification"]["state"]),
+        (409, &json!("dead"))
+    );
+    let before = now_ms();
+    let (code, body) = api(
+        &gw,
+        reqwest::Method::POST,
+        "/v1/notifications/cb-1/retry",
+        None,
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(
+        (&body["state"], &body["attempts"]),
+        (&json!("retry_wait"), &json!(0))
+    );
+    assert!(body["next_attempt_at_ms"].as_u64().unwrap() >= before);
+    let (code, body) = api(
+        &gw,
+        reqwest::Method::POST,
+        "/v1/notifications/cb-1/retry",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, &body["error"]["code"]),
+        (409, &json!("not_dead")),
+        "{body}"
+    );
+    assert_ne!(body["notification"]["state"], "dead");
+    let (code, body) = api(
+        &gw,
+        reqwest::Method::POST,
+        "/v1/notifications/nope/retry",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, &body["error"]["code"]),
+        (404, &json!("not_found")),
+        "{body}"
+    );
+    let (code, body) = api(
+        &gw,
+        reqwest::Method::POST,
+        "/v1/notifications/a%20b/retry",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, &body["error"]["field"]),
+        (422, &json!("id")),
+        "{body}"
+    );
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, "herald_delayed_replayed_total"), Some(1.0));
+    assert_eq!(
+        sample(&metrics, "herald_delayed_replay_not_dead_total"),
+        Some(1.0)
+    );
+}

@@ -1,13 +1,19 @@
 //! The delayed-notification endpoints beside `POST /v1/notifications`:
 //!
 //! - `GET /v1/notifications/{id}`: its status (`scheduled`, `firing`,
-//!   `held`, `delivered`, `cancelled`, `expired`) with timestamps; 404 for
-//!   an id that was never delayed or whose status was purged.
+//!   `held`, `retry_wait`, `delivered`, `cancelled`, `expired`, `declined`,
+//!   `dead`) with timestamps, the `step` of a firing callback, and its
+//!   `attempt_log` (the callback's requests); 404 for an id that was never
+//!   delayed or whose status was purged.
 //! - `DELETE /v1/notifications/{id}`: cancel (200 with the status; again
-//!   200, idempotent); 409 `too_late` once it is firing, delivered or
-//!   expired; 404 unknown.
+//!   200, idempotent); 409 `too_late` once it is firing or final; 404
+//!   unknown.
 //! - `GET /v1/notifications?state=scheduled&topic=T&limit=100&cursor=C`:
-//!   one page ordered by due time, and `next_cursor` for the next.
+//!   one page ordered by due time, and `next_cursor` for the next
+//!   (`state=dead&topic=T`: the dead letters of a topic).
+//! - `POST /v1/notifications/{id}/retry`: send a dead letter again (202
+//!   with its status, `retry_wait` due now); 409 `not_dead` otherwise; 404
+//!   unknown.
 //! - `POST /v1/users/{uid}/online`: the backend says the user is online
 //!   now: fire what is held for them (202).
 //!
@@ -20,9 +26,10 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, PublishApi};
+use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{State as EntryState, Status};
 use crate::schedule::service::Delayed;
-use crate::schedule::store::{Cancel, Cursor, ListFilter};
+use crate::schedule::store::{Cancel, Cursor, ListFilter, Replay};
 use crate::schedule::timing::rfc3339;
 
 /// Default and largest page size of the list.
@@ -43,11 +50,22 @@ pub(crate) struct StatusBody {
     updated_at: String,
     updated_at_ms: u64,
     attempts: u32,
+    /// The request a firing callback has on its way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'static str>,
+    /// When a `retry_wait` callback is tried next.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_attempt_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_attempt_at_ms: Option<u64>,
 }
 
 impl From<Status> for StatusBody {
     fn from(s: Status) -> Self {
         StatusBody {
+            step: s.step.map(|st| st.as_str()),
+            next_attempt_at: s.next_attempt_ms.map(rfc3339),
+            next_attempt_at_ms: s.next_attempt_ms,
             state: s.state.as_str(),
             topic: s.topic,
             accepted_at: rfc3339(s.accepted_ms),
@@ -62,16 +80,52 @@ impl From<Status> for StatusBody {
     }
 }
 
+/// One status with its attempt log, as `GET /v1/notifications/{id}`
+/// answers it.
+#[derive(Debug, Serialize)]
+struct StatusWithLog {
+    #[serde(flatten)]
+    status: StatusBody,
+    attempt_log: Vec<AttemptBody>,
+}
+
+/// An attempt as JSON: its record, and when it started as RFC 3339.
+#[derive(Debug, Serialize)]
+struct AttemptBody {
+    at: String,
+    #[serde(flatten)]
+    attempt: Attempt,
+}
+
+impl From<Attempt> for AttemptBody {
+    fn from(a: Attempt) -> Self {
+        AttemptBody {
+            at: rfc3339(a.at_ms),
+            attempt: a,
+        }
+    }
+}
+
+/// A 409: the request does not fit the notification's state.
 #[derive(Serialize)]
-struct TooLate<'a> {
-    error: TooLateError<'a>,
+struct Conflict<'a> {
+    error: ConflictError<'a>,
     notification: StatusBody,
 }
 
 #[derive(Serialize)]
-struct TooLateError<'a> {
+struct ConflictError<'a> {
     code: &'a str,
     message: String,
+}
+
+/// A 409 with `code`, `message` and the notification's status.
+fn conflict(code: &str, message: String, status: Status) -> Response {
+    let body = Conflict {
+        error: ConflictError { code, message },
+        notification: status.into(),
+    };
+    (StatusCode::CONFLICT, Json(body)).into_response()
 }
 
 #[derive(Serialize)]
@@ -123,8 +177,19 @@ pub(crate) async fn status(
     let answer = async {
         let delayed = guard(&api, &headers)?;
         check_name("id", &id)?;
-        match delayed.status(&id).await.map_err(unavailable)? {
-            Some(s) => Ok(Json(StatusBody::from(s)).into_response()),
+        let (status, log) = tokio::join!(delayed.status(&id), delayed.attempts(&id));
+        match status.map_err(unavailable)? {
+            Some(s) => {
+                let body = StatusWithLog {
+                    status: s.into(),
+                    attempt_log: log
+                        .map_err(unavailable)?
+                        .into_iter()
+                        .map(AttemptBody::from)
+                        .collect(),
+                };
+                Ok(Json(body).into_response())
+            }
             None => Err(ApiError::not_found(format!(
                 "no delayed notification {id:?} (never delayed, or its status was purged after the retention period)"
             ))),
@@ -152,17 +217,38 @@ pub(crate) async fn cancel(
                     "notification {id:?} is {} and can no longer be cancelled",
                     s.state
                 );
-                let body = TooLate {
-                    error: TooLateError {
-                        code: "too_late",
-                        message,
-                    },
-                    notification: s.into(),
-                };
-                Ok((StatusCode::CONFLICT, Json(body)).into_response())
+                Ok(conflict("too_late", message, s))
             }
             Cancel::NotFound => Err(ApiError::not_found(format!(
                 "no delayed notification {id:?} to cancel"
+            ))),
+        }
+    };
+    answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/notifications/{id}/retry`.
+pub(crate) async fn retry(
+    State(api): State<PublishApi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let answer = async {
+        let delayed = guard(&api, &headers)?;
+        check_name("id", &id)?;
+        match delayed.replay(&id).await.map_err(unavailable)? {
+            Replay::Replayed(s) => {
+                Ok((StatusCode::ACCEPTED, Json(StatusBody::from(s))).into_response())
+            }
+            Replay::NotDead(s) => {
+                let message = format!(
+                    "notification {id:?} is {}: only a dead letter can be sent again",
+                    s.state
+                );
+                Ok(conflict("not_dead", message, s))
+            }
+            Replay::NotFound => Err(ApiError::not_found(format!(
+                "no delayed notification {id:?} to send again (never delayed, or purged after the retention period)"
             ))),
         }
     };
@@ -265,6 +351,70 @@ pub(crate) async fn user_online(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::callback::attempt::{Kind, Verdict};
+    use crate::schedule::entry::Step;
+
+    #[test]
+    fn a_status_shows_its_step_next_attempt_and_log() {
+        let status = Status {
+            id: "n".into(),
+            state: EntryState::RetryWait,
+            topic: None,
+            accepted_ms: 0,
+            due_ms: 0,
+            updated_ms: 0,
+            attempts: 2,
+            step: None,
+            next_attempt_ms: Some(1_800_000_060_000),
+        };
+        let attempt = Attempt {
+            at_ms: 1_800_000_000_000,
+            duration_ms: 5,
+            attempt: 2,
+            kind: Kind::Call,
+            status: Some(500),
+            verdict: Verdict::Failed,
+            error: Some("HTTP 500".into()),
+            excerpt: "oops".into(),
+        };
+        let body = StatusWithLog {
+            status: status.clone().into(),
+            attempt_log: vec![attempt.into()],
+        };
+        let v = serde_json::to_value(body).unwrap();
+        assert_eq!(v["state"], "retry_wait");
+        assert_eq!(v["next_attempt_at_ms"], 1_800_000_060_000u64);
+        assert_eq!(v["next_attempt_at"], "2027-01-15T08:01:00Z");
+        assert!(v.get("step").is_none());
+        let log = &v["attempt_log"][0];
+        assert_eq!(log["at"], "2027-01-15T08:00:00Z");
+        assert_eq!(
+            (
+                &log["kind"],
+                &log["verdict"],
+                &log["status"],
+                &log["attempt"]
+            ),
+            (
+                &serde_json::json!("call"),
+                &serde_json::json!("failed"),
+                &serde_json::json!(500),
+                &serde_json::json!(2)
+            )
+        );
+        let firing = Status {
+            state: EntryState::Firing,
+            step: Some(Step::Calling),
+            next_attempt_ms: None,
+            ..status
+        };
+        let v = serde_json::to_value(StatusBody::from(firing)).unwrap();
+        assert_eq!(
+            (&v["state"], &v["step"]),
+            (&serde_json::json!("firing"), &serde_json::json!("calling"))
+        );
+        assert!(v.get("next_attempt_at").is_none());
+    }
 
     #[test]
     fn cursors_round_trip_and_bad_ones_name_the_field() {

@@ -23,8 +23,69 @@ pub struct Entry {
     /// Hold it until its user is online (scope `user`, one user).
     pub when_online: bool,
     /// How many times it has been claimed for firing (1 on the first fire;
-    /// more after a crashed firer's lease expired).
+    /// more after a crashed firer's lease expired, after a hold, and for
+    /// each callback retry; back to 0 when a dead letter is replayed).
     pub attempts: u32,
+    /// What is left to do when it fires: everything, or only its callback
+    /// (its browser part was delivered on an earlier fire). Set by the
+    /// store when it claims the entry; new entries are [`Phase::Deliver`].
+    pub phase: Phase,
+}
+
+/// What a claimed entry still has to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Phase {
+    /// The first fire: deliver to its browser recipients, then make its
+    /// callback (if it has one).
+    #[default]
+    Deliver,
+    /// Its browser part was delivered: only its callback remains (claimed
+    /// from `retry_wait`, or again after the lease of such a claim ran out,
+    /// or replayed from `dead`).
+    Callback,
+}
+
+/// Where a firing callback is, shown in its status (a sub-state of
+/// [`State::Firing`]; the store forgets it when the entry leaves firing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// `GET recheck_url` is on its way.
+    Rechecking,
+    /// `POST callback_url` is on its way.
+    Calling,
+}
+
+impl Step {
+    /// The API name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Rechecking => "rechecking",
+            Step::Calling => "calling",
+        }
+    }
+
+    /// A one-byte code for stores (0 is "no step").
+    pub fn code(self) -> u8 {
+        match self {
+            Step::Rechecking => 1,
+            Step::Calling => 2,
+        }
+    }
+
+    /// The step of a [`Step::code`]; `None` for 0 or an unknown code.
+    pub fn from_code(code: u8) -> Option<Step> {
+        match code {
+            1 => Some(Step::Rechecking),
+            2 => Some(Step::Calling),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Entry {
@@ -47,11 +108,20 @@ impl Entry {
 ///
 /// ```text
 /// scheduled --due, claimed--> firing --link took it--> delivered
-///     |                          |  \--user offline--> held --user online--> firing
-///     |                          \--lease expired (firer crashed)--> firing again
-///     \--cancel--> cancelled         held --cancel--> cancelled
-///                                    held --hold limit--> expired
+///     |                        | | |  \--user offline--> held --user online--> firing
+///     |                        | | \--lease expired (firer crashed)--> firing again
+///     \--cancel--> cancelled   | |     held --cancel--> cancelled
+///                              | |     held --hold limit--> expired
+///           callbacks:         | \--callback done--> delivered | recheck said no --> declined
+///                              |  \--no attempt left--> dead --replay--> retry_wait (due now)
+///                              \--callback failed--> retry_wait --due, claimed--> firing
+///                                                    retry_wait --cancel--> cancelled
 /// ```
+///
+/// While a callback is firing, its [`Step`] (rechecking, calling) says
+/// which request is on its way. `dead` is final for the lifecycle but
+/// keeps the body, so that it can be replayed; the other final states keep
+/// only the status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum State {
     /// Waiting for its due time.
@@ -66,17 +136,29 @@ pub enum State {
     Cancelled,
     /// Held past its hold limit without the user coming online.
     Expired,
+    /// Its callback failed and waits for its next attempt (its browser
+    /// part, if any, was delivered): claimed when that time comes, like a
+    /// scheduled entry.
+    RetryWait,
+    /// Its recheck said not to send: the callback was not made.
+    Declined,
+    /// Its callback failed on its last attempt: a dead letter. Keeps its
+    /// body until purged, so that it can be replayed.
+    Dead,
 }
 
 impl State {
-    /// Every state, in lifecycle order.
-    pub const ALL: [State; 6] = [
+    /// Every state, in code order ([`State::code`]).
+    pub const ALL: [State; State::COUNT] = [
         State::Scheduled,
         State::Firing,
         State::Held,
         State::Delivered,
         State::Cancelled,
         State::Expired,
+        State::RetryWait,
+        State::Declined,
+        State::Dead,
     ];
 
     /// The API name.
@@ -88,17 +170,33 @@ impl State {
             State::Delivered => "delivered",
             State::Cancelled => "cancelled",
             State::Expired => "expired",
+            State::RetryWait => "retry_wait",
+            State::Declined => "declined",
+            State::Dead => "dead",
         }
     }
 
-    /// Whether the entry is finished (no body kept; only its status, until
-    /// the retention passes).
+    /// Whether the entry is finished: nothing fires it any more (a dead
+    /// letter only when replayed), and [`Store::purge`] removes it after
+    /// the retention period.
+    ///
+    /// [`Store::purge`]: super::store::Store::purge
     pub fn is_final(self) -> bool {
-        matches!(self, State::Delivered | State::Cancelled | State::Expired)
+        matches!(
+            self,
+            State::Delivered | State::Cancelled | State::Expired | State::Declined | State::Dead
+        )
+    }
+
+    /// Whether an entry in this state keeps its body (the notification):
+    /// live entries, and dead letters (to be replayed). The other final
+    /// states keep only their status.
+    pub fn keeps_body(self) -> bool {
+        !self.is_final() || self == State::Dead
     }
 
     /// How many states there are: codes are `0..COUNT`.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 9;
 
     /// A one-byte code for stores.
     pub fn code(self) -> u8 {
@@ -109,6 +207,9 @@ impl State {
             State::Delivered => 3,
             State::Cancelled => 4,
             State::Expired => 5,
+            State::RetryWait => 6,
+            State::Declined => 7,
+            State::Dead => 8,
         }
     }
 
@@ -126,7 +227,9 @@ impl fmt::Display for State {
 
 /// An unknown state name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown state {0:?}: expected scheduled, firing, held, delivered, cancelled or expired")]
+#[error(
+    "unknown state {0:?}: expected scheduled, firing, held, delivered, cancelled, expired, retry_wait, declined or dead"
+)]
 pub struct UnknownState(pub String);
 
 impl FromStr for State {
@@ -156,6 +259,10 @@ pub struct Status {
     pub updated_ms: Millis,
     /// Times claimed for firing.
     pub attempts: u32,
+    /// While firing a callback: the request on its way.
+    pub step: Option<Step>,
+    /// While in `retry_wait`: when its next attempt is due.
+    pub next_attempt_ms: Option<Millis>,
 }
 
 impl Status {
@@ -169,6 +276,55 @@ impl Status {
             due_ms: entry.due_ms,
             updated_ms,
             attempts: entry.attempts,
+            step: None,
+            next_attempt_ms: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_names_round_trip() {
+        for (code, state) in State::ALL.into_iter().enumerate() {
+            assert_eq!(state.code() as usize, code);
+            assert_eq!(State::from_code(state.code()), Some(state));
+            assert_eq!(state.as_str().parse::<State>(), Ok(state));
+        }
+        assert_eq!(State::from_code(State::COUNT as u8), None);
+        let e = "nope".parse::<State>().unwrap_err().to_string();
+        assert!(e.contains("retry_wait, declined or dead"), "{e}");
+        for step in [Step::Rechecking, Step::Calling] {
+            assert_eq!(Step::from_code(step.code()), Some(step));
+        }
+        assert_eq!(Step::from_code(0), None);
+    }
+
+    #[test]
+    fn dead_is_final_but_keeps_its_body() {
+        let kept: Vec<State> = State::ALL.into_iter().filter(|s| s.keeps_body()).collect();
+        assert_eq!(
+            kept,
+            [
+                State::Scheduled,
+                State::Firing,
+                State::Held,
+                State::RetryWait,
+                State::Dead
+            ]
+        );
+        let fin: Vec<State> = State::ALL.into_iter().filter(|s| s.is_final()).collect();
+        assert_eq!(
+            fin,
+            [
+                State::Delivered,
+                State::Cancelled,
+                State::Expired,
+                State::Declined,
+                State::Dead
+            ]
+        );
     }
 }

@@ -93,6 +93,15 @@ pub struct DelayedMetrics {
     pub firing: Gauge,
     /// Entries held for offline users.
     pub held_pending: Gauge,
+    /// Callbacks waiting for their next attempt (retry_wait, not claimed).
+    pub retry_wait_pending: Gauge,
+    /// Dead letters sent again (`POST /v1/notifications/{id}/retry`).
+    pub replayed: Counter,
+    /// Replays refused: the notification was not a dead letter.
+    pub replay_not_dead: Counter,
+    /// Attempt records dropped because a notification's attempt log was
+    /// full (the oldest after the first ten).
+    pub attempt_log_trimmed: Counter,
     /// Store operations that failed.
     pub store_errors: Family<OpLabels, Counter>,
     /// "User online" events dropped because their queue was full.
@@ -133,6 +142,10 @@ impl Default for DelayedMetrics {
             pending: Family::default(),
             firing: Gauge::default(),
             held_pending: Gauge::default(),
+            retry_wait_pending: Gauge::default(),
+            replayed: Counter::default(),
+            replay_not_dead: Counter::default(),
+            attempt_log_trimmed: Counter::default(),
             store_errors: Family::default(),
             online_dropped: Counter::default(),
             hints_dropped: Counter::default(),
@@ -243,6 +256,22 @@ impl DelayedMetrics {
             self.held_pending.clone(),
         );
         r.register(
+            "retry_wait_pending",
+            "Callbacks waiting for their next attempt",
+            self.retry_wait_pending.clone(),
+        );
+        r.register("replayed", "Dead letters sent again", self.replayed.clone());
+        r.register(
+            "replay_not_dead",
+            "Replays refused because the notification was not a dead letter",
+            self.replay_not_dead.clone(),
+        );
+        r.register(
+            "attempt_log_trimmed",
+            "Attempt records dropped because a notification's attempt log was full",
+            self.attempt_log_trimmed.clone(),
+        );
+        r.register(
             "store_errors",
             "Store operations that failed",
             self.store_errors.clone(),
@@ -314,6 +343,10 @@ mod tests {
             "herald_delayed_pending{due=\"1m\"}",
             "herald_delayed_firing",
             "herald_delayed_held_pending",
+            "herald_delayed_retry_wait_pending",
+            "herald_delayed_replayed_total",
+            "herald_delayed_replay_not_dead_total",
+            "herald_delayed_attempt_log_trimmed_total",
             "herald_delayed_held_total",
             "herald_delayed_cancelled_total",
             "herald_delayed_cancel_too_late_total",

@@ -111,6 +111,7 @@ mod tests {
             accepted_ms: 0,
             when_online: false,
             attempts: 1,
+            phase: crate::schedule::entry::Phase::Deliver,
         }
     }
 

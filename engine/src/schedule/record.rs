@@ -17,7 +17,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use herald_protocol::binary::{self, CALLER_FLAG, DecodeError};
 
-use super::entry::Entry;
+use super::entry::{Entry, Phase};
 
 /// The record version this code writes.
 pub const VERSION: u8 = 1;
@@ -32,7 +32,8 @@ pub struct RecordError(#[from] pub DecodeError);
 
 /// Encode `entry`: its own fields, then the notification in its binary
 /// form ([`herald_protocol::binary`]), `when_online` in the flag bit left
-/// to the caller.
+/// to the caller. Its `phase` is not part of the record: the store keeps
+/// it with the entry's state and sets it on a claim.
 pub fn encode(entry: &Entry) -> Bytes {
     let n = &entry.notification;
     let mut out = BytesMut::with_capacity(HEADER_LEN + binary::encoded_len(n));
@@ -69,6 +70,7 @@ pub fn decode(mut record: Bytes) -> Result<Entry, RecordError> {
         accepted_ms,
         when_online: flag == CALLER_FLAG,
         attempts,
+        phase: Phase::Deliver,
     })
 }
 
@@ -104,6 +106,7 @@ mod tests {
             accepted_ms: 1_700_000_000_000,
             when_online: true,
             attempts: 2,
+            phase: Phase::Deliver,
         }
     }
 

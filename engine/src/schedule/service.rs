@@ -18,9 +18,12 @@ use super::entry::{Entry, Millis, Status};
 use super::firer::Firer;
 use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels};
 use super::presence::Presence;
-use super::store::{Cancel, Cursor, Insert, ListFilter, Page, Store, StoreError};
+use super::store::{
+    Cancel, Cursor, Finish, Insert, ListFilter, Page, Replay, RetryWait, Settled, Store, StoreError,
+};
 use super::timing::{DelayRequest, due_time, now_ms};
 use super::topics::Topics;
+use crate::callback::attempt::Attempt;
 use crate::link::Link;
 use crate::task::{Task, TaskFuture};
 
@@ -249,6 +252,87 @@ impl Delayed {
         })
     }
 
+    /// The attempt log of one notification (its callback's requests),
+    /// oldest first.
+    pub async fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        self.inner.store.attempts(id).await.inspect_err(|_| {
+            self.inner.metrics.store_error("attempts");
+        })
+    }
+
+    /// Firing callbacks to be tried again ([`Store::retry_wait`], at the
+    /// wall clock): those due within the horizon go to the firer's window
+    /// at once, as accepted entries do; attempt records dropped by the
+    /// log's bound are counted.
+    pub async fn retry_wait(&self, items: Vec<RetryWait>) -> Result<Settled, StoreError> {
+        let now = now_ms();
+        let horizon = now.saturating_add(self.inner.config.horizon_ms);
+        let soon: Vec<(Millis, String)> = items
+            .iter()
+            .filter(|i| i.at_ms <= horizon)
+            .map(|i| (i.at_ms, i.id.clone()))
+            .collect();
+        let settled = self
+            .inner
+            .store
+            .retry_wait(items, now)
+            .await
+            .inspect_err(|_| {
+                self.inner.metrics.store_error("retry_wait");
+            })?;
+        self.inner
+            .metrics
+            .attempt_log_trimmed
+            .inc_by(settled.trimmed);
+        for hint in soon {
+            if self.inner.hints.try_send(hint).is_err() {
+                self.inner.metrics.hints_dropped.inc();
+            }
+        }
+        Ok(settled)
+    }
+
+    /// Firing callbacks that end ([`Store::finish`], at the wall clock);
+    /// attempt records dropped by the log's bound are counted.
+    pub async fn finish(&self, items: Vec<Finish>) -> Result<Settled, StoreError> {
+        let settled = self
+            .inner
+            .store
+            .finish(items, now_ms())
+            .await
+            .inspect_err(|_| {
+                self.inner.metrics.store_error("finish");
+            })?;
+        self.inner
+            .metrics
+            .attempt_log_trimmed
+            .inc_by(settled.trimmed);
+        Ok(settled)
+    }
+
+    /// Send a dead letter again: it is due now, and its callback is made
+    /// again from attempt 1 (its attempt log goes on).
+    pub async fn replay(&self, id: &str) -> Result<Replay, StoreError> {
+        let now = now_ms();
+        let out = self.inner.store.replay(id, now).await.inspect_err(|_| {
+            self.inner.metrics.store_error("replay");
+        })?;
+        match &out {
+            Replay::Replayed(_) => {
+                self.inner.metrics.replayed.inc();
+                tracing::info!(id, "dead letter replayed");
+                if self.inner.hints.try_send((now, id.to_owned())).is_err() {
+                    self.inner.metrics.hints_dropped.inc();
+                }
+            }
+            Replay::NotDead(_) => {
+                self.inner.metrics.replay_not_dead.inc();
+            }
+            Replay::NotFound => {}
+        }
+        Ok(out)
+    }
+
     /// A page of statuses.
     pub async fn list(
         &self,
@@ -326,6 +410,7 @@ impl Delayed {
                 }
                 metrics.firing.set(c.firing as i64);
                 metrics.held_pending.set(c.held as i64);
+                metrics.retry_wait_pending.set(c.retry_wait as i64);
             }
             Err(e) => {
                 metrics.store_error("counts");

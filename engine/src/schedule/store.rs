@@ -23,9 +23,32 @@
 //! claim either cancels the entry (and the claim does not return it) or
 //! finds it claimed (and reports [`Cancel::TooLate`]).
 //!
-//! Bodies are kept while an entry is live (scheduled, firing, held). A
-//! final entry keeps only its [`Status`] until [`Store::purge`] removes it
-//! after the retention period.
+//! Bodies are kept while an entry is live (scheduled, firing, held,
+//! retry_wait) and by dead letters (so that [`Store::replay`] can send them
+//! again). Another final entry keeps only its [`Status`]. Every final entry
+//! (dead letters too) stays until [`Store::purge`] removes it after the
+//! retention period, with its attempt log.
+//!
+//! # Callbacks
+//! A notification with a callback goes through more states, each a store
+//! call, so every change is durable before it is acted on:
+//!
+//! ```text
+//! claim_due/claim_held --> firing (phase Deliver: browsers, then the callback)
+//!   firing --mark_step--> firing, step rechecking / calling (shown in the status)
+//!   firing --retry_wait--> retry_wait at `at_ms` (attempt logged, browsers done)
+//!   retry_wait --claim_due at `at_ms`--> firing (phase Callback: the callback only)
+//!   firing --finish--> delivered | declined | dead (attempt logged; dead keeps the body)
+//!   dead --replay--> retry_wait due now, attempts 0, log kept
+//! ```
+//!
+//! A kill -9 at any point loses nothing: an entry is firing under a lease
+//! until one of these calls returns, so at worst the call is made again
+//! (by whoever claims it when the lease runs out, in the same phase).
+//! The attempt log of an entry is bounded: [`MAX_ATTEMPTS_KEPT`] records,
+//! and when it is full the first [`FIRST_ATTEMPTS_KEPT`] and the latest
+//! are kept (each new record drops the oldest one in between), so both how
+//! it started and how it is going stay readable.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,7 +58,8 @@ pub mod embedded;
 #[cfg(feature = "redis")]
 pub mod redis;
 
-use super::entry::{Entry, Millis, State, Status};
+use super::entry::{Entry, Millis, State, Status, Step};
+use crate::callback::attempt::Attempt;
 
 /// A future returned by a [`Store`] method.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -55,11 +79,87 @@ pub enum Insert {
 /// The outcome of a cancel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancel {
-    /// It was scheduled or held and is now cancelled; or it had already
-    /// been cancelled (cancel is idempotent).
+    /// It was scheduled, held or waiting for a callback retry
+    /// (`retry_wait`) and is now cancelled; or it had already been
+    /// cancelled (cancel is idempotent).
     Cancelled(Status),
-    /// It is firing, delivered or expired: too late to cancel.
+    /// It is firing or in another final state: too late to cancel.
     TooLate(Status),
+    /// No such id (never stored, or purged).
+    NotFound,
+}
+
+/// Most attempt records kept per entry (see the module docs for what is
+/// dropped when an entry has more).
+pub const MAX_ATTEMPTS_KEPT: usize = 200;
+
+/// The first attempt records of an entry, always kept when its log is
+/// full.
+pub const FIRST_ATTEMPTS_KEPT: usize = 10;
+
+/// A firing entry whose callback is to be tried again later
+/// ([`Store::retry_wait`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryWait {
+    /// The entry.
+    pub id: String,
+    /// When to claim it again (its fire time; its `due_ms` stays).
+    pub at_ms: Millis,
+    /// The attempt that failed, appended to its log (`None`: waiting
+    /// without a request made, e.g. its destination's circuit is open).
+    pub attempt: Option<Attempt>,
+}
+
+/// How a firing entry ends ([`Store::finish`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Done: the callback (and the browser part) succeeded.
+    Delivered,
+    /// The recheck said not to send.
+    Declined,
+    /// No attempt left: a dead letter, body kept for [`Store::replay`].
+    Dead,
+}
+
+impl Ending {
+    /// The final state it leads to.
+    pub fn state(self) -> State {
+        match self {
+            Ending::Delivered => State::Delivered,
+            Ending::Declined => State::Declined,
+            Ending::Dead => State::Dead,
+        }
+    }
+}
+
+/// A firing entry that ends ([`Store::finish`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    /// The entry.
+    pub id: String,
+    /// How it ends.
+    pub ending: Ending,
+    /// The last attempt, appended to its log.
+    pub attempt: Option<Attempt>,
+}
+
+/// What [`Store::retry_wait`] or [`Store::finish`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Entries that were firing and moved (the others were left alone).
+    pub moved: u64,
+    /// Attempt records dropped because an entry's log was full (the
+    /// oldest after the first [`FIRST_ATTEMPTS_KEPT`]).
+    pub trimmed: u64,
+}
+
+/// The outcome of [`Store::replay`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replay {
+    /// It was dead and now waits in `retry_wait`, due now.
+    Replayed(Status),
+    /// It is not a dead letter: nothing changed.
+    NotDead(Status),
     /// No such id (never stored, or purged).
     NotFound,
 }
@@ -104,6 +204,8 @@ pub struct Counts {
     pub firing: u64,
     /// Held for users who are offline.
     pub held: u64,
+    /// Callbacks waiting for their next attempt (not claimed).
+    pub retry_wait: u64,
 }
 
 /// A registered topic as stored: its settings in their stored JSON form
@@ -133,22 +235,27 @@ pub enum PutTopic {
 /// The durable store of delayed notifications. See the module docs for the
 /// contract every backend keeps.
 pub trait Store: Send + Sync + 'static {
-    /// Store new entries (state scheduled, `attempts` 0) durably, in one
+    /// Store new entries (state scheduled, `attempts` 0, phase
+    /// [`Phase::Deliver`](super::entry::Phase)) durably, in one
     /// commit. One outcome per entry, in order. An id that already exists,
     /// in any state, is left alone and reported as [`Insert::Duplicate`];
     /// the same id twice within one call is stored once.
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>>;
 
-    /// Claim up to `limit` entries that are due: scheduled with fire time
-    /// `<= now`, or firing with an expired lease (`lease_until <= now`; their
-    /// firer crashed). Each becomes firing with `lease_until = now +
-    /// lease_ms`, `attempts + 1`, and is returned, earliest fire time first
-    /// (entries with the same fire time in the backend's order: the
-    /// embedded store's is acceptance, Redis's is id).
+    /// Claim up to `limit` entries that are due: scheduled or retry_wait
+    /// with fire time `<= now`, or firing with an expired lease
+    /// (`lease_until <= now`; their firer crashed). Each becomes firing
+    /// with `lease_until = now + lease_ms`, `attempts + 1`, no step, and is
+    /// returned, earliest fire time first (entries with the same fire time
+    /// in the backend's order: the embedded store's is acceptance, Redis's
+    /// is id). An entry claimed from retry_wait, or again after the lease
+    /// of such a claim, has phase [`Phase::Callback`](super::entry::Phase);
+    /// the others [`Phase::Deliver`](super::entry::Phase).
     /// Atomic: concurrent claimers never get the same entry.
     fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>>;
 
-    /// Up to `limit` (fire time, id) pairs of scheduled and firing entries
+    /// Up to `limit` (fire time, id) pairs of scheduled, retry_wait and
+    /// firing entries
     /// whose fire time is in `from..=until`, earliest first: what the
     /// scheduler's in-memory window holds (`from` 0 reads it whole; a
     /// later `from` reads only what came into its horizon since the last
@@ -167,7 +274,9 @@ pub trait Store: Send + Sync + 'static {
     /// These firing `when_online` entries found their user offline: each
     /// becomes held at `now`, until its user comes online
     /// ([`Store::claim_held`]) or `expires_ms` passes ([`Store::expire`]).
-    /// Ids not firing are left alone.
+    /// Ids not firing, or firing in phase
+    /// [`Phase::Callback`](super::entry::Phase) (their browser part is
+    /// done), are left alone.
     fn hold(&self, ids: Vec<String>, expires_ms: Millis, now: Millis) -> StoreFuture<'_, ()>;
 
     /// `user` came online: claim up to `limit` of the entries held for them
@@ -183,11 +292,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Release the claim on firing entries that could not be delivered now
     /// (the link is down, or its user had a send too recently): each becomes
-    /// scheduled again with fire time `retry_ms` (its `due_ms` unchanged).
-    /// Ids not firing are left alone.
+    /// scheduled again with fire time `retry_ms` (its `due_ms` unchanged);
+    /// one in phase [`Phase::Callback`](super::entry::Phase) goes back to
+    /// retry_wait instead, so it keeps its phase. Ids not firing are left
+    /// alone.
     fn release(&self, ids: Vec<String>, retry_ms: Millis, now: Millis) -> StoreFuture<'_, ()>;
 
-    /// Cancel an entry that is scheduled or held (see [`Cancel`]).
+    /// Cancel an entry that is scheduled, held or in retry_wait (see
+    /// [`Cancel`]). A cancelled retry_wait entry keeps its attempt log.
     fn cancel(&self, id: &str, now: Millis) -> StoreFuture<'_, Cancel>;
 
     /// The status of one entry, if stored.
@@ -207,13 +319,43 @@ pub trait Store: Send + Sync + 'static {
     /// many expired.
     fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64>;
 
-    /// Remove up to `limit` final statuses that entered their state before
-    /// `before`. Returns how many were removed.
+    /// Remove up to `limit` final entries (dead letters included) that
+    /// entered their state before `before`, with their attempt logs.
+    /// Returns how many were removed.
     fn purge(&self, before: Millis, limit: usize) -> StoreFuture<'_, u64>;
 
     /// Counts for the metrics (see [`Counts`]); `bounds` are offsets from
     /// `now` in ms, ascending.
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts>;
+
+    /// Mark firing entries as being at `step` of their callback since
+    /// `now` (their status shows it, with `updated_ms = now`). Ids not
+    /// firing are left alone. The step is part of the claim: it goes when
+    /// the entry leaves firing or is claimed again.
+    fn mark_step(&self, ids: Vec<String>, step: Step, now: Millis) -> StoreFuture<'_, ()>;
+
+    /// These firing entries' callbacks are to be tried again: each becomes
+    /// retry_wait at `now` with fire time `at_ms` (its `due_ms`
+    /// unchanged), its browser part done (claimed again, it has phase
+    /// [`Phase::Callback`](super::entry::Phase)), and its attempt appended
+    /// to its log. Ids not firing are left alone (nothing is logged for
+    /// them).
+    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled>;
+
+    /// These firing entries end: each becomes delivered, declined or dead
+    /// at `now`, its attempt appended to its log. A dead letter keeps its
+    /// body; the others keep only their status. Ids not firing are left
+    /// alone (nothing is logged for them).
+    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled>;
+
+    /// The attempt log of an entry, oldest first (see the module docs for
+    /// its bound); empty when it has none or is not stored.
+    fn attempts(&self, id: &str) -> StoreFuture<'_, Vec<Attempt>>;
+
+    /// Send a dead letter again: it becomes retry_wait at `now`, due `now`,
+    /// with `attempts` 0 (its log is kept and goes on), so the next claim
+    /// makes its callback as attempt 1 (see [`Replay`]).
+    fn replay(&self, id: &str, now: Millis) -> StoreFuture<'_, Replay>;
 
     /// Register `name` with `settings`, or replace its settings. A new
     /// name is refused ([`PutTopic::Full`]) when `max_topics` are

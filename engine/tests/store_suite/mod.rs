@@ -20,9 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_engine::schedule::entry::{Entry, Millis, State};
+use herald_engine::callback::attempt::{Attempt, Kind, Verdict};
+use herald_engine::schedule::entry::{Entry, Millis, Phase, State, Step};
 use herald_engine::schedule::store::{
-    Cancel, Cursor, Insert, ListFilter, Page, PutTopic, Store, StoredTopic,
+    Cancel, Cursor, Ending, FIRST_ATTEMPTS_KEPT, Finish, Insert, ListFilter, MAX_ATTEMPTS_KEPT,
+    Page, PutTopic, Replay, RetryWait, Settled, Store, StoredTopic,
 };
 use herald_protocol::envelope::{Notification, Scope};
 
@@ -52,6 +54,7 @@ pub fn entry(id: &str, due_ms: Millis, topic: Option<&str>, user: &str) -> Entry
         accepted_ms: T0,
         when_online: false,
         attempts: 0,
+        phase: Phase::Deliver,
     }
 }
 
@@ -925,6 +928,522 @@ pub async fn topics_version_changes_with_every_change(store: &dyn Store) {
     );
 }
 
+/// The record of callback attempt `n` (a failed call) made at `at_ms`.
+pub fn attempt(n: u32, at_ms: Millis) -> Attempt {
+    Attempt {
+        at_ms,
+        duration_ms: 12,
+        attempt: n,
+        kind: Kind::Call,
+        status: Some(503),
+        verdict: Verdict::Failed,
+        error: Some(format!("HTTP 503 on attempt {n}")),
+        excerpt: "busy".into(),
+    }
+}
+
+fn wait(id: &str, at_ms: Millis, a: Option<Attempt>) -> RetryWait {
+    RetryWait {
+        id: id.into(),
+        at_ms,
+        attempt: a,
+    }
+}
+
+fn end(id: &str, ending: Ending, a: Option<Attempt>) -> Finish {
+    Finish {
+        id: id.into(),
+        ending,
+        attempt: a,
+    }
+}
+
+/// A failed callback waits in retry_wait, is never claimed before its
+/// time, and then comes back in the callback phase with one more attempt.
+pub async fn retry_wait_then_claim_is_the_callback_phase(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("a", T0, Some("cb"), "u"),
+            entry("later", T0 + 100_000, None, "u"),
+        ],
+    )
+    .await;
+    let first = store.claim_due(T0, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&first), ["a"]);
+    assert_eq!((first[0].attempts, first[0].phase), (1, Phase::Deliver));
+    // "later" is not firing: left alone, nothing logged for it.
+    let settled = store
+        .retry_wait(
+            vec![
+                wait("a", T0 + 5000, Some(attempt(1, T0 + 1))),
+                wait("later", T0 + 10, Some(attempt(1, T0 + 1))),
+                wait("nope", T0 + 10, None),
+            ],
+            T0 + 2,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        settled,
+        Settled {
+            moved: 1,
+            trimmed: 0
+        }
+    );
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.state, a.updated_ms, a.attempts, a.next_attempt_ms),
+        (State::RetryWait, T0 + 2, 1, Some(T0 + 5000))
+    );
+    assert_eq!(a.due_ms, T0, "the reported due time does not move");
+    assert_eq!(store.attempts("a").await.unwrap(), [attempt(1, T0 + 1)]);
+    assert_eq!(state(store, "later").await, Some(State::Scheduled));
+    assert!(store.attempts("later").await.unwrap().is_empty());
+    assert!(store.attempts("nope").await.unwrap().is_empty());
+    assert!(
+        store
+            .claim_due(T0 + 4999, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty(),
+        "never before its retry time"
+    );
+    assert_eq!(
+        store.upcoming(0, T0 + 10_000, 10).await.unwrap(),
+        [(T0 + 5000, "a".into())]
+    );
+    let again = store.claim_due(T0 + 5000, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&again), ["a"]);
+    assert_eq!((again[0].attempts, again[0].phase), (2, Phase::Callback));
+    assert_eq!(
+        again[0].notification,
+        entry("a", T0, Some("cb"), "u").notification
+    );
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.state, a.attempts, a.next_attempt_ms),
+        (State::Firing, 2, None)
+    );
+}
+
+/// The step of a firing callback shows in its status; it goes when the
+/// entry leaves firing.
+pub async fn mark_step_shows_in_the_status(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![entry("a", T0, None, "u"), entry("b", T0 + 1000, None, "u")],
+    )
+    .await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store
+        .mark_step(
+            vec!["a".into(), "b".into(), "nope".into()],
+            Step::Rechecking,
+            T0 + 7,
+        )
+        .await
+        .unwrap();
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.state, a.step, a.updated_ms),
+        (State::Firing, Some(Step::Rechecking), T0 + 7)
+    );
+    let b = store.status("b").await.unwrap().unwrap();
+    assert_eq!(
+        (b.state, b.step),
+        (State::Scheduled, None),
+        "not firing: left alone"
+    );
+    store
+        .mark_step(vec!["a".into()], Step::Calling, T0 + 8)
+        .await
+        .unwrap();
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!((a.step, a.updated_ms), (Some(Step::Calling), T0 + 8));
+    store
+        .finish(vec![end("a", Ending::Delivered, None)], T0 + 9)
+        .await
+        .unwrap();
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!((a.state, a.step), (State::Delivered, None));
+}
+
+/// A firer that crashed in the middle of a callback retry: its lease runs
+/// out and the entry is claimed again, still in the callback phase, its
+/// step gone.
+pub async fn a_crashed_callback_lease_comes_back_in_the_callback_phase(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0, None, "u")]).await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store
+        .retry_wait(vec![wait("a", T0 + 10, Some(attempt(1, T0)))], T0 + 1)
+        .await
+        .unwrap();
+    let claimed = store.claim_due(T0 + 10, 10, 1000).await.unwrap();
+    assert_eq!(claimed[0].phase, Phase::Callback);
+    store
+        .mark_step(vec!["a".into()], Step::Calling, T0 + 11)
+        .await
+        .unwrap();
+    // The firer dies here.
+    assert!(
+        store
+            .claim_due(T0 + 1009, 10, 1000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = store.claim_due(T0 + 1010, 10, 1000).await.unwrap();
+    assert_eq!(ids(&again), ["a"]);
+    assert_eq!((again[0].phase, again[0].attempts), (Phase::Callback, 3));
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!((a.state, a.step, a.attempts), (State::Firing, None, 3));
+    // A first fire that crashed comes back in the deliver phase.
+    insert_ok(store, vec![entry("b", T0, None, "u")]).await;
+    store.claim_due(T0 + 2000, 10, 1000).await.unwrap();
+    let b = store.claim_due(T0 + 3000, 10, 1000).await.unwrap();
+    let phases: Vec<(String, Phase)> = b.iter().map(|e| (e.id().to_owned(), e.phase)).collect();
+    assert!(phases.contains(&("b".into(), Phase::Deliver)), "{phases:?}");
+    assert!(
+        phases.contains(&("a".into(), Phase::Callback)),
+        "{phases:?}"
+    );
+}
+
+/// Finishing moves firing entries to each final state, with their last
+/// attempt logged; ids not firing are left alone.
+pub async fn finish_to_each_final_state(store: &dyn Store) {
+    insert_ok(
+        store,
+        vec![
+            entry("ok", T0, None, "u"),
+            entry("no", T0, None, "u"),
+            entry("dead", T0, None, "u"),
+            entry("later", T0 + 100_000, None, "u"),
+        ],
+    )
+    .await;
+    assert_eq!(store.claim_due(T0, 10, LEASE).await.unwrap().len(), 3);
+    let settled = store
+        .finish(
+            vec![
+                end("ok", Ending::Delivered, Some(attempt(1, T0 + 1))),
+                end("no", Ending::Declined, Some(attempt(1, T0 + 2))),
+                end("dead", Ending::Dead, Some(attempt(1, T0 + 3))),
+                end("later", Ending::Dead, Some(attempt(1, T0 + 4))),
+                end("dead", Ending::Delivered, Some(attempt(9, T0 + 4))),
+            ],
+            T0 + 5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled.moved, 3, "the repeated id is no longer firing");
+    for (id, st) in [
+        ("ok", State::Delivered),
+        ("no", State::Declined),
+        ("dead", State::Dead),
+    ] {
+        let s = store.status(id).await.unwrap().unwrap();
+        assert_eq!((s.state, s.updated_ms, s.attempts), (st, T0 + 5, 1), "{id}");
+        assert_eq!(store.attempts(id).await.unwrap().len(), 1, "{id}");
+    }
+    assert_eq!(state(store, "later").await, Some(State::Scheduled));
+    assert!(store.attempts("later").await.unwrap().is_empty());
+    // Finished entries never fire again, nor can they be cancelled; their
+    // ids stay taken.
+    let later = store.claim_due(T0 + 1_000_000, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&later), ["later"]);
+    for (id, st) in [("no", State::Declined), ("dead", State::Dead)] {
+        match store.cancel(id, T0 + 6).await.unwrap() {
+            Cancel::TooLate(s) => assert_eq!(s.state, st),
+            other => panic!("{id}: {other:?}"),
+        }
+        let again = store
+            .insert(vec![entry(id, T0, None, "u")], T0 + 7)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&again[..], [Insert::Duplicate(s)] if s.state == st),
+            "{again:?}"
+        );
+    }
+}
+
+/// A dead letter keeps its body; replaying it makes it due now, in the
+/// callback phase, its attempts counted from 1 again and its log kept.
+pub async fn a_dead_letter_keeps_its_body_and_replays_due_now(store: &dyn Store) {
+    let mut e = entry("d", T0, Some("cb"), "u");
+    e.notification.payload = Bytes::from((0..=255u8).collect::<Vec<_>>());
+    e.notification.payload_is_utf8 = false;
+    e.notification.content_type = "application/octet-stream".into();
+    insert_ok(
+        store,
+        vec![e.clone(), entry("live", T0 + 100_000, None, "u")],
+    )
+    .await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store
+        .retry_wait(vec![wait("d", T0 + 10, Some(attempt(1, T0)))], T0 + 1)
+        .await
+        .unwrap();
+    store.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    store
+        .finish(
+            vec![end("d", Ending::Dead, Some(attempt(2, T0 + 10)))],
+            T0 + 11,
+        )
+        .await
+        .unwrap();
+    assert_eq!(state(store, "d").await, Some(State::Dead));
+    assert_eq!(
+        store.replay("nope", T0 + 50).await.unwrap(),
+        Replay::NotFound
+    );
+    match store.replay("live", T0 + 50).await.unwrap() {
+        Replay::NotDead(s) => assert_eq!(s.state, State::Scheduled),
+        other => panic!("{other:?}"),
+    }
+    match store.replay("d", T0 + 100).await.unwrap() {
+        Replay::Replayed(s) => assert_eq!(
+            (
+                s.state,
+                s.attempts,
+                s.updated_ms,
+                s.next_attempt_ms,
+                s.due_ms
+            ),
+            (State::RetryWait, 0, T0 + 100, Some(T0 + 100), T0)
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        store
+            .claim_due(T0 + 99, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let back = store.claim_due(T0 + 100, 10, LEASE).await.unwrap();
+    assert_eq!(
+        back,
+        vec![Entry {
+            attempts: 1,
+            phase: Phase::Callback,
+            ..e
+        }],
+        "the body is intact"
+    );
+    assert_eq!(
+        store.attempts("d").await.unwrap(),
+        [attempt(1, T0), attempt(2, T0 + 10)],
+        "the log is kept"
+    );
+    match store.replay("d", T0 + 101).await.unwrap() {
+        Replay::NotDead(s) => assert_eq!(s.state, State::Firing),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Attempts are logged in order; past the bound the first ones and the
+/// latest are kept.
+pub async fn the_attempt_log_is_in_order_and_bounded(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0, None, "u")]).await;
+    let total = MAX_ATTEMPTS_KEPT as u32 + 5;
+    for n in 1..=total {
+        let now = T0 + u64::from(n) * 10;
+        let claimed = store.claim_due(now, 10, LEASE).await.unwrap();
+        assert_eq!(ids(&claimed), ["a"], "attempt {n}");
+        if n == 3 {
+            let log = store.attempts("a").await.unwrap();
+            assert_eq!(log, [attempt(1, T0 + 10), attempt(2, T0 + 20)]);
+        }
+        let settled = store
+            .retry_wait(vec![wait("a", now + 10, Some(attempt(n, now)))], now)
+            .await
+            .unwrap();
+        let dropped = u64::from(n > MAX_ATTEMPTS_KEPT as u32);
+        assert_eq!(
+            settled,
+            Settled {
+                moved: 1,
+                trimmed: dropped
+            },
+            "attempt {n}"
+        );
+    }
+    let log: Vec<u32> = store
+        .attempts("a")
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.attempt)
+        .collect();
+    assert_eq!(log.len(), MAX_ATTEMPTS_KEPT);
+    let first = FIRST_ATTEMPTS_KEPT as u32;
+    let expected: Vec<u32> = (1..=first)
+        .chain(total - (MAX_ATTEMPTS_KEPT as u32 - first) + 1..=total)
+        .collect();
+    assert_eq!(log, expected, "the first ones and the latest");
+    assert_eq!(store.status("a").await.unwrap().unwrap().attempts, total);
+}
+
+/// Cancelling an entry waiting in retry_wait: its callback is not made.
+pub async fn cancel_of_a_retry_wait_entry(store: &dyn Store) {
+    insert_ok(store, vec![entry("a", T0, None, "u")]).await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store
+        .retry_wait(vec![wait("a", T0 + 1000, Some(attempt(1, T0)))], T0 + 1)
+        .await
+        .unwrap();
+    match store.cancel("a", T0 + 2).await.unwrap() {
+        Cancel::Cancelled(s) => assert_eq!((s.state, s.updated_ms), (State::Cancelled, T0 + 2)),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        store
+            .claim_due(T0 + 100_000, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.upcoming(0, u64::MAX, 10).await.unwrap().is_empty());
+    assert_eq!(store.attempts("a").await.unwrap().len(), 1, "the log stays");
+    let c = store.counts(T0, vec![1000]).await.unwrap();
+    assert_eq!((c.scheduled, c.retry_wait), (vec![0, 0], 0));
+    // Claimed again from retry_wait, it is firing: too late.
+    insert_ok(store, vec![entry("b", T0, None, "u")]).await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store
+        .retry_wait(vec![wait("b", T0 + 10, None)], T0 + 1)
+        .await
+        .unwrap();
+    store.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    assert!(matches!(
+        store.cancel("b", T0 + 11).await.unwrap(),
+        Cancel::TooLate(s) if s.state == State::Firing
+    ));
+}
+
+/// Released while in the callback phase, an entry goes back to retry_wait
+/// (keeping its phase); it is never held (its browser part is done).
+pub async fn release_and_hold_keep_the_callback_phase(store: &dyn Store) {
+    insert_ok(store, vec![online_entry("a", T0, "alice")]).await;
+    store.claim_due(T0, 10, LEASE).await.unwrap();
+    store
+        .retry_wait(vec![wait("a", T0 + 10, None)], T0 + 1)
+        .await
+        .unwrap();
+    store.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    store
+        .hold(vec!["a".into()], T0 + 100_000, T0 + 11)
+        .await
+        .unwrap();
+    assert_eq!(state(store, "a").await, Some(State::Firing), "not held");
+    store
+        .release(vec!["a".into()], T0 + 500, T0 + 12)
+        .await
+        .unwrap();
+    let a = store.status("a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.state, a.next_attempt_ms),
+        (State::RetryWait, Some(T0 + 500))
+    );
+    assert!(
+        store
+            .claim_due(T0 + 499, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let back = store.claim_due(T0 + 500, 10, LEASE).await.unwrap();
+    assert_eq!((back[0].phase, back[0].attempts), (Phase::Callback, 3));
+}
+
+/// Lists, counts and purge know the callback states: dead letters by
+/// topic, retry_wait counted apart from scheduled, old declined and dead
+/// entries purged with their logs.
+pub async fn list_purge_and_counts_with_the_callback_states(store: &dyn Store) {
+    let now = T0;
+    insert_ok(
+        store,
+        vec![
+            entry("r", now, Some("cb"), "u"),
+            entry("d", now, Some("cb"), "u"),
+            entry("d2", now, Some("other"), "u"),
+            entry("x", now, Some("cb"), "u"),
+            entry("s", now + 500, Some("cb"), "u"),
+        ],
+    )
+    .await;
+    assert_eq!(store.claim_due(now, 10, LEASE).await.unwrap().len(), 4);
+    store
+        .retry_wait(vec![wait("r", now + 30_000, Some(attempt(1, now)))], now)
+        .await
+        .unwrap();
+    store
+        .finish(
+            vec![
+                end("d", Ending::Dead, Some(attempt(1, now))),
+                end("d2", Ending::Dead, Some(attempt(1, now))),
+                end("x", Ending::Declined, None),
+            ],
+            now + 1,
+        )
+        .await
+        .unwrap();
+    let list = |state, topic: &str| ListFilter {
+        topic: Some(topic.into()),
+        state,
+    };
+    let all = |f: ListFilter| async move {
+        let mut out: Vec<String> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.list(f.clone(), after, 100).await.unwrap();
+            out.extend(page.items.into_iter().map(|s| s.id));
+            match page.next {
+                Some(c) => after = Some(c),
+                None => break out,
+            }
+        }
+    };
+    assert_eq!(
+        all(list(State::Dead, "cb")).await,
+        ["d"],
+        "dead letters by topic"
+    );
+    assert_eq!(all(list(State::Dead, "other")).await, ["d2"]);
+    assert_eq!(all(list(State::Declined, "cb")).await, ["x"]);
+    assert_eq!(all(list(State::RetryWait, "cb")).await, ["r"]);
+    assert_eq!(all(list(State::Scheduled, "cb")).await, ["s"]);
+    assert!(all(list(State::Firing, "cb")).await.is_empty());
+    let c = store.counts(now, vec![1000, 60_000]).await.unwrap();
+    assert_eq!(c.scheduled, vec![1, 0, 0], "retry_wait is not scheduled");
+    assert_eq!((c.firing, c.held, c.retry_wait), (0, 0, 1));
+    let claimed = store.claim_due(now + 30_000, 10, LEASE).await.unwrap();
+    let mut claimed = ids(&claimed);
+    claimed.sort();
+    assert_eq!(claimed, ["r", "s"]);
+    assert_eq!(all(list(State::Firing, "cb")).await, ["r", "s"]);
+    assert!(all(list(State::RetryWait, "cb")).await.is_empty());
+    let c = store.counts(now, vec![1000, 60_000]).await.unwrap();
+    assert_eq!((c.scheduled, c.firing, c.retry_wait), (vec![0, 0, 0], 2, 0));
+    // Purge: final entries (dead letters too) that entered their state
+    // before the bound, with their logs; live ones stay.
+    assert_eq!(store.purge(now + 1, 100).await.unwrap(), 0);
+    assert_eq!(store.purge(now + 2, 100).await.unwrap(), 3);
+    for id in ["d", "d2", "x"] {
+        assert_eq!(store.status(id).await.unwrap(), None, "{id}");
+        assert!(store.attempts(id).await.unwrap().is_empty(), "{id}");
+    }
+    assert!(all(list(State::Dead, "cb")).await.is_empty());
+    assert_eq!(state(store, "r").await, Some(State::Firing));
+    assert_eq!(store.attempts("r").await.unwrap().len(), 1);
+    // A purged id can be used again, with an empty log.
+    insert_ok(store, vec![entry("d", now + 5, None, "u")]).await;
+    assert!(store.attempts("d").await.unwrap().is_empty());
+}
+
 /// One `#[tokio::test]` per case, each on a fresh store from `$open`, an
 /// `async fn() -> (Arc<dyn Store>, Guard)`.
 #[macro_export]
@@ -952,7 +1471,16 @@ macro_rules! store_suite_tests {
             counts_by_due_bucket_and_state,
             topics_put_get_list_delete,
             topics_are_bounded,
-            topics_version_changes_with_every_change
+            topics_version_changes_with_every_change,
+            retry_wait_then_claim_is_the_callback_phase,
+            mark_step_shows_in_the_status,
+            a_crashed_callback_lease_comes_back_in_the_callback_phase,
+            finish_to_each_final_state,
+            a_dead_letter_keeps_its_body_and_replays_due_now,
+            the_attempt_log_is_in_order_and_bounded,
+            cancel_of_a_retry_wait_entry,
+            release_and_hold_keep_the_callback_phase,
+            list_purge_and_counts_with_the_callback_states
         );
         store_suite_tests!(@by_arc $open;
             cancel_racing_claim_has_one_winner,

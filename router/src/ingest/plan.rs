@@ -14,7 +14,7 @@ use herald_amqp::envelope::{
 };
 use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
 use herald_engine::metrics::RejectReason;
-use herald_engine::schedule::entry::Entry;
+use herald_engine::schedule::entry::{Entry, Phase};
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::{Cancel, Insert};
 use herald_engine::schedule::timing::now_ms;
@@ -169,6 +169,7 @@ impl Ingest {
                     accepted_ms: now,
                     when_online: timing.when_online,
                     attempts: 0,
+                    phase: Phase::Deliver,
                 },
             ),
             Err(e) => {

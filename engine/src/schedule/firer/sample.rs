@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use herald_protocol::envelope::{Encodings, Notification, Scope};
 
-use crate::schedule::entry::Entry;
+use crate::schedule::entry::{Entry, Phase};
 
 /// A scheduled text entry for `user`, due at 1,000, on its `attempts`th
 /// claim.
@@ -27,5 +27,6 @@ pub(super) fn entry(id: &str, user: &str, attempts: u32) -> Entry {
         accepted_ms: 0,
         when_online: false,
         attempts,
+        phase: Phase::Deliver,
     }
 }

@@ -57,10 +57,11 @@ use self::read::StatusTables;
 use self::recent::RecentIds;
 use self::write::Tables;
 use super::{
-    Cancel, Counts, Cursor, Insert, ListFilter, Page, PutTopic, Store, StoreError, StoreFuture,
-    StoredTopic,
+    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Settled,
+    Store, StoreError, StoreFuture, StoredTopic,
 };
-use crate::schedule::entry::{Entry, Millis, Status};
+use crate::callback::attempt::Attempt;
+use crate::schedule::entry::{Entry, Millis, Status, Step};
 
 /// A backend failure, as the store reports it.
 fn io(e: impl std::fmt::Display) -> StoreError {
@@ -293,6 +294,15 @@ fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreEr
     let mut meta = txn.open_table(META).map_err(io)?;
     let format = meta.get(FORMAT_KEY).map_err(io)?.map(|v| v.value());
     let format = match format {
+        // Format 3 only added tables (the callback states' `retry` and
+        // `attempts`), which opening creates: a format 2 file is read as it
+        // is. Stamped 3, an older Herald refuses it with its own clear
+        // error rather than meet states it does not know.
+        Some(FORMAT_2) => {
+            meta.insert(FORMAT_KEY, FORMAT).map_err(io)?;
+            tracing::info!(path = %path.display(), "delayed store upgraded from format 2 to 3 (callback states)");
+            FORMAT
+        }
         Some(f) => f,
         None if txn
             .list_tables()
@@ -399,6 +409,28 @@ impl Store for EmbeddedStore {
 
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
         Box::pin(self.read_claimed(move |txn, claims| read::counts(txn, claims, now, &bounds)))
+    }
+
+    fn mark_step(&self, ids: Vec<String>, step: Step, now: Millis) -> StoreFuture<'_, ()> {
+        Box::pin(self.ask(move |tx| Request::MarkStep(ids, step, now, tx)))
+    }
+
+    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled> {
+        Box::pin(self.ask(move |tx| Request::RetryWait(items, now, tx)))
+    }
+
+    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled> {
+        Box::pin(self.ask(move |tx| Request::Finish(items, now, tx)))
+    }
+
+    fn attempts(&self, id: &str) -> StoreFuture<'_, Vec<Attempt>> {
+        let id = id.to_owned();
+        Box::pin(self.read_by_id(move |tables| tables.attempts(&id)))
+    }
+
+    fn replay(&self, id: &str, now: Millis) -> StoreFuture<'_, Replay> {
+        let id = id.to_owned();
+        Box::pin(self.ask(move |tx| Request::Replay(id, now, tx)))
     }
 
     fn put_topic(

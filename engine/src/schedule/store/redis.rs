@@ -10,7 +10,8 @@
 //! - `lua/*.lua`: one script per state transition, each atomic; `prelude.lua`
 //!   (prepended to each) documents the keys and the header.
 //! - `insert`, `claim`, `held` (hold, `claim_held` and the per-user hint),
-//!   `cancel`, `read` (status, list, counts), `sweep` (expire, purge): the
+//!   `cancel`, `read` (status, list, counts), `sweep` (expire, purge),
+//!   `callback` (step, retry_wait, finish, the attempt log, replay): the
 //!   operations.
 //! - `merge`: the earliest items across shards, fetched page by page.
 //! - `reply`: decoding script replies.
@@ -27,10 +28,12 @@
 //! <p>:{s}:e:<id>               entry: header (state, attempts, updated,
 //!                              deadline, due, accepted, topic, user) then
 //!                              the record; header only once final
-//! <p>:{s}:due                  ZSET fire time -> id          scheduled
+//! <p>:{s}:due                  ZSET fire time -> id          scheduled, retry_wait
+//! <p>:{s}:rw                   ZSET fire time -> id          retry_wait (counts)
 //! <p>:{s}:lease                ZSET lease_until -> id        firing
 //! <p>:{s}:hx                   ZSET hold expiry -> id        held
 //! <p>:{s}:fin                  ZSET updated -> id            final (purge)
+//! <p>:{s}:a:<id>               LIST attempt records          the attempt log
 //! <p>:{s}:l:<state>[:<topic>]  ZSET 0 -> due(8B BE)++id      list, (due,id) order
 //! <p>:{s}:h:<user>             ZSET 0 -> due(8B BE)++id      held for user
 //! <p>:{s}:ht:<user>            SET of hold tokens applied here (`held`)
@@ -53,6 +56,7 @@
 //! them, not one per shard (`held`, with the argument why no held entry is
 //! ever lost).
 
+mod callback;
 mod cancel;
 mod claim;
 mod config;
@@ -90,10 +94,11 @@ use self::insert::Inserter;
 use self::layout::{Keys, score};
 use self::reply::num;
 use super::{
-    Cancel, Counts, Cursor, Insert, ListFilter, Page, PutTopic, Store, StoreError, StoreFuture,
-    StoredTopic,
+    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Settled,
+    Store, StoreError, StoreFuture, StoredTopic,
 };
-use crate::schedule::entry::{Entry, Millis, Status};
+use crate::callback::attempt::Attempt;
+use crate::schedule::entry::{Entry, Millis, Status, Step};
 
 macro_rules! script {
     ($file:literal) => {
@@ -116,6 +121,10 @@ struct Scripts {
     purge: Script,
     list: Script,
     headers: Script,
+    mark_step: Script,
+    retry_wait: Script,
+    finish: Script,
+    replay: Script,
 }
 
 impl Scripts {
@@ -131,6 +140,10 @@ impl Scripts {
             purge: script!("purge.lua"),
             list: script!("list.lua"),
             headers: script!("headers.lua"),
+            mark_step: script!("mark_step.lua"),
+            retry_wait: script!("retry_wait.lua"),
+            finish: script!("finish.lua"),
+            replay: script!("replay.lua"),
         }
     }
 }
@@ -394,6 +407,28 @@ impl Store for RedisStore {
 
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
         self.op("counts", self.count_all(now, bounds))
+    }
+
+    fn mark_step(&self, ids: Vec<String>, step: Step, now: Millis) -> StoreFuture<'_, ()> {
+        self.op("mark_step", self.mark_step_all(ids, step, now))
+    }
+
+    fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled> {
+        self.op("retry_wait", self.retry_wait_all(items, now))
+    }
+
+    fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled> {
+        self.op("finish", self.finish_all(items, now))
+    }
+
+    fn attempts(&self, id: &str) -> StoreFuture<'_, Vec<Attempt>> {
+        let id = id.to_owned();
+        self.op("attempts", async move { self.attempts_of(&id).await })
+    }
+
+    fn replay(&self, id: &str, now: Millis) -> StoreFuture<'_, Replay> {
+        let id = id.to_owned();
+        self.op("replay", async move { self.replay_one(&id, now).await })
     }
 
     fn put_topic(

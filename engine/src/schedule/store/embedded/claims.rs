@@ -3,8 +3,10 @@
 //! One process owns an embedded store (its lock file refuses a second), so
 //! a claim only has to keep this process's own claims apart, and to come
 //! back when its lease runs out: nothing of it needs to be on disk. A
-//! claimed entry stays scheduled (or held) in the tables until it settles
-//! (delivered, held, released), which is the one write its firing costs.
+//! claimed entry stays scheduled (or held, or retry_wait) in the tables
+//! until it settles (delivered, held, released, retry_wait, finished),
+//! which is the one write its firing costs. The step of a firing callback
+//! (rechecking, calling) is part of the claim, so marking it writes nothing.
 //! If the process dies, its claims go with it and every claimed entry is
 //! due again when the store is next opened: at-least-once, as a lease
 //! expiry would give, without waiting for the lease.
@@ -21,22 +23,24 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::schedule::entry::{Millis, State, Status};
+use crate::schedule::entry::{Millis, State, Status, Step};
 
 /// One claimed entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Claim {
     pub(super) id: String,
-    /// The state it has in the tables: scheduled or held.
+    /// The state it has in the tables: scheduled, held or retry_wait.
     pub(super) from: State,
-    /// Its `sched` time (scheduled) or due time (held).
+    /// Its `sched` time (scheduled, retry_wait) or due time (held).
     pub(super) fire: Millis,
     /// When the lease runs out: it is claimed again from then on.
     pub(super) deadline: Millis,
     /// Its attempts, this claim included.
     pub(super) attempts: u32,
-    /// When it was claimed.
+    /// When it was claimed, or entered its step.
     pub(super) at: Millis,
+    /// Where its callback is ([`super::Tables::mark_step`]).
+    pub(super) step: Option<Step>,
 }
 
 /// The claims, by seq, with their lease order and how far `sched` has been
@@ -54,6 +58,10 @@ pub(super) struct Claims {
 impl Claims {
     pub(super) fn get(&self, seq: u64) -> Option<&Claim> {
         self.by_seq.get(&seq)
+    }
+
+    pub(super) fn get_mut(&mut self, seq: u64) -> Option<&mut Claim> {
+        self.by_seq.get_mut(&seq)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -105,7 +113,7 @@ impl Claims {
     }
 
     /// `status` of the entry at `seq`, as its claim makes it: firing, with
-    /// the claim's attempts, since the claim.
+    /// the claim's attempts and step, since the claim (or the step).
     pub(super) fn status(&self, seq: u64, mut status: Status) -> Status {
         if let Some(c) = self.by_seq.get(&seq)
             && status.state == c.from
@@ -113,6 +121,8 @@ impl Claims {
             status.state = State::Firing;
             status.attempts = c.attempts;
             status.updated_ms = c.at;
+            status.step = c.step;
+            status.next_attempt_ms = None;
         }
         status
     }
@@ -130,6 +140,7 @@ mod tests {
             deadline,
             attempts: 1,
             at: 5,
+            step: None,
         }
     }
 

@@ -10,8 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::Memory;
 use super::io;
 use super::write::Tables;
-use crate::schedule::entry::{Entry, Millis};
-use crate::schedule::store::{Cancel, Insert, PutTopic, StoreError};
+use crate::schedule::entry::{Entry, Millis, Step};
+use crate::schedule::store::{
+    Cancel, Finish, Insert, PutTopic, Replay, RetryWait, Settled, StoreError,
+};
 
 /// One change, with where its answer goes.
 pub(super) enum Request {
@@ -47,6 +49,23 @@ pub(super) enum Request {
         oneshot::Sender<Result<(), StoreError>>,
     ),
     Cancel(String, Millis, oneshot::Sender<Result<Cancel, StoreError>>),
+    MarkStep(
+        Vec<String>,
+        Step,
+        Millis,
+        oneshot::Sender<Result<(), StoreError>>,
+    ),
+    RetryWait(
+        Vec<RetryWait>,
+        Millis,
+        oneshot::Sender<Result<Settled, StoreError>>,
+    ),
+    Finish(
+        Vec<Finish>,
+        Millis,
+        oneshot::Sender<Result<Settled, StoreError>>,
+    ),
+    Replay(String, Millis, oneshot::Sender<Result<Replay, StoreError>>),
     Expire(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
     Purge(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
     PutTopic {
@@ -68,6 +87,8 @@ enum Answer {
     Entries(Vec<Entry>, oneshot::Sender<Result<Vec<Entry>, StoreError>>),
     Unit(oneshot::Sender<Result<(), StoreError>>),
     Cancel(Cancel, oneshot::Sender<Result<Cancel, StoreError>>),
+    Replay(Replay, oneshot::Sender<Result<Replay, StoreError>>),
+    Settled(Settled, oneshot::Sender<Result<Settled, StoreError>>),
     Count(u64, oneshot::Sender<Result<u64, StoreError>>),
     PutTopic(PutTopic, oneshot::Sender<Result<PutTopic, StoreError>>),
     Flag(bool, oneshot::Sender<Result<bool, StoreError>>),
@@ -80,6 +101,8 @@ impl Answer {
             Answer::Entries(v, tx) => drop(tx.send(Ok(v))),
             Answer::Unit(tx) => drop(tx.send(Ok(()))),
             Answer::Cancel(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Replay(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Settled(v, tx) => drop(tx.send(Ok(v))),
             Answer::Count(v, tx) => drop(tx.send(Ok(v))),
             Answer::PutTopic(v, tx) => drop(tx.send(Ok(v))),
             Answer::Flag(v, tx) => drop(tx.send(Ok(v))),
@@ -92,6 +115,8 @@ impl Answer {
             Answer::Entries(_, tx) => drop(tx.send(Err(e))),
             Answer::Unit(tx) => drop(tx.send(Err(e))),
             Answer::Cancel(_, tx) => drop(tx.send(Err(e))),
+            Answer::Replay(_, tx) => drop(tx.send(Err(e))),
+            Answer::Settled(_, tx) => drop(tx.send(Err(e))),
             Answer::Count(_, tx) => drop(tx.send(Err(e))),
             Answer::PutTopic(_, tx) => drop(tx.send(Err(e))),
             Answer::Flag(_, tx) => drop(tx.send(Err(e))),
@@ -166,14 +191,18 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
         let txn = db.begin_write().map_err(io)?;
         let wrote = {
             let mut t = Tables::open(&txn, recent, &mem.claims)?;
-            // Claims first, answered at once: they write nothing (claims
-            // live in memory) and, applied before anything else of the
-            // group, see only what is committed. So a claim waits for no
-            // commit, only for the group ahead of it, and the firer is not
-            // held up behind a large batch being marked delivered.
-            let (claims, others): (Vec<Request>, Vec<Request>) = group
-                .into_iter()
-                .partition(|r| matches!(r, Request::ClaimDue(..) | Request::ClaimHeld(..)));
+            // Claims (and steps, which change claims) first, answered at
+            // once: they write nothing (claims live in memory) and,
+            // applied before anything else of the group, see only what is
+            // committed. So a claim waits for no commit, only for the
+            // group ahead of it, and the firer is not held up behind a
+            // large batch being marked delivered.
+            let (claims, others): (Vec<Request>, Vec<Request>) = group.into_iter().partition(|r| {
+                matches!(
+                    r,
+                    Request::ClaimDue(..) | Request::ClaimHeld(..) | Request::MarkStep(..)
+                )
+            });
             for request in claims {
                 if let Some(a) = apply(&mut t, request) {
                     a.send();
@@ -238,6 +267,10 @@ fn apply(t: &mut Tables<'_>, request: Request) -> Option<Answer> {
         Request::Hold(ids, expires, now, tx) => reply(t.hold(ids, expires, now), tx, unit),
         Request::Release(ids, at, now, tx) => reply(t.release(ids, at, now), tx, unit),
         Request::Cancel(id, now, tx) => reply(t.cancel(&id, now), tx, Answer::Cancel),
+        Request::MarkStep(ids, step, now, tx) => reply(t.mark_step(ids, step, now), tx, unit),
+        Request::RetryWait(items, now, tx) => reply(t.retry_wait(items, now), tx, Answer::Settled),
+        Request::Finish(items, now, tx) => reply(t.finish(items, now), tx, Answer::Settled),
+        Request::Replay(id, now, tx) => reply(t.replay(&id, now), tx, Answer::Replay),
         Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Count),
         Request::Purge(before, limit, tx) => reply(t.purge(before, limit), tx, Answer::Count),
         Request::PutTopic {

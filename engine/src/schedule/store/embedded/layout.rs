@@ -2,20 +2,25 @@
 //! stored value of an entry. Pure: no I/O.
 //!
 //! ```text
-//! meta     name -> u64                          "format" (2), "next_seq"
+//! meta     name -> u64                          "format" (3), "next_seq"
 //! ids      id -> seq                            every stored entry
-//! records  seq -> header (29 B) ++ id ++ record       (live: scheduled, firing, held)
-//!              -> header ++ id ++ due, accepted, topic (final: delivered, cancelled, expired)
-//! sched    fire(8 BE) ++ seq(8 BE) ++ id        scheduled, by fire time
+//! records  seq -> header (29 B) ++ id ++ record       (live: scheduled, firing, held,
+//!                                                     retry_wait; and dead letters)
+//!              -> header ++ id ++ due, accepted, topic (other final states:
+//!                                                     delivered, cancelled, expired, declined)
+//! sched    fire(8 BE) ++ seq(8 BE) ++ id        scheduled and retry_wait, by fire time
+//! retry    fire(8 BE) ++ seq(8 BE) ++ id        retry_wait only (counts subtract it)
 //! lease    lease_until(8 BE) ++ seq(8 BE) ++ id empty (firing entries of older stores,
 //!                                               moved to sched at open: claims are in memory)
 //! held     user ++ 0x00 ++ due(8 BE) ++ id      held, per user, (due, id) order
 //! holdx    expires(8 BE) ++ id                  held, by hold expiry
 //! list     topic ++ 0x00 ++ state ++ due(8 BE) ++ seq(8 BE) ++ id   per topic and state
-//!                                               (firing entries under scheduled)
+//!                                               (firing and retry_wait entries under scheduled)
 //! final    updated(8 BE) ++ id                  final, by when they became final
-//! hist     fire minute -> count                 scheduled, for the pending gauges
-//! counts   state code -> count                  scheduled, held
+//! hist     fire minute -> count                 scheduled (not retry_wait), for the gauges
+//! counts   state code -> count                  scheduled, held, retry_wait
+//! attempts seq(8 BE) ++ n(4 BE) -> record       attempt log, n counting from 0
+//!                                               (callback::attempt's record)
 //! topics   name -> updated(8 LE) ++ settings    registered topics (JSON settings)
 //! ```
 //!
@@ -34,12 +39,16 @@
 //! Users, topics and ids never contain 0x00 (validation refuses control
 //! characters), so it separates fields. Header: state u8, attempts u32,
 //! updated u64, deadline u64 (lease expiry when firing, hold expiry when
-//! held), fire u64 (the queue time when scheduled).
+//! held), fire u64 (the queue time when scheduled or in retry_wait).
+//!
+//! An entry in retry_wait has phase `Callback` when claimed: its state in
+//! the tables says so, and a claim (in memory) leaves the tables alone, so
+//! a claim again after a lease, or after a crash and a reopen, has it too.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use redb::TableDefinition;
 
-use crate::schedule::entry::{Entry, Millis, State, Status};
+use crate::schedule::entry::{Entry, Millis, Phase, State, Status};
 use crate::schedule::record;
 use crate::schedule::store::StoreError;
 
@@ -58,11 +67,19 @@ pub(super) const LIST: TableDefinition<&[u8], ()> = TableDefinition::new("list")
 pub(super) const FINAL: TableDefinition<&[u8], ()> = TableDefinition::new("final");
 pub(super) const HIST: TableDefinition<u64, u64> = TableDefinition::new("hist");
 pub(super) const COUNTS: TableDefinition<u8, u64> = TableDefinition::new("counts");
+/// Retry_wait entries by fire time (they are in `sched` too).
+pub(super) const RETRY: TableDefinition<&[u8], ()> = TableDefinition::new("retry");
+/// Attempt logs: `seq ++ n` -> record.
+pub(super) const ATTEMPTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("attempts");
 /// Registered topics by name.
 pub(super) const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 
-/// The layout this code reads and writes (`meta["format"]`).
-pub(super) const FORMAT: u64 = 2;
+/// The layout this code reads and writes (`meta["format"]`): 3 has the
+/// callback states and the `retry` and `attempts` tables.
+pub(super) const FORMAT: u64 = 3;
+/// The layout before 3: the same tables less two, which opening creates,
+/// so a file of format 2 is read as it is and stamped 3.
+pub(super) const FORMAT_2: u64 = 2;
 /// `meta` key of the format.
 pub(super) const FORMAT_KEY: &str = "format";
 /// `meta` key of the topics version (bumped by every topic put or delete).
@@ -151,12 +168,26 @@ pub(super) fn list_prefix(topic: Option<&str>, state: State) -> Vec<u8> {
 
 /// The state whose list keys an entry in `state` has: a firing entry keeps
 /// the key it had when scheduled, so claiming (the busiest transition of
-/// all) leaves the list alone.
+/// all) leaves the list alone; a retry_wait entry has scheduled's too, so
+/// a callback's retries leave it alone as well.
 pub(super) fn list_state(state: State) -> State {
     match state {
-        State::Firing => State::Scheduled,
+        State::Firing | State::RetryWait => State::Scheduled,
         other => other,
     }
+}
+
+/// The key of attempt `n` (from 0) of the entry at `seq`.
+pub(super) fn attempt_key(seq: u64, n: u32) -> [u8; 12] {
+    let mut k = [0; 12];
+    k[..8].copy_from_slice(&seq.to_be_bytes());
+    k[8..].copy_from_slice(&n.to_be_bytes());
+    k
+}
+
+/// The `n` of an attempt key.
+pub(super) fn attempt_number(k: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(k.get(8..12)?.try_into().ok()?))
 }
 
 /// A list key: `topic ++ 0 ++ state ++ due ++ seq ++ id`, so entries due
@@ -207,9 +238,9 @@ pub(super) struct Header {
 /// What follows the header.
 #[derive(Debug, Clone)]
 pub(super) enum Body {
-    /// A live entry: its record.
+    /// A live entry or a dead letter: its record.
     Live { record: Bytes, entry: Box<Entry> },
-    /// A final entry: what its status needs.
+    /// Another final entry: what its status needs.
     Final {
         due: Millis,
         accepted: Millis,
@@ -257,11 +288,17 @@ impl Stored {
         }
     }
 
-    /// The entry with its current attempt count (live entries only).
+    /// The entry with its current attempt count and phase (entries that
+    /// keep their body only).
     pub(super) fn entry(&self) -> Option<Entry> {
         match &self.body {
             Body::Live { entry, .. } => Some(Entry {
                 attempts: self.header.attempts,
+                phase: if self.header.state == State::RetryWait {
+                    Phase::Callback
+                } else {
+                    Phase::Deliver
+                },
                 ..(**entry).clone()
             }),
             Body::Final { .. } => None,
@@ -289,12 +326,17 @@ impl Stored {
             due_ms: due,
             updated_ms: self.header.updated,
             attempts: self.header.attempts,
+            step: None,
+            next_attempt_ms: (self.header.state == State::RetryWait).then_some(self.header.fire),
         }
     }
 
-    /// Become final in `state` at `now`: the record goes.
+    /// Become final in `state` at `now`: the record goes (a dead letter
+    /// keeps it).
     pub(super) fn finish(&mut self, state: State, now: Millis) {
-        if let Body::Live { entry, .. } = &self.body {
+        if !state.keeps_body()
+            && let Body::Live { entry, .. } = &self.body
+        {
             self.body = Body::Final {
                 due: entry.due_ms,
                 accepted: entry.accepted_ms,
@@ -367,7 +409,7 @@ impl Stored {
         if b.split_to(len).as_ref() != id.as_bytes() {
             return Err(corrupt("the record holds another id"));
         }
-        let body = if state.is_final() {
+        let body = if !state.keeps_body() {
             if b.remaining() < 17 {
                 return Err(corrupt("final status truncated"));
             }
@@ -431,6 +473,7 @@ mod tests {
             accepted_ms: 10,
             when_online: true,
             attempts: 0,
+            phase: Phase::Deliver,
         }
     }
 
@@ -457,6 +500,37 @@ mod tests {
         );
         assert_eq!(status.topic.as_deref(), Some("t"));
         assert!(back.entry().is_none());
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_its_body_and_retry_wait_is_the_callback_phase() {
+        let mut s = Stored::new(entry(), 10);
+        s.header.state = State::RetryWait;
+        s.header.fire = 700;
+        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
+        assert_eq!(back.entry().unwrap().phase, Phase::Callback);
+        assert_eq!(back.status("n1").next_attempt_ms, Some(700));
+        s.finish(State::Dead, 99);
+        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
+        let e = back.entry().expect("a dead letter keeps its body");
+        assert_eq!(e.notification, entry().notification);
+        assert_eq!(back.status("n1").state, State::Dead);
+        assert_eq!(back.status("n1").next_attempt_ms, None);
+        for st in [State::Declined, State::Cancelled] {
+            let mut s = Stored::new(entry(), 10);
+            s.finish(st, 99);
+            let back = Stored::decode("n1", &s.encode("n1")).unwrap();
+            assert!(back.entry().is_none(), "{st} drops its body");
+        }
+    }
+
+    #[test]
+    fn attempt_keys_sort_by_entry_then_number() {
+        assert!(attempt_key(1, u32::MAX) < attempt_key(2, 0));
+        assert!(attempt_key(1, 9) < attempt_key(1, 10));
+        assert!(attempt_key(1, 0).starts_with(&1u64.to_be_bytes()));
+        assert_eq!(attempt_number(&attempt_key(3, 77)), Some(77));
+        assert_eq!(attempt_number(&[0; 11]), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::claims::Claims;
 use super::io;
 use super::layout::*;
 use super::recent::RecentIds;
+use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{Millis, State, Status};
 use crate::schedule::store::{Counts, Cursor, ListFilter, Page, StoreError};
 
@@ -147,6 +148,7 @@ pub(super) fn counts(
     };
     let total = get(State::Scheduled)?;
     let sched = txn.open_table(SCHED).map_err(io)?;
+    let retry = txn.open_table(RETRY).map_err(io)?;
     let hist_table = txn.open_table(HIST).map_err(io)?;
     let last_minute = bounds.last().map_or(0, |b| now.saturating_add(*b) / MINUTE);
     let mut hist = Vec::new();
@@ -157,18 +159,25 @@ pub(super) fn counts(
     let mut scheduled = Vec::with_capacity(bounds.len() + 1);
     let mut below = 0;
     for b in bounds {
-        let upto = scheduled_before(&hist, &sched, now.saturating_add(*b))?;
+        let upto = scheduled_before(&hist, &sched, &retry, now.saturating_add(*b))?;
         scheduled.push(upto.saturating_sub(below));
         below = upto;
     }
     scheduled.push(total.saturating_sub(below));
-    // Claimed entries are still scheduled (or held) in the tables:
-    // count them as firing instead.
-    let mut claimed_held = 0;
+    // Claimed entries are still scheduled (or held, or retry_wait) in the
+    // tables: count them as firing instead.
+    let (mut claimed_held, mut claimed_retry) = (0, 0);
     for c in claims.iter() {
-        if c.from == State::Held {
-            claimed_held += 1;
-            continue;
+        match c.from {
+            State::Held => {
+                claimed_held += 1;
+                continue;
+            }
+            State::RetryWait => {
+                claimed_retry += 1;
+                continue;
+            }
+            _ => {}
         }
         let bucket = bounds
             .iter()
@@ -180,6 +189,7 @@ pub(super) fn counts(
         scheduled,
         firing: get(State::Firing)?.saturating_add(claims.len() as u64),
         held: get(State::Held)?.saturating_sub(claimed_held),
+        retry_wait: get(State::RetryWait)?.saturating_sub(claimed_retry),
     })
 }
 
@@ -188,6 +198,7 @@ pub(super) struct StatusTables<'r> {
     ids: redb::ReadOnlyTable<&'static [u8], u64>,
     records: redb::ReadOnlyTable<u64, &'static [u8]>,
     list: redb::ReadOnlyTable<&'static [u8], ()>,
+    attempts: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
     recent: &'r RecentIds,
     claims: &'r Claims,
 }
@@ -202,6 +213,7 @@ impl<'r> StatusTables<'r> {
             ids: txn.open_table(IDS).map_err(io)?,
             records: txn.open_table(RECORDS).map_err(io)?,
             list: txn.open_table(LIST).map_err(io)?,
+            attempts: txn.open_table(ATTEMPTS).map_err(io)?,
             recent,
             claims,
         })
@@ -218,6 +230,27 @@ impl<'r> StatusTables<'r> {
         }
     }
 
+    /// The attempt log of entry `id`, oldest first.
+    pub(super) fn attempts(&self, id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let Some(seq) = self.seq_of(id)? else {
+            return Ok(Vec::new());
+        };
+        let (first, last) = (attempt_key(seq, 0), attempt_key(seq, u32::MAX));
+        let mut out = Vec::new();
+        for kv in self
+            .attempts
+            .range(first.as_slice()..=last.as_slice())
+            .map_err(io)?
+        {
+            let (_, v) = kv.map_err(io)?;
+            out.push(Attempt::decode(v.value()).map_err(|e| StoreError::Corrupt {
+                id: id.to_owned(),
+                reason: e.to_string(),
+            })?);
+        }
+        Ok(out)
+    }
+
     /// The status of entry `id` at `seq`, firing if it is claimed.
     pub(super) fn status_at(&self, id: &str, seq: u64) -> Result<Option<Status>, StoreError> {
         match self.records.get(seq).map_err(io)? {
@@ -230,10 +263,12 @@ impl<'r> StatusTables<'r> {
 }
 
 /// Scheduled entries with fire time before `t`: whole minutes from the
-/// histogram, the partial minute from the index.
+/// histogram, the partial minute from the index (`sched` less the
+/// retry_wait entries it also holds).
 fn scheduled_before(
     hist: &[(u64, u64)],
     sched: &redb::ReadOnlyTable<&'static [u8], ()>,
+    retry: &redb::ReadOnlyTable<&'static [u8], ()>,
     t: Millis,
 ) -> Result<u64, StoreError> {
     let minute = t / MINUTE;
@@ -248,5 +283,9 @@ fn scheduled_before(
         .range(from.as_slice()..to.as_slice())
         .map_err(io)?
         .count() as u64;
-    Ok(whole + partial)
+    let retrying = retry
+        .range(from.as_slice()..to.as_slice())
+        .map_err(io)?
+        .count() as u64;
+    Ok(whole + partial.saturating_sub(retrying))
 }

@@ -11,8 +11,12 @@ use super::claims::{Claim, Claims};
 use super::io;
 use super::layout::*;
 use super::recent::RecentIds;
-use crate::schedule::entry::{Entry, Millis, State};
-use crate::schedule::store::{Cancel, Insert, StoreError};
+use crate::callback::attempt::Attempt;
+use crate::schedule::entry::{Entry, Millis, State, Step};
+use crate::schedule::store::{
+    Cancel, FIRST_ATTEMPTS_KEPT, Finish, Insert, MAX_ATTEMPTS_KEPT, Replay, RetryWait, Settled,
+    StoreError,
+};
 
 /// Every table, open in one write transaction.
 pub(super) struct Tables<'t> {
@@ -20,6 +24,7 @@ pub(super) struct Tables<'t> {
     ids: Table<'t, &'static [u8], u64>,
     records: Table<'t, u64, &'static [u8]>,
     sched: Table<'t, &'static [u8], ()>,
+    retry: Table<'t, &'static [u8], ()>,
     lease: Table<'t, &'static [u8], ()>,
     held: Table<'t, &'static [u8], ()>,
     holdx: Table<'t, &'static [u8], ()>,
@@ -28,6 +33,7 @@ pub(super) struct Tables<'t> {
     hist: Table<'t, u64, u64>,
     counts: Table<'t, u8, u64>,
     topics: Table<'t, &'static str, &'static [u8]>,
+    attempts: Table<'t, &'static [u8], &'static [u8]>,
     /// Changes to `counts` by state code, and to `hist` by minute, made
     /// by this transaction: summed here and written once, by
     /// [`Tables::flush_counters`], instead of a read and a write of those
@@ -68,6 +74,7 @@ impl<'t> Tables<'t> {
             ids: txn.open_table(IDS).map_err(io)?,
             records: txn.open_table(RECORDS).map_err(io)?,
             sched: txn.open_table(SCHED).map_err(io)?,
+            retry: txn.open_table(RETRY).map_err(io)?,
             lease: txn.open_table(LEASE).map_err(io)?,
             held: txn.open_table(HELD).map_err(io)?,
             holdx: txn.open_table(HOLDX).map_err(io)?,
@@ -76,6 +83,7 @@ impl<'t> Tables<'t> {
             hist: txn.open_table(HIST).map_err(io)?,
             counts: txn.open_table(COUNTS).map_err(io)?,
             topics: txn.open_table(TOPICS).map_err(io)?,
+            attempts: txn.open_table(ATTEMPTS).map_err(io)?,
             count_deltas: [0; State::COUNT],
             hist_deltas: BTreeMap::new(),
             next_seq,
@@ -190,6 +198,11 @@ impl<'t> Tables<'t> {
                     .map_err(io)?;
                 self.hist(h.fire, -1)?;
             }
+            State::RetryWait => {
+                let k = queue_key(h.fire, seq, id);
+                self.sched.remove(k.as_slice()).map_err(io)?;
+                self.retry.remove(k.as_slice()).map_err(io)?;
+            }
             State::Firing => {
                 self.lease
                     .remove(queue_key(h.deadline, seq, id).as_slice())
@@ -209,7 +222,11 @@ impl<'t> Tables<'t> {
                     .remove(time_key(h.deadline, id).as_slice())
                     .map_err(io)?;
             }
-            State::Delivered | State::Cancelled | State::Expired => {
+            State::Delivered
+            | State::Cancelled
+            | State::Expired
+            | State::Declined
+            | State::Dead => {
                 self.fin
                     .remove(time_key(h.updated, id).as_slice())
                     .map_err(io)?;
@@ -238,6 +255,12 @@ impl<'t> Tables<'t> {
                 self.claims.lock().scheduled(h.fire, seq);
                 self.hist(h.fire, 1)?;
             }
+            State::RetryWait => {
+                let k = queue_key(h.fire, seq, id);
+                self.sched.insert(k.as_slice(), ()).map_err(io)?;
+                self.retry.insert(k.as_slice(), ()).map_err(io)?;
+                self.claims.lock().scheduled(h.fire, seq);
+            }
             State::Firing => {
                 self.lease
                     .insert(queue_key(h.deadline, seq, id).as_slice(), ())
@@ -257,7 +280,11 @@ impl<'t> Tables<'t> {
                     .insert(time_key(h.deadline, id).as_slice(), ())
                     .map_err(io)?;
             }
-            State::Delivered | State::Cancelled | State::Expired => {
+            State::Delivered
+            | State::Cancelled
+            | State::Expired
+            | State::Declined
+            | State::Dead => {
                 self.fin
                     .insert(time_key(h.updated, id).as_slice(), ())
                     .map_err(io)?;
@@ -316,6 +343,7 @@ impl<'t> Tables<'t> {
                     deadline,
                     attempts: e.attempts,
                     at: now,
+                    step: None,
                     ..c
                 },
             );
@@ -350,7 +378,8 @@ impl<'t> Tables<'t> {
             let Some(s) = self.get_at(&id, seq)? else {
                 continue;
             };
-            if s.header.state != State::Scheduled || s.header.fire > now {
+            if !matches!(s.header.state, State::Scheduled | State::RetryWait) || s.header.fire > now
+            {
                 continue;
             }
             let Some(e) = first_claim(&mut claims, seq, id, &s, now, deadline) else {
@@ -361,47 +390,197 @@ impl<'t> Tables<'t> {
         Ok(out)
     }
 
-    /// Move claimed entries to `state` (a final one, or scheduled/held with
-    /// `deadline`/`fire`), with the attempts of their claim. Their claims
-    /// go once the transaction commits.
-    fn settle(&mut self, ids: Vec<String>, now: Millis, to: impl Fn(&mut Stored)) -> R<()> {
+    /// Move a claimed entry to its next state (`to` gets it and the state
+    /// it was claimed from: a final one, or scheduled/held/retry_wait with
+    /// `deadline`/`fire`), with the attempts of its claim, unless `from`
+    /// refuses the state it was claimed from. Its claim goes once the
+    /// transaction commits. Returns its seq when it moved.
+    fn settle_one(
+        &mut self,
+        id: &str,
+        now: Millis,
+        from: impl Fn(State) -> bool,
+        to: impl FnOnce(&mut Stored, State),
+    ) -> R<Option<u64>> {
+        let Some((seq, mut s)) = self.get(id)? else {
+            return Ok(None);
+        };
+        let Some(c) = self.claims.lock().get(seq).cloned() else {
+            return Ok(None);
+        };
+        if s.header.state != c.from || !from(c.from) {
+            return Ok(None);
+        }
+        self.leave(id, seq, &s)?;
+        s.header.attempts = c.attempts;
+        s.header.updated = now;
+        to(&mut s, c.from);
+        self.enter(id, seq, &s)?;
+        self.settled.push(seq);
+        Ok(Some(seq))
+    }
+
+    /// [`Tables::settle_one`] for each of `ids`, from any state.
+    fn settle(&mut self, ids: Vec<String>, now: Millis, to: impl Fn(&mut Stored, State)) -> R<()> {
         for id in ids {
-            let Some((seq, mut s)) = self.get(&id)? else {
-                continue;
-            };
-            let Some(c) = self.claims.lock().get(seq).cloned() else {
-                continue;
-            };
-            if s.header.state != c.from {
-                continue;
-            }
-            self.leave(&id, seq, &s)?;
-            s.header.attempts = c.attempts;
-            s.header.updated = now;
-            to(&mut s);
-            self.enter(&id, seq, &s)?;
-            self.settled.push(seq);
+            self.settle_one(&id, now, |_| true, &to)?;
         }
         Ok(())
     }
 
     pub(super) fn delivered(&mut self, ids: Vec<String>, now: Millis) -> R<()> {
-        self.settle(ids, now, |s| s.finish(State::Delivered, now))
+        self.settle(ids, now, |s, _| s.finish(State::Delivered, now))
     }
 
+    /// Hold the claimed ids, except those claimed from retry_wait (their
+    /// browser part is done: there is nothing to hold them for).
     pub(super) fn hold(&mut self, ids: Vec<String>, expires: Millis, now: Millis) -> R<()> {
-        self.settle(ids, now, |s| {
-            s.header.state = State::Held;
-            s.header.deadline = expires;
-        })
+        for id in ids {
+            self.settle_one(
+                &id,
+                now,
+                |from| from != State::RetryWait,
+                |s, _| {
+                    s.header.state = State::Held;
+                    s.header.deadline = expires;
+                },
+            )?;
+        }
+        Ok(())
     }
 
+    /// Back to where it was claimed from, at `at`: scheduled, or
+    /// retry_wait for an entry claimed from there (it keeps its phase).
     pub(super) fn release(&mut self, ids: Vec<String>, at: Millis, now: Millis) -> R<()> {
-        self.settle(ids, now, |s| {
-            s.header.state = State::Scheduled;
+        self.settle(ids, now, |s, from| {
+            s.header.state = if from == State::RetryWait {
+                State::RetryWait
+            } else {
+                State::Scheduled
+            };
             s.header.deadline = 0;
             s.header.fire = at;
         })
+    }
+
+    /// Firing entries whose callback waits for another attempt.
+    pub(super) fn retry_wait(&mut self, items: Vec<RetryWait>, now: Millis) -> R<Settled> {
+        let mut out = Settled::default();
+        for item in items {
+            let settled = self.settle_one(
+                &item.id,
+                now,
+                |_| true,
+                |s, _| {
+                    s.header.state = State::RetryWait;
+                    s.header.deadline = 0;
+                    s.header.fire = item.at_ms;
+                },
+            )?;
+            out.count(settled, item.attempt.as_ref(), |seq, a| {
+                self.log_attempt(seq, a)
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Firing entries that end: delivered, declined or dead.
+    pub(super) fn finish(&mut self, items: Vec<Finish>, now: Millis) -> R<Settled> {
+        let mut out = Settled::default();
+        for item in items {
+            let state = item.ending.state();
+            let settled = self.settle_one(&item.id, now, |_| true, |s, _| s.finish(state, now))?;
+            out.count(settled, item.attempt.as_ref(), |seq, a| {
+                self.log_attempt(seq, a)
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Append `a` to the attempt log of the entry at `seq`; when the log is
+    /// full, drop the oldest record after the first
+    /// [`FIRST_ATTEMPTS_KEPT`] (numbers only grow, so the records kept are
+    /// `0..FIRST` and the latest `MAX - FIRST`). Returns whether one was
+    /// dropped.
+    fn log_attempt(&mut self, seq: u64, a: &Attempt) -> R<bool> {
+        self.wrote = true;
+        let (first, last) = (attempt_key(seq, 0), attempt_key(seq, u32::MAX));
+        let next = match self
+            .attempts
+            .range(first.as_slice()..=last.as_slice())
+            .map_err(io)?
+            .next_back()
+        {
+            Some(kv) => {
+                let (k, _) = kv.map_err(io)?;
+                attempt_number(k.value()).map_or(0, |n| n.saturating_add(1))
+            }
+            None => 0,
+        };
+        let (max, keep) = (MAX_ATTEMPTS_KEPT as u32, FIRST_ATTEMPTS_KEPT as u32);
+        let trimmed = next >= max;
+        if trimmed {
+            self.attempts
+                .remove(attempt_key(seq, next - (max - keep)).as_slice())
+                .map_err(io)?;
+        }
+        self.attempts
+            .insert(attempt_key(seq, next).as_slice(), a.encode().as_ref())
+            .map_err(io)?;
+        Ok(trimmed)
+    }
+
+    /// Forget the attempt log of the entry at `seq`.
+    fn drop_attempts(&mut self, seq: u64) -> R<()> {
+        let (first, last) = (attempt_key(seq, 0), attempt_key(seq, u32::MAX));
+        let mut keys = Vec::new();
+        for kv in self
+            .attempts
+            .range(first.as_slice()..=last.as_slice())
+            .map_err(io)?
+        {
+            let (k, _) = kv.map_err(io)?;
+            keys.push(k.value().to_vec());
+        }
+        for k in keys {
+            self.attempts.remove(k.as_slice()).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Mark claimed entries at `step` (in their claims: nothing is
+    /// written; a claim ends with its process, and the step with it).
+    pub(super) fn mark_step(&mut self, ids: Vec<String>, step: Step, now: Millis) -> R<()> {
+        let claims = self.claims;
+        let mut claims = claims.lock();
+        for id in ids {
+            if let Some(seq) = self.recent.seq_of(&self.ids, &id)?
+                && let Some(c) = claims.get_mut(seq)
+            {
+                c.step = Some(step);
+                c.at = now;
+            }
+        }
+        Ok(())
+    }
+
+    /// A dead letter goes back to retry_wait, due now, attempts 0.
+    pub(super) fn replay(&mut self, id: &str, now: Millis) -> R<Replay> {
+        let Some((seq, mut s)) = self.get(id)? else {
+            return Ok(Replay::NotFound);
+        };
+        if s.header.state != State::Dead {
+            let status = self.claims.lock().status(seq, s.status(id));
+            return Ok(Replay::NotDead(status));
+        }
+        self.leave(id, seq, &s)?;
+        s.header.state = State::RetryWait;
+        s.header.attempts = 0;
+        s.header.updated = now;
+        s.header.deadline = 0;
+        s.header.fire = now;
+        self.enter(id, seq, &s)?;
+        Ok(Replay::Replayed(s.status(id)))
     }
 
     /// Claim what is held for `user`, at most `limit` (in memory, as
@@ -492,14 +671,16 @@ impl<'t> Tables<'t> {
             return Ok(Cancel::TooLate(status));
         }
         match s.header.state {
-            State::Scheduled | State::Held => {
+            State::Scheduled | State::Held | State::RetryWait => {
                 self.leave(id, seq, &s)?;
                 s.finish(State::Cancelled, now);
                 self.enter(id, seq, &s)?;
                 Ok(Cancel::Cancelled(s.status(id)))
             }
             State::Cancelled => Ok(Cancel::Cancelled(s.status(id))),
-            State::Firing | State::Delivered | State::Expired => Ok(Cancel::TooLate(s.status(id))),
+            State::Firing | State::Delivered | State::Expired | State::Declined | State::Dead => {
+                Ok(Cancel::TooLate(s.status(id)))
+            }
         }
     }
 
@@ -552,6 +733,7 @@ impl<'t> Tables<'t> {
             }
             self.leave(&id, seq, &s)?;
             self.records.remove(seq).map_err(io)?;
+            self.drop_attempts(seq)?;
             if self.recent.get(id.as_bytes()).is_some() {
                 self.removed.push((id.as_bytes().into(), seq));
             } else {
@@ -560,6 +742,28 @@ impl<'t> Tables<'t> {
             n += 1;
         }
         Ok(n)
+    }
+}
+
+impl Settled {
+    /// Count an entry that moved (`seq` is `Some`) and log its attempt
+    /// with `log`, counting a record the log's bound dropped.
+    fn count(
+        &mut self,
+        seq: Option<u64>,
+        attempt: Option<&Attempt>,
+        log: impl FnOnce(u64, &Attempt) -> R<bool>,
+    ) -> R<()> {
+        let Some(seq) = seq else {
+            return Ok(());
+        };
+        self.moved += 1;
+        if let Some(a) = attempt
+            && log(seq, a)?
+        {
+            self.trimmed += 1;
+        }
+        Ok(())
     }
 }
 
@@ -577,7 +781,7 @@ fn first_claim(
     // Where it waits in the tables: its `sched` time, or its due time
     // when held.
     let fire = match s.header.state {
-        State::Scheduled => s.header.fire,
+        State::Scheduled | State::RetryWait => s.header.fire,
         _ => s.due(),
     };
     e.attempts = s.header.attempts.saturating_add(1);
@@ -590,6 +794,7 @@ fn first_claim(
             deadline,
             attempts: e.attempts,
             at: now,
+            step: None,
         },
     );
     Some(e)

@@ -138,6 +138,8 @@ impl Inserter {
                         due_ms: score(e.due_ms),
                         updated_ms: score(now),
                         attempts: 0,
+                        step: None,
+                        next_attempt_ms: None,
                     }))
                 }
                 other => other.clone(),

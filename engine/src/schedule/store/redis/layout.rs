@@ -8,12 +8,21 @@
 //! ```text
 //! 0  u8  layout (1)         | 1 u8 state code    | 2 u32 attempts
 //! 6  u64 updated_ms         | 14 u64 deadline (lease_until when firing,
-//!                           |    hold expiry when held, else 0)
+//!                           |    hold expiry when held, next attempt when
+//!                           |    retry_wait, else 0)
 //! 22 u64 due_ms             | 30 u64 accepted_ms | 38 u16 header length
-//! 40 u8  flags: 1 topic, 2 user
+//! 40 u8  flags: 1 topic, 2 user, 4 callback phase (browsers done),
+//!               8 * step (0 none, 1 rechecking, 2 calling; while firing)
 //! 41 [u16 len, topic bytes] [u16 len, user bytes (when-online user)]
-//! .. record bytes (live entries only; a final entry is its header)
+//! .. record bytes (entries that keep their body: live ones and dead
+//!    letters; another final entry is its header)
 //! ```
+//!
+//! The callback states (codes 6 to 8) and flag bits 4 to 16 were added
+//! without a new layout: a header of layout 1 written before them reads
+//! the same, so stored data needs no migration. A build older than them
+//! must not share a prefix with one that runs callbacks (it cannot read
+//! those states); see `docs/redis-store.md`.
 //!
 //! `due_ms` is big-endian so that the 8 bytes sort like the number: list
 //! and held-by-user indexes are score-0 sorted sets whose members are
@@ -21,7 +30,7 @@
 
 use bytes::{Buf, BufMut, Bytes};
 
-use crate::schedule::entry::{Entry, Millis, State, Status};
+use crate::schedule::entry::{Entry, Millis, Phase, State, Status, Step};
 use crate::schedule::record;
 use crate::schedule::store::StoreError;
 
@@ -31,6 +40,11 @@ pub(super) const LAYOUT: u8 = 1;
 const FIXED: usize = 41;
 const HAS_TOPIC: u8 = 1;
 const HAS_USER: u8 = 2;
+/// The browser part was delivered: claimed, the entry has phase
+/// `Callback`.
+const CALLBACK: u8 = 4;
+/// The step (of a firing callback) is `flags / STEP_UNIT % 4`.
+const STEP_UNIT: u8 = 8;
 
 /// Redis sorted-set scores are doubles: every time is clamped to the
 /// largest integer a double holds exactly (2^53 - 1 ms, the year 287,396).
@@ -95,6 +109,12 @@ impl Keys {
         format!("{}:lease", self.base(shard))
     }
 
+    /// The retry_wait entries of `shard` by fire time (they are in `due`
+    /// too; counts subtract these).
+    pub(super) fn retry_wait(&self, shard: u16) -> String {
+        format!("{}:rw", self.base(shard))
+    }
+
     pub(super) fn hold_expiry(&self, shard: u16) -> String {
         format!("{}:hx", self.base(shard))
     }
@@ -114,6 +134,11 @@ impl Keys {
         format!("{}:hint:{user}", self.base(self.shard(user)))
     }
 
+    /// The attempt log of entry `id` (a list of records) in `shard`.
+    pub(super) fn attempts(&self, shard: u16, id: &str) -> String {
+        format!("{}:a:{id}", self.base(shard))
+    }
+
     /// The key recording the shard count and layout of the prefix.
     pub(super) fn meta(&self) -> String {
         format!("{}:meta", self.prefix)
@@ -122,11 +147,12 @@ impl Keys {
 
 /// The list a (state, topic) filter reads: `state` or `state:topic`,
 /// appended to `<base>:l:`.
-/// Firing entries are listed in scheduled's sets (`listed` in
-/// `prelude.lua`): a page of either reads those and keeps the state asked.
+/// Firing and retry_wait entries are listed in scheduled's sets (`listed`
+/// in `prelude.lua`): a page of any of them reads those and keeps the
+/// state asked.
 pub(super) fn list_suffix(state: State, topic: Option<&str>) -> String {
     let state = match state {
-        State::Firing => State::Scheduled,
+        State::Firing | State::RetryWait => State::Scheduled,
         other => other,
     };
     match topic {
@@ -194,6 +220,10 @@ pub(super) struct Header {
     pub(super) len: usize,
     pub(super) topic: Option<String>,
     pub(super) user: Option<String>,
+    /// The browser part was delivered (phase `Callback` when claimed).
+    pub(super) callback: bool,
+    /// The step of a firing callback.
+    pub(super) step: Option<Step>,
 }
 
 impl Header {
@@ -239,6 +269,8 @@ impl Header {
             .then(|| text("topic"))
             .transpose()?;
         let user = (flags & HAS_USER != 0).then(|| text("user")).transpose()?;
+        let callback = flags & CALLBACK != 0;
+        let step = Step::from_code(flags / STEP_UNIT % 4);
         Ok(Header {
             state,
             attempts,
@@ -249,6 +281,8 @@ impl Header {
             len,
             topic,
             user,
+            callback,
+            step,
         })
     }
 
@@ -261,6 +295,8 @@ impl Header {
             due_ms: self.due_ms,
             updated_ms: self.updated_ms,
             attempts: self.attempts,
+            step: self.step.filter(|_| self.state == State::Firing),
+            next_attempt_ms: (self.state == State::RetryWait).then_some(self.deadline_ms),
         }
     }
 }
@@ -273,7 +309,8 @@ pub(super) fn status(id: &str, raw: &[u8]) -> Result<Status, StoreError> {
 }
 
 /// The entry in a whole stored value (live: header and record), with the
-/// stored attempts.
+/// stored attempts, and phase `Callback` when its header says its browser
+/// part was delivered.
 pub(super) fn entry(id: &str, raw: Bytes) -> Result<Entry, StoreError> {
     let h = Header::decode(&raw).map_err(|reason| corrupt(id, reason))?;
     let mut e = record::decode(raw.slice(h.len..)).map_err(|e| corrupt(id, e.to_string()))?;
@@ -284,6 +321,11 @@ pub(super) fn entry(id: &str, raw: Bytes) -> Result<Entry, StoreError> {
         ));
     }
     e.attempts = h.attempts;
+    e.phase = if h.callback {
+        Phase::Callback
+    } else {
+        Phase::Deliver
+    };
     Ok(e)
 }
 
@@ -322,6 +364,7 @@ mod tests {
             accepted_ms: 1_800_000_000_000,
             when_online,
             attempts: 7,
+            phase: Phase::Deliver,
         }
     }
 
@@ -344,6 +387,39 @@ mod tests {
             let s = status("n-1", &raw[..h.len]).unwrap();
             assert_eq!((s.due_ms, s.topic.as_deref()), (h.due_ms, topic));
         }
+    }
+
+    #[test]
+    fn flags_carry_the_phase_and_the_step_without_a_new_layout() {
+        let e = sample(Some("t"), true);
+        let mut raw = encode_new(&e, 1);
+        let h = Header::decode(&raw).unwrap();
+        assert!(!h.callback && h.step.is_none(), "a new entry has neither");
+        let flags = raw[40];
+        assert_eq!(flags, HAS_TOPIC | HAS_USER);
+        // What the scripts write: firing, browsers done, calling.
+        raw[1] = State::Firing.code();
+        raw[40] = flags | CALLBACK | (2 * STEP_UNIT);
+        let h = Header::decode(&raw).unwrap();
+        assert!(h.callback);
+        assert_eq!(h.step, Some(Step::Calling));
+        assert_eq!(h.status("n-1").step, Some(Step::Calling));
+        assert_eq!(
+            (h.topic.as_deref(), h.user.as_deref()),
+            (Some("t"), Some("alice"))
+        );
+        assert_eq!(
+            entry("n-1", Bytes::from(raw.clone())).unwrap().phase,
+            Phase::Callback
+        );
+        // Out of firing, a step left in the flags is not reported.
+        raw[1] = State::RetryWait.code();
+        raw[14..22].copy_from_slice(&77u64.to_be_bytes());
+        let s = status("n-1", &raw).unwrap();
+        assert_eq!(
+            (s.state, s.step, s.next_attempt_ms),
+            (State::RetryWait, None, Some(77))
+        );
     }
 
     #[test]

@@ -154,17 +154,22 @@ impl RedisStore {
             .iter()
             .map(|b| score(now.saturating_add(*b)))
             .collect();
+        // Per shard: each bucket of `due`, then of `rw` (the retry_wait
+        // entries `due` also holds: subtracted), then the other counts.
+        let buckets = edges.len() + 1;
         let per = try_join_all((0..self.keys.shards()).map(|s| {
             let mut pipe = redis::pipe();
-            let due = self.keys.due(s);
-            let mut lo = "-inf".to_owned();
-            for e in &edges {
-                pipe.cmd("ZCOUNT").arg(&due).arg(&lo).arg(format!("({e}"));
-                lo = e.to_string();
+            for set in [self.keys.due(s), self.keys.retry_wait(s)] {
+                let mut lo = "-inf".to_owned();
+                for e in &edges {
+                    pipe.cmd("ZCOUNT").arg(&set).arg(&lo).arg(format!("({e}"));
+                    lo = e.to_string();
+                }
+                pipe.cmd("ZCOUNT").arg(&set).arg(&lo).arg("+inf");
             }
-            pipe.cmd("ZCOUNT").arg(&due).arg(&lo).arg("+inf");
             pipe.cmd("ZCARD").arg(self.keys.lease(s));
             pipe.cmd("ZCARD").arg(self.keys.hold_expiry(s));
+            pipe.cmd("ZCARD").arg(self.keys.retry_wait(s));
             async move {
                 pipe.query_async::<Vec<u64>>(&mut self.conn.clone())
                     .await
@@ -173,19 +178,21 @@ impl RedisStore {
         }))
         .await?;
         let mut c = Counts {
-            scheduled: vec![0; edges.len() + 1],
-            firing: 0,
-            held: 0,
+            scheduled: vec![0; buckets],
+            ..Counts::default()
         };
         for n in per {
-            if n.len() != edges.len() + 3 {
+            if n.len() != 2 * buckets + 3 {
                 return Err(unexpected("counts"));
             }
-            for (total, x) in c.scheduled.iter_mut().zip(&n) {
-                *total += x;
+            let (due, rest) = n.split_at(buckets);
+            let (rw, rest) = rest.split_at(buckets);
+            for ((total, d), r) in c.scheduled.iter_mut().zip(due).zip(rw) {
+                *total += d.saturating_sub(*r);
             }
-            c.firing += n[edges.len() + 1];
-            c.held += n[edges.len() + 2];
+            c.firing += rest[0];
+            c.held += rest[1];
+            c.retry_wait += rest[2];
         }
         Ok(c)
     }

@@ -1,6 +1,7 @@
--- Claim due entries: scheduled with fire time <= now, or firing with
--- lease_until <= now (their firer crashed). Each becomes firing until
--- lease_until, attempts + 1.
+-- Claim due entries: scheduled or retry_wait with fire time <= now, or
+-- firing with lease_until <= now (their firer crashed). Each becomes firing
+-- until lease_until, attempts + 1, with no step (its callback flag stays:
+-- the caller reads the phase from the value).
 -- ARGV: now, lease_until, want, id...
 -- The ids are the caller's picks (the earliest across shards). One that is
 -- no longer due here (another router claimed it, or it was cancelled) is
@@ -15,7 +16,7 @@
 -- The moves between sorted sets are gathered and made with one variadic
 -- call per set (`changes`); the variadic calls go in slices (`bulk_read`).
 local now, lease_until, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local due, lease = B .. ':due', B .. ':lease'
+local due, lease, rw = B .. ':due', B .. ':lease', B .. ':rw'
 local out, n, done = {}, 0, {}
 local c = changes()
 
@@ -38,12 +39,19 @@ local function claim_all(picks)
     if v then
       later_add(c, lease, ARGV[2], id)
       local state = string.byte(v, 2)
-      if state ~= FIRING and state ~= SCHEDULED then
+      if state == RETRY_WAIT then
+        later_rem(c, rw, id)
+      elseif state ~= FIRING and state ~= SCHEDULED then
         -- Not reached while the indexes agree with the headers; kept so
         -- that an entry in another state still moves to its list.
         relist_later(c, id, parse(v), FIRING)
       end
       put_state(keys[i], FIRING, struct.unpack('>I4', v, 3) + 1, now, lease_until)
+      local flags = string.byte(v, 41)
+      if flags >= STEP then
+        -- A step left by the firer whose lease ran out.
+        put_flags(keys[i], flags % 8)
+      end
       out[#out + 1] = v
       n = n + 1
     else

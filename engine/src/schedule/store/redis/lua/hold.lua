@@ -1,5 +1,6 @@
 -- Firing when-online entries found their user offline: each becomes held
--- until its user comes online or `expires` passes.
+-- until its user comes online or `expires` passes. Entries in the callback
+-- phase (their browser part done) are left alone.
 -- ARGV: expires, now, token, id...
 -- The caller has already added "<shard>:<token>" to each user's hint (in
 -- the user's own shard). The token joins ht:<user> here, so that the hint
@@ -13,12 +14,15 @@ for i = 4, #ARGV do
   local h = header(k)
   if h then
     local e = parse(h)
-    if e.state == FIRING and e.user then
+    if e.state == FIRING and e.user and not e.callback then
       redis.call('ZREM', B .. ':lease', id)
       redis.call('ZADD', B .. ':hx', expires, id)
       redis.call('ZADD', B .. ':h:' .. e.user, 0, e.due .. id)
       relist(id, e, HELD)
       put_state(k, HELD, e.attempts, now, expires)
+      if e.step > 0 then
+        put_flags(k, stepless(e, false))
+      end
       if not seen[e.user] then
         seen[e.user] = true
         users[#users + 1] = e.user

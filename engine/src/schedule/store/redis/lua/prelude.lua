@@ -5,13 +5,18 @@
 -- {7}: one hash slot, one Redis Cluster node, one atomic script.
 --
 --   <base>:e:<id>               the entry: header, then the record (header
---                               only once final)
---   <base>:due                  ZSET fire time -> id        (scheduled)
+--                               only once final, except a dead letter's)
+--   <base>:due                  ZSET fire time -> id        (scheduled and
+--                               retry_wait)
+--   <base>:rw                   ZSET fire time -> id        (retry_wait only:
+--                               counts subtract it from due)
 --   <base>:lease                ZSET lease_until -> id      (firing)
 --   <base>:hx                   ZSET hold expiry -> id      (held)
 --   <base>:fin                  ZSET updated -> id          (final; purge)
+--   <base>:a:<id>               LIST of attempt records, oldest first
+--                               (bounded: `log_attempt`; removed by purge)
 --   <base>:l:<state>[:<topic>]  ZSET, score 0, member due(8 bytes BE)..id
---                               (firing entries in scheduled's)
+--                               (firing and retry_wait entries in scheduled's)
 --   <base>:h:<user>             ZSET, score 0, member due(8 bytes BE)..id:
 --                               the entries held here for user
 --   <base>:ht:<user>            SET of tokens of the holds applied here for
@@ -19,9 +24,12 @@
 --
 -- Header (big-endian; Lua offsets are 1-based, byte offsets 0-based):
 --   0 u8 layout | 1 u8 state | 2 u32 attempts | 6 u64 updated_ms
---   14 u64 deadline (lease_until when firing, hold expiry when held, else 0)
+--   14 u64 deadline (lease_until when firing, hold expiry when held, next
+--          attempt when retry_wait, else 0)
 --   22 u64 due_ms | 30 u64 accepted_ms | 38 u16 header length
---   40 u8 flags (1 topic, 2 user) | 41 [u16 len, topic] [u16 len, user]
+--   40 u8 flags (1 topic, 2 user, 4 callback phase: browsers done,
+--          8 * step: 1 rechecking, 2 calling, while firing)
+--   41 [u16 len, topic] [u16 len, user]
 --
 -- Scripts never compare strings (Lua's `<` on strings follows the server's
 -- locale): ordering by (time, id) is done by the sorted sets (scores, and
@@ -29,7 +37,15 @@
 
 local B = KEYS[1]
 local SCHEDULED, FIRING, HELD, DELIVERED, CANCELLED, EXPIRED = 0, 1, 2, 3, 4, 5
-local STATE = { [0] = 'scheduled', 'firing', 'held', 'delivered', 'cancelled', 'expired' }
+local RETRY_WAIT, DECLINED, DEAD = 6, 7, 8
+local STATE = {
+  [0] = 'scheduled', 'firing', 'held', 'delivered', 'cancelled', 'expired',
+  'retry_wait', 'declined', 'dead',
+}
+-- The states nothing fires any more (purge removes them after retention).
+local FINAL = { [DELIVERED] = true, [CANCELLED] = true, [EXPIRED] = true, [DECLINED] = true, [DEAD] = true }
+-- Flag bits: the callback phase, and the unit of the step (flags / 8 % 4).
+local CALLBACK, STEP = 4, 8
 
 local function ekey(id)
   return B .. ':e:' .. id
@@ -61,6 +77,9 @@ local function parse(h)
   e.attempts = struct.unpack('>I4', h, 3)
   e.due = string.sub(h, 23, 30)
   local flags = string.byte(h, 41)
+  e.flags = flags
+  e.callback = flags % 8 >= CALLBACK
+  e.step = math.floor(flags / STEP) % 4
   local pos = 42
   if flags % 2 == 1 then
     local n = struct.unpack('>H', h, pos)
@@ -107,10 +126,11 @@ local function firing_list(topic)
   return exists
 end
 
--- The state whose list an entry in `state` is in: firing entries stay in
--- scheduled's, so a claim (the busiest change) leaves the lists alone.
+-- The state whose list an entry in `state` is in: firing and retry_wait
+-- entries stay in scheduled's, so a claim (the busiest change) and a
+-- callback's retry leave the lists alone.
 local function listed(state)
-  if state == FIRING then
+  if state == FIRING or state == RETRY_WAIT then
     return SCHEDULED
   end
   return state
@@ -251,6 +271,42 @@ end
 -- Overwrite the mutable part of the header in place.
 local function put_state(k, state, attempts, now, deadline)
   redis.call('SETRANGE', k, 1, state_bytes(state, attempts, now, deadline))
+end
+
+-- `v` (a header, or a whole value) with flags `flags`.
+local function with_flags(v, flags)
+  return string.sub(v, 1, 40) .. string.char(flags) .. string.sub(v, 42)
+end
+
+-- Overwrite the flags of the header in place.
+local function put_flags(k, flags)
+  redis.call('SETRANGE', k, 40, string.char(flags))
+end
+
+-- The flags of parsed header `e` without its step; with the callback bit
+-- when `callback`.
+local function stepless(e, callback)
+  local f = e.flags % 8
+  if callback and f < CALLBACK then
+    f = f + CALLBACK
+  end
+  return f
+end
+
+-- Append attempt `record` to the log of entry `id`. The log holds at most
+-- `max` records: when a record makes it longer, the one at index `keep`
+-- (the oldest after the first `keep`) goes, so the first `keep` and the
+-- latest stay. Records are never empty (a version byte first), so an empty
+-- string marks the one to remove. Returns 1 when one was removed, else 0.
+local function log_attempt(id, record, max, keep)
+  local ak = B .. ':a:' .. id
+  local n = redis.call('RPUSH', ak, record)
+  if n > max then
+    redis.call('LSET', ak, keep, '')
+    redis.call('LREM', ak, 1, '')
+    return 1
+  end
+  return 0
 end
 
 -- `finish`, with its sorted-set changes gathered in `c`; `now_text` is

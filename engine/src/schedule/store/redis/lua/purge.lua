@@ -1,4 +1,5 @@
--- Remove final statuses that entered their state before `before`.
+-- Remove final entries (dead letters too) that entered their state before
+-- `before`, with their attempt logs.
 -- ARGV: before (exclusive), limit   Returns how many were removed.
 local fin = B .. ':fin'
 local ids = redis.call('ZRANGE', fin, '-inf', '(' .. ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
@@ -10,9 +11,10 @@ for _, id in ipairs(ids) do
   local h = header(k)
   if h then
     local e = parse(h)
-    if e.state >= DELIVERED then
+    if FINAL[e.state] then
       later_rem(c, lkey(e.state, e.topic), e.due .. id)
       gone[#gone + 1] = k
+      gone[#gone + 1] = B .. ':a:' .. id
     end
   end
 end
@@ -20,4 +22,4 @@ flush(c)
 for i = 1, #gone, 1000 do
   redis.call('DEL', unpack(gone, i, math.min(i + 999, #gone)))
 end
-return #gone
+return #gone / 2
