@@ -22,6 +22,7 @@
 //! that keeps its name keeps its rate-limit state across the swap.
 
 mod config;
+mod metrics;
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,8 +35,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 pub use config::ApiKeyConfig;
+pub use metrics::{KeyMetrics, ReloadLabels, ReloadResult};
 
-use crate::metrics::KeyMetrics;
 use crate::rate_limit::{Rate, Refusal, TokenBucket};
 
 /// What a key may do; each HTTP endpoint needs one.

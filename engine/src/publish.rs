@@ -169,11 +169,11 @@ impl PublishApi {
         let metrics = &self.inner.metrics;
         let Some(caller) = key.and_then(|k| self.inner.config.api_keys.authenticate(k.trim()))
         else {
-            metrics.key_refused(None, op, KeyRefusal::Unauthorized);
+            metrics.refuse_key(None, op, KeyRefusal::Unauthorized);
             return Err(ApiError::unauthorized());
         };
         if !caller.may(op) {
-            metrics.key_refused(Some(caller.name_arc()), op, KeyRefusal::Forbidden);
+            metrics.refuse_key(Some(caller.name_arc()), op, KeyRefusal::Forbidden);
             return Err(ApiError::forbidden(
                 None,
                 format!(
@@ -220,7 +220,7 @@ impl PublishApi {
                 })
             };
             if let Some(message) = refusal {
-                self.inner.metrics.key_refused(
+                self.inner.metrics.refuse_key(
                     Some(caller.name_arc()),
                     Operation::Publish,
                     KeyRefusal::Forbidden,
@@ -241,7 +241,7 @@ impl PublishApi {
         match caller.take(n, std::time::Instant::now()) {
             Ok(()) => Ok(()),
             Err(Refusal::Wait(wait)) => {
-                self.inner.metrics.key_refused(
+                self.inner.metrics.refuse_key(
                     Some(caller.name_arc()),
                     Operation::Publish,
                     KeyRefusal::RateLimited,

@@ -613,6 +613,32 @@ mod tests {
     }
 
     #[test]
+    fn the_commented_api_key_example_and_the_deploy_examples_parse() {
+        let text = include_str!("../../deploy/gateway.example.toml");
+        let table: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# [[api_key]]"))
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let c = Config::from_toml(&table, Path::new("example")).unwrap();
+        assert_eq!(c.api_key[0].name, "billing");
+        assert_eq!(c.api_key[0].rate_per_sec, Some(50.0));
+        let c = Config::from_toml(
+            include_str!("../../deploy/examples/gateway-standalone.toml"),
+            Path::new("gateway-standalone.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.api_key.len(), 2);
+        assert!(c.connection_rate.rate().is_some());
+        Config::from_toml(
+            include_str!("../../deploy/examples/gateway-edge.toml"),
+            Path::new("gateway-edge.toml"),
+        )
+        .unwrap();
+    }
+
+    #[test]
     fn every_problem_is_reported() {
         let mut c = Config::default();
         c.auth.jwt_secret = Some("short".into());
@@ -671,6 +697,54 @@ public_key_file = "keys/rsa.pub.pem"
         ] {
             assert!(err.contains(says), "{says}: {err}");
         }
+    }
+
+    #[test]
+    fn named_api_keys_and_the_new_limits_are_validated_with_the_rest() {
+        let text = r#"
+[[api_key]]
+name = "billing"
+key = "billing-key"
+ops = ["publish"]
+[session]
+max_per_user = 0
+[connection_rate]
+per_sec = -1.0
+burst = 0
+"#;
+        let mut c = Config::from_toml(text, Path::new("x.toml")).unwrap();
+        assert_eq!(c.api_key[0].name, "billing");
+        assert!(
+            !format!("{c:?}").contains("billing-key"),
+            "the key stays out of Debug"
+        );
+        let err = c.validate().unwrap_err().to_string();
+        for says in [
+            "session.max_per_user must be greater than 0",
+            "connection_rate.per_sec must be 0 (off) or a positive number",
+            "connection_rate.burst and connection_rate.max_addresses",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert!(
+            !err.contains("api_keys is empty"),
+            "a named key is a key: {err}"
+        );
+        c.session.max_per_user = 1;
+        c.connection_rate.per_sec = 5.0;
+        c.connection_rate.burst = 10;
+        c.api_key.push(c.api_key[0].clone());
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("\"billing\" is used twice"), "{err}");
+        assert!(err.contains("are the same key"), "{err}");
+        assert!(!err.contains("billing-key"), "{err}");
+        c.api_key.pop();
+        c.validate().unwrap();
+        assert_eq!(c.connection_rate.rate().unwrap().burst(), 10);
+        assert!(
+            Config::default().connection_rate.rate().is_none(),
+            "off by default"
+        );
     }
 
     #[test]

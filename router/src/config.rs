@@ -375,6 +375,25 @@ mod tests {
     }
 
     #[test]
+    fn the_commented_api_key_example_and_the_deploy_example_parse() {
+        let text = include_str!("../router.example.toml");
+        let table: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# [[api_key]]"))
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let c = Config::from_toml(&table, Path::new("example")).unwrap();
+        assert_eq!(c.api_key[0].name, "billing");
+        let c = Config::from_toml(
+            include_str!("../../deploy/examples/router.toml"),
+            Path::new("router.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.api_key[0].sites.as_deref(), Some(&["eu".to_owned()][..]));
+    }
+
+    #[test]
     fn every_problem_is_reported() {
         let mut c = with_key();
         c.amqp.url = "http://nowhere".into();
