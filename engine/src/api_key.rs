@@ -50,7 +50,8 @@ pub enum Operation {
     /// `DELETE /v1/notifications/{id}`.
     Cancel,
     /// `GET /v1/notifications` (the list of every scheduled notification,
-    /// every site and user), and operator endpoints to come.
+    /// every site and user) and the topics API (`/v1/topics`, every
+    /// method: callback URLs and signing secrets, for every site).
     Admin,
 }
 

@@ -17,6 +17,7 @@
 mod error;
 mod notifications;
 mod parse;
+mod topics;
 
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, post};
+use axum::routing::{delete, get, post, put};
 use bytes::Bytes;
 use herald_protocol::envelope::{Limits, Notification};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -138,7 +139,9 @@ impl PublishApi {
 
     /// The routes: `POST /v1/notifications`; with delayed notifications
     /// also `GET /v1/notifications` (list), `GET` and `DELETE
-    /// /v1/notifications/{id}`, and `POST /v1/users/{uid}/online`.
+    /// /v1/notifications/{id}`, `POST /v1/users/{uid}/online`, and the
+    /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
+    /// /v1/topics/{name}`).
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
             Router::new()
@@ -148,6 +151,11 @@ impl PublishApi {
                     delete(notifications::cancel).get(notifications::status),
                 )
                 .route("/v1/users/{uid}/online", post(notifications::user_online))
+                .route("/v1/topics", get(topics::list))
+                .route(
+                    "/v1/topics/{name}",
+                    put(topics::put).get(topics::get).delete(topics::delete),
+                )
         } else {
             Router::new().route("/v1/notifications", post(publish))
         };

@@ -1,5 +1,6 @@
 //! The HTTP API against named API keys, in process (tower, no sockets):
-//! each endpoint needs its operation (403 naming it), a site-limited key
+//! each endpoint (the topics API included) needs its operation (403
+//! naming it), a site-limited key
 //! publishes only to its sites (403 naming `sites`), a key over its publish
 //! rate gets 429 with `Retry-After`, a batch over its burst 413, every
 //! refusal is counted, and an accepted publication is logged with the
@@ -176,6 +177,10 @@ async fn each_endpoint_needs_its_operation_and_a_refusal_names_it() {
         ("GET", "/v1/notifications/some-id", None, "status"),
         ("DELETE", "/v1/notifications/some-id", None, "cancel"),
         ("GET", "/v1/notifications", None, "admin"),
+        ("GET", "/v1/topics", None, "admin"),
+        ("PUT", "/v1/topics/chat", Some(json!({})), "admin"),
+        ("GET", "/v1/topics/chat", None, "admin"),
+        ("DELETE", "/v1/topics/chat", None, "admin"),
     ];
     let keys = [
         ("publisher-secret", "publish"),
@@ -219,7 +224,7 @@ async fn each_endpoint_needs_its_operation_and_a_refusal_names_it() {
     for line in [
         r#"herald_api_key_refused_total{api_key="reader",operation="publish",reason="forbidden"} 2"#,
         r#"herald_api_key_refused_total{api_key="publisher",operation="cancel",reason="forbidden"} 1"#,
-        r#"herald_api_key_refused_total{api_key="canceller",operation="admin",reason="forbidden"} 1"#,
+        r#"herald_api_key_refused_total{api_key="canceller",operation="admin",reason="forbidden"} 5"#,
         r#"herald_api_key_refused_total{api_key="",operation="status",reason="unauthorized"} 2"#,
         r#"herald_notifications_rejected_total{source="http",reason="forbidden"} 3"#,
         r#"herald_api_key_notifications_total{api_key="publisher"} 1"#,

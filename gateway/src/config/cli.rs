@@ -56,7 +56,7 @@ pub struct Cli {
     /// Most concurrent sessions [default: 100000].
     #[arg(long, env = "HERALD_MAX_SESSIONS", value_name = "N")]
     pub max_sessions: Option<usize>,
-    /// What a full session queue does [default: disconnect].
+    /// What a session that fell behind further than its mailbox holds gets: cut or gaps [default: disconnect].
     #[arg(long, env = "HERALD_WHEN_FULL", value_name = "POLICY")]
     pub when_full: Option<WhenFull>,
     /// Edge mode: this edge's stable id (names its queue on every root).

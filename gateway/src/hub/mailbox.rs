@@ -7,7 +7,7 @@ use std::sync::Arc;
 use herald_protocol::envelope::Notification;
 use tokio::time::Instant;
 
-use crate::outbox::{GapReason, Item, Outbox};
+use crate::outbox::{Backlog, GapReason, Loss, Outbox};
 
 /// Bounds of the replay buffer.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +30,47 @@ pub struct Resume {
     pub epoch: u64,
     /// The last sequence it saw.
     pub last_seq: u64,
+}
+
+/// What [`Mailbox::append`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// The message's sequence.
+    pub(crate) seq: u64,
+    /// Old messages the bounds evicted.
+    pub(crate) evicted: usize,
+    /// Messages lagging sessions lost to the eviction (`drop-oldest`: a
+    /// gap marker took their place).
+    pub(crate) dropped: usize,
+    /// Lagging sessions cut by the eviction (`disconnect`).
+    pub(crate) cut: usize,
+}
+
+/// A mailbox's buffer as a refill reads it: sequences are contiguous, from
+/// the first still buffered to the head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    mailbox: &'a Mailbox,
+    now: Instant,
+}
+
+impl Backlog for View<'_> {
+    fn head(&self) -> u64 {
+        self.mailbox.head
+    }
+
+    fn get(&self, seq: u64) -> Option<crate::outbox::Buffered<'_>> {
+        let first = self.mailbox.buffer.front()?.seq;
+        let b = self
+            .mailbox
+            .buffer
+            .get(usize::try_from(seq.checked_sub(first)?).ok()?)?;
+        debug_assert_eq!(b.seq, seq, "buffered sequences are contiguous");
+        Some(crate::outbox::Buffered {
+            n: &b.n,
+            expired: b.expires_at.is_some_and(|t| t <= self.now),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -70,67 +111,82 @@ impl Mailbox {
         self.sessions.push(Arc::clone(outbox));
     }
 
-    /// Assign the next sequence and buffer the message; returns the sequence
-    /// and how many old messages the bounds evicted.
+    /// Assign the next sequence and buffer the message, evicting the
+    /// oldest beyond the bounds. A session still behind on an evicted
+    /// message loses it ([`Outbox::evicted`]); what that did is counted in
+    /// the answer.
     pub(crate) fn append(
         &mut self,
         n: &Arc<Notification>,
         now: Instant,
         limits: BufferLimits,
-    ) -> (u64, usize) {
+    ) -> Appended {
         self.head += 1;
-        let seq = self.head;
+        let mut out = Appended {
+            seq: self.head,
+            ..Appended::default()
+        };
         self.buffer_bytes += n.payload.len();
         self.buffer.push_back(Buffered {
-            seq,
+            seq: self.head,
             n: Arc::clone(n),
             expires_at: n.ttl.map(|ttl| now + ttl),
         });
-        let mut evicted = 0;
         while self.buffer.len() > limits.messages
             || (self.buffer_bytes > limits.bytes && self.buffer.len() > 1)
         {
-            if let Some(old) = self.buffer.pop_front() {
-                self.buffer_bytes -= old.n.payload.len();
-                self.evicted_upto = old.seq;
-                evicted += 1;
+            let Some(old) = self.buffer.pop_front() else {
+                break;
+            };
+            self.buffer_bytes -= old.n.payload.len();
+            self.evicted_upto = old.seq;
+            out.evicted += 1;
+            let expired = old.expires_at.is_some_and(|t| t <= now);
+            for session in &self.sessions {
+                if !session.needs(old.seq) {
+                    continue;
+                }
+                match session.evicted(old.seq, &old.n, expired) {
+                    Loss::None => {}
+                    Loss::Dropped(k) => out.dropped += k,
+                    Loss::Cut => out.cut += 1,
+                }
             }
         }
-        (seq, evicted)
+        out
     }
 
-    /// The replay for a subscription (key `sub`), or the gap marker when the
-    /// buffer no longer covers the resume point. Expired messages are skipped.
-    pub(crate) fn replay(
-        &self,
-        resume: &Resume,
-        sub: u32,
-        wants: impl Fn(&Notification) -> bool,
-        now: Instant,
-    ) -> Result<Vec<Item>, Item> {
-        let gap = |reason| Item::Gap {
-            seq: self.head,
-            reason,
-            only: Some(sub),
-        };
+    /// Whether a subscription may resume from `resume`: the gap reason
+    /// when the buffer does not cover it.
+    pub(crate) fn check_resume(&self, resume: &Resume) -> Result<(), GapReason> {
         if resume.epoch != self.epoch {
-            return Err(gap(GapReason::EpochChanged));
+            return Err(GapReason::EpochChanged);
         }
         if resume.last_seq > self.head || resume.last_seq < self.evicted_upto {
-            return Err(gap(GapReason::BufferExceeded));
+            return Err(GapReason::BufferExceeded);
         }
-        Ok(self
-            .buffer
+        Ok(())
+    }
+
+    /// How many buffered messages after `last_seq` `wants` takes and have
+    /// not expired: the size of a replay.
+    pub(crate) fn count_after(
+        &self,
+        last_seq: u64,
+        wants: impl Fn(&Notification) -> bool,
+        now: Instant,
+    ) -> usize {
+        self.buffer
             .iter()
-            .filter(|b| b.seq > resume.last_seq)
+            .filter(|b| b.seq > last_seq)
             .filter(|b| b.expires_at.is_none_or(|t| t > now))
             .filter(|b| wants(&b.n))
-            .map(|b| Item::Deliver {
-                seq: b.seq,
-                n: Arc::clone(&b.n),
-                only: Some(sub),
-            })
-            .collect())
+            .count()
+    }
+
+    /// The buffer as sessions refill from it at `now`.
+    pub(crate) fn backlog(&self, now: Instant) -> View<'_> {
+        View { mailbox: self, now }
     }
 
     pub(crate) fn detach(&mut self, outbox: &Arc<Outbox>) -> bool {
@@ -167,12 +223,11 @@ mod tests {
         })
     }
 
-    fn seqs(items: &[Item]) -> Vec<u64> {
-        items
-            .iter()
-            .map(|i| match i {
-                Item::Deliver { seq, .. } | Item::Gap { seq, .. } => *seq,
-            })
+    /// The sequences a refill can read after `last_seq`, with `now`.
+    fn buffered_after(m: &Mailbox, last_seq: u64, now: Instant) -> Vec<u64> {
+        let view = m.backlog(now);
+        (last_seq + 1..=view.head())
+            .filter(|&seq| view.get(seq).is_some_and(|b| !b.expired))
             .collect()
     }
 
@@ -182,86 +237,29 @@ mod tests {
     };
 
     #[test]
-    fn replays_what_was_missed_and_signals_gaps() {
+    fn resumes_within_the_buffer_and_gaps_beyond_it() {
         let now = Instant::now();
         let mut m = Mailbox::new("".into(), None, 9);
         for _ in 0..5 {
             m.append(&note(1, None), now, LIMITS);
         }
-        let ok = m
-            .replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 3,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap();
-        assert_eq!(seqs(&ok), vec![4, 5]);
+        let resume = |last_seq| Resume { epoch: 9, last_seq };
+        assert_eq!(m.check_resume(&resume(3)), Ok(()));
+        assert_eq!(m.count_after(3, |_| true, now), 2);
+        assert_eq!(buffered_after(&m, 3, now), vec![4, 5]);
         // Seqs 1 and 2 were evicted (count bound 3): resuming from 1 misses 2.
-        let gap = m
-            .replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 1,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap_err();
-        assert!(matches!(
-            gap,
-            Item::Gap {
-                seq: 5,
-                reason: GapReason::BufferExceeded,
-                ..
-            }
-        ));
-        assert!(
-            m.replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 2
-                },
-                0,
-                |_| true,
-                now
-            )
-            .is_ok()
+        assert_eq!(m.check_resume(&resume(1)), Err(GapReason::BufferExceeded));
+        assert_eq!(m.check_resume(&resume(2)), Ok(()));
+        assert_eq!(
+            m.check_resume(&Resume {
+                epoch: 8,
+                last_seq: 5
+            }),
+            Err(GapReason::EpochChanged)
         );
-        let gap = m
-            .replay(
-                &Resume {
-                    epoch: 8,
-                    last_seq: 5,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap_err();
-        assert!(matches!(
-            gap,
-            Item::Gap {
-                reason: GapReason::EpochChanged,
-                ..
-            }
-        ));
-        assert!(
-            m.replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 6
-                },
-                0,
-                |_| true,
-                now
-            )
-            .is_err()
-        );
+        assert_eq!(m.check_resume(&resume(6)), Err(GapReason::BufferExceeded));
+        assert!(m.backlog(now).get(2).is_none(), "evicted");
+        assert!(m.backlog(now).get(6).is_none(), "not yet assigned");
     }
 
     #[test]
@@ -269,22 +267,10 @@ mod tests {
         let now = Instant::now();
         let mut m = Mailbox::new("".into(), None, 1);
         m.append(&note(60, None), now, LIMITS);
-        let (_, evicted) = m.append(&note(60, None), now, LIMITS);
-        assert_eq!(evicted, 1);
-        let (_, evicted) = m.append(&note(500, None), now, LIMITS);
-        assert_eq!(evicted, 1);
-        let all = m
-            .replay(
-                &Resume {
-                    epoch: 1,
-                    last_seq: 2,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap();
-        assert_eq!(seqs(&all), vec![3]);
+        assert_eq!(m.append(&note(60, None), now, LIMITS).evicted, 1);
+        let last = m.append(&note(500, None), now, LIMITS);
+        assert_eq!((last.seq, last.evicted), (3, 1));
+        assert_eq!(buffered_after(&m, 0, now), vec![3]);
     }
 
     #[test]
@@ -294,17 +280,8 @@ mod tests {
         m.append(&note(1, Some(Duration::from_secs(1))), now, LIMITS);
         m.append(&note(1, None), now, LIMITS);
         let later = now + Duration::from_secs(2);
-        let items = m
-            .replay(
-                &Resume {
-                    epoch: 1,
-                    last_seq: 0,
-                },
-                0,
-                |_| true,
-                later,
-            )
-            .unwrap();
-        assert_eq!(seqs(&items), vec![2]);
+        assert_eq!(m.count_after(0, |_| true, later), 1);
+        assert_eq!(buffered_after(&m, 0, later), vec![2]);
+        assert_eq!(buffered_after(&m, 0, now), vec![1, 2]);
     }
 }

@@ -37,7 +37,7 @@ impl Firer {
         let now = now_ms();
         let (send, hold) = self.by_presence(entries, from_hold).await;
         self.hold(hold, now).await;
-        let merged = merge(send, |topic| self.config.merges(topic));
+        let merged = merge(send, |topic| self.topics.merges(topic));
         self.metrics.merged.inc_by(merged.folded);
         let send = self.space(merged.sends, now, scheduler).await;
         if send.is_empty() {
@@ -117,8 +117,14 @@ impl Firer {
     ) -> Vec<ToSend> {
         let ahead_ms = self.config.claim_ahead_ms;
         let mut postpone: Vec<(String, Millis)> = Vec::new();
-        send.retain(
-            |s| match spacing(&mut self.last_send, &self.config, &s.entry, now) {
+        send.retain(|s| {
+            match spacing(
+                &mut self.last_send,
+                &self.config,
+                &self.topics,
+                &s.entry,
+                now,
+            ) {
                 Spacing::Go => true,
                 Spacing::Untracked => {
                     self.metrics.untracked_users.inc();
@@ -129,8 +135,8 @@ impl Firer {
                     postpone.extend(s.ids.iter().map(|id| (id.clone(), at)));
                     false
                 }
-            },
-        );
+            }
+        });
         for (id, at) in postpone {
             self.metrics.postponed.inc();
             self.release(vec![id], at, now, scheduler).await;
