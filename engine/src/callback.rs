@@ -20,6 +20,9 @@
 //! - [`attempt`]: the record of one recheck or call, and its stored form.
 //! - [`step`]: what happens after an answer: call, delivered, declined,
 //!   retry at a time, or dead.
+//! - [`client`]: the HTTP client callbacks go out through: destinations
+//!   checked after DNS on every connection, no redirects, bounded bodies,
+//!   per-host concurrency and a [`breaker`] per host.
 //! - [`topic`]: a topic's callback settings as `PUT /v1/topics` takes
 //!   them, each field checked with an error that names it.
 //! - [`destination`]: where a callback may go: URL validation at
@@ -38,6 +41,8 @@
 
 pub mod answer;
 pub mod attempt;
+pub mod breaker;
+pub mod client;
 pub mod condition;
 pub mod config;
 pub mod destination;
