@@ -23,6 +23,8 @@
 //! - [`client`]: the HTTP client callbacks go out through: destinations
 //!   checked after DNS on every connection, no redirects, bounded bodies,
 //!   per-host concurrency and a [`breaker`] per host.
+//! - [`exchange`]: one attempt: the signed recheck, then the signed call,
+//!   recorded, and what follows.
 //! - [`topic`]: a topic's callback settings as `PUT /v1/topics` takes
 //!   them, each field checked with an error that names it.
 //! - [`destination`]: where a callback may go: URL validation at
@@ -46,6 +48,7 @@ pub mod client;
 pub mod condition;
 pub mod config;
 pub mod destination;
+pub mod exchange;
 pub mod retry;
 pub mod signature;
 pub mod step;

@@ -176,3 +176,43 @@ impl PublishMetrics {
             .inc();
     }
 }
+
+/// The labels of `herald_build_info`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+/// Register `herald_build_info{version, commit} 1`, the Prometheus idiom
+/// for which build runs (join it to other series on the instance).
+pub fn register_build_info(registry: &mut Registry, version: &str, commit: &str) {
+    let info = Family::<BuildLabels, prometheus_client::metrics::gauge::Gauge>::default();
+    info.get_or_create(&BuildLabels {
+        version: version.to_owned(),
+        commit: commit.to_owned(),
+    })
+    .set(1);
+    registry.register(
+        "herald_build_info",
+        "The build that runs: 1, with its version and commit",
+        info,
+    );
+}
+
+#[cfg(test)]
+mod build_info_tests {
+    use super::*;
+
+    #[test]
+    fn build_info_names_version_and_commit() {
+        let mut r = Registry::default();
+        register_build_info(&mut r, "0.1.0", "abc123");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        assert!(
+            text.contains(r#"herald_build_info{version="0.1.0",commit="abc123"} 1"#),
+            "{text}"
+        );
+    }
+}

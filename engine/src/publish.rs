@@ -14,6 +14,7 @@
 //! read), then the body and every notification's fields, then the key's
 //! sites, then its rate (so a refused request costs no tokens).
 
+pub mod decode;
 mod error;
 mod notifications;
 mod parse;

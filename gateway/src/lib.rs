@@ -60,6 +60,14 @@
 //! to `shutdown_grace_ms` for them. `/readyz` reached on a connection still
 //! open answers 503 `draining`.
 
+/// The version and the commit it was built from, as `--version` says.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HERALD_COMMIT"),
+    ")"
+);
+
 pub mod app;
 pub mod auth;
 pub mod config;
@@ -140,6 +148,11 @@ impl Gateway {
         let metrics = Arc::new(Metrics::default());
         let publish_metrics = PublishMetrics::default();
         let mut registry = Registry::default();
+        herald_engine::metrics::register_build_info(
+            &mut registry,
+            env!("CARGO_PKG_VERSION"),
+            env!("HERALD_COMMIT"),
+        );
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));

@@ -258,3 +258,15 @@ async fn a_session_ends_when_its_token_expires_with_error_and_1008() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn the_metrics_name_the_build() {
+    let gw = start(|_| {}).await;
+    let metrics = gw.metrics().await;
+    let line = format!(
+        r#"herald_build_info{{version="{}",commit="{}"}} 1"#,
+        env!("CARGO_PKG_VERSION"),
+        env!("HERALD_COMMIT")
+    );
+    assert!(metrics.contains(&line), "{line} not in {metrics}");
+}

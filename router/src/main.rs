@@ -20,7 +20,21 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
+    if cli.check_config {
+        println!(
+            "herald-router {}: configuration OK (listen {}, delayed notifications {})",
+            herald_router::VERSION,
+            config.listen,
+            if config.redis.store_config().is_some() {
+                "on"
+            } else {
+                "off"
+            }
+        );
+        return ExitCode::SUCCESS;
+    }
     init_tracing(config.log_format == LogFormat::Json);
+    tracing::info!(version = herald_router::VERSION, "herald-router starting");
     let api_keys = match config.api_key_set() {
         Ok(set) => ApiKeys::from_set(set),
         Err(e) => {

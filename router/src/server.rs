@@ -68,6 +68,11 @@ pub async fn run(
     api_keys: ApiKeys,
 ) {
     let mut registry = Registry::default();
+    herald_engine::metrics::register_build_info(
+        &mut registry,
+        env!("CARGO_PKG_VERSION"),
+        env!("HERALD_COMMIT"),
+    );
     let publish_metrics = PublishMetrics::default();
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
