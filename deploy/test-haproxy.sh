@@ -17,7 +17,10 @@
 #   - stopping an edge moves only its users and they come back with it;
 #   - edges and routers are checked on /readyz: an edge alive but not ready
 #     (no root link) is marked DOWN and its users go to the others;
-#     with no edge up, HAProxy's /healthz answers 503.
+#     with no edge up, HAProxy's /healthz answers 503;
+#   - a second HAProxy generated with a per-address connection limit answers
+#     new connections over it 429 with Retry-After (WebSocket upgrades too),
+#     but not /v1/ and not another address, and counts them as denied.
 # The checks themselves are in deploy/testing/haproxy_test.py. Exits non-zero
 # on any failure and stops every process it started.
 set -euo pipefail

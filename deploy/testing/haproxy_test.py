@@ -173,8 +173,9 @@ def wait_until(what, predicate, timeout):
         delay = min(delay * 2, 0.2)
 
 
-def request(port, path, method="GET", body=None, headers=None, timeout=5):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+def request(port, path, method="GET", body=None, headers=None, timeout=5, source=None):
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
@@ -223,13 +224,18 @@ class Harness:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def generate(self):
+    def generate(self, cfg=None, proxy_port=None, stats_port=None, extra=()):
         edges = ",".join(f"{HOST}:{p}" for p in self.edge_ports.values())
         routers = ",".join(f"{HOST}:{p}" for p in self.router_ports.values())
+        # Every request of these tests comes from 127.0.0.1 (thousands of
+        # them within seconds): the per-address connection limit is off
+        # here, and test_src_conn_rate runs a second HAProxy with it on.
         cmd = [sys.executable, GENERATE, "--edges", edges, "--routers", routers,
-               "--bind", f"{HOST}:{self.proxy_port}", "--stats", f"{HOST}:{self.stats_port}",
+               "--bind", f"{HOST}:{proxy_port or self.proxy_port}",
+               "--stats", f"{HOST}:{stats_port or self.stats_port}",
                "--sources", str(self.args.sources), "--check-inter", "200ms",
-               "--maxconn", "2000", "-o", self.cfg, "--check"]
+               "--maxconn", "2000", "-o", cfg or self.cfg, "--check",
+               *(extra or ["--src-conn-rate", "0"])]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise Failed(f"haproxy/generate failed:\n{res.stdout}{res.stderr}")
@@ -256,8 +262,8 @@ class Harness:
     def proxy_health(self):
         return request(self.proxy_port, "/healthz", timeout=2)[0]
 
-    def stats(self):
-        status, _, body = request(self.stats_port, "/;csv", timeout=2)
+    def stats(self, port=None):
+        status, _, body = request(port or self.stats_port, "/;csv", timeout=2)
         if status != 200:
             raise ValueError(f"stats page answered {status}")
         text = body.decode().lstrip("# ")
@@ -542,6 +548,68 @@ class Harness:
         self.check("Prometheus /metrics on the stats address has per-backend sessions",
                    status == 200 and b'haproxy_backend_current_sessions{proxy="be_xhr_streaming"}' in body)
 
+    def test_src_conn_rate(self):
+        # A second HAProxy before the same edges and routers, generated with
+        # a limit of 5 new connections per 10 s per source address.
+        port, stats = free_port(), free_port()
+        cfg = os.path.join(self.tmp, "haproxy-limited.cfg")
+        self.generate(cfg, port, stats, ["--src-conn-rate", "5", "--src-rate-period", "10s"])
+        with open(cfg) as f:
+            text = f.read()
+        self.check("the generated config tracks sources in a stick table and denies with 429",
+                   "stick-table type ipv6" in text and "tcp-request connection track-sc0 src" in text
+                   and "http-request deny status 429" in text and "sc_conn_rate(0) gt 5" in text)
+        log = open(os.path.join(self.tmp, "haproxy-limited.log"), "ab")
+        self.procs["haproxy-limited"] = subprocess.Popen(
+            [self.args.haproxy, "-db", "-f", cfg],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # Its own /healthz (answered before the limit applies, but counted)
+        # says when its checks have found an edge.
+        wait_until("the limited haproxy /healthz",
+                   lambda: request(port, "/healthz", timeout=2)[0] == 200, 10)
+        wait_until("every edge UP in the limited haproxy", lambda: all(
+            row["status"].startswith("UP") for row in self.stats(stats)
+            if row["pxname"] == "edges" and row["svname"] in self.edge_ports), 10)
+        # New connections from 127.0.0.1: at most 5 get through (fewer:
+        # the /healthz polls above counted too), then every one is 429.
+        answers = [request(port, "/ws?uid=rate") for _ in range(12)]
+        statuses = [a[0] for a in answers]
+        print(f"     12 new connections from one address: {statuses}")
+        first = statuses.index(429) if 429 in statuses else len(statuses)
+        self.check("new connections over the per-address rate get 429, and only those",
+                   first <= 5 and all(s == 200 for s in statuses[:first])
+                   and all(s == 429 for s in statuses[first:]), str(statuses))
+        if 429 in statuses:
+            _, headers, body = answers[first]
+            headers = {k.lower(): v for k, v in headers.items()}
+            self.check("a 429 says Retry-After (the window) and why",
+                       headers.get("retry-after") == "10"
+                       and body == b"too many new connections from this address: retry after 10 s",
+                       f"{headers} {body!r}")
+        s = socket.create_connection((HOST, port), timeout=5)
+        try:
+            key = base64.b64encode(os.urandom(16)).decode()
+            s.sendall((f"GET /ws?uid=rate HTTP/1.1\r\nHost: herald\r\nUpgrade: websocket\r\n"
+                       f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                       f"Sec-WebSocket-Version: 13\r\n\r\n").encode())
+            line = s.recv(4096).split(b"\r\n", 1)[0]
+        finally:
+            s.close()
+        self.check("a WebSocket upgrade over the rate is refused with 429",
+                   line.startswith(b"HTTP/1.1 429"), repr(line))
+        status, _, _ = request(port, "/v1/notifications", method="POST", body=b"{}",
+                               headers={"Content-Type": "application/json"})
+        self.check("the publish API (/v1/) is exempt from the per-address limit",
+                   status == 202, str(status))
+        status, _, _ = request(port, "/ws?uid=rate", source="127.0.0.2")
+        self.check("another source address is not limited", status == 200, str(status))
+        denied = next(int(r["dreq"] or 0) for r in self.stats(stats)
+                      if r["pxname"] == "herald" and r["svname"] == "FRONTEND")
+        refused = statuses.count(429) + 1
+        self.check("HAProxy counts the refusals as denied requests of frontend herald",
+                   denied == refused, f"dreq {denied}, refused {refused}")
+        self.stop("haproxy-limited")
+
     def test_all_down(self):
         for e in self.edge_ports:
             self.stop(e)
@@ -567,6 +635,7 @@ class Harness:
         self.test_websocket_tunnel()
         self.test_streaming_no_delay()
         self.test_stats_page()
+        self.test_src_conn_rate()
         placed = self.test_spread()
         self.test_failover(placed)
         self.test_unready_edge(placed)

@@ -17,7 +17,11 @@
 //! - [`publish`]: the HTTP publish API (`POST /v1/notifications`, status,
 //!   cancel, list, `online`): parsing, API-key authentication, validation,
 //!   JSON errors.
-//! - [`api_key`]: API keys, compared in constant time.
+//! - [`api_key`]: API keys: named, each with the operations it may perform,
+//!   optionally its sites and publish rate; compared in constant time,
+//!   reloadable.
+//! - [`rate_limit`]: token buckets (pure, they take `now`) and a bounded
+//!   map of them keyed by address or user.
 //! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
 //!   (readiness), the same in both binaries.
 //! - [`callback`]: the pure parts of callbacks (HTTP calls when a
@@ -26,7 +30,8 @@
 //!   means, and which destinations are refused. No I/O; not wired into the
 //!   HTTP API yet.
 //! - [`metrics`]: counters for accepted and rejected publications
-//!   (`source` = `http` or `amqp`).
+//!   (`source` = `http` or `amqp`), and for the API keys (refusals by key
+//!   and operation, notifications by key, reloads).
 //! - [`schedule`]: delayed notifications: the scheduler, the firer, and the
 //!   durable stores behind one trait: `embedded` (feature `embedded`, redb;
 //!   standalone) and `redis` (feature `redis`; the routers). The gateway
@@ -47,5 +52,6 @@ pub mod link;
 pub mod metrics;
 pub mod process;
 pub mod publish;
+pub mod rate_limit;
 pub mod schedule;
 pub mod task;

@@ -1,9 +1,13 @@
-//! Publication counters.
+//! Publication counters, and the HTTP API's counters by API key.
+
+use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+
+use crate::api_key::Operation;
 
 /// Why a publication was refused.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -23,6 +27,10 @@ pub enum RejectReason {
     /// A feature the publication asks for does not exist yet (AMQP
     /// delayed-delivery headers).
     Unsupported,
+    /// The API key may not publish, or not to these sites (HTTP 403).
+    Forbidden,
+    /// The API key is over its publish rate (HTTP 429).
+    RateLimited,
 }
 
 impl RejectReason {
@@ -36,6 +44,8 @@ impl RejectReason {
             RejectReason::UnsupportedMediaType => "unsupported_media_type",
             RejectReason::Unavailable => "unavailable",
             RejectReason::Unsupported => "unsupported",
+            RejectReason::Forbidden => "forbidden",
+            RejectReason::RateLimited => "rate_limited",
         }
     }
 }
@@ -62,6 +72,52 @@ pub struct SourceLabels {
     pub source: &'static str,
 }
 
+/// Why the HTTP API refused a request on account of its API key.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum KeyRefusal {
+    /// No key, or not a configured one (401).
+    Unauthorized,
+    /// The key may not perform the operation, or not on these sites (403).
+    Forbidden,
+    /// The key is over its publish rate (429).
+    RateLimited,
+}
+
+impl KeyRefusal {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRefusal::Unauthorized => "unauthorized",
+            KeyRefusal::Forbidden => "forbidden",
+            KeyRefusal::RateLimited => "rate_limited",
+        }
+    }
+}
+
+impl EncodeLabelValue for KeyRefusal {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+/// Label set for [`PublishMetrics::key_refused`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyRefusedLabels {
+    /// The key's name; empty when no key matched.
+    pub api_key: Arc<str>,
+    /// What the request asked to do.
+    pub operation: Operation,
+    /// Why it was refused.
+    pub reason: KeyRefusal,
+}
+
+/// Label set for [`PublishMetrics::key_notifications`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabels {
+    /// The key's name.
+    pub api_key: Arc<str>,
+}
+
 /// Counters for the publication intake.
 #[derive(Debug, Clone, Default)]
 pub struct PublishMetrics {
@@ -69,6 +125,12 @@ pub struct PublishMetrics {
     pub accepted: Family<SourceLabels, Counter>,
     /// Publications refused, by reason.
     pub rejected: Family<RejectLabels, Counter>,
+    /// HTTP requests refused for their API key (every endpoint), by key
+    /// name, operation and reason.
+    pub key_refused: Family<KeyRefusedLabels, Counter>,
+    /// Notifications accepted over HTTP, by the name of the key that
+    /// published them.
+    pub key_notifications: Family<KeyLabels, Counter>,
 }
 
 impl PublishMetrics {
@@ -84,6 +146,27 @@ impl PublishMetrics {
             "Publications refused, by reason",
             self.rejected.clone(),
         );
+        registry.register(
+            "herald_api_key_refused",
+            "HTTP API requests refused for their API key (401 unauthorized, 403 forbidden, 429 rate_limited), by key name and operation",
+            self.key_refused.clone(),
+        );
+        registry.register(
+            "herald_api_key_notifications",
+            "Notifications accepted over HTTP, by the name of the API key that published them",
+            self.key_notifications.clone(),
+        );
+    }
+
+    /// Count a request refused for its key.
+    pub fn refuse_key(&self, api_key: Option<Arc<str>>, operation: Operation, reason: KeyRefusal) {
+        self.key_refused
+            .get_or_create(&KeyRefusedLabels {
+                api_key: api_key.unwrap_or_else(|| Arc::from("")),
+                operation,
+                reason,
+            })
+            .inc();
     }
 
     /// Count one refusal.

@@ -1,11 +1,18 @@
 //! `POST /v1/notifications`: the HTTP publish API.
 //!
 //! Authenticated by API key (`Authorization: Bearer KEY` or `X-Api-Key:
-//! KEY`). A JSON body is one notification or an array of them; any other
-//! content type is a raw payload whose envelope fields come from the query
-//! string. Answers 202 `{"ids":[...]}` once the link has taken the batch, or
-//! a JSON error (`400` malformed, `401` key, `413` size, `415` no content
-//! type, `422` a field, `503` link down).
+//! KEY`), which must allow the operation ([`crate::api_key`]). A JSON body
+//! is one notification or an array of them; any other content type is a
+//! raw payload whose envelope fields come from the query string. Answers
+//! 202 `{"ids":[...]}` once the link has taken the batch, or a JSON error
+//! (`400` malformed, `401` key, `403` the key may not publish, or not to
+//! these sites, `413` size, or a batch over the key's burst, `415` no
+//! content type, `422` a field, `429` over the key's publish rate, with
+//! `Retry-After`, `503` link down).
+//!
+//! Order of the checks: the key and its operation (before the body is
+//! read), then the body and every notification's fields, then the key's
+//! sites, then its rate (so a refused request costs no tokens).
 
 pub mod decode;
 mod error;
@@ -29,9 +36,10 @@ use serde::Serialize;
 
 pub use error::ApiError;
 
-use crate::api_key::ApiKeys;
+use crate::api_key::{ApiKeys, Caller, Operation};
 use crate::link::Link;
-use crate::metrics::PublishMetrics;
+use crate::metrics::{KeyLabels, KeyRefusal, PublishMetrics};
+use crate::rate_limit::{Refusal, retry_after_secs};
 use crate::schedule::entry::{Entry, Phase};
 use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
@@ -161,19 +169,113 @@ impl PublishApi {
         self.inner.delayed.as_ref()
     }
 
-    fn authorize(&self, req: &Request) -> Result<(), ApiError> {
-        self.authorize_headers(req.headers())
-    }
-
-    fn authorize_headers(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+    /// The caller's key, if it is one and allows `op`: else 401 or 403,
+    /// counted in `herald_api_key_refused_total`.
+    fn authorize(&self, headers: &http::HeaderMap, op: Operation) -> Result<Caller, ApiError> {
         let bearer = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         let key = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
-        match key {
-            Some(k) if self.inner.config.api_keys.verify(k.trim()) => Ok(()),
-            _ => Err(ApiError::unauthorized()),
+        let metrics = &self.inner.metrics;
+        let Some(caller) = key.and_then(|k| self.inner.config.api_keys.authenticate(k.trim()))
+        else {
+            metrics.refuse_key(None, op, KeyRefusal::Unauthorized);
+            return Err(ApiError::unauthorized());
+        };
+        if !caller.may(op) {
+            metrics.refuse_key(Some(caller.name_arc()), op, KeyRefusal::Forbidden);
+            return Err(ApiError::forbidden(
+                None,
+                format!(
+                    "API key {:?} is not allowed the operation {:?} (its ops: {})",
+                    caller.name(),
+                    op.as_str(),
+                    caller.ops()
+                ),
+            ));
+        }
+        Ok(caller)
+    }
+
+    /// Every notification goes only to sites the key may publish to: a
+    /// site-limited key must name sites (none means every site).
+    fn check_sites(
+        &self,
+        caller: &Caller,
+        publications: &[parse::Publication],
+        batch: bool,
+    ) -> Result<(), ApiError> {
+        let Some(allowed) = caller.sites() else {
+            return Ok(());
+        };
+        for (i, p) in publications.iter().enumerate() {
+            let field = match batch {
+                true => format!("[{i}].sites"),
+                false => "sites".to_owned(),
+            };
+            let sites = &p.notification.sites;
+            let refusal = if sites.is_empty() {
+                Some(format!(
+                    "API key {:?} may publish only to sites {}: a notification without sites goes to every site, so name its sites",
+                    caller.name(),
+                    allowed.join(", ")
+                ))
+            } else {
+                sites.iter().find(|s| !allowed.contains(s)).map(|s| {
+                    format!(
+                        "API key {:?} may publish only to sites {}: {s:?} is not one of them",
+                        caller.name(),
+                        allowed.join(", ")
+                    )
+                })
+            };
+            if let Some(message) = refusal {
+                self.inner.metrics.refuse_key(
+                    Some(caller.name_arc()),
+                    Operation::Publish,
+                    KeyRefusal::Forbidden,
+                );
+                return Err(ApiError::forbidden(Some(field), message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Take `count` publications from the key's rate: 429 with
+    /// `Retry-After` when over it, 413 for a batch larger than its burst.
+    fn check_rate(&self, caller: &Caller, count: usize) -> Result<(), ApiError> {
+        let Some(rate) = caller.rate() else {
+            return Ok(());
+        };
+        let n = u32::try_from(count).unwrap_or(u32::MAX);
+        match caller.take(n, std::time::Instant::now()) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Wait(wait)) => {
+                self.inner.metrics.refuse_key(
+                    Some(caller.name_arc()),
+                    Operation::Publish,
+                    KeyRefusal::RateLimited,
+                );
+                let secs = retry_after_secs(wait);
+                Err(ApiError::rate_limited(
+                    secs,
+                    format!(
+                        "API key {:?} is over its publish rate ({} notifications/s, burst {}): retry after {secs} s",
+                        caller.name(),
+                        rate.per_sec(),
+                        rate.burst()
+                    ),
+                ))
+            }
+            Err(Refusal::OverBurst) => Err(ApiError::too_large(
+                None,
+                format!(
+                    "a batch of {count} notifications is more than API key {:?} may send at once (its burst, {}): send smaller batches",
+                    caller.name(),
+                    rate.burst()
+                ),
+            )),
         }
     }
 
@@ -194,7 +296,7 @@ impl PublishApi {
     }
 
     async fn handle(&self, req: Request) -> Result<Accepted, ApiError> {
-        self.authorize(&req)?;
+        let caller = self.authorize(req.headers(), Operation::Publish)?;
         let content_type = req
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -239,7 +341,9 @@ impl PublishApi {
         for (i, p) in publications.iter_mut().enumerate() {
             validate(&mut p.notification, &config.limits, batch.then_some(i))?;
         }
-        let ids = publications
+        self.check_sites(&caller, &publications, batch)?;
+        self.check_rate(&caller, publications.len())?;
+        let ids: Vec<String> = publications
             .iter()
             .map(|p| p.notification.id.clone())
             .collect();
@@ -311,6 +415,20 @@ impl PublishApi {
                 .await
                 .map_err(|e| ApiError::unavailable(e.to_string()))?;
         }
+        let count = ids.len();
+        self.inner
+            .metrics
+            .key_notifications
+            .get_or_create(&KeyLabels {
+                api_key: caller.name_arc(),
+            })
+            .inc_by(count as u64);
+        tracing::info!(
+            api_key = caller.name(),
+            notifications = count,
+            delayed = scheduled.len(),
+            "publication accepted"
+        );
         Ok(Accepted { ids, scheduled })
     }
 }

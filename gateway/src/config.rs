@@ -15,6 +15,7 @@ use serde::Deserialize;
 pub use auth::{ALGORITHMS, AuthConfig, KeyConfig, MIN_SECRET_BYTES};
 pub use cli::Cli;
 use herald_amqp::Reconnect;
+use herald_engine::api_key::{ApiKeyConfig, KeySet};
 pub use herald_engine::config::{ConfigError, PublishConfig};
 use herald_engine::config::{Renamed, parse_toml, read_toml_renamed, renamed_keys};
 use herald_engine::schedule::config::ScheduleConfig;
@@ -52,6 +53,11 @@ pub enum LogFormat {
 pub struct SessionConfig {
     /// Most concurrent sessions; the next upgrade gets 503.
     pub max_sessions: usize,
+    /// Most sessions of one user (a token's `sub` on its `site`) on this
+    /// gateway at once; the next CONNECT gets ERROR "too many sessions for
+    /// this user" and is closed. Users are hashed to edges, so this is
+    /// about a user's limit across the deployment too.
+    pub max_per_user: usize,
     /// Time allowed between the upgrade and a valid CONNECT.
     pub connect_timeout_ms: u64,
     /// Time a new connection has, from accept, to send its whole request
@@ -93,6 +99,7 @@ impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
             max_sessions: 100_000,
+            max_per_user: 100,
             connect_timeout_ms: 10_000,
             header_timeout_ms: 10_000,
             max_sniffing: 4096,
@@ -107,6 +114,44 @@ impl Default for SessionConfig {
             when_full: WhenFull::Disconnect,
             max_lag_ms: 30_000,
         }
+    }
+}
+
+/// `[connection_rate]`: new connections per source address, for a gateway
+/// that browsers reach directly. Off by default: behind HAProxy every
+/// connection comes from HAProxy's own addresses (limit there instead, with
+/// the template's stick table), and many users behind one NAT share an
+/// address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionRateConfig {
+    /// New connections a second per source address, on average; 0 turns
+    /// the limit off. A connection over it is answered 429 with
+    /// `Retry-After` and closed.
+    pub per_sec: f64,
+    /// Connections one address may open at once before the rate applies.
+    pub burst: u32,
+    /// Addresses remembered; beyond it refilled ones are forgotten first,
+    /// then the oldest (evict-oldest, counted).
+    pub max_addresses: usize,
+}
+
+impl Default for ConnectionRateConfig {
+    fn default() -> Self {
+        ConnectionRateConfig {
+            per_sec: 0.0,
+            burst: 20,
+            max_addresses: 65_536,
+        }
+    }
+}
+
+impl ConnectionRateConfig {
+    /// The rate, when the limit is on.
+    pub fn rate(&self) -> Option<herald_engine::rate_limit::Rate> {
+        (self.per_sec > 0.0)
+            .then(|| herald_engine::rate_limit::Rate::new(self.per_sec, self.burst).ok())
+            .flatten()
     }
 }
 
@@ -264,14 +309,19 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Log output format.
     pub log_format: LogFormat,
-    /// API keys for the publish API.
+    /// Plain API keys for the publish API (every operation, every site),
+    /// named `key-1`, `key-2`, ... by position.
     pub api_keys: Vec<String>,
+    /// Named API keys (`[[api_key]]`): operations, sites, publish rate.
+    pub api_key: Vec<ApiKeyConfig>,
     /// How long shutdown waits for sessions to drain.
     pub shutdown_grace_ms: u64,
     /// JWT verification.
     pub auth: AuthConfig,
     /// Sessions.
     pub session: SessionConfig,
+    /// New connections per source address.
+    pub connection_rate: ConnectionRateConfig,
     /// Mailboxes.
     pub mailbox: MailboxConfig,
     /// SockJS.
@@ -303,12 +353,14 @@ impl Default for Config {
             data_dir: PathBuf::from("herald-data"),
             log_format: LogFormat::Text,
             api_keys: Vec::new(),
+            api_key: Vec::new(),
             shutdown_grace_ms: 10_000,
             auth: AuthConfig {
                 leeway_secs: 30,
                 ..AuthConfig::default()
             },
             session: SessionConfig::default(),
+            connection_rate: ConnectionRateConfig::default(),
             mailbox: MailboxConfig::default(),
             sockjs: SockjsConfig::default(),
             edge: EdgeConfig::default(),
@@ -360,15 +412,18 @@ impl Config {
                     .to_owned(),
             );
         }
-        if !self.dev_mode() && !self.edge_mode() && self.api_keys.iter().all(|k| k.is_empty()) {
-            p.push(
-                "api_keys is empty: the publish API needs at least one key (HERALD_API_KEYS or --api-key)"
+        match self.api_key_set() {
+            Ok(keys) if keys.is_empty() && !self.dev_mode() && !self.edge_mode() => p.push(
+                "api_keys is empty: the publish API needs at least one key (api_keys, [[api_key]], HERALD_API_KEYS or --api-key)"
                     .to_owned(),
-            );
+            ),
+            Ok(_) => {}
+            Err(e) => p.extend(e.problems),
         }
         let s = &self.session;
         let positive = [
             ("session.max_sessions", s.max_sessions),
+            ("session.max_per_user", s.max_per_user),
             ("session.max_frame_bytes", s.max_frame_bytes),
             ("session.max_headers", s.max_headers),
             ("session.max_header_bytes", s.max_header_bytes),
@@ -439,6 +494,16 @@ impl Config {
         }
         p.extend(self.publish.problems());
         p.extend(self.schedule.problems());
+        let rate = &self.connection_rate;
+        if !rate.per_sec.is_finite() || rate.per_sec < 0.0 {
+            p.push("connection_rate.per_sec must be 0 (off) or a positive number".to_owned());
+        }
+        if rate.burst == 0 || rate.max_addresses == 0 {
+            p.push(
+                "connection_rate.burst and connection_rate.max_addresses must be greater than 0"
+                    .to_owned(),
+            );
+        }
         if self.mailbox.ttl_secs == 0 {
             p.push("mailbox.ttl_secs must be greater than 0".to_owned());
         }
@@ -447,6 +512,12 @@ impl Config {
         } else {
             Err(ConfigError { problems: p })
         }
+    }
+
+    /// Load the API keys (`api_keys` and `[[api_key]]`, their files and
+    /// environment variables read now).
+    pub fn api_key_set(&self) -> Result<KeySet, ConfigError> {
+        KeySet::load(&self.api_keys, &self.api_key).map_err(|problems| ConfigError { problems })
     }
 
     /// The envelope limits for the publish API.
@@ -548,6 +619,32 @@ mod tests {
     }
 
     #[test]
+    fn the_commented_api_key_example_and_the_deploy_examples_parse() {
+        let text = include_str!("../../deploy/gateway.example.toml");
+        let table: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# [[api_key]]"))
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let c = Config::from_toml(&table, Path::new("example")).unwrap();
+        assert_eq!(c.api_key[0].name, "billing");
+        assert_eq!(c.api_key[0].rate_per_sec, Some(50.0));
+        let c = Config::from_toml(
+            include_str!("../../deploy/examples/gateway-standalone.toml"),
+            Path::new("gateway-standalone.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.api_key.len(), 2);
+        assert!(c.connection_rate.rate().is_some());
+        Config::from_toml(
+            include_str!("../../deploy/examples/gateway-edge.toml"),
+            Path::new("gateway-edge.toml"),
+        )
+        .unwrap();
+    }
+
+    #[test]
     fn every_problem_is_reported() {
         let mut c = Config::default();
         c.auth.jwt_secret = Some("short".into());
@@ -606,6 +703,54 @@ public_key_file = "keys/rsa.pub.pem"
         ] {
             assert!(err.contains(says), "{says}: {err}");
         }
+    }
+
+    #[test]
+    fn named_api_keys_and_the_new_limits_are_validated_with_the_rest() {
+        let text = r#"
+[[api_key]]
+name = "billing"
+key = "billing-key"
+ops = ["publish"]
+[session]
+max_per_user = 0
+[connection_rate]
+per_sec = -1.0
+burst = 0
+"#;
+        let mut c = Config::from_toml(text, Path::new("x.toml")).unwrap();
+        assert_eq!(c.api_key[0].name, "billing");
+        assert!(
+            !format!("{c:?}").contains("billing-key"),
+            "the key stays out of Debug"
+        );
+        let err = c.validate().unwrap_err().to_string();
+        for says in [
+            "session.max_per_user must be greater than 0",
+            "connection_rate.per_sec must be 0 (off) or a positive number",
+            "connection_rate.burst and connection_rate.max_addresses",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert!(
+            !err.contains("api_keys is empty"),
+            "a named key is a key: {err}"
+        );
+        c.session.max_per_user = 1;
+        c.connection_rate.per_sec = 5.0;
+        c.connection_rate.burst = 10;
+        c.api_key.push(c.api_key[0].clone());
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("\"billing\" is used twice"), "{err}");
+        assert!(err.contains("are the same key"), "{err}");
+        assert!(!err.contains("billing-key"), "{err}");
+        c.api_key.pop();
+        c.validate().unwrap();
+        assert_eq!(c.connection_rate.rate().unwrap().burst(), 10);
+        assert!(
+            Config::default().connection_rate.rate().is_none(),
+            "off by default"
+        );
     }
 
     #[test]

@@ -10,6 +10,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::app::DevCredentials;
 use crate::auth::{Claims, Verifier, sign_hs256};
 
+/// The name of the dev API key (in logs and metrics): every operation,
+/// every site, no rate limit.
+pub const API_KEY_NAME: &str = "dev";
+
 /// How long the demo token stays valid.
 const DEMO_TOKEN_DAYS: u64 = 30;
 

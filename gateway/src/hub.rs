@@ -56,6 +56,13 @@ pub struct Attached {
     pub came_online: bool,
 }
 
+/// The user already has as many sessions here as allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManySessions {
+    /// The limit (`session.max_per_user`).
+    pub max: usize,
+}
+
 /// Result of a subscription's replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {
@@ -141,10 +148,24 @@ impl Hub {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// Join a session to its mailbox, creating the mailbox on first use.
-    pub fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached {
+    /// Join a session to its mailbox, creating the mailbox on first use;
+    /// refused when the mailbox already holds `max_sessions` sessions (the
+    /// user's limit: one mailbox per user and site).
+    pub fn attach(
+        &self,
+        who: &Identity,
+        outbox: &Arc<Outbox>,
+        max_sessions: usize,
+    ) -> Result<Attached, TooManySessions> {
         let mut shard = self.shards[shard_of(&who.user)].lock();
         let shard = &mut *shard;
+        let full = shard.users.get(&who.user).is_some_and(|ms| {
+            ms.iter()
+                .any(|m| m.site == who.site && m.sessions.len() >= max_sessions)
+        });
+        if full {
+            return Err(TooManySessions { max: max_sessions });
+        }
         // Most users have one site: one mailbox, no spare capacity.
         let list = shard
             .users
@@ -186,7 +207,7 @@ impl Hub {
         if let Some(old) = old_client.filter(|c| Some(c) != who.client.as_ref()) {
             shard.unindex_client(&who.user, &old);
         }
-        attached
+        Ok(attached)
     }
 
     /// Whether `user` has a live session here on one of `sites` (any site

@@ -12,6 +12,8 @@
 //!   transports; it hands the raw socket to a session.
 //! - [`permit`]: session slots; a [`permit::SessionPermit`] gives its slot
 //!   back when dropped.
+//! - [`conn_rate`]: new connections per source address
+//!   (`[connection_rate]`, off by default): over it, 429 and close.
 //! - [`session`]: STOMP over WebSocket: sans-I/O state machine, the bytes it
 //!   writes, the async shell.
 //! - [`sockjs`]: SockJS 0.3 under `/sockjs` (and the test-suite services).
@@ -69,6 +71,7 @@ pub const VERSION: &str = concat!(
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod conn_rate;
 pub mod dedup;
 pub mod delayed;
 pub mod dev;
@@ -90,7 +93,7 @@ pub mod ws;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_engine::api_key::ApiKeys;
+use herald_engine::api_key::{ApiKeyConfig, ApiKeys};
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::{PublishApi, PublishConfig};
 use herald_engine::schedule::metrics::DelayedMetrics;
@@ -115,6 +118,20 @@ pub struct Gateway {
     shared: Arc<Shared>,
     /// Edge mode: the presence changes sessions report, for the batcher.
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, bool)>>,
+    /// Standalone: the publish API's keys, for reloads.
+    api_keys: Option<ApiKeys>,
+}
+
+/// Why a gateway could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The delayed-notification store could not be opened.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The API keys could not be loaded (a key file went away since the
+    /// configuration was validated).
+    #[error("{}", .0.join("; "))]
+    ApiKeys(Vec<String>),
 }
 
 impl Gateway {
@@ -126,7 +143,7 @@ impl Gateway {
         verifier: Verifier,
         dev: Option<DevCredentials>,
         shutdown: CancellationToken,
-    ) -> Result<Gateway, StoreError> {
+    ) -> Result<Gateway, StartError> {
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::default());
         let publish_metrics = PublishMetrics::default();
@@ -149,21 +166,30 @@ impl Gateway {
         // Standalone, this process serves the publish API and schedules
         // delayed notifications; an edge leaves both to its routers and
         // reports presence to them instead.
-        let (mode, presence_rx) = if config.edge_mode() {
+        let (mode, presence_rx, api_keys) = if config.edge_mode() {
             let (presence, rx) =
                 presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
-            (Mode::Edge { presence }, Some(rx))
+            (Mode::Edge { presence }, Some(rx), None)
         } else {
-            let mut keys = config.api_keys.clone();
+            let mut named = config.api_key.clone();
             if let Some(d) = &dev {
-                keys.push(d.api_key.clone());
+                named.push(ApiKeyConfig {
+                    name: dev::API_KEY_NAME.into(),
+                    key: Some(d.api_key.clone()),
+                    ..ApiKeyConfig::default()
+                });
             }
+            let keys = ApiKeys::from_set(
+                herald_engine::api_key::KeySet::load(&config.api_keys, &named)
+                    .map_err(StartError::ApiKeys)?,
+            );
+            keys.register(&mut registry);
             let delayed_metrics = DelayedMetrics::default();
             delayed_metrics.register(&mut registry);
             let delayed = delayed::open(&config, delayed_metrics)?;
             let publish = PublishApi::with_delayed(
                 PublishConfig {
-                    api_keys: ApiKeys::new(keys),
+                    api_keys: keys.clone(),
                     limits: config.envelope_limits(),
                     max_body_bytes: config.publish.max_body_bytes,
                     max_batch: config.publish.max_batch,
@@ -175,7 +201,7 @@ impl Gateway {
                 publish_metrics,
                 Some(delayed.clone()),
             );
-            (Mode::Standalone { delayed, publish }, None)
+            (Mode::Standalone { delayed, publish }, None, Some(keys))
         };
         let shared = Arc::new(Shared {
             sessions: SessionSlots::new(config.session.max_sessions),
@@ -193,7 +219,14 @@ impl Gateway {
         Ok(Gateway {
             shared,
             presence_rx,
+            api_keys,
         })
+    }
+
+    /// Standalone: the publish API's keys (clones share them, so
+    /// [`ApiKeys::replace`] on one reloads the API). None on an edge.
+    pub fn api_keys(&self) -> Option<&ApiKeys> {
+        self.api_keys.as_ref()
     }
 
     /// The mode this gateway runs in.
@@ -276,6 +309,13 @@ impl Gateway {
         let accepting = server::Accepting {
             native,
             header_timeout: Duration::from_millis(cfg.session.header_timeout_ms),
+            connection_rate: cfg.connection_rate.rate().map(|rate| {
+                Arc::new(conn_rate::ConnectionRate::new(
+                    rate,
+                    cfg.connection_rate.max_addresses,
+                    Arc::clone(&shared.metrics),
+                ))
+            }),
         };
         server::serve(
             listener,

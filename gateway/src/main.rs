@@ -3,13 +3,14 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use herald_engine::api_key::ApiKeys;
 use herald_engine::process::{
     EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, on_reload_signal, print_config_errors,
     wait_for_signal,
 };
-use herald_gateway::Gateway;
 use herald_gateway::auth::Verifier;
 use herald_gateway::config::{Cli, Config, LogFormat};
+use herald_gateway::{Gateway, StartError};
 use herald_gateway::{dev, server};
 use tokio_util::sync::CancellationToken;
 
@@ -91,23 +92,28 @@ fn main() -> ExitCode {
             println!("{}", dev::banner(addr, &config.data_dir, creds));
         }
         let dev = dev_creds.is_some();
-        // SIGHUP reloads the keys (dev mode has none to reload).
-        let reload_verifier = verifier.clone();
-        let reloads = tokio::spawn(on_reload_signal(move || {
-            reload_keys(&cli, &reload_verifier, dev)
-        }));
         let shutdown = CancellationToken::new();
         let store = herald_gateway::delayed::store_path(&config);
-        let gateway = match Gateway::new(config, verifier, dev_creds, shutdown.clone()) {
+        let gateway = match Gateway::new(config, verifier.clone(), dev_creds, shutdown.clone()) {
             Ok(g) => g,
-            Err(e) => {
+            Err(StartError::Store(e)) => {
                 eprintln!(
                     "herald-gateway: cannot open the delayed-notification store {}: {e}",
                     store.display()
                 );
                 return ExitCode::from(EX_CANTCREAT);
             }
+            Err(StartError::ApiKeys(problems)) => {
+                print_config_errors("herald-gateway", &problems);
+                return ExitCode::from(EX_CONFIG);
+            }
         };
+        // SIGHUP reloads the JWT keys and the API keys (dev mode has none
+        // to reload).
+        let api_keys = gateway.api_keys().cloned();
+        let reloads = tokio::spawn(on_reload_signal(move || {
+            reload_keys(&cli, &verifier, api_keys.as_ref(), dev)
+        }));
         let mode = gateway.mode().name();
         tracing::info!(%addr, mode, dev, "herald-gateway listening");
         let signals = tokio::spawn(async move {
@@ -122,23 +128,33 @@ fn main() -> ExitCode {
 }
 
 /// Read the configuration again (file, environment, flags) and use the
-/// keys its `[auth]` names; on any problem keep the current keys and log
-/// why. Nothing else of the configuration changes without a restart.
-fn reload_keys(cli: &Cli, verifier: &Verifier, dev: bool) {
+/// JWT keys its `[auth]` names and the API keys it lists (`api_keys`,
+/// `[[api_key]]`, their files read again); on any problem keep the current
+/// keys and log why (a failed API key reload is also counted in
+/// `herald_api_key_reloads_total{result="failed"}`). Nothing else of the
+/// configuration changes without a restart.
+fn reload_keys(cli: &Cli, verifier: &Verifier, api_keys: Option<&ApiKeys>, dev: bool) {
     if dev {
         tracing::warn!("dev mode: no configured keys to reload (restart to leave dev mode)");
         return;
     }
+    let failed = |problems: &str| {
+        if let Some(keys) = api_keys {
+            keys.reload_failed();
+        }
+        tracing::warn!(
+            problems,
+            "key reload failed, keeping the current keys: the configuration is invalid"
+        );
+    };
     let config = match Config::load(cli) {
         Ok(c) if !c.dev_mode() => c,
         Ok(_) => {
-            tracing::warn!(
-                "key reload failed, keeping the current keys: the configuration names no JWT key now"
-            );
+            failed("the configuration names no JWT key now");
             return;
         }
         Err(e) => {
-            tracing::warn!(problems = %e, "key reload failed, keeping the current keys: the configuration is invalid");
+            failed(&e.to_string());
             return;
         }
     };
@@ -146,6 +162,20 @@ fn reload_keys(cli: &Cli, verifier: &Verifier, dev: bool) {
         Ok(keys) => tracing::info!(keys, "keys reloaded"),
         Err(error) => {
             tracing::warn!(%error, "key reload failed, keeping the current keys");
+        }
+    }
+    if let Some(keys) = api_keys {
+        match config.api_key_set() {
+            Ok(set) => {
+                let names: Vec<&str> = set.names().collect();
+                let names = names.join(",");
+                let count = keys.replace(set);
+                tracing::info!(api_keys = count, names = %names, "API keys reloaded");
+            }
+            Err(e) => {
+                keys.reload_failed();
+                tracing::warn!(problems = %e, "API key reload failed, keeping the current API keys");
+            }
         }
     }
 }

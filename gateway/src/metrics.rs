@@ -61,6 +61,8 @@ label_value!(RefuseReason {
     SniffLimit => "sniff_limit",
     HeaderTimeout => "header_timeout",
     BodyTooLarge => "body_too_large",
+    RateLimited => "rate_limited",
+    UserSessionLimit => "user_session_limit",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -108,6 +110,12 @@ pub enum RefuseReason {
     HeaderTimeout,
     /// A native streaming receiver's body over 64 KiB: answered 413.
     BodyTooLarge,
+    /// The source address opened connections faster than
+    /// `[connection_rate]` allows: answered 429 with `Retry-After`.
+    RateLimited,
+    /// The user already had `session.max_per_user` sessions here: ERROR
+    /// "too many sessions for this user", close 1008.
+    UserSessionLimit,
 }
 
 /// Label: reason for a refusal.
@@ -225,6 +233,11 @@ pub struct Metrics {
     pub presence_reports: Counter,
     /// Edge mode: presence reports a slow root link skipped.
     pub presence_lagged: Counter,
+    /// Source addresses the connection rate remembers now.
+    pub connection_rate_addresses: Gauge,
+    /// Addresses the connection rate forgot while they still owed tokens,
+    /// to stay within `connection_rate.max_addresses` (evict-oldest).
+    pub connection_rate_evicted: Counter,
 }
 
 impl Metrics {
@@ -346,6 +359,16 @@ impl Metrics {
             "herald_sessions_token_expired",
             "Sessions ended with ERROR \"token expired\" when their token's exp (plus the leeway) passed",
             self.sessions_token_expired.clone(),
+        );
+        registry.register(
+            "herald_connection_rate_addresses",
+            "Source addresses the per-address connection rate remembers",
+            self.connection_rate_addresses.clone(),
+        );
+        registry.register(
+            "herald_connection_rate_evicted",
+            "Addresses forgotten by the connection rate while still limited, to stay within connection_rate.max_addresses (evict-oldest)",
+            self.connection_rate_evicted.clone(),
         );
         registry.register(
             "herald_protocol_errors",

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::conn_rate::ConnectionRate;
 use crate::sockjs::native::Native;
 
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
@@ -48,6 +49,9 @@ pub struct Accepting {
     /// its timeouts; hyper's are not counted, because hyper ends an idle
     /// keep-alive connection with the same error, which is no refusal.
     pub header_timeout: Duration,
+    /// New connections per source address (`[connection_rate]`), when on:
+    /// a connection over it is answered 429 and closed.
+    pub connection_rate: Option<Arc<ConnectionRate>>,
 }
 
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
@@ -78,6 +82,17 @@ pub async fn serve(
         };
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "set_nodelay failed");
+        }
+        if let Some(limit) = &accepting.connection_rate
+            && let Err(retry_after) = limit.admit(peer.ip(), std::time::Instant::now())
+        {
+            tracing::debug!(peer = %peer, retry_after, "connection over the per-address rate; answered 429");
+            tracker.spawn(refuse_rate_limited(
+                stream,
+                retry_after,
+                accepting.header_timeout,
+            ));
+            continue;
         }
         let router = router.clone();
         let shutdown = shutdown.clone();
@@ -126,4 +141,35 @@ pub async fn serve(
         });
     }
     tracing::info!("stopped accepting connections");
+}
+
+/// Answer a connection over its address's rate: read its request head (up
+/// to `header_timeout`), answer 429 with `Retry-After`, close. Whatever it
+/// asked (a WebSocket upgrade, a SockJS stream, the API) is not served.
+async fn refuse_rate_limited(
+    stream: tokio::net::TcpStream,
+    retry_after: u64,
+    header_timeout: Duration,
+) {
+    let body = format!("too many new connections from this address: retry after {retry_after} s\n");
+    let service = hyper::service::service_fn(move |_req: http::Request<Incoming>| {
+        let response = http::Response::builder()
+            .status(http::StatusCode::TOO_MANY_REQUESTS)
+            .header(http::header::RETRY_AFTER, retry_after)
+            .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())));
+        std::future::ready(response)
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    // The head is bounded by the header timeout; the answer is small, but
+    // a peer that never reads it must not keep the task either.
+    match tokio::time::timeout(header_timeout + Duration::from_secs(5), conn).await {
+        Ok(Err(e)) => tracing::debug!(error = %e, "refused connection ended"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::debug!("refused connection did not take its answer in time"),
+    }
 }

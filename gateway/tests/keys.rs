@@ -1,5 +1,5 @@
-//! Key rotation without a restart: the binary reloads its keys on SIGHUP,
-//! and a reload that fails keeps the keys it had.
+//! Key rotation without a restart: the binary reloads its JWT keys and its
+//! API keys on SIGHUP, and a reload that fails keeps the keys it had.
 
 mod common;
 
@@ -106,6 +106,83 @@ async fn sighup_reloads_the_jwks_file_and_a_broken_one_keeps_the_keys() {
         "{line}"
     );
     assert_eq!(answer(&gw, &token("new", NEW)).await.0, Command::Connected);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP does not stop the gateway"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+async fn publish_with(gw: &TestGateway, key: &str) -> u16 {
+    reqwest::Client::new()
+        .post(format!("http://{}/v1/notifications", gw.addr))
+        .bearer_auth(key)
+        .json(&serde_json::json!({"users": ["u1"], "event": "e"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_api_keys_and_a_missing_key_file_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("billing.key");
+    std::fs::write(&key_file, "first-billing-key\n").unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[api_key]]\nname = \"billing\"\nkey_file = {:?}\nops = [\"publish\"]\n",
+            key_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (mut child, addr, log) = spawn_gateway_binary_logged(&[
+        "--data-dir".as_ref(),
+        dir.path().as_ref(),
+        "--config".as_ref(),
+        config.as_ref(),
+    ]);
+    let gw = TestGateway::remote(addr);
+    assert_eq!(publish_with(&gw, "first-billing-key").await, 202);
+    let accepted = logged(&log, "publication accepted");
+    assert_eq!(accepted["fields"]["api_key"], "billing");
+    assert!(!accepted.to_string().contains("first-billing-key"));
+
+    // Rotate the key file: the new key in, the old one out, no restart.
+    std::fs::write(&key_file, "second-billing-key\n").unwrap();
+    hangup(&child);
+    let reloaded = logged(&log, "API keys reloaded");
+    assert_eq!(reloaded["fields"]["api_keys"], 2, "{reloaded}");
+    assert_eq!(reloaded["fields"]["names"], "key-1,billing");
+    assert_eq!(publish_with(&gw, "second-billing-key").await, 202);
+    assert_eq!(publish_with(&gw, "first-billing-key").await, 401);
+
+    // The file goes away: the reload fails, is logged and counted, and the
+    // keys stay.
+    std::fs::remove_file(&key_file).unwrap();
+    hangup(&child);
+    let failed = logged(&log, "key reload failed");
+    assert!(
+        failed["fields"]["problems"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("api_key \"billing\": key_file"),
+        "{failed}"
+    );
+    assert_eq!(publish_with(&gw, "second-billing-key").await, 202);
+    assert_eq!(publish_with(&gw, API_KEY).await, 202);
+    let m = gw.metrics().await;
+    for (series, value) in [
+        (r#"herald_api_key_reloads_total{result="ok"}"#, 1.0),
+        (r#"herald_api_key_reloads_total{result="failed"}"#, 1.0),
+        ("herald_api_keys", 2.0),
+    ] {
+        assert_eq!(sample(&m, series), Some(value), "{series}\n{m}");
+    }
     assert!(
         child.try_wait().unwrap().is_none(),
         "SIGHUP does not stop the gateway"

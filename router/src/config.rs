@@ -17,6 +17,7 @@ use serde::Deserialize;
 pub use cli::Cli;
 
 use herald_amqp::{Reconnect, SupervisorConfig, Topology};
+use herald_engine::api_key::{ApiKeyConfig, ApiKeys, KeySet};
 pub use herald_engine::config::{ConfigError, PublishConfig};
 use herald_engine::config::{parse_toml, read_toml};
 
@@ -181,8 +182,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Log output format.
     pub log_format: LogFormat,
-    /// API keys for the HTTP publish API.
+    /// Plain API keys for the HTTP API (every operation, every site),
+    /// named `key-1`, `key-2`, ... by position.
     pub api_keys: Vec<String>,
+    /// Named API keys (`[[api_key]]`): operations, sites, publish rate.
+    pub api_key: Vec<ApiKeyConfig>,
     /// How long shutdown waits for HTTP requests and in-flight forwards.
     pub shutdown_grace_ms: u64,
     /// Broker and intake.
@@ -203,6 +207,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
             log_format: LogFormat::Text,
             api_keys: Vec::new(),
+            api_key: Vec::new(),
             shutdown_grace_ms: 10_000,
             amqp: AmqpConfig::default(),
             publish: PublishConfig::default(),
@@ -231,11 +236,13 @@ impl Config {
     /// Check every rule; report all violations.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Vec::new();
-        if self.api_keys.iter().all(|k| k.is_empty()) {
-            p.push(
-                "api_keys is empty: the HTTP publish API needs at least one key (HERALD_ROUTER_API_KEYS or --api-key)"
+        match self.api_key_set() {
+            Ok(keys) if keys.is_empty() => p.push(
+                "api_keys is empty: the HTTP publish API needs at least one key (api_keys, [[api_key]], HERALD_ROUTER_API_KEYS or --api-key)"
                     .to_owned(),
-            );
+            ),
+            Ok(_) => {}
+            Err(e) => p.extend(e.problems),
         }
         let a = &self.amqp;
         if let Err(e) = a.url.parse::<lapin::uri::AMQPUri>() {
@@ -275,10 +282,17 @@ impl Config {
         self.publish.envelope_limits()
     }
 
-    /// Settings of the HTTP publish API.
-    pub fn publish_api(&self) -> herald_engine::publish::PublishConfig {
+    /// Load the API keys (`api_keys` and `[[api_key]]`, their files and
+    /// environment variables read now).
+    pub fn api_key_set(&self) -> Result<KeySet, ConfigError> {
+        KeySet::load(&self.api_keys, &self.api_key).map_err(|problems| ConfigError { problems })
+    }
+
+    /// Settings of the HTTP publish API, with `api_keys` (from
+    /// [`Config::api_key_set`]; clones share them, so `main` reloads them).
+    pub fn publish_api(&self, api_keys: ApiKeys) -> herald_engine::publish::PublishConfig {
         herald_engine::publish::PublishConfig {
-            api_keys: herald_engine::api_key::ApiKeys::new(&self.api_keys),
+            api_keys,
             limits: self.envelope_limits(),
             max_body_bytes: self.publish.max_body_bytes,
             max_batch: self.publish.max_batch,
@@ -361,6 +375,25 @@ mod tests {
         let c = Config::from_toml(text, Path::new("router.example.toml")).unwrap();
         let d = Config::default();
         assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
+
+    #[test]
+    fn the_commented_api_key_example_and_the_deploy_example_parse() {
+        let text = include_str!("../router.example.toml");
+        let table: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# [[api_key]]"))
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| format!("{}\n", l.trim_start_matches("# ")))
+            .collect();
+        let c = Config::from_toml(&table, Path::new("example")).unwrap();
+        assert_eq!(c.api_key[0].name, "billing");
+        let c = Config::from_toml(
+            include_str!("../../deploy/examples/router.toml"),
+            Path::new("router.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.api_key[0].sites.as_deref(), Some(&["eu".to_owned()][..]));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use herald_engine::api_key::ApiKeys;
 use herald_engine::process::{
-    EX_CONFIG, EX_UNAVAILABLE, init_tracing, print_config_errors, wait_for_signal,
+    EX_CONFIG, EX_UNAVAILABLE, init_tracing, on_reload_signal, print_config_errors, wait_for_signal,
 };
 use herald_router::config::{Cli, Config, LogFormat};
 use herald_router::server;
@@ -34,6 +35,13 @@ fn main() -> ExitCode {
     }
     init_tracing(config.log_format == LogFormat::Json);
     tracing::info!(version = herald_router::VERSION, "herald-router starting");
+    let api_keys = match config.api_key_set() {
+        Ok(set) => ApiKeys::from_set(set),
+        Err(e) => {
+            print_config_errors("herald-router", &e.problems);
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -69,8 +77,40 @@ fn main() -> ExitCode {
                 shutdown.cancel();
             }
         });
-        server::run(config, listener, shutdown, store).await;
+        // SIGHUP reloads the API keys.
+        let reloads = tokio::spawn({
+            let api_keys = api_keys.clone();
+            on_reload_signal(move || reload_api_keys(&cli, &api_keys))
+        });
+        server::run(config, listener, shutdown, store, api_keys).await;
         signals.abort();
+        reloads.abort();
         ExitCode::SUCCESS
     })
+}
+
+/// Read the configuration again (file, environment, flags) and use the API
+/// keys it lists (`api_keys`, `[[api_key]]`, their files read again); on
+/// any problem keep the current keys, log why and count it in
+/// `herald_api_key_reloads_total{result="failed"}`. Nothing else of the
+/// configuration changes without a restart.
+fn reload_api_keys(cli: &Cli, api_keys: &ApiKeys) {
+    match Config::load(cli) {
+        Ok(config) => match config.api_key_set() {
+            Ok(set) => {
+                let names: Vec<&str> = set.names().collect();
+                let names = names.join(",");
+                let count = api_keys.replace(set);
+                tracing::info!(api_keys = count, names = %names, "API keys reloaded");
+            }
+            Err(e) => {
+                api_keys.reload_failed();
+                tracing::warn!(problems = %e, "API key reload failed, keeping the current API keys");
+            }
+        },
+        Err(e) => {
+            api_keys.reload_failed();
+            tracing::warn!(problems = %e, "API key reload failed, keeping the current API keys: the configuration is invalid");
+        }
+    }
 }

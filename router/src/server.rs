@@ -37,6 +37,7 @@ use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
 
 use crate::config::Config;
 use crate::ingest::Ingest;
+use herald_engine::api_key::ApiKeys;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::PublishApi;
 use herald_engine::schedule::metrics::DelayedMetrics;
@@ -56,12 +57,15 @@ pub async fn connect_store(config: &Config) -> Result<Option<RedisStore>, StoreE
 
 /// Run the router on `listener` until `shutdown` fires, then wind down (see
 /// the module docs). Returns once the broker connection is closed. `store`
-/// (from [`connect_store`]) enables delayed notifications.
+/// (from [`connect_store`]) enables delayed notifications. `api_keys`
+/// authenticate the HTTP API (from [`Config::api_key_set`]; `main` keeps a
+/// clone to reload them on SIGHUP).
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: CancellationToken,
     store: Option<RedisStore>,
+    api_keys: ApiKeys,
 ) {
     let mut registry = Registry::default();
     herald_engine::metrics::register_build_info(
@@ -72,6 +76,7 @@ pub async fn run(
     let publish_metrics = PublishMetrics::default();
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
+    api_keys.register(&mut registry);
     amqp_metrics.register(&mut registry);
 
     let slot = PublisherSlot::new();
@@ -100,7 +105,7 @@ pub async fn run(
     });
     let registry = Arc::new(registry);
     let api = PublishApi::with_delayed(
-        config.publish_api(),
+        config.publish_api(api_keys),
         Arc::new(link.clone()),
         publish_metrics.clone(),
         delayed.as_ref().map(|(d, _)| d.clone()),

@@ -18,6 +18,8 @@ pub struct ApiError {
     pub message: String,
     /// The offending field, when one is to blame.
     pub field: Option<String>,
+    /// Seconds for a `Retry-After` header (429).
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -42,6 +44,7 @@ impl ApiError {
             message: "a valid API key is required (Authorization: Bearer KEY or X-Api-Key: KEY)"
                 .into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -52,6 +55,7 @@ impl ApiError {
             code: "malformed_json",
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -62,6 +66,7 @@ impl ApiError {
             code: "invalid_field",
             message: message.into(),
             field: Some(field.into()),
+            retry_after: None,
         }
     }
 
@@ -72,6 +77,7 @@ impl ApiError {
             code: "too_large",
             message: message.into(),
             field: field.map(str::to_owned),
+            retry_after: None,
         }
     }
 
@@ -82,6 +88,7 @@ impl ApiError {
             code: "unsupported_media_type",
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -92,6 +99,7 @@ impl ApiError {
             code: "unavailable",
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -102,6 +110,7 @@ impl ApiError {
             code: "not_found",
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -112,6 +121,30 @@ impl ApiError {
             code: "too_late",
             message: message.into(),
             field: None,
+            retry_after: None,
+        }
+    }
+
+    /// 403: the API key may not do this; `field` names the part of the
+    /// request to blame (`sites`), if one is.
+    pub fn forbidden(field: Option<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
+            message: message.into(),
+            field,
+            retry_after: None,
+        }
+    }
+
+    /// 429: over a rate; retry after `retry_after_secs`.
+    pub fn rate_limited(retry_after_secs: u64, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "rate_limited",
+            message: message.into(),
+            field: None,
+            retry_after: Some(retry_after_secs),
         }
     }
 
@@ -123,6 +156,8 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE => RejectReason::TooLarge,
             StatusCode::UNSUPPORTED_MEDIA_TYPE => RejectReason::UnsupportedMediaType,
             StatusCode::SERVICE_UNAVAILABLE => RejectReason::Unavailable,
+            StatusCode::FORBIDDEN => RejectReason::Forbidden,
+            StatusCode::TOO_MANY_REQUESTS => RejectReason::RateLimited,
             _ => RejectReason::InvalidField,
         }
     }
@@ -143,6 +178,11 @@ impl IntoResponse for ApiError {
                 http::header::WWW_AUTHENTICATE,
                 http::HeaderValue::from_static("Bearer"),
             );
+        }
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
         }
         response
     }

@@ -17,7 +17,11 @@
 //! - `POST /v1/users/{uid}/online`: the backend says the user is online
 //!   now: fire what is held for them (202).
 //!
-//! All take the API key, like the publish endpoint.
+//! All take the API key, like the publish endpoint, and need its
+//! operation: `status` for a status, `cancel` to cancel, `admin` for the
+//! list (it spans every site and user), `publish` for `online` (it makes
+//! held notifications go out). Status and cancel name one notification by
+//! id and are not limited to the key's sites.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -26,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, PublishApi};
+use crate::api_key::{Caller, Operation};
 use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{State as EntryState, Status};
 use crate::schedule::service::Delayed;
@@ -148,12 +153,18 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable(format!("the delayed store is unavailable: {e}"))
 }
 
-/// The caller is authorized and this server schedules delayed
-/// notifications: its scheduler.
-fn guard<'a>(api: &'a PublishApi, headers: &HeaderMap) -> Result<&'a Delayed, ApiError> {
-    api.authorize_headers(headers)?;
-    api.delayed()
-        .ok_or_else(|| ApiError::not_found("delayed notifications are not enabled on this server"))
+/// The caller's key allows `op` and this server schedules delayed
+/// notifications: the key and the scheduler.
+fn guard<'a>(
+    api: &'a PublishApi,
+    headers: &HeaderMap,
+    op: Operation,
+) -> Result<(Caller, &'a Delayed), ApiError> {
+    let caller = api.authorize(headers, op)?;
+    let delayed = api.delayed().ok_or_else(|| {
+        ApiError::not_found("delayed notifications are not enabled on this server")
+    })?;
+    Ok((caller, delayed))
 }
 
 /// `value` is a valid Herald name (ids, topics), or a 422 naming `field`.
@@ -175,7 +186,7 @@ pub(crate) async fn status(
     Path(id): Path<String>,
 ) -> Response {
     let answer = async {
-        let delayed = guard(&api, &headers)?;
+        let (_, delayed) = guard(&api, &headers, Operation::Status)?;
         check_name("id", &id)?;
         let (status, log) = tokio::join!(delayed.status(&id), delayed.attempts(&id));
         match status.map_err(unavailable)? {
@@ -205,11 +216,11 @@ pub(crate) async fn cancel(
     Path(id): Path<String>,
 ) -> Response {
     let answer = async {
-        let delayed = guard(&api, &headers)?;
+        let (caller, delayed) = guard(&api, &headers, Operation::Cancel)?;
         check_name("id", &id)?;
         match delayed.cancel(&id).await.map_err(unavailable)? {
             Cancel::Cancelled(s) => {
-                tracing::debug!(id = %id, "delayed notification cancelled");
+                tracing::info!(api_key = caller.name(), id = %id, "delayed notification cancelled");
                 Ok(Json(StatusBody::from(s)).into_response())
             }
             Cancel::TooLate(s) => {
@@ -234,10 +245,11 @@ pub(crate) async fn retry(
     Path(id): Path<String>,
 ) -> Response {
     let answer = async {
-        let delayed = guard(&api, &headers)?;
+        let (caller, delayed) = guard(&api, &headers, Operation::Admin)?;
         check_name("id", &id)?;
         match delayed.replay(&id).await.map_err(unavailable)? {
             Replay::Replayed(s) => {
+                tracing::info!(api_key = caller.name(), id = %id, "dead letter sent again");
                 Ok((StatusCode::ACCEPTED, Json(StatusBody::from(s))).into_response())
             }
             Replay::NotDead(s) => {
@@ -262,7 +274,7 @@ pub(crate) async fn list(
     RawQuery(query): RawQuery,
 ) -> Response {
     let answer = async {
-        let delayed = guard(&api, &headers)?;
+        let (_, delayed) = guard(&api, &headers, Operation::Admin)?;
         let q: ListQuery = match query.as_deref() {
             None | Some("") => ListQuery::default(),
             Some(q) => {
@@ -331,7 +343,7 @@ pub(crate) async fn user_online(
     Path(uid): Path<String>,
 ) -> Response {
     let answer = async {
-        let delayed = guard(&api, &headers)?;
+        let (_, delayed) = guard(&api, &headers, Operation::Publish)?;
         if uid.is_empty() || uid.len() > 256 || uid.chars().any(char::is_control) {
             return Err(ApiError::invalid(
                 "uid",

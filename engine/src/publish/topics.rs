@@ -16,7 +16,9 @@
 //!
 //! A registered topic is in force at once in the process that took it,
 //! and within `schedule.maintenance_every_ms` in every other process
-//! sharing the store. All take the API key.
+//! sharing the store. All take an API key with the `admin` operation
+//! (a topic's settings hold callback URLs and signing secrets, and span
+//! every site).
 
 use axum::Json;
 use axum::body::Body;
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{ApiError, PublishApi};
+use crate::api_key::Operation;
 use crate::callback::topic::{Topic, TopicError, check_name};
 use crate::schedule::config::TopicPolicy;
 use crate::schedule::service::Delayed;
@@ -42,7 +45,7 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 }
 
 fn guard<'a>(api: &'a PublishApi, headers: &HeaderMap) -> Result<&'a Delayed, ApiError> {
-    api.authorize_headers(headers)?;
+    api.authorize(headers, Operation::Admin)?;
     api.delayed().ok_or_else(|| {
         ApiError::not_found(
             "topics need delayed notifications, which are not enabled on this server",
@@ -132,6 +135,7 @@ pub(crate) async fn put(
                         "{max} topics are registered, the most schedule.max_topics allows: delete one first"
                     ),
                     field: None,
+                    retry_after: None,
                 });
             }
         };
@@ -204,6 +208,7 @@ pub(crate) async fn delete(
                     "topic {name:?} is configured in the file ([schedule.topics]), not registered: change the file"
                 ),
                 field: None,
+                retry_after: None,
             });
         }
         Err(ApiError::not_found(format!("no registered topic {name:?}")))

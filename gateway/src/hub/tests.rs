@@ -67,7 +67,7 @@ fn session(h: &Hub, identity: &Identity) -> Arc<Outbox> {
 
 fn session_with_epoch(h: &Hub, identity: &Identity) -> (Arc<Outbox>, u64) {
     let o = outbox();
-    let attached = h.attach(identity, &o);
+    let attached = h.attach(identity, &o, usize::MAX).unwrap();
     h.subscribe(identity, &o, sub(0), None, Instant::now());
     (o, attached.epoch)
 }
@@ -132,7 +132,7 @@ async fn resume_replays_then_live_continues_without_duplicates() {
     h.detach(&alice, &first, now);
 
     let again = outbox();
-    let attached = h.attach(&alice, &again);
+    let attached = h.attach(&alice, &again, usize::MAX).unwrap();
     assert_eq!(attached.head, 3);
     let replay = h.subscribe(
         &alice,
@@ -163,7 +163,7 @@ async fn resume_past_the_buffer_gets_a_gap() {
     }
     h.detach(&alice, &o, now);
     let again = outbox();
-    h.attach(&alice, &again);
+    h.attach(&alice, &again, usize::MAX).unwrap();
     let replay = h.subscribe(
         &alice,
         &again,
@@ -202,7 +202,7 @@ async fn idle_mailbox_expires_after_ttl() {
 
     // Coming back makes a new mailbox: the old resume point is a gap.
     let again = outbox();
-    let attached = h.attach(&alice, &again);
+    let attached = h.attach(&alice, &again, usize::MAX).unwrap();
     assert_ne!(attached.epoch, epoch);
     let replay = h.subscribe(
         &alice,
@@ -254,9 +254,18 @@ fn presence_follows_the_first_and_last_session_of_a_user_across_sites() {
     let us = who("alice", None, "us");
     let (a, b, c) = (outbox(), outbox(), outbox());
     assert!(!h.is_online("alice", &[]));
-    assert!(h.attach(&eu, &a).came_online, "first session");
-    assert!(!h.attach(&eu, &b).came_online, "second session, same site");
-    assert!(!h.attach(&us, &c).came_online, "another site, still online");
+    assert!(
+        h.attach(&eu, &a, usize::MAX).unwrap().came_online,
+        "first session"
+    );
+    assert!(
+        !h.attach(&eu, &b, usize::MAX).unwrap().came_online,
+        "second session, same site"
+    );
+    assert!(
+        !h.attach(&us, &c, usize::MAX).unwrap().came_online,
+        "another site, still online"
+    );
     assert!(h.is_online("alice", &[]));
     assert!(h.is_online("alice", &["us".into()]));
     assert!(!h.is_online("alice", &["asia".into()]));
@@ -266,5 +275,29 @@ fn presence_follows_the_first_and_last_session_of_a_user_across_sites() {
     assert!(!h.is_online("alice", &["eu".into()]));
     assert!(h.detach(&us, &c, now), "the last session left");
     assert!(!h.is_online("alice", &[]));
-    assert!(h.attach(&us, &outbox()).came_online, "back online");
+    assert!(
+        h.attach(&us, &outbox(), usize::MAX).unwrap().came_online,
+        "back online"
+    );
+}
+
+#[test]
+fn a_user_gets_at_most_max_sessions_per_site_and_a_freed_one_comes_back() {
+    let h = hub(60);
+    let eu = who("alice", None, "eu");
+    let us = who("alice", None, "us");
+    let (a, b, c) = (outbox(), outbox(), outbox());
+    h.attach(&eu, &a, 2).unwrap();
+    h.attach(&eu, &b, 2).unwrap();
+    assert_eq!(
+        h.attach(&eu, &c, 2),
+        Err(crate::hub::TooManySessions { max: 2 })
+    );
+    // Another site is another mailbox, another user as far as limits go;
+    // another user has limits of their own.
+    h.attach(&us, &c, 2).unwrap();
+    h.attach(&who("bob", None, "eu"), &outbox(), 2).unwrap();
+    h.detach(&eu, &a, Instant::now());
+    h.attach(&eu, &outbox(), 2)
+        .expect("a freed slot is taken again");
 }

@@ -308,6 +308,26 @@ impl StompCore {
                 return;
             }
         };
+        let attached = match self.host.attach(&who, &self.outbox) {
+            Ok(attached) => attached,
+            Err(too_many) => {
+                self.host.metrics().refuse(RefuseReason::UserSessionLimit);
+                tracing::debug!(user = %who.user, max = too_many.max, "CONNECT refused: too many sessions for this user");
+                self.fail(
+                    Failure {
+                        message: format!(
+                            "too many sessions for this user: at most {} at once on this server (session.max_per_user)",
+                            too_many.max
+                        ),
+                        receipt: None,
+                        kind: ProtocolError::Refused,
+                        close_code: 1008,
+                    },
+                    sink,
+                );
+                return;
+            }
+        };
         let cfg = self.host.config();
         let server = HeartBeat {
             cx: cfg.heartbeat_send_ms,
@@ -319,7 +339,6 @@ impl StompCore {
         self.recv_within = recv.map(|d| d * 2);
         self.connect_deadline = None;
         self.machine.connected(c.version);
-        let attached = self.host.attach(&who, &self.outbox);
         if attached.came_online {
             self.host.user_online(&who.user);
         }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::app::{Mode, Shared};
 use crate::auth::{AuthError, Verified};
 use crate::config::SessionConfig;
-use crate::hub::{Attached, Identity, Replay, Resume};
+use crate::hub::{Attached, Identity, Replay, Resume, TooManySessions};
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, Subscription};
 
@@ -25,8 +25,9 @@ pub trait Host: Send + Sync {
     /// Who a token names, and how long it stays valid.
     fn verify(&self, token: &str) -> Result<Verified, AuthError>;
 
-    /// Join the session's outbox to the user's mailbox.
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached;
+    /// Join the session's outbox to the user's mailbox, unless the user
+    /// has `session.max_per_user` sessions already.
+    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions>;
 
     /// Add a subscription, replaying from `resume` when given.
     fn subscribe(
@@ -76,8 +77,9 @@ impl Host for Shared {
         self.verifier.verify(token)
     }
 
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached {
-        self.hub.attach(who, outbox)
+    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions> {
+        self.hub
+            .attach(who, outbox, self.config.session.max_per_user)
     }
 
     fn subscribe(

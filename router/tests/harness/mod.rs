@@ -335,11 +335,15 @@ impl Router {
         let store = herald_router::server::connect_store(&config)
             .await
             .expect("the delayed store connects");
+        let api_keys = herald_engine::api_key::ApiKeys::from_set(
+            config.api_key_set().expect("the API keys load"),
+        );
         let task = tokio::spawn(herald_router::server::run(
             config,
             listener,
             shutdown.clone(),
             store,
+            api_keys,
         ));
         Router {
             addr,

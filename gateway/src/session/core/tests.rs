@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::auth::{AuthError, Claims, Verified, Verifier, sign_hs256};
 use crate::config::{MailboxConfig, SessionConfig};
-use crate::hub::{Attached, Hub, Identity, Replay, Resume};
+use crate::hub::{Attached, Hub, Identity, Replay, Resume, TooManySessions};
 use crate::metrics::{ErrorLabels, Metrics, RefuseLabels, RefuseReason, Transport};
 use crate::outbox::{Outbox, Subscription};
 
@@ -104,8 +104,8 @@ impl Host for TestHost {
         self.verifier.verify(token)
     }
 
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Attached {
-        self.hub.attach(who, outbox)
+    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions> {
+        self.hub.attach(who, outbox, self.config.max_per_user)
     }
 
     fn subscribe(
@@ -387,6 +387,36 @@ fn a_bad_token_is_refused_with_error_and_policy_violation() {
         error_of(&out, &c.core),
         (AuthError::BadSignature.to_string(), 1008)
     );
+}
+
+#[test]
+fn a_user_at_max_per_user_is_refused_with_error_until_a_session_ends() {
+    let host = TestHost::new(
+        SessionConfig {
+            max_per_user: 2,
+            ..SessionConfig::default()
+        },
+        MailboxConfig::default(),
+    );
+    let mut first = Client::new(&host);
+    first.connect_as("alice");
+    Client::new(&host).connect_as("alice");
+    let mut third = Client::new(&host);
+    let t = token("alice");
+    let out = vec![third.connect(&[("passcode", &t)])];
+    let (message, code) = error_of(&out, &third.core);
+    assert_eq!(
+        message,
+        "too many sessions for this user: at most 2 at once on this server (session.max_per_user)"
+    );
+    assert_eq!(code, 1008);
+    assert_eq!(host.refused(RefuseReason::UserSessionLimit), 1);
+    assert_eq!(host.open_sessions(), 2, "the refused one never counted");
+    // Another user is not affected; a session that ends frees a slot.
+    Client::new(&host).connect_as("bob");
+    third.core.finish();
+    first.core.finish();
+    Client::new(&host).connect_as("alice");
 }
 
 #[test]
