@@ -7,9 +7,17 @@
 //! `parking_lot` mutexes. A shard also indexes its users by client company,
 //! so client-scope fan-out touches only that company's users. Lock order:
 //! shard, then outbox; nothing else is locked inside.
+//!
+//! Live delivery queues the routed `Arc<Notification>` itself to the
+//! sessions; the replay buffers keep each notification packed once
+//! ([`retained`]: its MESSAGE fields and an exact copy of its payload in
+//! one allocation, shared by every mailbox it reached), so what a mailbox
+//! holds costs its payload plus a small constant, whatever buffer the
+//! producer's payload shared and whichever transports took it.
 
 mod expiry;
 mod mailbox;
+mod retained;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -30,6 +38,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::outbox::{Outbox, Pushed, Subscription};
 use expiry::ExpiryQueue;
 use mailbox::{BufferLimits, Mailbox};
+use retained::{Origin, Retained};
 
 const SHARDS: usize = 64;
 
@@ -93,6 +102,8 @@ pub struct Hub {
     cursor: AtomicUsize,
     count: AtomicUsize,
     metrics: Arc<Metrics>,
+    /// What packed expiries count from.
+    origin: Origin,
 }
 
 fn shard_of(user: &str) -> usize {
@@ -133,6 +144,7 @@ impl Hub {
             cursor: AtomicUsize::new(0),
             count: AtomicUsize::new(0),
             metrics,
+            origin: Origin::new(Instant::now()),
         }
     }
 
@@ -220,7 +232,8 @@ impl Hub {
             return Replay::None;
         };
         let filter = sub.filter.clone();
-        match mailbox.replay(resume, sub.key, |n| filter.matches(&n.event), now) {
+        let now = self.origin.offset(now);
+        match mailbox.replay(resume, sub.key, |event| filter.matches(event), now) {
             Ok(items) => {
                 let count = items.len();
                 outbox.subscribe(sub, items);
@@ -290,8 +303,10 @@ impl Hub {
         false
     }
 
-    fn push_to(&self, mailbox: &mut Mailbox, n: &Arc<Notification>, now: Instant) -> usize {
-        let (seq, evicted) = mailbox.append(n, now, self.buffer);
+    /// Buffer `m` in `mailbox` and queue `n` (its live form) to the
+    /// mailbox's sessions.
+    fn push_to(&self, mailbox: &mut Mailbox, n: &Arc<Notification>, m: &Retained) -> usize {
+        let (seq, evicted) = mailbox.append(m, self.buffer);
         for _ in 0..evicted {
             self.metrics.drop_one(DropReason::MailboxBufferEvicted);
         }
@@ -313,12 +328,17 @@ impl Hub {
     }
 
     /// Route one notification to every mailbox its scope and sites name.
+    /// It is packed for the replay buffers once, when the first mailbox
+    /// takes it.
     pub fn deliver(&self, n: &Arc<Notification>, now: Instant) -> Delivered {
         let mut out = Delivered::default();
+        let mut packed: Option<Retained> = None;
+        let expires = n.ttl.map(|ttl| self.origin.offset(now + ttl));
         let mut take = |hub: &Hub, m: &mut Mailbox| {
             if site_ok(n, &m.site) {
                 out.mailboxes += 1;
-                out.sessions += hub.push_to(m, n, now);
+                let r = packed.get_or_insert_with(|| Retained::pack(n, expires));
+                out.sessions += hub.push_to(m, n, r);
             }
         };
         match n.scope {

@@ -4,23 +4,15 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use herald_protocol::envelope::Notification;
-use tokio::time::Instant;
-
 use crate::outbox::{GapReason, Item, Outbox};
+
+use super::retained::Retained;
 
 /// Bounds of the replay buffer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BufferLimits {
     pub(crate) messages: usize,
     pub(crate) bytes: usize,
-}
-
-#[derive(Debug)]
-struct Buffered {
-    seq: u64,
-    n: Arc<Notification>,
-    expires_at: Option<Instant>,
 }
 
 /// Where a client says it left off.
@@ -41,11 +33,16 @@ pub(crate) struct Mailbox {
     pub(crate) head: u64,
     /// Highest sequence evicted from the buffer: resumes before it have a gap.
     evicted_upto: u64,
-    buffer: VecDeque<Buffered>,
+    /// The messages after `evicted_upto`, in sequence order and without
+    /// holes (only eviction removes, from the front): the one at index `i`
+    /// has sequence `evicted_upto + 1 + i`, so none stores its own. One
+    /// pointer each; the packed messages are shared with every other
+    /// mailbox they reached.
+    buffer: VecDeque<Retained>,
     buffer_bytes: usize,
     pub(crate) sessions: Vec<Arc<Outbox>>,
     /// When the mailbox expires if nobody comes back; None while sessions live.
-    pub(crate) idle_deadline: Option<Instant>,
+    pub(crate) idle_deadline: Option<tokio::time::Instant>,
 }
 
 impl Mailbox {
@@ -72,27 +69,18 @@ impl Mailbox {
 
     /// Assign the next sequence and buffer the message; returns the sequence
     /// and how many old messages the bounds evicted.
-    pub(crate) fn append(
-        &mut self,
-        n: &Arc<Notification>,
-        now: Instant,
-        limits: BufferLimits,
-    ) -> (u64, usize) {
+    pub(crate) fn append(&mut self, m: &Retained, limits: BufferLimits) -> (u64, usize) {
         self.head += 1;
         let seq = self.head;
-        self.buffer_bytes += n.payload.len();
-        self.buffer.push_back(Buffered {
-            seq,
-            n: Arc::clone(n),
-            expires_at: n.ttl.map(|ttl| now + ttl),
-        });
+        self.buffer_bytes += m.payload_len();
+        self.buffer.push_back(m.clone());
         let mut evicted = 0;
         while self.buffer.len() > limits.messages
             || (self.buffer_bytes > limits.bytes && self.buffer.len() > 1)
         {
             if let Some(old) = self.buffer.pop_front() {
-                self.buffer_bytes -= old.n.payload.len();
-                self.evicted_upto = old.seq;
+                self.buffer_bytes -= old.payload_len();
+                self.evicted_upto += 1;
                 evicted += 1;
             }
         }
@@ -100,13 +88,15 @@ impl Mailbox {
     }
 
     /// The replay for a subscription (key `sub`), or the gap marker when the
-    /// buffer no longer covers the resume point. Expired messages are skipped.
+    /// buffer no longer covers the resume point. Messages expired at `now`
+    /// (ns after the hub's clock origin) are skipped, and so are those whose
+    /// event `wants` refuses; each replayed one is unpacked anew.
     pub(crate) fn replay(
         &self,
         resume: &Resume,
         sub: u32,
-        wants: impl Fn(&Notification) -> bool,
-        now: Instant,
+        wants: impl Fn(&str) -> bool,
+        now: i64,
     ) -> Result<Vec<Item>, Item> {
         let gap = |reason| Item::Gap {
             seq: self.head,
@@ -119,15 +109,17 @@ impl Mailbox {
         if resume.last_seq > self.head || resume.last_seq < self.evicted_upto {
             return Err(gap(GapReason::BufferExceeded));
         }
+        // Sequences after the resume point start at this index.
+        let skip = (resume.last_seq - self.evicted_upto) as usize;
         Ok(self
             .buffer
             .iter()
-            .filter(|b| b.seq > resume.last_seq)
-            .filter(|b| b.expires_at.is_none_or(|t| t > now))
-            .filter(|b| wants(&b.n))
-            .map(|b| Item::Deliver {
-                seq: b.seq,
-                n: Arc::clone(&b.n),
+            .enumerate()
+            .skip(skip)
+            .filter(|(_, m)| m.is_live(now) && wants(m.event()))
+            .map(|(i, m)| Item::Deliver {
+                seq: self.evicted_upto + 1 + i as u64,
+                n: Arc::new(m.notification(now)),
                 only: Some(sub),
             })
             .collect())
@@ -147,11 +139,12 @@ impl Mailbox {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use herald_protocol::envelope::Scope;
-    use std::time::Duration;
+    use herald_protocol::envelope::{Notification, Scope};
 
-    fn note(size: usize, ttl: Option<Duration>) -> Arc<Notification> {
-        Arc::new(Notification {
+    /// A message of `size` payload bytes, expiring `expires` ns after the
+    /// origin.
+    fn note(size: usize, expires: Option<i64>) -> Retained {
+        let n = Notification {
             id: "n".into(),
             scope: Scope::User,
             users: vec!["u".into()],
@@ -162,10 +155,13 @@ mod tests {
             content_type: "text/plain".into(),
             payload: Bytes::from(vec![0; size]),
             payload_is_utf8: true,
-            ttl,
+            ttl: None,
             encodings: Default::default(),
-        })
+        };
+        Retained::pack(&n, expires)
     }
+
+    const SEC: i64 = 1_000_000_000;
 
     fn seqs(items: &[Item]) -> Vec<u64> {
         items
@@ -183,10 +179,10 @@ mod tests {
 
     #[test]
     fn replays_what_was_missed_and_signals_gaps() {
-        let now = Instant::now();
+        let now = 0;
         let mut m = Mailbox::new("".into(), None, 9);
         for _ in 0..5 {
-            m.append(&note(1, None), now, LIMITS);
+            m.append(&note(1, None), LIMITS);
         }
         let ok = m
             .replay(
@@ -266,12 +262,12 @@ mod tests {
 
     #[test]
     fn byte_bound_evicts_but_keeps_the_newest() {
-        let now = Instant::now();
+        let now = 0;
         let mut m = Mailbox::new("".into(), None, 1);
-        m.append(&note(60, None), now, LIMITS);
-        let (_, evicted) = m.append(&note(60, None), now, LIMITS);
+        m.append(&note(60, None), LIMITS);
+        let (_, evicted) = m.append(&note(60, None), LIMITS);
         assert_eq!(evicted, 1);
-        let (_, evicted) = m.append(&note(500, None), now, LIMITS);
+        let (_, evicted) = m.append(&note(500, None), LIMITS);
         assert_eq!(evicted, 1);
         let all = m
             .replay(
@@ -289,11 +285,11 @@ mod tests {
 
     #[test]
     fn expired_messages_are_not_replayed() {
-        let now = Instant::now();
+        let now = 0;
         let mut m = Mailbox::new("".into(), None, 1);
-        m.append(&note(1, Some(Duration::from_secs(1))), now, LIMITS);
-        m.append(&note(1, None), now, LIMITS);
-        let later = now + Duration::from_secs(2);
+        m.append(&note(1, Some(SEC)), LIMITS);
+        m.append(&note(1, None), LIMITS);
+        let later = now + 2 * SEC;
         let items = m
             .replay(
                 &Resume {
