@@ -4,7 +4,15 @@
 # herald-gateway binary), the distributed end-to-end tests
 # (tests/distributed: a whole deployment from deploy/up, driven with pika and
 # stomp.py through HAProxy), then the JavaScript client's unit and type tests
-# (gateway/js) and the real-browser tests (tests/browser: chromium).
+# (gateway/js) and the real-browser tests (tests/browser: chromium), and the
+# WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
+# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
+# and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
+# the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
+# and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
+# toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
+# the seed corpora are replayed on stable by the Rust tests either way, so CI
+# does not pay for the sanitizer builds.
 #
 #   scripts/test.sh
 #
@@ -12,7 +20,9 @@
 # whatever else is missing is installed here: the Python virtualenv at .venv
 # and its pinned packages, Debian's haproxy, rabbitmq-server and redis-server (for
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
-# the pinned npm packages of gateway/js and tests/browser (npm ci). Honours
+# the pinned npm packages of gateway/js and tests/browser (npm ci), and the
+# Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
+# 2.7.x must exist). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -168,6 +178,23 @@ cargo_tests() {
     fi
 }
 
+# Every cargo-fuzz target for a bounded time, from its seed corpus (nightly
+# only; cargo-fuzz is installed from crates.io when missing). Without nightly
+# the corpora still ran, replayed on stable in the Rust tests.
+fuzz_tests() {
+    if [ -z "${HERALD_FUZZ_SECONDS:-}" ]; then
+        SUMMARY+=("fuzz: seed corpora replayed by the rust tests (set HERALD_FUZZ_SECONDS to also run cargo-fuzz)")
+        return 0
+    fi
+    if ! cargo +nightly --version >/dev/null 2>&1; then
+        SUMMARY+=("fuzz: not run (no nightly toolchain); the seed corpora were replayed by the rust tests")
+        return 0
+    fi
+    local secs=${HERALD_FUZZ_SECONDS}
+    run_stage fuzz scripts/fuzz.sh --seconds "$secs"
+    SUMMARY+=("fuzz (cargo-fuzz, ${secs}s per target): $(grep -E '^fuzz: [0-9]+ passed' "$LOGDIR/fuzz.log" | tail -n1 | sed 's/^fuzz: //') targets")
+}
+
 # Add up cargo test's per-binary "test result:" lines.
 sum_cargo_results() {
     awk '/^test result:/ {
@@ -192,6 +219,27 @@ python_tests() {
 # The last "N passed, M failed ..." line of a pytest log.
 sum_pytest_results() {
     grep -E '^=+ .*(passed|failed|error|no tests ran).* =+$' "$1" | tail -n1 | sed -E 's/^=+ //; s/ =+$//'
+}
+
+# Autobahn|Testsuite (an independent WebSocket client, Python 2.7) against
+# the gateway's own WebSocket framing; every case's outcome is pinned.
+autobahn_tests() {
+    local bin
+    bin="$(target_dir)/debug/herald-gateway"
+    [ -x "$bin" ] || die "$bin was not built"
+    run_stage autobahn scripts/autobahn.sh --gateway "$bin"
+    SUMMARY+=("websocket conformance (autobahn 1-10 vs expected.json): $(grep -E '^autobahn: [0-9]+ passed' "$LOGDIR/autobahn.log" | tail -n1 | sed 's/^autobahn: //')")
+}
+
+# The SockJS protocol suite (v0.3.3, the copy a registry carries) against the
+# gateway's SockJS test services. The suite at its repository's HEAD is on no
+# registry: docs/sockjs-conformance.md says how to run it by hand.
+sockjs_conformance_tests() {
+    local bin
+    bin="$(target_dir)/debug/herald-gateway"
+    [ -x "$bin" ] || die "$bin was not built"
+    run_stage sockjs-conformance scripts/sockjs-conformance.sh --gateway "$bin" --pypi-copy
+    SUMMARY+=("sockjs protocol suite (v0.3.3, pyramid_sockjs copy): $(grep -E '^total ' "$LOGDIR/sockjs-conformance.log" | tail -n1 | sed -E 's/^total +//')")
 }
 
 # pika (an independent AMQP client) against the router binary.
@@ -293,7 +341,10 @@ main() {
     cargo build --workspace --all-targets
 
     cargo_tests
+    fuzz_tests
     python_tests
+    autobahn_tests
+    sockjs_conformance_tests
     router_pika_tests
     haproxy_tests
     distributed_tests

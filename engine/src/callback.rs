@@ -17,6 +17,16 @@
 //! - [`answer`]: what an answer means: a recheck proceeds, declines or is
 //!   retried; a callback succeeded or failed; the excerpt of a body kept in
 //!   an attempt record.
+//! - [`attempt`]: the record of one recheck or call, and its stored form.
+//! - [`step`]: what happens after an answer: call, delivered, declined,
+//!   retry at a time, or dead.
+//! - [`client`]: the HTTP client callbacks go out through: destinations
+//!   checked after DNS on every connection, no redirects, bounded bodies,
+//!   per-host concurrency and a [`breaker`] per host.
+//! - [`exchange`]: one attempt: the signed recheck, then the signed call,
+//!   recorded, and what follows.
+//! - [`topic`]: a topic's callback settings as `PUT /v1/topics` takes
+//!   them, each field checked with an error that names it.
 //! - [`destination`]: where a callback may go: URL validation at
 //!   registration and the SSRF classification of an address.
 //!
@@ -32,7 +42,14 @@
 //! ```
 
 pub mod answer;
+pub mod attempt;
+pub mod breaker;
+pub mod client;
 pub mod condition;
+pub mod config;
 pub mod destination;
+pub mod exchange;
 pub mod retry;
 pub mod signature;
+pub mod step;
+pub mod topic;

@@ -16,7 +16,9 @@ pub const EX_CANTCREAT: u8 = 73;
 const QUIET_RETURNS: &str = "lapin::returned_messages=off";
 
 /// Structured logs to stdout, levels from `RUST_LOG` (default `info`), as
-/// text or one JSON object per line.
+/// text or one JSON object per line. Text is coloured only when stdout is a
+/// terminal (and `NO_COLOR` is unset), so a log written to a file or the
+/// journal carries no escape codes.
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -24,7 +26,11 @@ pub fn init_tracing(json: bool) {
         Ok(directive) => filter.add_directive(directive),
         Err(_) => filter,
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour);
     if json {
         builder.json().init();
     } else {

@@ -7,9 +7,11 @@
 //! a JSON error (`400` malformed, `401` key, `413` size, `415` no content
 //! type, `422` a field, `503` link down).
 
+pub mod decode;
 mod error;
 mod notifications;
 mod parse;
+mod topics;
 
 use std::sync::Arc;
 
@@ -19,7 +21,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, post};
+use axum::routing::{delete, get, post, put};
 use bytes::Bytes;
 use herald_protocol::envelope::{Limits, Notification};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -130,7 +132,9 @@ impl PublishApi {
 
     /// The routes: `POST /v1/notifications`; with delayed notifications
     /// also `GET /v1/notifications` (list), `GET` and `DELETE
-    /// /v1/notifications/{id}`, and `POST /v1/users/{uid}/online`.
+    /// /v1/notifications/{id}`, `POST /v1/users/{uid}/online`, and the
+    /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
+    /// /v1/topics/{name}`).
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
             Router::new()
@@ -140,6 +144,11 @@ impl PublishApi {
                     delete(notifications::cancel).get(notifications::status),
                 )
                 .route("/v1/users/{uid}/online", post(notifications::user_online))
+                .route("/v1/topics", get(topics::list))
+                .route(
+                    "/v1/topics/{name}",
+                    put(topics::put).get(topics::get).delete(topics::delete),
+                )
         } else {
             Router::new().route("/v1/notifications", post(publish))
         };

@@ -51,3 +51,4 @@ pub mod scheduler;
 pub mod service;
 pub mod store;
 pub mod timing;
+pub mod topics;

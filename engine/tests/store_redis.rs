@@ -401,6 +401,9 @@ async fn a_redis_cluster_passes_the_suite() {
         list_pages_by_topic_and_state,
         purge_removes_old_final_statuses,
         counts_by_due_bucket_and_state,
+        topics_put_get_list_delete,
+        topics_are_bounded,
+        topics_version_changes_with_every_change,
     );
     run!("@by_arc", by_arc;
         cancel_racing_claim_has_one_winner,

@@ -19,15 +19,20 @@ pub use herald_engine::config::{ConfigError, PublishConfig};
 use herald_engine::config::{Renamed, parse_toml, read_toml_renamed, renamed_keys};
 use herald_engine::schedule::config::ScheduleConfig;
 
-/// What a session does when its outbound queue is full.
+/// What happens to a session that has fallen so far behind that its
+/// mailbox evicts a message it has not been sent. (A full session queue
+/// alone cuts nobody: the session reads on from the mailbox's buffer; see
+/// [`crate::outbox`].)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum WhenFull {
     /// Close the session with an ERROR "slow consumer" frame (the default):
-    /// the client reconnects and resumes from its last sequence.
+    /// the client reconnects and resumes from its last sequence (a gap
+    /// marker tells it what the buffer no longer covers).
     Disconnect,
-    /// Drop the oldest queued message and send a `herald.gap` marker so the
-    /// application knows it missed something.
+    /// Skip the lost messages and send a `herald.gap` marker
+    /// (`reason:queue-overflow`) in their place, so the application knows it
+    /// missed something; the session goes on.
     DropOldest,
 }
 
@@ -69,12 +74,19 @@ pub struct SessionConfig {
     pub max_header_bytes: usize,
     /// Most subscriptions per session.
     pub max_subscriptions: usize,
-    /// Most messages queued for one session.
+    /// Most messages queued for one session (its window onto the mailbox:
+    /// beyond it, the session reads on from the mailbox's buffer).
     pub queue_messages: usize,
-    /// Most payload bytes queued for one session.
+    /// Most payload bytes queued for one session (as `queue_messages`),
+    /// and the bound on the control frames waiting for its socket.
     pub queue_bytes: usize,
-    /// What happens when the queue is full.
+    /// What happens when the mailbox evicts a message a lagging session
+    /// has not been sent.
     pub when_full: WhenFull,
+    /// Longest a session may go without write progress (its client taking
+    /// bytes) while something waits for it; then it is cut as a slow
+    /// consumer, whatever `when_full` says.
+    pub max_lag_ms: u64,
 }
 
 impl Default for SessionConfig {
@@ -93,6 +105,7 @@ impl Default for SessionConfig {
             queue_messages: 256,
             queue_bytes: 8 * 1024 * 1024,
             when_full: WhenFull::Disconnect,
+            max_lag_ms: 30_000,
         }
     }
 }
@@ -103,9 +116,10 @@ impl Default for SessionConfig {
 pub struct MailboxConfig {
     /// How long a mailbox outlives its user's last session.
     pub ttl_secs: u64,
-    /// Most messages kept for replay.
+    /// Most messages kept for replay, and for sessions that fell behind
+    /// to read on from.
     pub buffer_messages: usize,
-    /// Most payload bytes kept for replay.
+    /// Most payload bytes kept (as `buffer_messages`).
     pub buffer_bytes: usize,
     /// How often expired mailboxes are removed.
     pub expiry_tick_ms: u64,
@@ -117,7 +131,7 @@ impl Default for MailboxConfig {
     fn default() -> Self {
         MailboxConfig {
             ttl_secs: 300,
-            buffer_messages: 100,
+            buffer_messages: 256,
             buffer_bytes: 1024 * 1024,
             expiry_tick_ms: 100,
             max_expirations_per_tick: 1000,
@@ -268,6 +282,8 @@ pub struct Config {
     pub publish: PublishConfig,
     /// Delayed notifications (standalone; an edge leaves them to its routers).
     pub schedule: ScheduleConfig,
+    /// Callbacks (standalone; an edge leaves them to its routers).
+    pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// Warnings from loading (keys used under a deprecated name), for
     /// `main` to log once logging is up.
     #[serde(skip)]
@@ -298,6 +314,7 @@ impl Default for Config {
             edge: EdgeConfig::default(),
             publish: PublishConfig::default(),
             schedule: ScheduleConfig::default(),
+            callbacks: Default::default(),
             warnings: Vec::new(),
         }
     }
@@ -361,6 +378,7 @@ impl Config {
             ("session.connect_timeout_ms", s.connect_timeout_ms as usize),
             ("session.header_timeout_ms", s.header_timeout_ms as usize),
             ("session.max_sniffing", s.max_sniffing),
+            ("session.max_lag_ms", s.max_lag_ms as usize),
             ("mailbox.buffer_messages", self.mailbox.buffer_messages),
             ("mailbox.buffer_bytes", self.mailbox.buffer_bytes),
             (
@@ -388,18 +406,6 @@ impl Config {
             if value == 0 {
                 p.push(format!("{name} must be greater than 0"));
             }
-        }
-        if s.queue_messages < self.mailbox.buffer_messages {
-            p.push(format!(
-                "session.queue_messages ({}) must be at least mailbox.buffer_messages ({}) so a full replay fits",
-                s.queue_messages, self.mailbox.buffer_messages
-            ));
-        }
-        if s.queue_bytes < self.mailbox.buffer_bytes {
-            p.push(format!(
-                "session.queue_bytes ({}) must be at least mailbox.buffer_bytes ({}) so a full replay fits",
-                s.queue_bytes, self.mailbox.buffer_bytes
-            ));
         }
         if !self.edge.roots.is_empty() {
             match &self.edge.id {
@@ -545,7 +551,7 @@ mod tests {
     fn every_problem_is_reported() {
         let mut c = Config::default();
         c.auth.jwt_secret = Some("short".into());
-        c.session.queue_messages = 1;
+        c.session.queue_messages = 0;
         c.publish.max_batch = 0;
         let err = c.validate().unwrap_err();
         assert_eq!(err.problems.len(), 4, "{err}");

@@ -11,6 +11,7 @@ use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::StoreError;
 use herald_engine::schedule::store::embedded::EmbeddedStore;
+use herald_engine::schedule::topics::Topics;
 
 use crate::config::Config;
 use crate::hub::Hub;
@@ -41,9 +42,11 @@ pub fn open(config: &Config, metrics: DelayedMetrics) -> Result<Delayed, StoreEr
         .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", path.display())))?;
     let store = EmbeddedStore::open(&path)?;
     tracing::info!(path = %path.display(), "delayed-notification store open");
-    Ok(Delayed::new(
+    let topics = Topics::new(&config.schedule, config.callbacks.allowed());
+    Ok(Delayed::with_topics(
         config.schedule.clone(),
         Arc::new(store),
+        topics,
         metrics,
     ))
 }

@@ -35,7 +35,7 @@ pub use mailbox::Resume;
 
 use crate::config::MailboxConfig;
 use crate::metrics::{DropReason, Metrics};
-use crate::outbox::{Outbox, Pushed, Subscription};
+use crate::outbox::{Loss, Outbox, Pushed, Subscription};
 use expiry::ExpiryQueue;
 use mailbox::{BufferLimits, Mailbox};
 use retained::{Origin, Retained};
@@ -181,6 +181,7 @@ impl Hub {
             shard.idle -= 1;
         }
         mailbox.add_session(outbox);
+        outbox.start(mailbox.head);
         let attached = Attached {
             epoch: mailbox.epoch,
             head: mailbox.head,
@@ -213,7 +214,9 @@ impl Hub {
 
     /// Add a subscription to a session, replaying from `resume` when given.
     /// Replay and subscription happen under the shard lock, so no live
-    /// message is missed or duplicated between them.
+    /// message is missed or duplicated between them. The replay is read
+    /// from the mailbox through the session's window: what the window does
+    /// not take now, the session reads as it drains ([`Hub::refill`]).
     pub fn subscribe(
         &self,
         who: &Identity,
@@ -223,28 +226,71 @@ impl Hub {
         now: Instant,
     ) -> Replay {
         let shard = self.shards[shard_of(&who.user)].lock();
-        let mailbox = shard
+        let Some(mailbox) = shard
             .users
             .get(&who.user)
-            .and_then(|ms| ms.iter().find(|m| m.site == who.site));
-        let (Some(mailbox), Some(resume)) = (mailbox, resume) else {
-            outbox.subscribe(sub, []);
+            .and_then(|ms| ms.iter().find(|m| m.site == who.site))
+        else {
+            outbox.subscribe(sub, None, None);
             return Replay::None;
         };
-        let filter = sub.filter.clone();
+        let Some(resume) = resume else {
+            outbox.subscribe(sub, Some(mailbox.head), None);
+            return Replay::None;
+        };
         let now = self.origin.offset(now);
-        match mailbox.replay(resume, sub.key, |event| filter.matches(event), now) {
-            Ok(items) => {
-                let count = items.len();
-                outbox.subscribe(sub, items);
-                self.metrics.replayed.inc_by(count as u64);
+        match mailbox.check_resume(resume) {
+            Ok(()) => {
+                let count =
+                    mailbox.count_after(resume.last_seq, |event| sub.filter.matches(event), now);
+                outbox.subscribe(sub, Some(resume.last_seq), None);
+                self.refill_from(mailbox, outbox, now);
                 Replay::Replayed(count)
             }
-            Err(gap) => {
-                outbox.subscribe(sub, [gap]);
+            Err(reason) => {
+                outbox.subscribe(sub, Some(mailbox.head), Some(reason));
                 self.metrics.gaps.inc();
                 Replay::Gap
             }
+        }
+    }
+
+    /// Refill a session's window from its mailbox: the session is behind
+    /// (its window filled, or a replay is pending) and its socket drained.
+    pub fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
+        let shard = self.shards[shard_of(&who.user)].lock();
+        match shard
+            .users
+            .get(&who.user)
+            .and_then(|ms| ms.iter().find(|m| m.site == who.site))
+        {
+            Some(mailbox) => self.refill_from(mailbox, outbox, self.origin.offset(now)),
+            None => outbox.abandon_backlog(),
+        }
+    }
+
+    /// [`Hub::refill`] under the shard lock at `now` (ns after the clock
+    /// origin), counted.
+    fn refill_from(&self, mailbox: &Mailbox, outbox: &Outbox, now: i64) {
+        let done = outbox.refill(&mailbox.backlog(now));
+        self.metrics.replayed.inc_by(done.replayed as u64);
+        for _ in 0..done.expired {
+            self.metrics.drop_one(DropReason::Expired);
+        }
+        self.count_loss(done.lost);
+    }
+
+    /// Count what a loss did: a gap marker in place of messages
+    /// (`drop-oldest`), or a cut session (`disconnect`).
+    fn count_loss(&self, loss: Loss) {
+        match loss {
+            Loss::None => {}
+            Loss::Dropped(k) => {
+                for _ in 0..k {
+                    self.metrics.drop_one(DropReason::QueueFullDropOldest);
+                }
+            }
+            Loss::Cut => self.metrics.drop_one(DropReason::SlowConsumer),
         }
     }
 
@@ -303,24 +349,33 @@ impl Hub {
         false
     }
 
-    /// Buffer `m` in `mailbox` and queue `n` (its live form) to the
-    /// mailbox's sessions.
-    fn push_to(&self, mailbox: &mut Mailbox, n: &Arc<Notification>, m: &Retained) -> usize {
-        let (seq, evicted) = mailbox.append(m, self.buffer);
-        for _ in 0..evicted {
+    /// Buffer `m` in `mailbox` at `now` (ns after the clock origin) and
+    /// queue `n` (its live form) to the mailbox's sessions.
+    fn push_to(
+        &self,
+        mailbox: &mut Mailbox,
+        n: &Arc<Notification>,
+        m: &Retained,
+        now: i64,
+    ) -> usize {
+        let appended = mailbox.append(m, now, self.buffer);
+        for _ in 0..appended.evicted {
             self.metrics.drop_one(DropReason::MailboxBufferEvicted);
+        }
+        if appended.dropped > 0 {
+            self.count_loss(Loss::Dropped(appended.dropped));
+        }
+        for _ in 0..appended.cut {
+            self.count_loss(Loss::Cut);
         }
         let mut queued = 0;
         for outbox in &mailbox.sessions {
-            match outbox.push(seq, n) {
-                Pushed::Queued => queued += 1,
-                Pushed::DroppedOldest(k) => {
+            match outbox.push(appended.seq, n) {
+                Pushed::Queued | Pushed::Deferred => queued += 1,
+                Pushed::Behind => {
                     queued += 1;
-                    for _ in 0..k {
-                        self.metrics.drop_one(DropReason::QueueFullDropOldest);
-                    }
+                    self.metrics.sessions_behind.inc();
                 }
-                Pushed::Cut => self.metrics.drop_one(DropReason::SlowConsumer),
                 Pushed::Filtered | Pushed::Closed => {}
             }
         }
@@ -334,11 +389,12 @@ impl Hub {
         let mut out = Delivered::default();
         let mut packed: Option<Retained> = None;
         let expires = n.ttl.map(|ttl| self.origin.offset(now + ttl));
+        let now = self.origin.offset(now);
         let mut take = |hub: &Hub, m: &mut Mailbox| {
             if site_ok(n, &m.site) {
                 out.mailboxes += 1;
                 let r = packed.get_or_insert_with(|| Retained::pack(n, expires));
-                out.sessions += hub.push_to(m, n, r);
+                out.sessions += hub.push_to(m, n, r, now);
             }
         };
         match n.scope {

@@ -19,7 +19,9 @@
 //!   a JWKS file), reloaded on SIGHUP; `exp`/`nbf`, optional `iss`/`aud`;
 //!   how long a token stays valid, for ending its session at expiry.
 //! - [`hub`]: mailboxes by (site, user), routing by scope, replay, expiry.
-//! - [`outbox`]: each session's bounded queue and its policy when full.
+//! - [`outbox`]: each session's bounded window onto its mailbox: a session
+//!   whose window fills reads on from the mailbox; the policy when the
+//!   mailbox evicts what a lagging session was not sent.
 //! - [`filter`]: event filters on subscriptions.
 //! - [`link`]: the in-process link from the publish API to the hub.
 //! - [`uplink`]: edge mode: a link to every root broker, feeding the same
@@ -39,6 +41,7 @@
 //! POST /v1/notifications -> PublishApi (validate once) -> LocalLink -> DuplicateFilter -> Hub::deliver
 //!   Hub: scope -> mailboxes -> seq + replay buffer -> Outbox::push (Arc, no copy)
 //!   session task: Outbox::pop -> [ws header + STOMP head][shared payload][NUL] -> writev
+//!     (window full: the session is behind; Hub::refill reads on from the replay buffer)
 //! ```
 //!
 //! # Tasks
@@ -54,6 +57,14 @@
 //! "server shutting down" and a close frame, and [`Gateway::serve`] waits up
 //! to `shutdown_grace_ms` for them. `/readyz` reached on a connection still
 //! open answers 503 `draining`.
+
+/// The version and the commit it was built from, as `--version` says.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HERALD_COMMIT"),
+    ")"
+);
 
 pub mod app;
 pub mod auth;

@@ -22,9 +22,15 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
-    init_tracing(config.log_format == LogFormat::Json);
+    if !cli.check_config {
+        init_tracing(config.log_format == LogFormat::Json);
+    }
     for warning in &config.warnings {
-        tracing::warn!("{warning}");
+        if cli.check_config {
+            eprintln!("herald-gateway: warning: {warning}");
+        } else {
+            tracing::warn!("{warning}");
+        }
     }
     let (verifier, dev_creds) = if config.dev_mode() {
         let (v, c) = dev::credentials(config.auth.leeway_secs);
@@ -38,6 +44,23 @@ fn main() -> ExitCode {
             }
         }
     };
+    if cli.check_config {
+        let mode = if config.edge_mode() {
+            "edge"
+        } else if dev_creds.is_some() {
+            "standalone, dev mode"
+        } else {
+            "standalone"
+        };
+        drop(verifier);
+        println!(
+            "herald-gateway {}: configuration OK ({mode}, listen {})",
+            herald_gateway::VERSION,
+            config.listen
+        );
+        return ExitCode::SUCCESS;
+    }
+    tracing::info!(version = herald_gateway::VERSION, "herald-gateway starting");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

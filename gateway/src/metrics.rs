@@ -120,9 +120,13 @@ pub struct RefuseLabels {
 /// Why a message was dropped or a session cut.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum DropReason {
-    /// Queue full, policy `drop-oldest`: the oldest queued message went.
+    /// Policy `drop-oldest`: the mailbox evicted a message a lagging
+    /// session had not been sent; a gap marker took its place.
     QueueFullDropOldest,
-    /// Queue full, policy `disconnect`: the session was closed.
+    /// A session cut as a slow consumer: with policy `disconnect`, its
+    /// mailbox evicted a message it had not been sent; or it made no write
+    /// progress for `session.max_lag_ms`; or it let the control frames the
+    /// gateway answers with fill `session.queue_bytes`.
     SlowConsumer,
     /// Evicted from a mailbox replay buffer by its count or byte bound.
     MailboxBufferEvicted,
@@ -191,6 +195,9 @@ pub struct Metrics {
     pub queued_control_bytes: Gauge,
     /// Sessions ended because their token's `exp` (plus the leeway) passed.
     pub sessions_token_expired: Counter,
+    /// Times a session's window (`session.queue_messages`, `queue_bytes`)
+    /// filled and the session went on reading from its mailbox's buffer.
+    pub sessions_behind: Counter,
     /// Edge mode: root links currently connected.
     pub root_links: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
@@ -329,6 +336,11 @@ impl Metrics {
             "herald_session_queued_control_bytes",
             "Bytes of control frames (pongs, receipts, ERROR, heart-beats, close) waiting for clients, all sessions",
             self.queued_control_bytes.clone(),
+        );
+        registry.register(
+            "herald_sessions_behind",
+            "Times a session's queue filled and it went on reading from its mailbox's buffer",
+            self.sessions_behind.clone(),
         );
         registry.register(
             "herald_sessions_token_expired",

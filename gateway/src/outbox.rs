@@ -1,13 +1,50 @@
-//! A session's outbound queue: bounded, with a named policy when full.
+//! A session's outbound queue: a bounded window onto its mailbox.
 //!
 //! Mailboxes push into it (under their shard lock); the session task pops
 //! from it when its socket can take more. The queue holds `Arc`s of shared
 //! notifications, so a queued 400 KB message costs a pointer, not a copy.
 //! Subscriptions live here too, so a message no subscription wants is never
 //! queued.
+//!
+//! # Window, lag and policy
+//!
+//! The queue is a *window* bounded by `session.queue_messages` and
+//! `session.queue_bytes`. Everything a session is sent also sits in its
+//! mailbox's replay buffer, numbered, so a full window loses nothing and
+//! cuts nobody: the session is then *behind*. Its cursor is the last
+//! mailbox sequence it has queued (or had no use for); pushes stop queueing,
+//! and the session refills the window from the mailbox's buffer as its
+//! socket drains ([`Outbox::refill`], through `Hub::refill`), in sequence
+//! order, without duplicates or gaps, its filters applied. When a refill
+//! reaches the mailbox's head the session has caught up and pushes queue
+//! again. A resume replays the same way: the subscription's replay is a
+//! range of the mailbox the refill reads first.
+//!
+//! A behind session loses data only when its mailbox evicts a message it
+//! has not been sent yet ([`Outbox::evicted`]). `session.when_full` decides
+//! then: `disconnect` cuts the session (ERROR "slow consumer", counted as
+//! `slow_consumer`; the client resumes and learns of the loss from a gap
+//! marker), `drop-oldest` skips the message and queues a `queue-overflow`
+//! gap marker in its place (counted as `queue_full_drop_oldest`). A session
+//! that makes no write progress for `session.max_lag_ms` is cut by its core
+//! whatever the policy (`session::core`).
+//!
+//! What one session holds is the window, whatever the burst: the overflow
+//! is the mailbox's, bounded by `mailbox.buffer_messages` and
+//! `buffer_bytes` for all the user's sessions together.
+//!
+//! Lock order: shard, then outbox. The cursor and replay ranges change only
+//! under the shard lock, which lets the mailbox ask [`Outbox::needs`] with a
+//! relaxed atomic load on its eviction path instead of taking every
+//! session's lock.
+
+mod lag;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use herald_protocol::envelope::Notification;
 use parking_lot::Mutex;
@@ -16,7 +53,9 @@ use tokio::sync::Notify;
 use crate::config::WhenFull;
 use crate::filter::EventFilter;
 
-/// Bounds of one outbox.
+pub use lag::{Backlog, Buffered, Loss, Refilled};
+
+/// Bounds of one outbox's window.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueLimits {
     /// Most queued messages.
@@ -24,7 +63,8 @@ pub struct QueueLimits {
     /// Most queued payload bytes. A single message larger than this is still
     /// queued when the queue is empty, so it is never undeliverable.
     pub bytes: usize,
-    /// Policy when full.
+    /// What happens when the mailbox evicts a message this session was not
+    /// sent yet.
     pub when_full: WhenFull,
 }
 
@@ -46,7 +86,8 @@ pub enum GapReason {
     BufferExceeded,
     /// The mailbox was created anew (its epoch changed) since the resume point.
     EpochChanged,
-    /// The session's queue dropped messages (`drop-oldest`).
+    /// The session fell so far behind that its mailbox evicted messages it
+    /// had not been sent (`drop-oldest`).
     QueueOverflow,
 }
 
@@ -76,7 +117,7 @@ pub enum Item {
     },
     /// "You missed something": the app should reload its state.
     Gap {
-        /// The sequence after which live messages continue.
+        /// The sequence after which messages continue.
         seq: u64,
         /// Why.
         reason: GapReason,
@@ -92,10 +133,12 @@ pub enum Pushed {
     Queued,
     /// No subscription wants it.
     Filtered,
-    /// Queued after dropping this many older messages (`drop-oldest`).
-    DroppedOldest(usize),
-    /// The queue was full and the session is now cut (`disconnect`).
-    Cut,
+    /// The window is full: the session fell behind with this message and
+    /// reads on from the mailbox.
+    Behind,
+    /// The session was already behind: it reads this message from the
+    /// mailbox when its turn comes.
+    Deferred,
     /// The session is already closing.
     Closed,
 }
@@ -109,14 +152,58 @@ pub struct Popped {
     pub subscriptions: Vec<Arc<str>>,
 }
 
+/// A subscription and where it starts in the mailbox.
+#[derive(Debug)]
+struct Sub {
+    sub: Subscription,
+    /// It gets the messages after this sequence (replays aside, which are
+    /// addressed to it alone).
+    from: u64,
+}
+
+impl Sub {
+    fn wants(&self, seq: u64, event: &str) -> bool {
+        self.from < seq && self.sub.filter.matches(event)
+    }
+}
+
+/// A subscription's replay still to read from the mailbox: the sequences
+/// after `done` up to `until`.
+#[derive(Debug, Clone, Copy)]
+struct Replaying {
+    key: u32,
+    done: u64,
+    until: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     queue: VecDeque<Item>,
     bytes: usize,
-    subs: Vec<Subscription>,
+    subs: Vec<Sub>,
     cut: bool,
-    /// Sequence of the last message dropped by `drop-oldest`, not yet signalled.
-    dropped_upto: Option<u64>,
+    /// Every mailbox sequence up to this one is queued, sent, or of no use
+    /// to the session (replays aside).
+    cursor: u64,
+    /// The window filled (or a replay is pending): the sequences after
+    /// `cursor` wait in the mailbox, and pushes do not queue.
+    behind: bool,
+    /// Replays still to read, oldest subscription first (ahead of the
+    /// sequences after `cursor`).
+    replays: Vec<Replaying>,
+}
+
+impl State {
+    /// Whether a message of `size` bytes fits in the window now.
+    fn fits(&self, limits: &QueueLimits, size: usize) -> bool {
+        self.queue.is_empty()
+            || (self.queue.len() < limits.messages && self.bytes + size <= limits.bytes)
+    }
+
+    fn push_back(&mut self, item: Item) {
+        self.bytes += item_bytes(&item);
+        self.queue.push_back(item);
+    }
 }
 
 /// The queue between mailboxes and one session.
@@ -125,6 +212,11 @@ pub struct Outbox {
     state: Mutex<State>,
     notify: Notify,
     limits: QueueLimits,
+    /// The lowest sequence the session still needs from its mailbox, minus
+    /// one; `u64::MAX` while it needs none (it keeps up). Written under the
+    /// outbox lock, always also under the shard lock; read under the shard
+    /// lock (see the module's lock order).
+    needs_after: AtomicU64,
 }
 
 fn item_bytes(item: &Item) -> usize {
@@ -141,11 +233,18 @@ impl Outbox {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             limits,
+            needs_after: AtomicU64::new(u64::MAX),
         }
     }
 
-    /// Wait until something was pushed (or the outbox was cut).
+    /// Wait until there is something to pull: something was pushed, the
+    /// session is behind (its mailbox holds more), or it was cut.
     pub async fn notified(&self) {
+        if self.is_behind() {
+            // Ready at once, but within the task's cooperative budget.
+            tokio::task::coop::consume_budget().await;
+            return;
+        }
         self.notify.notified().await;
     }
 
@@ -154,128 +253,161 @@ impl Outbox {
         self.state.lock().cut
     }
 
-    /// Queue a live message for every subscription whose filter matches.
+    /// Whether the session reads from its mailbox until it catches up
+    /// (the window filled, or a replay is pending).
+    pub fn is_behind(&self) -> bool {
+        self.needs_after.load(Ordering::Relaxed) != u64::MAX
+    }
+
+    /// Whether the mailbox's copy of `seq` is still needed by this session
+    /// (it has not been queued yet). Called by the mailbox, under the shard
+    /// lock, for each message it evicts.
+    pub fn needs(&self, seq: u64) -> bool {
+        seq > self.needs_after.load(Ordering::Relaxed)
+    }
+
+    /// The session joined a mailbox whose last sequence is `head`: it
+    /// starts there.
+    pub fn start(&self, head: u64) {
+        self.state.lock().cursor = head;
+    }
+
+    /// Keep [`Self::needs_after`] in step with the state.
+    fn sync(&self, st: &State) {
+        let after = if st.cut || !st.behind {
+            u64::MAX
+        } else {
+            st.replays.iter().map(|r| r.done).fold(st.cursor, u64::min)
+        };
+        self.needs_after.store(after, Ordering::Relaxed);
+    }
+
+    /// Queue a live message (mailbox sequence `seq`) for every subscription
+    /// whose filter matches. Called under the shard lock, in sequence order.
     pub fn push(&self, seq: u64, n: &Arc<Notification>) -> Pushed {
         let mut st = self.state.lock();
         if st.cut {
             return Pushed::Closed;
         }
-        if !st.subs.iter().any(|s| s.filter.matches(&n.event)) {
+        let wanted = st.subs.iter().any(|s| s.wants(seq, &n.event));
+        if st.behind {
+            // The refill reads it from the mailbox (and skips it if unwanted).
+            return if wanted {
+                Pushed::Deferred
+            } else {
+                Pushed::Filtered
+            };
+        }
+        debug_assert_eq!(st.cursor + 1, seq, "a live session sees every sequence");
+        if !wanted {
+            st.cursor = seq;
             return Pushed::Filtered;
         }
-        let size = n.payload.len();
-        let fits = |st: &State| {
-            st.queue.is_empty()
-                || (st.queue.len() < self.limits.messages && st.bytes + size <= self.limits.bytes)
+        let pushed = if st.fits(&self.limits, n.payload.len()) {
+            st.push_back(Item::Deliver {
+                seq,
+                n: Arc::clone(n),
+                only: None,
+            });
+            st.cursor = seq;
+            Pushed::Queued
+        } else {
+            st.behind = true;
+            self.sync(&st);
+            Pushed::Behind
         };
-        let mut dropped = 0;
-        if !fits(&st) {
-            match self.limits.when_full {
-                WhenFull::Disconnect => {
-                    st.cut = true;
-                    st.queue = VecDeque::new();
-                    st.bytes = 0;
-                    drop(st);
-                    self.notify.notify_one();
-                    return Pushed::Cut;
-                }
-                WhenFull::DropOldest => {
-                    while !fits(&st) {
-                        let Some(old) = st.queue.pop_front() else {
-                            break;
-                        };
-                        st.bytes -= item_bytes(&old);
-                        if let Item::Deliver { seq, .. } = old {
-                            st.dropped_upto = Some(seq);
-                            dropped += 1;
-                        }
-                    }
-                }
-            }
-        }
-        st.bytes += size;
-        st.queue.push_back(Item::Deliver {
-            seq,
-            n: Arc::clone(n),
-            only: None,
-        });
         drop(st);
         self.notify.notify_one();
-        if dropped > 0 {
-            Pushed::DroppedOldest(dropped)
-        } else {
-            Pushed::Queued
-        }
+        pushed
     }
 
-    /// Add a subscription and queue its replay (or gap marker) in one step,
-    /// so no live message can slip between the two. Replays are bounded by
-    /// the mailbox buffer, which configuration keeps within the queue bounds.
-    pub fn subscribe(&self, sub: Subscription, replay: impl IntoIterator<Item = Item>) {
+    /// Add a subscription. It gets the messages after `after` (a mailbox
+    /// sequence): those the session has already queued or sent are
+    /// replayed to it alone, from the mailbox, ahead of the rest. `None`
+    /// starts it at the session's cursor. A `gap` marker, addressed to it,
+    /// goes first: the mailbox could not cover the resume point. Called
+    /// under the shard lock, so no live message slips in between; the hub
+    /// refills right after.
+    pub fn subscribe(&self, sub: Subscription, after: Option<u64>, gap: Option<GapReason>) {
         let mut st = self.state.lock();
+        let key = sub.key;
+        let cursor = st.cursor;
+        let after = after.unwrap_or(cursor);
+        let from = after.max(cursor);
         if st.subs.is_empty() {
             st.subs.reserve_exact(1);
         }
-        st.subs.push(sub);
-        let mut any = false;
-        for item in replay {
-            st.bytes += item_bytes(&item);
-            st.queue.push_back(item);
-            any = true;
+        st.subs.push(Sub { sub, from });
+        if let Some(reason) = gap {
+            st.push_back(Item::Gap {
+                seq: from,
+                reason,
+                only: Some(key),
+            });
         }
+        if after < cursor && !st.cut {
+            if st.replays.is_empty() {
+                st.replays.reserve_exact(1);
+            }
+            st.replays.push(Replaying {
+                key,
+                done: after,
+                until: cursor,
+            });
+            st.behind = true;
+            self.sync(&st);
+        }
+        let any = !st.queue.is_empty();
         drop(st);
         if any {
             self.notify.notify_one();
         }
     }
 
-    /// Remove a subscription by client id; whether it existed.
+    /// Remove a subscription by client id; whether it existed. Its pending
+    /// replay goes with it.
     pub fn unsubscribe(&self, id: &str) -> bool {
         let mut st = self.state.lock();
         let before = st.subs.len();
-        st.subs.retain(|s| &*s.id != id);
+        let mut gone = Vec::new();
+        st.subs.retain(|s| {
+            let keep = &*s.sub.id != id;
+            if !keep {
+                gone.push(s.sub.key);
+            }
+            keep
+        });
+        if !gone.is_empty() && !st.replays.is_empty() {
+            st.replays.retain(|r| !gone.contains(&r.key));
+            self.sync(&st);
+        }
         st.subs.len() != before
     }
 
-    /// Take the next item with the subscriptions it goes to. A pending
-    /// `drop-oldest` gap comes first.
+    /// Take the next item with the subscriptions it goes to.
     pub fn pop(&self) -> Option<Popped> {
         let mut st = self.state.lock();
         if st.cut {
             return None;
         }
         loop {
-            let item = if let Some(seq) = st.dropped_upto.take() {
-                Item::Gap {
-                    seq,
-                    reason: GapReason::QueueOverflow,
-                    only: None,
-                }
-            } else {
-                let item = st.queue.pop_front()?;
-                st.bytes -= item_bytes(&item);
-                if st.queue.is_empty() && st.queue.capacity() > 16 {
-                    st.queue = VecDeque::new();
-                }
-                item
-            };
-            let subscriptions: Vec<Arc<str>> = match &item {
-                Item::Deliver { n, only, .. } => st
-                    .subs
-                    .iter()
-                    .filter(|s| match only {
-                        Some(k) => s.key == *k,
-                        None => s.filter.matches(&n.event),
-                    })
-                    .map(|s| Arc::clone(&s.id))
-                    .collect(),
-                Item::Gap { only, .. } => st
-                    .subs
-                    .iter()
-                    .filter(|s| only.is_none_or(|k| s.key == k))
-                    .map(|s| Arc::clone(&s.id))
-                    .collect(),
-            };
+            let item = st.queue.pop_front()?;
+            st.bytes -= item_bytes(&item);
+            if st.queue.is_empty() && st.queue.capacity() > 16 {
+                st.queue = VecDeque::new();
+            }
+            let subscriptions: Vec<Arc<str>> = st
+                .subs
+                .iter()
+                .filter(|s| match &item {
+                    Item::Deliver { only: Some(k), .. } | Item::Gap { only: Some(k), .. } => {
+                        s.sub.key == *k
+                    }
+                    Item::Deliver { seq, n, .. } => s.wants(*seq, &n.event),
+                    Item::Gap { seq, .. } => s.from < *seq,
+                })
+                .map(|s| Arc::clone(&s.sub.id))
+                .collect();
             if !subscriptions.is_empty() {
                 return Some(Popped {
                     item,
@@ -285,7 +417,7 @@ impl Outbox {
         }
     }
 
-    /// Queued message count (tests and introspection).
+    /// Queued items (tests and introspection).
     pub fn len(&self) -> usize {
         self.state.lock().queue.len()
     }
@@ -294,129 +426,10 @@ impl Outbox {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use herald_protocol::envelope::Scope;
-
-    fn note(event: &str, size: usize) -> Arc<Notification> {
-        Arc::new(Notification {
-            id: "n".into(),
-            scope: Scope::Global,
-            users: vec![],
-            clients: vec![],
-            sites: vec![],
-            event: event.into(),
-            topic: None,
-            content_type: "text/plain".into(),
-            payload: Bytes::from(vec![b'x'; size]),
-            payload_is_utf8: true,
-            ttl: None,
-            encodings: Default::default(),
-        })
-    }
-
-    fn outbox(messages: usize, bytes: usize, when_full: WhenFull) -> Outbox {
-        let o = Outbox::new(QueueLimits {
-            messages,
-            bytes,
-            when_full,
-        });
-        o.subscribe(
-            Subscription {
-                key: 0,
-                id: "s".into(),
-                filter: EventFilter::default(),
-            },
-            [],
-        );
-        o
-    }
-
-    #[test]
-    fn nothing_is_queued_without_a_matching_subscription() {
-        let o = Outbox::new(QueueLimits {
-            messages: 4,
-            bytes: 100,
-            when_full: WhenFull::Disconnect,
-        });
-        assert_eq!(o.push(1, &note("a", 1)), Pushed::Filtered);
-        o.subscribe(
-            Subscription {
-                key: 0,
-                id: "s".into(),
-                filter: EventFilter::parse("chat.*").unwrap(),
-            },
-            [],
-        );
-        assert_eq!(o.push(2, &note("order.x", 1)), Pushed::Filtered);
-        assert_eq!(o.push(3, &note("chat.x", 1)), Pushed::Queued);
-        assert_eq!(o.len(), 1);
-    }
-
-    #[test]
-    fn disconnect_policy_cuts_when_full() {
-        let o = outbox(2, 1000, WhenFull::Disconnect);
-        assert_eq!(o.push(1, &note("a", 1)), Pushed::Queued);
-        assert_eq!(o.push(2, &note("a", 1)), Pushed::Queued);
-        assert_eq!(o.push(3, &note("a", 1)), Pushed::Cut);
-        assert!(o.is_cut());
-        assert!(o.pop().is_none());
-        assert_eq!(o.push(4, &note("a", 1)), Pushed::Closed);
-    }
-
-    #[test]
-    fn drop_oldest_signals_a_gap_first() {
-        let o = outbox(2, 1000, WhenFull::DropOldest);
-        for seq in 1..=4 {
-            o.push(seq, &note("a", 1));
-        }
-        let first = o.pop().unwrap();
-        assert!(matches!(
-            first.item,
-            Item::Gap {
-                seq: 2,
-                reason: GapReason::QueueOverflow,
-                ..
-            }
-        ));
-        let seqs: Vec<u64> = std::iter::from_fn(|| o.pop())
-            .map(|p| match p.item {
-                Item::Deliver { seq, .. } => seq,
-                Item::Gap { .. } => 0,
-            })
-            .collect();
-        assert_eq!(seqs, vec![3, 4]);
-    }
-
-    #[test]
-    fn byte_bound_applies_but_one_big_message_still_fits() {
-        let o = outbox(100, 10, WhenFull::Disconnect);
-        assert_eq!(o.push(1, &note("a", 50)), Pushed::Queued);
-        assert_eq!(o.push(2, &note("a", 1)), Pushed::Cut);
-    }
-
-    #[test]
-    fn replay_targets_only_the_new_subscription() {
-        let o = outbox(10, 1000, WhenFull::Disconnect);
-        o.subscribe(
-            Subscription {
-                key: 1,
-                id: "t".into(),
-                filter: EventFilter::default(),
-            },
-            [Item::Deliver {
-                seq: 7,
-                n: note("a", 1),
-                only: Some(1),
-            }],
-        );
-        let p = o.pop().unwrap();
-        assert_eq!(p.subscriptions, vec![Arc::<str>::from("t")]);
-        o.push(8, &note("a", 1));
-        assert_eq!(o.pop().unwrap().subscriptions.len(), 2);
+    /// Whether the session has something to pull: queued items, or more in
+    /// its mailbox.
+    pub fn has_work(&self) -> bool {
+        self.is_behind() || !self.is_empty()
     }
 }

@@ -279,10 +279,7 @@ async fn eventsource_frames_are_events() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        r.headers()["content-type"],
-        "text/event-stream; charset=UTF-8"
-    );
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
     let send = tokio::spawn({
         let url = url.clone();
         async move { post(&format!("{url}/xhr_send"), r#"["hi"]"#).await }
@@ -291,6 +288,82 @@ async fn eventsource_frames_are_events() {
     send.await.unwrap();
     assert!(text.starts_with("\r\ndata: o\r\n\r\n"), "{text:?}");
     assert!(text.contains("data: a[\"hi\"]\r\n\r\n"));
+}
+
+/// The answers of the suite's later revisions (sockjs-protocol.py after
+/// v0.3.3), on hyper's path and on the native streaming path alike:
+/// `no-transform`, the `null` origin echoed, `*` without credentials when
+/// there is no `Origin`, and `text/event-stream` without a charset.
+#[tokio::test]
+async fn answers_follow_the_later_protocol() {
+    const NO_CACHE: &str = "no-store, no-cache, no-transform, must-revalidate, max-age=0";
+    let gw = test_gateway().await;
+
+    let r = reqwest::get(base(&gw, "/echo/info")).await.unwrap();
+    assert_eq!(r.headers()["cache-control"], NO_CACHE);
+    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    assert!(!r.headers().contains_key("access-control-allow-credentials"));
+
+    let r = client()
+        .request(reqwest::Method::OPTIONS, base(&gw, "/echo/info"))
+        .header("Origin", "null")
+        .header("Access-Control-Request-Method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["access-control-allow-origin"], "null");
+    assert_eq!(r.headers()["access-control-allow-credentials"], "true");
+
+    let (status, h, _) = post(&base(&gw, "/echo/000/later1/xhr"), "").await;
+    assert_eq!(status, 200);
+    assert_eq!(h["cache-control"], NO_CACHE);
+    assert_eq!(h["access-control-allow-origin"], "*");
+    assert!(!h.contains_key("access-control-allow-credentials"));
+
+    // On `/sockjs`, a new connection's stream is answered on the raw socket
+    // (it says `Connection: close`); one on a kept-alive connection by hyper.
+    for name in ["native", "hyper"] {
+        for (kind, origin) in [
+            ("eventsource", None),
+            ("xhr_streaming", Some("null")),
+            ("xhr_streaming", None),
+        ] {
+            let http = client();
+            if name == "hyper" {
+                let info = http.get(base(&gw, "/sockjs/info")).send().await.unwrap();
+                info.bytes().await.unwrap();
+            }
+            let session = format!("later-{name}-{kind}-{}", origin.unwrap_or("none"));
+            let url = base(&gw, &format!("/sockjs/000/{session}/{kind}"));
+            let mut request = if kind == "eventsource" {
+                http.get(url)
+            } else {
+                http.post(url)
+            };
+            if let Some(o) = origin {
+                request = request.header("Origin", o);
+            }
+            let r = request.send().await.unwrap();
+            let h = r.headers();
+            let what = format!("{name} {kind} origin {origin:?}");
+            assert_eq!(h.contains_key("connection"), name == "native", "{what}");
+            assert_eq!(h["cache-control"], NO_CACHE, "{what}");
+            if kind == "eventsource" {
+                assert_eq!(h["content-type"], "text/event-stream", "{what}");
+            }
+            assert_eq!(
+                h["access-control-allow-origin"],
+                origin.unwrap_or("*"),
+                "{what}"
+            );
+            assert_eq!(
+                h.get("access-control-allow-credentials")
+                    .map(|v| v.to_str().unwrap()),
+                origin.map(|_| "true"),
+                "{what}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -327,6 +400,14 @@ async fn websocket_transports_and_handshake_errors() {
     assert_eq!(
         ws.next().await.unwrap().unwrap(),
         Message::text(r#"a["a","b"]"#)
+    );
+    // An empty message and `[]` carry nothing, and get nothing back.
+    ws.send(Message::text("")).await.unwrap();
+    ws.send(Message::text("[]")).await.unwrap();
+    ws.send(Message::text(r#"["c"]"#)).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::text(r#"a["c"]"#)
     );
     ws.send(Message::text(r#""single""#)).await.unwrap();
     assert_eq!(

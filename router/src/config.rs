@@ -191,6 +191,8 @@ pub struct Config {
     pub publish: PublishConfig,
     /// Delayed notifications (enabled with `[redis]`).
     pub schedule: herald_engine::schedule::config::ScheduleConfig,
+    /// Callbacks (enabled with `[redis]`).
+    pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
 }
@@ -205,6 +207,7 @@ impl Default for Config {
             amqp: AmqpConfig::default(),
             publish: PublishConfig::default(),
             schedule: herald_engine::schedule::config::ScheduleConfig::default(),
+            callbacks: Default::default(),
             redis: RedisSection::default(),
         }
     }

@@ -19,7 +19,21 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
+    if cli.check_config {
+        println!(
+            "herald-router {}: configuration OK (listen {}, delayed notifications {})",
+            herald_router::VERSION,
+            config.listen,
+            if config.redis.store_config().is_some() {
+                "on"
+            } else {
+                "off"
+            }
+        );
+        return ExitCode::SUCCESS;
+    }
     init_tracing(config.log_format == LogFormat::Json);
+    tracing::info!(version = herald_router::VERSION, "herald-router starting");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -86,7 +86,11 @@ pub async fn run(
         let presence = store.presence(std::time::Duration::from_millis(
             config.redis.presence_edge_ttl_ms,
         ));
-        let delayed = Delayed::new(config.schedule.clone(), store.clone(), metrics);
+        let topics = herald_engine::schedule::topics::Topics::new(
+            &config.schedule,
+            config.callbacks.allowed(),
+        );
+        let delayed = Delayed::with_topics(config.schedule.clone(), store.clone(), topics, metrics);
         (delayed, presence)
     });
     let registry = Arc::new(registry);

@@ -48,6 +48,34 @@ fn a_bad_configuration_lists_every_problem_and_exits_78() {
 }
 
 #[test]
+fn check_config_says_ok_or_lists_the_problems_and_version_names_the_commit() {
+    let ok = Command::new(BIN)
+        .args(["--check-config", "--api-key", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(said.contains("configuration OK"), "{said}");
+    let bad = Command::new(BIN)
+        .arg("--check-config")
+        .env_remove("HERALD_ROUTER_API_KEYS")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(78), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("api_keys"));
+    let version = Command::new(BIN).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        version.starts_with(concat!(
+            "herald-router ",
+            env!("CARGO_PKG_VERSION"),
+            " (commit "
+        )),
+        "{version}"
+    );
+}
+
+#[test]
 fn sigterm_closes_the_broker_connection_and_exits_0() {
     let suffix = format!(".test-{:012x}", rand::random::<u64>() >> 16);
     let dir = std::env::temp_dir().join(format!("herald-router{suffix}"));

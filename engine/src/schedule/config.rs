@@ -102,6 +102,9 @@ pub struct ScheduleConfig {
     /// window (when full, the newest is dropped and counted; the next
     /// refill reads it from the store).
     pub hint_queue: usize,
+    /// Most topics registered through `PUT /v1/topics` (a new one beyond
+    /// is refused with 409; configured topics do not count).
+    pub max_topics: usize,
     /// Per-topic policies.
     pub topics: BTreeMap<String, TopicPolicy>,
 }
@@ -131,6 +134,7 @@ impl Default for ScheduleConfig {
             max_tracked_users: 1_000_000,
             online_queue: 65_536,
             hint_queue: 65_536,
+            max_topics: 10_000,
             topics: BTreeMap::new(),
         }
     }

@@ -121,6 +121,7 @@ const CONFIRM_QUEUE: usize = 8;
 /// What the firer needs.
 pub(crate) struct Firer {
     pub(crate) config: Arc<ScheduleConfig>,
+    pub(crate) topics: super::topics::Topics,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) link: Arc<dyn Link>,
     pub(crate) presence: Arc<dyn Presence>,

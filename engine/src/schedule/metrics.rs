@@ -80,6 +80,9 @@ pub struct DelayedMetrics {
     pub expired: Counter,
     /// Entries fired again after a lease expired (a firer crashed or stalled).
     pub refired: Counter,
+    /// Held entries released by an online event whose user had no session
+    /// (nor mailbox) after all: held again.
+    pub rehold: Counter,
     /// Entries merged into another for the same user.
     pub merged: Counter,
     /// `when-online` sends postponed by the minimum interval.
@@ -124,6 +127,7 @@ impl Default for DelayedMetrics {
             cancel_too_late: Counter::default(),
             expired: Counter::default(),
             refired: Counter::default(),
+            rehold: Counter::default(),
             merged: Counter::default(),
             postponed: Counter::default(),
             pending: Family::default(),
@@ -207,6 +211,11 @@ impl DelayedMetrics {
             "refired",
             "Notifications fired again after a lease expired",
             self.refired.clone(),
+        );
+        r.register(
+            "rehold",
+            "Held notifications released by an online event while their user had no session, held again",
+            self.rehold.clone(),
         );
         r.register(
             "merged",
@@ -310,6 +319,7 @@ mod tests {
             "herald_delayed_cancel_too_late_total",
             "herald_delayed_expired_total",
             "herald_delayed_refired_total",
+            "herald_delayed_rehold_total",
             "herald_delayed_merged_total",
             "herald_delayed_postponed_total",
             "herald_delayed_store_errors_total{op=\"insert\"}",

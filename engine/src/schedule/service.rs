@@ -20,6 +20,7 @@ use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels
 use super::presence::Presence;
 use super::store::{Cancel, Cursor, Insert, ListFilter, Page, Store, StoreError};
 use super::timing::{DelayRequest, due_time, now_ms};
+use super::topics::Topics;
 use crate::link::Link;
 use crate::task::{Task, TaskFuture};
 
@@ -36,6 +37,7 @@ pub struct Delayed {
 struct Inner {
     config: Arc<ScheduleConfig>,
     store: Arc<dyn Store>,
+    topics: Topics,
     metrics: DelayedMetrics,
     hints: mpsc::Sender<(Millis, String)>,
     online: mpsc::Sender<String>,
@@ -77,6 +79,11 @@ impl Task for Scheduling {
     fn run(self: Box<Self>, shutdown: CancellationToken) -> TaskFuture {
         let Scheduling { firer, delayed } = *self;
         Box::pin(async move {
+            // The registered topics are in force before anything fires.
+            if let Err(e) = delayed.inner.topics.refresh(&*delayed.inner.store).await {
+                delayed.inner.metrics.store_error("topics");
+                tracing::warn!(error = %e, "reading the registered topics failed; the maintenance round tries again");
+            }
             let firer = tokio::spawn(firer.run(shutdown.clone()).in_current_span());
             let maintenance =
                 tokio::spawn(async move { delayed.maintain(shutdown).await }.in_current_span());
@@ -87,14 +94,27 @@ impl Task for Scheduling {
 }
 
 impl Delayed {
-    /// A service over `store`.
+    /// A service over `store`, with the topics of `config` in force
+    /// (callbacks may reach public addresses only).
     pub fn new(config: ScheduleConfig, store: Arc<dyn Store>, metrics: DelayedMetrics) -> Self {
+        let topics = Topics::new(&config, Vec::new());
+        Delayed::with_topics(config, store, topics, metrics)
+    }
+
+    /// A service over `store` with `topics` in force.
+    pub fn with_topics(
+        config: ScheduleConfig,
+        store: Arc<dyn Store>,
+        topics: Topics,
+        metrics: DelayedMetrics,
+    ) -> Self {
         let (hints_tx, hints_rx) = mpsc::channel(config.hint_queue);
         let (online_tx, online_rx) = mpsc::channel(config.online_queue);
         Delayed {
             inner: Arc::new(Inner {
                 config: Arc::new(config),
                 store,
+                topics,
                 metrics,
                 hints: hints_tx,
                 online: online_tx,
@@ -109,6 +129,16 @@ impl Delayed {
     /// The settings.
     pub fn config(&self) -> &ScheduleConfig {
         &self.inner.config
+    }
+
+    /// The topics in force.
+    pub fn topics(&self) -> &Topics {
+        &self.inner.topics
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
     }
 
     /// The metrics.
@@ -127,6 +157,7 @@ impl Delayed {
         let receivers = self.inner.receivers.lock().take()?;
         let firer = Firer {
             config: Arc::clone(&self.inner.config),
+            topics: self.inner.topics.clone(),
             store: Arc::clone(&self.inner.store),
             link,
             presence,
@@ -150,7 +181,8 @@ impl Delayed {
         n: &Notification,
         now: Millis,
     ) -> Result<Millis, FieldError> {
-        due_time(req, n, now, &self.inner.config, |max| {
+        let jitter_ms = self.inner.topics.policy(n.topic.as_deref()).jitter_ms;
+        due_time(req, n, now, &self.inner.config, jitter_ms, |max| {
             rand::random_range(0..=max)
         })
     }
@@ -255,9 +287,14 @@ impl Delayed {
         }
     }
 
-    /// One round: expire, purge, count.
+    /// One round: read the topics again if another process changed them,
+    /// expire, purge, count.
     pub async fn maintenance_round(&self) {
         let (store, metrics, config) = (&self.inner.store, &self.inner.metrics, &self.inner.config);
+        if let Err(e) = self.inner.topics.refresh(&**store).await {
+            metrics.store_error("topics");
+            tracing::warn!(error = %e, "reading the registered topics failed; the last ones read stay in force");
+        }
         let now = now_ms();
         match store.expire(now, MAINTENANCE_BATCH).await {
             Ok(n) => {

@@ -106,6 +106,30 @@ pub struct Counts {
     pub held: u64,
 }
 
+/// A registered topic as stored: its settings in their stored JSON form
+/// ([`crate::callback::topic::Topic::to_stored_json`]), which the store
+/// keeps as opaque bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTopic {
+    /// The topic's name.
+    pub name: String,
+    /// Its settings, JSON.
+    pub settings: bytes::Bytes,
+    /// When they were last put.
+    pub updated_ms: Millis,
+}
+
+/// The outcome of [`Store::put_topic`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutTopic {
+    /// A new topic.
+    Created,
+    /// The topic existed; its settings are replaced.
+    Replaced,
+    /// A new topic, refused: `max_topics` are registered already.
+    Full,
+}
+
 /// The durable store of delayed notifications. See the module docs for the
 /// contract every backend keeps.
 pub trait Store: Send + Sync + 'static {
@@ -190,4 +214,30 @@ pub trait Store: Send + Sync + 'static {
     /// Counts for the metrics (see [`Counts`]); `bounds` are offsets from
     /// `now` in ms, ascending.
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts>;
+
+    /// Register `name` with `settings`, or replace its settings. A new
+    /// name is refused ([`PutTopic::Full`]) when `max_topics` are
+    /// registered. Every put and delete changes [`Store::topics_version`].
+    fn put_topic(
+        &self,
+        name: &str,
+        settings: bytes::Bytes,
+        max_topics: usize,
+        now: Millis,
+    ) -> StoreFuture<'_, PutTopic>;
+
+    /// One topic, if registered.
+    fn topic(&self, name: &str) -> StoreFuture<'_, Option<StoredTopic>>;
+
+    /// Remove a topic; whether it was registered.
+    fn delete_topic(&self, name: &str) -> StoreFuture<'_, bool>;
+
+    /// Up to `limit` topics whose names sort after `after` (byte order),
+    /// in name order.
+    fn topics(&self, after: Option<String>, limit: usize) -> StoreFuture<'_, Vec<StoredTopic>>;
+
+    /// A number that changes whenever a topic is put or deleted (by any
+    /// process sharing the store), so a cache of the topics knows when to
+    /// read them again.
+    fn topics_version(&self) -> StoreFuture<'_, u64>;
 }

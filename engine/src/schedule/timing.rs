@@ -40,13 +40,14 @@ impl DelayRequest {
 ///
 /// A `deliver_at` in the past is due at once (`now`); a delay or a
 /// `deliver_at` beyond `max_delay_ms` is refused, as is a negative delay.
-/// The topic's jitter, if any, is added from `jitter` (a draw in
+/// The topic's `jitter_ms`, if any, is added from `jitter` (a draw in
 /// `0..=jitter_ms`), so a due time never moves earlier.
 pub fn due_time(
     req: &DelayRequest,
     n: &Notification,
     now: Millis,
     config: &ScheduleConfig,
+    jitter_ms: u64,
     jitter: impl FnOnce(u64) -> u64,
 ) -> Result<Millis, FieldError> {
     let max = config.max_delay_ms;
@@ -94,7 +95,6 @@ pub fn due_time(
             "needs scope user with exactly one user (it waits for that user's session)",
         ));
     }
-    let jitter_ms = config.policy(n.topic.as_deref()).jitter_ms;
     let extra = if jitter_ms > 0 {
         jitter(jitter_ms).min(jitter_ms)
     } else {
@@ -174,6 +174,7 @@ mod tests {
             &n(Scope::User, &["u"], None),
             NOW,
             &ScheduleConfig::default(),
+            0,
             |_| 0,
         )
     }
@@ -275,14 +276,14 @@ mod tests {
         };
         let cfg = ScheduleConfig::default();
         assert_eq!(
-            due_time(&req, &n(Scope::User, &["u"], None), NOW, &cfg, |_| 0),
+            due_time(&req, &n(Scope::User, &["u"], None), NOW, &cfg, 0, |_| 0),
             Ok(NOW)
         );
         for bad in [
             n(Scope::User, &["a", "b"], None),
             n(Scope::Client, &[], None),
         ] {
-            let e = due_time(&req, &bad, NOW, &cfg, |_| 0).unwrap_err();
+            let e = due_time(&req, &bad, NOW, &cfg, 0, |_| 0).unwrap_err();
             assert_eq!(e.field, "when_online");
         }
     }
@@ -295,15 +296,39 @@ mod tests {
             ..Default::default()
         };
         let herd = n(Scope::User, &["u"], Some("herd"));
-        assert_eq!(due_time(&req, &herd, NOW, &cfg, |max| max), Ok(NOW + 1010));
         assert_eq!(
-            due_time(&req, &herd, NOW, &cfg, |_| u64::MAX),
+            due_time(
+                &req,
+                &herd,
+                NOW,
+                &cfg,
+                cfg.policy(Some("herd")).jitter_ms,
+                |max| max
+            ),
+            Ok(NOW + 1010)
+        );
+        assert_eq!(
+            due_time(
+                &req,
+                &herd,
+                NOW,
+                &cfg,
+                cfg.policy(Some("herd")).jitter_ms,
+                |_| u64::MAX
+            ),
             Ok(NOW + 1010),
             "clamped"
         );
         let calm = n(Scope::User, &["u"], Some("calm"));
         assert_eq!(
-            due_time(&req, &calm, NOW, &cfg, |_| panic!("no draw")),
+            due_time(
+                &req,
+                &calm,
+                NOW,
+                &cfg,
+                cfg.policy(Some("calm")).jitter_ms,
+                |_| panic!("no draw")
+            ),
             Ok(NOW + 10)
         );
     }

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use herald_engine::schedule::entry::{Entry, Millis, State};
-use herald_engine::schedule::store::{Cancel, Cursor, Insert, ListFilter, Page, Store};
+use herald_engine::schedule::store::{
+    Cancel, Cursor, Insert, ListFilter, Page, PutTopic, Store, StoredTopic,
+};
 use herald_protocol::envelope::{Notification, Scope};
 
 /// A fixed start of time (2027-01-15).
@@ -800,6 +802,129 @@ pub async fn counts_by_due_bucket_and_state(store: &dyn Store) {
     assert_eq!((c.firing, c.held), (1, 1));
 }
 
+/// Topics: put creates then replaces, get and a paged list read them
+/// back in name order, delete removes them.
+pub async fn topics_put_get_list_delete(store: &dyn Store) {
+    let settings = |url: &str| Bytes::from(format!("{{\"callback_url\":\"{url}\"}}"));
+    assert_eq!(store.topic("billing").await.unwrap(), None);
+    assert_eq!(store.topics(None, 10).await.unwrap(), vec![]);
+    let put = |name: &'static str, url: &'static str, now| {
+        let s = settings(url);
+        async move { store.put_topic(name, s, 100, now).await.unwrap() }
+    };
+    assert_eq!(
+        put("billing", "https://a.example/", T0).await,
+        PutTopic::Created
+    );
+    assert_eq!(
+        put("alerts", "https://b.example/", T0 + 1).await,
+        PutTopic::Created
+    );
+    assert_eq!(
+        put("zeta:1", "https://c.example/", T0 + 2).await,
+        PutTopic::Created
+    );
+    assert_eq!(
+        put("billing", "https://d.example/", T0 + 3).await,
+        PutTopic::Replaced
+    );
+    assert_eq!(
+        store.topic("billing").await.unwrap(),
+        Some(StoredTopic {
+            name: "billing".into(),
+            settings: settings("https://d.example/"),
+            updated_ms: T0 + 3,
+        })
+    );
+    let names = |page: Vec<StoredTopic>| page.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.topics(None, 10).await.unwrap()),
+        ["alerts", "billing", "zeta:1"]
+    );
+    assert_eq!(
+        names(store.topics(None, 2).await.unwrap()),
+        ["alerts", "billing"]
+    );
+    assert_eq!(
+        names(store.topics(Some("billing".into()), 2).await.unwrap()),
+        ["zeta:1"]
+    );
+    assert_eq!(
+        names(store.topics(Some("b".into()), 10).await.unwrap()),
+        ["billing", "zeta:1"],
+        "after is exclusive and need not be a name"
+    );
+    assert!(store.topics(None, 0).await.unwrap().is_empty());
+    assert!(store.delete_topic("billing").await.unwrap());
+    assert!(
+        !store.delete_topic("billing").await.unwrap(),
+        "already gone"
+    );
+    assert_eq!(store.topic("billing").await.unwrap(), None);
+    assert_eq!(
+        names(store.topics(None, 10).await.unwrap()),
+        ["alerts", "zeta:1"]
+    );
+}
+
+/// A new topic is refused when `max_topics` are registered; replacing one
+/// still works, and deleting makes room.
+pub async fn topics_are_bounded(store: &dyn Store) {
+    let s = || Bytes::from_static(b"{}");
+    assert_eq!(
+        store.put_topic("a", s(), 2, T0).await.unwrap(),
+        PutTopic::Created
+    );
+    assert_eq!(
+        store.put_topic("b", s(), 2, T0).await.unwrap(),
+        PutTopic::Created
+    );
+    assert_eq!(
+        store.put_topic("c", s(), 2, T0).await.unwrap(),
+        PutTopic::Full
+    );
+    assert_eq!(store.topic("c").await.unwrap(), None);
+    assert_eq!(
+        store.put_topic("b", s(), 2, T0).await.unwrap(),
+        PutTopic::Replaced
+    );
+    assert!(store.delete_topic("a").await.unwrap());
+    assert_eq!(
+        store.put_topic("c", s(), 2, T0).await.unwrap(),
+        PutTopic::Created
+    );
+}
+
+/// Every put and delete changes the version; reads and a delete of
+/// nothing do not.
+pub async fn topics_version_changes_with_every_change(store: &dyn Store) {
+    let v0 = store.topics_version().await.unwrap();
+    store
+        .put_topic("a", Bytes::from_static(b"{}"), 10, T0)
+        .await
+        .unwrap();
+    let v1 = store.topics_version().await.unwrap();
+    assert_ne!(v1, v0);
+    store
+        .put_topic("a", Bytes::from_static(b"{\"jitter_ms\":1}"), 10, T0)
+        .await
+        .unwrap();
+    let v2 = store.topics_version().await.unwrap();
+    assert_ne!(v2, v1);
+    store.topic("a").await.unwrap();
+    assert!(!store.delete_topic("nope").await.unwrap());
+    assert_eq!(store.topics_version().await.unwrap(), v2);
+    assert!(store.delete_topic("a").await.unwrap());
+    assert_ne!(store.topics_version().await.unwrap(), v2);
+    assert_eq!(
+        store
+            .put_topic("x", Bytes::from_static(b"{}"), 0, T0)
+            .await
+            .unwrap(),
+        PutTopic::Full
+    );
+}
+
 /// One `#[tokio::test]` per case, each on a fresh store from `$open`, an
 /// `async fn() -> (Arc<dyn Store>, Guard)`.
 #[macro_export]
@@ -824,7 +949,10 @@ macro_rules! store_suite_tests {
             cancel_in_every_state,
             list_pages_by_topic_and_state,
             purge_removes_old_final_statuses,
-            counts_by_due_bucket_and_state
+            counts_by_due_bucket_and_state,
+            topics_put_get_list_delete,
+            topics_are_bounded,
+            topics_version_changes_with_every_change
         );
         store_suite_tests!(@by_arc $open;
             cancel_racing_claim_has_one_winner,

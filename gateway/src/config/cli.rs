@@ -16,7 +16,7 @@ use super::{Config, LogFormat, WhenFull};
 /// runs in dev mode: it makes a secret and an API key, prints a demo token
 /// and URL, and serves a demo page at /.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(name = "herald-gateway", version)]
+#[command(name = "herald-gateway", version = crate::VERSION)]
 pub struct Cli {
     /// TOML configuration file (see deploy/gateway.example.toml).
     #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
@@ -56,7 +56,7 @@ pub struct Cli {
     /// Most concurrent sessions [default: 100000].
     #[arg(long, env = "HERALD_MAX_SESSIONS", value_name = "N")]
     pub max_sessions: Option<usize>,
-    /// What a full session queue does [default: disconnect].
+    /// What a session that fell behind further than its mailbox holds gets: cut or gaps [default: disconnect].
     #[arg(long, env = "HERALD_WHEN_FULL", value_name = "POLICY")]
     pub when_full: Option<WhenFull>,
     /// Edge mode: this edge's stable id (names its queue on every root).
@@ -74,6 +74,10 @@ pub struct Cli {
     /// Mount the SockJS protocol test suite's services (/echo, /close, ...). Tests only.
     #[arg(long, env = "HERALD_SOCKJS_TEST_ENDPOINTS")]
     pub sockjs_test_endpoints: bool,
+    /// Check the configuration (file, environment and flags, and the keys
+    /// they name) and exit: 0 when it is valid, 78 with every problem.
+    #[arg(long)]
+    pub check_config: bool,
     /// Log format [default: text]. Log levels come from RUST_LOG.
     #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,

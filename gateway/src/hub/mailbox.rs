@@ -4,9 +4,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::outbox::{GapReason, Item, Outbox};
+use herald_protocol::envelope::Notification;
 
 use super::retained::Retained;
+use crate::outbox::{Backlog, Buffered, GapReason, Loss, Outbox};
 
 /// Bounds of the replay buffer.
 #[derive(Debug, Clone, Copy)]
@@ -22,6 +23,56 @@ pub struct Resume {
     pub epoch: u64,
     /// The last sequence it saw.
     pub last_seq: u64,
+}
+
+/// What [`Mailbox::append`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// The message's sequence.
+    pub(crate) seq: u64,
+    /// Old messages the bounds evicted.
+    pub(crate) evicted: usize,
+    /// Messages lagging sessions lost to the eviction (`drop-oldest`: a
+    /// gap marker took their place).
+    pub(crate) dropped: usize,
+    /// Lagging sessions cut by the eviction (`disconnect`).
+    pub(crate) cut: usize,
+}
+
+/// A mailbox's buffer as a refill reads it at `now` (ns after the hub's
+/// clock origin): sequences are contiguous, from the first still buffered
+/// to the head. A message is unpacked only when the refill queues it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    mailbox: &'a Mailbox,
+    now: i64,
+}
+
+impl View<'_> {
+    fn at(&self, seq: u64) -> Option<&Retained> {
+        let first = self.mailbox.evicted_upto + 1;
+        let index = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.mailbox.buffer.get(index)
+    }
+}
+
+impl Backlog for View<'_> {
+    fn head(&self) -> u64 {
+        self.mailbox.head
+    }
+
+    fn get(&self, seq: u64) -> Option<Buffered<'_>> {
+        let m = self.at(seq)?;
+        Some(Buffered {
+            event: m.event(),
+            payload_len: m.payload_len(),
+            expired: !m.is_live(self.now),
+        })
+    }
+
+    fn notification(&self, seq: u64) -> Option<Arc<Notification>> {
+        self.at(seq).map(|m| Arc::new(m.notification(self.now)))
+    }
 }
 
 #[derive(Debug)]
@@ -67,62 +118,77 @@ impl Mailbox {
         self.sessions.push(Arc::clone(outbox));
     }
 
-    /// Assign the next sequence and buffer the message; returns the sequence
-    /// and how many old messages the bounds evicted.
-    pub(crate) fn append(&mut self, m: &Retained, limits: BufferLimits) -> (u64, usize) {
+    /// Assign the next sequence and buffer the message at `now` (ns after
+    /// the hub's clock origin), evicting the oldest beyond the bounds. A
+    /// session still behind on an evicted message loses it
+    /// ([`Outbox::evicted`]); what that did is counted in the answer.
+    pub(crate) fn append(&mut self, m: &Retained, now: i64, limits: BufferLimits) -> Appended {
         self.head += 1;
-        let seq = self.head;
+        let mut out = Appended {
+            seq: self.head,
+            ..Appended::default()
+        };
         self.buffer_bytes += m.payload_len();
         self.buffer.push_back(m.clone());
-        let mut evicted = 0;
         while self.buffer.len() > limits.messages
             || (self.buffer_bytes > limits.bytes && self.buffer.len() > 1)
         {
-            if let Some(old) = self.buffer.pop_front() {
-                self.buffer_bytes -= old.payload_len();
-                self.evicted_upto += 1;
-                evicted += 1;
+            let Some(old) = self.buffer.pop_front() else {
+                break;
+            };
+            self.buffer_bytes -= old.payload_len();
+            self.evicted_upto += 1;
+            let seq = self.evicted_upto;
+            out.evicted += 1;
+            let expired = !old.is_live(now);
+            for session in &self.sessions {
+                if !session.needs(seq) {
+                    continue;
+                }
+                match session.evicted(seq, old.event(), expired) {
+                    Loss::None => {}
+                    Loss::Dropped(k) => out.dropped += k,
+                    Loss::Cut => out.cut += 1,
+                }
             }
         }
-        (seq, evicted)
+        out
     }
 
-    /// The replay for a subscription (key `sub`), or the gap marker when the
-    /// buffer no longer covers the resume point. Messages expired at `now`
-    /// (ns after the hub's clock origin) are skipped, and so are those whose
-    /// event `wants` refuses; each replayed one is unpacked anew.
-    pub(crate) fn replay(
-        &self,
-        resume: &Resume,
-        sub: u32,
-        wants: impl Fn(&str) -> bool,
-        now: i64,
-    ) -> Result<Vec<Item>, Item> {
-        let gap = |reason| Item::Gap {
-            seq: self.head,
-            reason,
-            only: Some(sub),
-        };
+    /// Whether a subscription may resume from `resume`: the gap reason
+    /// when the buffer does not cover it.
+    pub(crate) fn check_resume(&self, resume: &Resume) -> Result<(), GapReason> {
         if resume.epoch != self.epoch {
-            return Err(gap(GapReason::EpochChanged));
+            return Err(GapReason::EpochChanged);
         }
         if resume.last_seq > self.head || resume.last_seq < self.evicted_upto {
-            return Err(gap(GapReason::BufferExceeded));
+            return Err(GapReason::BufferExceeded);
         }
-        // Sequences after the resume point start at this index.
-        let skip = (resume.last_seq - self.evicted_upto) as usize;
-        Ok(self
-            .buffer
+        Ok(())
+    }
+
+    /// How many buffered messages after `last_seq` `wants` takes (by
+    /// event) and have not expired at `now` (ns after the hub's clock
+    /// origin): the size of a replay.
+    pub(crate) fn count_after(
+        &self,
+        last_seq: u64,
+        wants: impl Fn(&str) -> bool,
+        now: i64,
+    ) -> usize {
+        let skip =
+            usize::try_from(last_seq.saturating_sub(self.evicted_upto)).unwrap_or(usize::MAX);
+        self.buffer
             .iter()
-            .enumerate()
             .skip(skip)
-            .filter(|(_, m)| m.is_live(now) && wants(m.event()))
-            .map(|(i, m)| Item::Deliver {
-                seq: self.evicted_upto + 1 + i as u64,
-                n: Arc::new(m.notification(now)),
-                only: Some(sub),
-            })
-            .collect())
+            .filter(|m| m.is_live(now) && wants(m.event()))
+            .count()
+    }
+
+    /// The buffer as sessions refill from it at `now` (ns after the hub's
+    /// clock origin).
+    pub(crate) fn backlog(&self, now: i64) -> View<'_> {
+        View { mailbox: self, now }
     }
 
     pub(crate) fn detach(&mut self, outbox: &Arc<Outbox>) -> bool {
@@ -139,7 +205,7 @@ impl Mailbox {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use herald_protocol::envelope::{Notification, Scope};
+    use herald_protocol::envelope::Scope;
 
     /// A message of `size` payload bytes, expiring `expires` ns after the
     /// origin.
@@ -163,12 +229,11 @@ mod tests {
 
     const SEC: i64 = 1_000_000_000;
 
-    fn seqs(items: &[Item]) -> Vec<u64> {
-        items
-            .iter()
-            .map(|i| match i {
-                Item::Deliver { seq, .. } | Item::Gap { seq, .. } => *seq,
-            })
+    /// The sequences a refill can read after `last_seq`, with `now`.
+    fn buffered_after(m: &Mailbox, last_seq: u64, now: i64) -> Vec<u64> {
+        let view = m.backlog(now);
+        (last_seq + 1..=view.head())
+            .filter(|&seq| view.get(seq).is_some_and(|b| !b.expired))
             .collect()
     }
 
@@ -178,129 +243,51 @@ mod tests {
     };
 
     #[test]
-    fn replays_what_was_missed_and_signals_gaps() {
+    fn resumes_within_the_buffer_and_gaps_beyond_it() {
         let now = 0;
         let mut m = Mailbox::new("".into(), None, 9);
         for _ in 0..5 {
-            m.append(&note(1, None), LIMITS);
+            m.append(&note(1, None), now, LIMITS);
         }
-        let ok = m
-            .replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 3,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap();
-        assert_eq!(seqs(&ok), vec![4, 5]);
+        let resume = |last_seq| Resume { epoch: 9, last_seq };
+        assert_eq!(m.check_resume(&resume(3)), Ok(()));
+        assert_eq!(m.count_after(3, |_| true, now), 2);
+        assert_eq!(buffered_after(&m, 3, now), vec![4, 5]);
         // Seqs 1 and 2 were evicted (count bound 3): resuming from 1 misses 2.
-        let gap = m
-            .replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 1,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap_err();
-        assert!(matches!(
-            gap,
-            Item::Gap {
-                seq: 5,
-                reason: GapReason::BufferExceeded,
-                ..
-            }
-        ));
-        assert!(
-            m.replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 2
-                },
-                0,
-                |_| true,
-                now
-            )
-            .is_ok()
+        assert_eq!(m.check_resume(&resume(1)), Err(GapReason::BufferExceeded));
+        assert_eq!(m.check_resume(&resume(2)), Ok(()));
+        assert_eq!(
+            m.check_resume(&Resume {
+                epoch: 8,
+                last_seq: 5
+            }),
+            Err(GapReason::EpochChanged)
         );
-        let gap = m
-            .replay(
-                &Resume {
-                    epoch: 8,
-                    last_seq: 5,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap_err();
-        assert!(matches!(
-            gap,
-            Item::Gap {
-                reason: GapReason::EpochChanged,
-                ..
-            }
-        ));
-        assert!(
-            m.replay(
-                &Resume {
-                    epoch: 9,
-                    last_seq: 6
-                },
-                0,
-                |_| true,
-                now
-            )
-            .is_err()
-        );
+        assert_eq!(m.check_resume(&resume(6)), Err(GapReason::BufferExceeded));
+        assert!(m.backlog(now).get(2).is_none(), "evicted");
+        assert!(m.backlog(now).get(6).is_none(), "not yet assigned");
     }
 
     #[test]
     fn byte_bound_evicts_but_keeps_the_newest() {
         let now = 0;
         let mut m = Mailbox::new("".into(), None, 1);
-        m.append(&note(60, None), LIMITS);
-        let (_, evicted) = m.append(&note(60, None), LIMITS);
-        assert_eq!(evicted, 1);
-        let (_, evicted) = m.append(&note(500, None), LIMITS);
-        assert_eq!(evicted, 1);
-        let all = m
-            .replay(
-                &Resume {
-                    epoch: 1,
-                    last_seq: 2,
-                },
-                0,
-                |_| true,
-                now,
-            )
-            .unwrap();
-        assert_eq!(seqs(&all), vec![3]);
+        m.append(&note(60, None), now, LIMITS);
+        assert_eq!(m.append(&note(60, None), now, LIMITS).evicted, 1);
+        let last = m.append(&note(500, None), now, LIMITS);
+        assert_eq!((last.seq, last.evicted), (3, 1));
+        assert_eq!(buffered_after(&m, 0, now), vec![3]);
     }
 
     #[test]
     fn expired_messages_are_not_replayed() {
         let now = 0;
         let mut m = Mailbox::new("".into(), None, 1);
-        m.append(&note(1, Some(SEC)), LIMITS);
-        m.append(&note(1, None), LIMITS);
+        m.append(&note(1, Some(SEC)), now, LIMITS);
+        m.append(&note(1, None), now, LIMITS);
         let later = now + 2 * SEC;
-        let items = m
-            .replay(
-                &Resume {
-                    epoch: 1,
-                    last_seq: 0,
-                },
-                0,
-                |_| true,
-                later,
-            )
-            .unwrap();
-        assert_eq!(seqs(&items), vec![2]);
+        assert_eq!(m.count_after(0, |_| true, later), 1);
+        assert_eq!(buffered_after(&m, 0, later), vec![2]);
+        assert_eq!(buffered_after(&m, 0, now), vec![1, 2]);
     }
 }

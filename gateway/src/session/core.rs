@@ -141,6 +141,9 @@ pub struct StompCore {
     /// Set when the session must end; the value is the WebSocket close code
     /// (SockJS maps it to its own close frame).
     close: Option<u16>,
+    /// While something waits for the client: when it last took bytes (or
+    /// when the wait began). None while nothing waits.
+    waiting_since: Option<Instant>,
 }
 
 impl StompCore {
@@ -176,6 +179,7 @@ impl StompCore {
             send_every: None,
             recv_within: None,
             close: None,
+            waiting_since: None,
             host,
         }
     }
@@ -195,9 +199,10 @@ impl StompCore {
         self.attachment.is_some() && self.close.is_none()
     }
 
-    /// Whether the outbox holds something to pull.
+    /// Whether there is something to pull: queued in the outbox, or in
+    /// the mailbox for a session that fell behind.
     pub fn has_pending(&self) -> bool {
-        self.can_pull() && !self.outbox.is_empty()
+        self.can_pull() && self.outbox.has_work()
     }
 
     /// The client sent something (any byte counts for heart-beats).
@@ -205,9 +210,29 @@ impl StompCore {
         self.last_recv = now;
     }
 
-    /// Bytes went out.
+    /// Bytes went out: write progress.
     pub fn sent(&mut self, now: Instant) {
         self.last_send = now;
+        if self.waiting_since.is_some() {
+            self.waiting_since = Some(now);
+        }
+    }
+
+    /// Longest the client may go without taking bytes while something
+    /// waits for it (`session.max_lag_ms`).
+    fn max_lag(&self) -> Duration {
+        Duration::from_millis(self.host.config().max_lag_ms)
+    }
+
+    /// Start or stop the lag clock: it runs while something waits for the
+    /// client (in the sink, the outbox or, behind, the mailbox).
+    fn track_lag(&mut self, sink: &dyn Sink, now: Instant) {
+        let waiting = sink.queued() > 0 || self.outbox.has_work();
+        match (waiting, self.waiting_since) {
+            (true, None) => self.waiting_since = Some(now),
+            (false, Some(_)) => self.waiting_since = None,
+            _ => {}
+        }
     }
 
     /// When bytes last went out.
@@ -362,15 +387,21 @@ impl StompCore {
         }
     }
 
-    /// Move queued messages into the sink until it holds `limit` bytes.
-    pub fn pull(&mut self, sink: &mut dyn Sink, limit: usize) {
+    /// Move queued messages into the sink until it holds `limit` bytes;
+    /// a session that fell behind refills its outbox from its mailbox as
+    /// it goes.
+    pub fn pull(&mut self, sink: &mut dyn Sink, limit: usize, now: Instant) {
         if self.close.is_some() {
             return;
         }
         if self.outbox.is_cut() {
+            // Counted by the hub when its mailbox evicted what the session
+            // had not been sent.
             self.fail(
                 Failure {
-                    message: "slow consumer: the session's queue is full".into(),
+                    message: "slow consumer: the session fell further behind than its \
+                              mailbox buffers (mailbox.buffer_messages, buffer_bytes)"
+                        .into(),
                     receipt: None,
                     kind: ProtocolError::Refused,
                     close_code: 1008,
@@ -385,8 +416,16 @@ impl StompCore {
         let v = self.machine.version();
         let epoch = a.attached.epoch;
         while sink.queued() < limit {
-            let Some(popped) = self.outbox.pop() else {
-                return;
+            let popped = match self.outbox.pop() {
+                Some(p) => p,
+                None if self.outbox.is_behind() => {
+                    self.host.refill(&a.who, &self.outbox, now);
+                    match self.outbox.pop() {
+                        Some(p) => p,
+                        None => break,
+                    }
+                }
+                None => break,
             };
             for sub in &popped.subscriptions {
                 match &popped.item {
@@ -395,6 +434,7 @@ impl StompCore {
                 }
             }
         }
+        self.track_lag(sink, now);
     }
 
     /// The next instant [`Self::on_timer`] has work, if any.
@@ -407,13 +447,15 @@ impl StompCore {
             self.token_deadline,
             self.send_every.map(|e| self.last_send + e),
             self.recv_within.map(|w| self.last_recv + w),
+            self.waiting_since.map(|t| t + self.max_lag()),
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
-    /// Connect timeout, token expiry, heart-beat timeout, heart-beats due.
+    /// Connect timeout, token expiry, heart-beat timeout, a client that
+    /// does not read, heart-beats due.
     pub fn on_timer(&mut self, now: Instant, sink: &mut dyn Sink) {
         if self.close.is_some() {
             return;
@@ -458,6 +500,32 @@ impl StompCore {
                 sink,
             );
             return;
+        }
+        if let Some(since) = self.waiting_since
+            && now >= since + self.max_lag()
+        {
+            self.track_lag(sink, now);
+            if self.waiting_since.is_some() {
+                self.host.metrics().drop_one(DropReason::SlowConsumer);
+                tracing::debug!(
+                    lag_ms = (now - since).as_millis() as u64,
+                    "slow consumer cut"
+                );
+                self.fail(
+                    Failure {
+                        message: format!(
+                            "slow consumer: the client took nothing of what waits for it \
+                             in {} ms (session.max_lag_ms)",
+                            self.max_lag().as_millis()
+                        ),
+                        receipt: None,
+                        kind: ProtocolError::Refused,
+                        close_code: 1008,
+                    },
+                    sink,
+                );
+                return;
+            }
         }
         if self
             .send_every

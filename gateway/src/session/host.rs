@@ -38,6 +38,9 @@ pub trait Host: Send + Sync {
         now: Instant,
     ) -> Replay;
 
+    /// Refill the outbox of a session that fell behind from its mailbox.
+    fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant);
+
     /// Leave the mailbox; true when the user has no session left here.
     fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool;
 
@@ -86,6 +89,10 @@ impl Host for Shared {
         now: Instant,
     ) -> Replay {
         self.hub.subscribe(who, outbox, sub, resume, now)
+    }
+
+    fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
+        self.hub.refill(who, outbox, now);
     }
 
     fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool {

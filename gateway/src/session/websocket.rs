@@ -170,7 +170,7 @@ impl Session {
         loop {
             let now = Instant::now();
             if self.closing.is_none() {
-                self.with_sink(|core, sink| core.pull(sink, PULL_UNTIL));
+                self.with_sink(|core, sink| core.pull(sink, PULL_UNTIL, now));
                 if let Some(code) = self.core.close_code() {
                     self.start_closing(code, now);
                 }
@@ -195,6 +195,10 @@ impl Session {
             // pull again now. Waiting for a notification here would stall,
             // since the one that woke us was spent on the previous pull.
             if self.closing.is_none() && self.out.len() < PULL_UNTIL && self.core.has_pending() {
+                // A session reading a long backlog from its mailbox over a
+                // fast socket yields now and then rather than hold its
+                // worker thread until it has caught up.
+                tokio::task::coop::consume_budget().await;
                 continue;
             }
             let deadline = self.next_deadline(now);

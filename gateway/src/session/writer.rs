@@ -32,10 +32,12 @@
 //!   more.
 //!
 //! MESSAGE frames are not charged here: the session pulls them from its
-//! outbox (bounded by `session.queue_messages` and `queue_bytes`, with the
-//! `session.when_full` policy) only while this queue holds less than
+//! outbox (a window bounded by `session.queue_messages` and `queue_bytes`,
+//! beyond which the session reads on from its mailbox; see
+//! [`crate::outbox`]) only while this queue holds less than
 //! [`crate::session::websocket::PULL_UNTIL`] bytes, and their payloads are
-//! shared.
+//! shared. A client that takes nothing of them for `session.max_lag_ms` is
+//! cut by the session's core.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};

@@ -25,7 +25,7 @@ pub trait Application: Send {
         None
     }
     /// Move what waits into `out` until it holds `limit` bytes.
-    fn pull(&mut self, _out: &mut Pending, _limit: usize) {}
+    fn pull(&mut self, _out: &mut Pending, _limit: usize, _now: Instant) {}
     /// Set once the session must end: the SockJS close frame.
     fn close(&self) -> Option<(u16, &'static str)> {
         None
@@ -70,8 +70,8 @@ impl Application for StompCore {
         self.on_stomp_bytes(message.as_bytes(), now, out);
     }
 
-    fn pull(&mut self, out: &mut Pending, limit: usize) {
-        StompCore::pull(self, out, limit);
+    fn pull(&mut self, out: &mut Pending, limit: usize, now: Instant) {
+        StompCore::pull(self, out, limit, now);
     }
 
     fn close(&self) -> Option<(u16, &'static str)> {

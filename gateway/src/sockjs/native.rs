@@ -262,7 +262,7 @@ impl Native {
             return;
         };
         let content_type = match kind {
-            Kind::Eventsource => "text/event-stream; charset=UTF-8",
+            Kind::Eventsource => super::routes::EVENT_STREAM,
             _ => "application/javascript; charset=UTF-8",
         };
         let mut response = self.answer_head("200 OK", content_type, &head);
@@ -333,14 +333,16 @@ impl Native {
         response.push_str(content_type);
         response.push_str("\r\nCache-Control: ");
         response.push_str(super::routes::NO_CACHE);
+        // CORS as `routes::cors` answers it: the origin back with
+        // credentials, or `*` without them when the request had none.
         response.push_str("\r\nAccess-Control-Allow-Origin: ");
-        response.push_str(
-            head.origin
-                .as_deref()
-                .filter(|o| *o != "null")
-                .unwrap_or("*"),
-        );
-        response.push_str("\r\nAccess-Control-Allow-Credentials: true\r\n");
+        match &head.origin {
+            Some(origin) => {
+                response.push_str(origin);
+                response.push_str("\r\nAccess-Control-Allow-Credentials: true\r\n");
+            }
+            None => response.push_str("*\r\n"),
+        }
         if let Some(h) = &head.request_headers {
             response.push_str("Access-Control-Allow-Headers: ");
             response.push_str(h);

@@ -92,21 +92,35 @@ async fn dispatch(
     }
 }
 
-/// The cache header of every dynamic answer, as SockJS 0.3.3 spells it.
-pub(crate) const NO_CACHE: &str = "no-store, no-cache, must-revalidate, max-age=0";
+/// The cache header of every dynamic answer, as the SockJS protocol has
+/// spelled it since v0.3.3 (and sockjs-node since 0.3.8): `no-transform`
+/// keeps compressing proxies from buffering a stream.
+pub(crate) const NO_CACHE: &str = "no-store, no-cache, no-transform, must-revalidate, max-age=0";
 
-/// CORS as the SockJS protocol wants it: echo the origin with credentials.
+/// The content type of EventSource streams: the event stream format is
+/// UTF-8 by definition, so the later protocol names no charset.
+pub(crate) const EVENT_STREAM: &str = "text/event-stream";
+
+/// CORS as the SockJS protocol wants it since v0.3.3: a request with an
+/// `Origin` (`null` included, as sandboxed pages and `file:` send it) gets
+/// that origin back with credentials; one without gets `*` and no
+/// credentials, which browsers refuse together anyway.
 fn cors(request: &HeaderMap, response: &mut HeaderMap) {
-    let origin = request
-        .get(header::ORIGIN)
-        .filter(|o| o.as_bytes() != b"null")
-        .cloned()
-        .unwrap_or(HeaderValue::from_static("*"));
-    response.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    response.insert(
-        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-        HeaderValue::from_static("true"),
-    );
+    match request.get(header::ORIGIN) {
+        Some(origin) => {
+            response.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+            response.insert(
+                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                HeaderValue::from_static("true"),
+            );
+        }
+        None => {
+            response.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
+        }
+    }
     if let Some(h) = request.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
         response.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, h.clone());
     }
@@ -289,7 +303,7 @@ fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response 
         .chain(frames)
         .map(Ok::<Bytes, Infallible>);
     let content_type = match kind {
-        Kind::Eventsource => "text/event-stream; charset=UTF-8",
+        Kind::Eventsource => EVENT_STREAM,
         _ => "application/javascript; charset=UTF-8",
     };
     let mut r = Response::new(Body::from_stream(body));

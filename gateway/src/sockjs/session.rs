@@ -266,7 +266,7 @@ impl Driver {
             let now = Instant::now();
             self.take_inbound(now);
             if self.close.is_none() {
-                self.app.pull(&mut self.pending, PULL_UNTIL);
+                self.app.pull(&mut self.pending, PULL_UNTIL, now);
                 self.app.check_queue(&mut self.pending);
                 self.close = self.app.close();
             }

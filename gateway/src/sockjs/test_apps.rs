@@ -5,11 +5,13 @@
 //! and [`Close`] as the [`Application`] of the HTTP transports' sessions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use herald_protocol::sockjs;
 use herald_protocol::websocket::{self, Message, OpCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::App;
@@ -108,7 +110,29 @@ pub async fn run_websocket(shared: Arc<Shared>, up: Upgraded, app: App) {
             Ok(_) => {}
         }
     }
-    let _ = stream.shutdown().await;
+    linger(&mut stream).await;
+}
+
+/// How long a closing test app waits for the peer to close after its own
+/// close frame (the STOMP session's `CLOSE_GRACE`).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Send FIN, then read and discard until the peer closes (or
+/// [`CLOSE_GRACE`] passes): closing a socket with unread input resets the
+/// connection, which can destroy the close frame before the client reads
+/// it (the STOMP session's `linger` does the same).
+async fn linger(stream: &mut TcpStream) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let deadline = Instant::now() + CLOSE_GRACE;
+    let mut sink = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    }
 }
 
 fn echo(framing: Framing, data: &[u8], text: bool, out: &mut BytesMut, done: &mut bool) {
@@ -122,6 +146,8 @@ fn echo(framing: Framing, data: &[u8], text: bool, out: &mut BytesMut, done: &mu
                 return;
             }
             match sockjs::decode_messages(data, true) {
+                // `[]` carries no message: nothing to echo.
+                Ok(messages) if messages.is_empty() => {}
                 Ok(messages) => {
                     let refs: Vec<&str> = messages.iter().map(String::as_str).collect();
                     let mut frame = BytesMut::new();

@@ -3,32 +3,13 @@
 //! never exceeds the limit.
 //!
 //! The first input byte picks the message limit and the chunk size.
+//!
+//! The check itself is `checks::websocket_decode`, which the stable corpus replay
+//! (`protocol/tests/fuzz_corpus.rs`) runs too.
 
 #![no_main]
 
-use bytes::BytesMut;
-use herald_protocol::websocket::Decoder;
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks.rs"]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&control, rest)) = data.split_first() else {
-        return;
-    };
-    let max = if control & 1 != 0 { 64 } else { 1 << 16 };
-    let chunk = usize::from(control >> 1) + 1;
-
-    let mut decoder = Decoder::new(max);
-    let mut buf = BytesMut::new();
-    for piece in rest.chunks(chunk) {
-        buf.extend_from_slice(piece);
-        loop {
-            let before = buf.len();
-            match decoder.decode(&mut buf) {
-                Ok(Some(_)) => assert!(buf.len() < before),
-                Ok(None) => break,
-                Err(_) => return,
-            }
-            assert!(decoder.buffered() <= max);
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::websocket_decode(data));

@@ -4,7 +4,7 @@ use bytes::{Buf, BytesMut};
 
 use super::frame::{apply_mask, close_code};
 use super::{Message, OpCode};
-use crate::utf8::Utf8Bytes;
+use crate::utf8::{Utf8Bytes, Utf8Stream};
 
 /// Why the client's bytes are not acceptable WebSocket frames. Each maps to
 /// the close code to send ([`WsError::close_code`]); the `Display` text fits
@@ -70,15 +70,23 @@ impl WsError {
 ///
 /// Reassembles fragmented messages up to `max_message_bytes`; control frames
 /// may arrive between fragments and are returned immediately. Text is
-/// checked for UTF-8 once the message is complete (not per fragment). After
-/// an error the connection must be closed; the decoder's state is no longer
-/// meaningful.
+/// checked for UTF-8 as it arrives (RFC 6455 8.1 "fail fast"): each fragment
+/// when it is absorbed, and the payload of a text frame still in transit
+/// whenever more of it has come in, so invalid text is refused at the first
+/// bad byte, not when the message completes. After an error the connection
+/// must be closed; the decoder's state is no longer meaningful.
 #[derive(Debug)]
 pub struct Decoder {
     /// Largest text or binary message, all fragments together.
     max_message_bytes: usize,
     /// The opcode and payload so far of an unfinished fragmented message.
     partial: Option<(OpCode, BytesMut)>,
+    /// UTF-8 state of the text message under way (fragments absorbed and
+    /// the part of the frame in transit already checked).
+    utf8: Utf8Stream,
+    /// Payload bytes of the incomplete frame at the front of the buffer
+    /// already fed to `utf8` (0 when no text frame is in transit).
+    peeked: usize,
 }
 
 /// A parsed frame header.
@@ -97,6 +105,8 @@ impl Decoder {
         Decoder {
             max_message_bytes,
             partial: None,
+            utf8: Utf8Stream::new(),
+            peeked: 0,
         }
     }
 
@@ -110,12 +120,23 @@ impl Decoder {
             let Some(header) = self.parse_header(buf)? else {
                 return Ok(None);
             };
-            if buf.len() - header.len < header.payload_len {
+            let available = buf.len() - header.len;
+            let text = self.is_text(header.opcode);
+            if available < header.payload_len {
+                if text {
+                    self.peek(&buf[header.len..], header.mask)?;
+                }
                 return Ok(None);
             }
             buf.advance(header.len);
             let mut payload = buf.split_to(header.payload_len);
             apply_mask(&mut payload, header.mask);
+            if text {
+                let unchecked = &payload[std::mem::take(&mut self.peeked)..];
+                self.utf8
+                    .feed(unchecked)
+                    .map_err(|_| WsError::InvalidUtf8)?;
+            }
             if let Some(message) = self.absorb(header.fin, header.opcode, payload)? {
                 return Ok(Some(message));
             }
@@ -126,6 +147,43 @@ impl Decoder {
     /// so the gateway can check idle memory.
     pub fn buffered(&self) -> usize {
         self.partial.as_ref().map_or(0, |(_, data)| data.len())
+    }
+
+    /// Whether a data frame with `opcode` carries text: a text frame, or a
+    /// continuation of a text message.
+    fn is_text(&self, opcode: OpCode) -> bool {
+        match opcode {
+            OpCode::Text => true,
+            OpCode::Continuation => matches!(self.partial, Some((OpCode::Text, _))),
+            _ => false,
+        }
+    }
+
+    /// Checks the UTF-8 of the part of a text frame's payload that has
+    /// arrived (`arrived`, still masked) and was not checked yet. Unmasks a
+    /// copy through a stack buffer; the frame stays in the buffer untouched.
+    fn peek(&mut self, arrived: &[u8], mask: [u8; 4]) -> Result<(), WsError> {
+        const STEP: usize = 1024;
+        let mut chunk = [0u8; STEP];
+        while self.peeked < arrived.len() {
+            let n = (arrived.len() - self.peeked).min(STEP);
+            let piece = &mut chunk[..n];
+            piece.copy_from_slice(&arrived[self.peeked..self.peeked + n]);
+            // The mask phase of this piece is its offset in the payload.
+            let phase = self.peeked % 4;
+            apply_mask(
+                piece,
+                [
+                    mask[phase],
+                    mask[(phase + 1) % 4],
+                    mask[(phase + 2) % 4],
+                    mask[(phase + 3) % 4],
+                ],
+            );
+            self.utf8.feed(piece).map_err(|_| WsError::InvalidUtf8)?;
+            self.peeked += n;
+        }
+        Ok(())
     }
 
     /// Parses and checks the header at the front of `buf`, consuming nothing.
@@ -199,7 +257,7 @@ impl Decoder {
                 self.partial = Some((opcode, payload));
                 return Ok(None);
             }
-            OpCode::Text | OpCode::Binary => finish(opcode, payload)?,
+            OpCode::Text | OpCode::Binary => finish(opcode, payload, &mut self.utf8)?,
             OpCode::Continuation => {
                 let Some((_, data)) = &mut self.partial else {
                     return Err(WsError::UnexpectedContinuation);
@@ -209,7 +267,7 @@ impl Decoder {
                     return Ok(None);
                 }
                 match self.partial.take() {
-                    Some((opcode, data)) => finish(opcode, data)?,
+                    Some((opcode, data)) => finish(opcode, data, &mut self.utf8)?,
                     None => return Err(WsError::UnexpectedContinuation),
                 }
             }
@@ -218,12 +276,16 @@ impl Decoder {
     }
 }
 
-/// A complete text or binary message.
-fn finish(opcode: OpCode, data: BytesMut) -> Result<Message, WsError> {
+/// A complete text or binary message; `utf8` has checked every byte of a
+/// text message and is reset for the next.
+fn finish(opcode: OpCode, data: BytesMut, utf8: &mut Utf8Stream) -> Result<Message, WsError> {
     match opcode {
-        OpCode::Text => Utf8Bytes::try_from(data.freeze())
-            .map(Message::Text)
-            .map_err(|_| WsError::InvalidUtf8),
+        OpCode::Text => {
+            std::mem::take(utf8)
+                .finish()
+                .map_err(|_| WsError::InvalidUtf8)?;
+            Ok(Message::Text(Utf8Bytes::from_validated(data.freeze())))
+        }
         _ => Ok(Message::Binary(data.freeze())),
     }
 }

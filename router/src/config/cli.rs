@@ -15,7 +15,7 @@ use super::{Config, LogFormat};
 /// Settings come from defaults, then the TOML file given by --config, then
 /// environment variables, then flags.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(name = "herald-router", version)]
+#[command(name = "herald-router", version = crate::VERSION)]
 pub struct Cli {
     /// TOML configuration file (see router/router.example.toml).
     #[arg(long, env = "HERALD_ROUTER_CONFIG", value_name = "FILE")]
@@ -65,6 +65,10 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub redis_url: Option<String>,
+    /// Check the configuration (file, environment and flags, and the keys
+    /// they name) and exit: 0 when it is valid, 78 with every problem.
+    #[arg(long)]
+    pub check_config: bool,
     /// Log format [default: text]. Log levels come from RUST_LOG.
     #[arg(long, env = "HERALD_ROUTER_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,

@@ -37,7 +37,7 @@ impl Firer {
         let now = now_ms();
         let (send, hold) = self.by_presence(entries, from_hold).await;
         self.hold(hold, now).await;
-        let merged = merge(send, |topic| self.config.merges(topic));
+        let merged = merge(send, |topic| self.topics.merges(topic));
         self.metrics.merged.inc_by(merged.folded);
         let send = self.space(merged.sends, now, scheduler).await;
         if send.is_empty() {
@@ -46,37 +46,48 @@ impl Firer {
         self.send_round(send, from_hold, confirm).await;
     }
 
-    /// The entries to send, and the ids of those to hold (`when-online`,
-    /// user offline). Released by an online event (a session, or the
-    /// backend saying so), entries go out without asking presence again.
-    async fn by_presence(&self, entries: Vec<Entry>, from_hold: bool) -> (Vec<Entry>, Vec<String>) {
-        let asked: Vec<Asked> = if from_hold {
-            Vec::new()
-        } else {
-            entries
-                .iter()
-                .filter_map(|e| {
-                    e.online_user().map(|u| Asked {
-                        user: u.to_owned(),
-                        sites: e.notification.sites.clone(),
-                    })
+    /// The entries to send, and those to hold with their hold limit
+    /// (`when-online`, user offline). Entries released by an online event
+    /// are asked about again: the event may come from a backend
+    /// (`POST /v1/users/{uid}/online`) while the user has no session and no
+    /// mailbox anywhere, and a notification handed to nobody would be lost.
+    /// Held again, they keep the limit of their first hold (counted from
+    /// their due time), so repeated online events do not hold them forever.
+    async fn by_presence(
+        &self,
+        entries: Vec<Entry>,
+        from_hold: bool,
+    ) -> (Vec<Entry>, Vec<(String, Millis)>) {
+        let asked: Vec<Asked> = entries
+            .iter()
+            .filter_map(|e| {
+                e.online_user().map(|u| Asked {
+                    user: u.to_owned(),
+                    sites: e.notification.sites.clone(),
                 })
-                .collect()
-        };
+            })
+            .collect();
         let mut online = if asked.is_empty() {
             Vec::new()
         } else {
             self.presence.online(&asked).await
         }
         .into_iter();
+        let now = now_ms();
         let mut hold = Vec::new();
         let mut send: Vec<Entry> = Vec::with_capacity(entries.len());
         for e in entries {
             if e.attempts > 1 && !from_hold {
                 self.metrics.refired.inc();
             }
-            if e.online_user().is_some() && !from_hold && !online.next().unwrap_or(false) {
-                hold.push(e.id().to_owned());
+            if e.online_user().is_some() && !online.next().unwrap_or(false) {
+                let expires = if from_hold {
+                    self.metrics.rehold.inc();
+                    e.due_ms.saturating_add(self.config.hold_max_ms).max(now)
+                } else {
+                    now.saturating_add(self.config.hold_max_ms)
+                };
+                hold.push((e.id().to_owned(), expires));
                 continue;
             }
             send.push(e);
@@ -84,20 +95,22 @@ impl Firer {
         (send, hold)
     }
 
-    /// Hold `ids` until their user comes online or `hold_max_ms` passes.
-    async fn hold(&self, ids: Vec<String>, now: Millis) {
-        if ids.is_empty() {
-            return;
+    /// Hold entries until their user comes online or their limit passes.
+    async fn hold(&self, holds: Vec<(String, Millis)>, now: Millis) {
+        let mut by_limit: std::collections::BTreeMap<Millis, Vec<String>> = Default::default();
+        for (id, expires) in holds {
+            by_limit.entry(expires).or_default().push(id);
         }
-        let n = ids.len() as u64;
-        let expires = now.saturating_add(self.config.hold_max_ms);
-        match self.store.hold(ids, expires, now).await {
-            Ok(()) => {
-                self.metrics.held.inc_by(n);
-            }
-            Err(e) => {
-                self.metrics.store_error("hold");
-                tracing::warn!(error = %e, entries = n, "holding notifications failed; they fire again after their lease");
+        for (expires, ids) in by_limit {
+            let n = ids.len() as u64;
+            match self.store.hold(ids, expires, now).await {
+                Ok(()) => {
+                    self.metrics.held.inc_by(n);
+                }
+                Err(e) => {
+                    self.metrics.store_error("hold");
+                    tracing::warn!(error = %e, entries = n, "holding notifications failed; they fire again after their lease");
+                }
             }
         }
     }
@@ -117,8 +130,14 @@ impl Firer {
     ) -> Vec<ToSend> {
         let ahead_ms = self.config.claim_ahead_ms;
         let mut postpone: Vec<(String, Millis)> = Vec::new();
-        send.retain(
-            |s| match spacing(&mut self.last_send, &self.config, &s.entry, now) {
+        send.retain(|s| {
+            match spacing(
+                &mut self.last_send,
+                &self.config,
+                &self.topics,
+                &s.entry,
+                now,
+            ) {
                 Spacing::Go => true,
                 Spacing::Untracked => {
                     self.metrics.untracked_users.inc();
@@ -129,8 +148,8 @@ impl Firer {
                     postpone.extend(s.ids.iter().map(|id| (id.clone(), at)));
                     false
                 }
-            },
-        );
+            }
+        });
         for (id, at) in postpone {
             self.metrics.postponed.inc();
             self.release(vec![id], at, now, scheduler).await;

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use crate::schedule::config::ScheduleConfig;
 use crate::schedule::entry::{Entry, Millis};
+use crate::schedule::topics::Topics;
 
 /// What spacing says about one send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,13 +29,14 @@ pub(super) enum Spacing {
 pub(super) fn spacing(
     last_send: &mut HashMap<String, Millis>,
     config: &ScheduleConfig,
+    topics: &Topics,
     e: &Entry,
     now: Millis,
 ) -> Spacing {
     let Some(user) = e.online_user() else {
         return Spacing::Go;
     };
-    let interval = config.min_interval_ms(e.notification.topic.as_deref());
+    let interval = topics.min_interval_ms(e.notification.topic.as_deref());
     if interval == 0 {
         return Spacing::Go;
     }
@@ -44,7 +46,7 @@ pub(super) fn spacing(
         return Spacing::Wait(last + interval);
     }
     if last_send.len() >= config.max_tracked_users && !last_send.contains_key(user) {
-        forget_old_sends(last_send, config, now);
+        forget_old_sends(last_send, topics, now);
         if last_send.len() >= config.max_tracked_users {
             return Spacing::Untracked;
         }
@@ -55,14 +57,8 @@ pub(super) fn spacing(
 
 /// Drop sends older than every interval in force: they no longer postpone
 /// anything.
-fn forget_old_sends(last_send: &mut HashMap<String, Millis>, config: &ScheduleConfig, now: Millis) {
-    let longest = config
-        .topics
-        .values()
-        .filter_map(|t| t.min_interval_ms)
-        .chain([config.min_interval_ms])
-        .max()
-        .unwrap_or(0);
+fn forget_old_sends(last_send: &mut HashMap<String, Millis>, topics: &Topics, now: Millis) {
+    let longest = topics.longest_min_interval_ms();
     last_send.retain(|_, last| last.saturating_add(longest) > now);
 }
 
@@ -100,20 +96,44 @@ mod tests {
         let c = config(1_000, 10);
         let mut last = HashMap::new();
         assert_eq!(
-            spacing(&mut last, &c, &online("a", "u", None), 100),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("a", "u", None),
+                100
+            ),
             Spacing::Go
         );
         assert_eq!(
-            spacing(&mut last, &c, &online("b", "u", None), 600),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("b", "u", None),
+                600
+            ),
             Spacing::Wait(1_100)
         );
         assert_eq!(
-            spacing(&mut last, &c, &online("c", "u", Some("slow")), 600),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("c", "u", Some("slow")),
+                600
+            ),
             Spacing::Wait(5_100),
             "the topic's own interval"
         );
         assert_eq!(
-            spacing(&mut last, &c, &online("d", "u", None), 1_100),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("d", "u", None),
+                1_100
+            ),
             Spacing::Go
         );
         assert_eq!(last["u"], 1_100, "the send that went is the last");
@@ -125,9 +145,18 @@ mod tests {
         let mut last = HashMap::new();
         let mut scheduled = online("s", "u", Some("slow"));
         scheduled.when_online = false;
-        assert_eq!(spacing(&mut last, &c, &scheduled, 0), Spacing::Go);
         assert_eq!(
-            spacing(&mut last, &c, &online("a", "u", None), 0),
+            spacing(&mut last, &c, &Topics::new(&c, vec![]), &scheduled, 0),
+            Spacing::Go
+        );
+        assert_eq!(
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("a", "u", None),
+                0
+            ),
             Spacing::Go
         );
         assert!(last.is_empty(), "nothing to remember");
@@ -138,20 +167,44 @@ mod tests {
         let c = config(1_000, 2);
         let mut last = HashMap::new();
         assert_eq!(
-            spacing(&mut last, &c, &online("a", "u1", None), 0),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("a", "u1", None),
+                0
+            ),
             Spacing::Go
         );
         assert_eq!(
-            spacing(&mut last, &c, &online("b", "u2", None), 0),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("b", "u2", None),
+                0
+            ),
             Spacing::Go
         );
         assert_eq!(
-            spacing(&mut last, &c, &online("c", "u3", None), 4_000),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("c", "u3", None),
+                4_000
+            ),
             Spacing::Untracked,
             "the slow topic's 5 s keep both"
         );
         assert_eq!(
-            spacing(&mut last, &c, &online("d", "u3", None), 5_000),
+            spacing(
+                &mut last,
+                &c,
+                &Topics::new(&c, vec![]),
+                &online("d", "u3", None),
+                5_000
+            ),
             Spacing::Go
         );
         assert_eq!(last.keys().map(String::as_str).collect::<Vec<_>>(), ["u3"]);

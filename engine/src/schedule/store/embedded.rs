@@ -39,6 +39,7 @@ mod group_commit;
 mod layout;
 mod read;
 mod recent;
+mod topics;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -55,7 +56,10 @@ use self::layout::*;
 use self::read::StatusTables;
 use self::recent::RecentIds;
 use self::write::Tables;
-use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
+use super::{
+    Cancel, Counts, Cursor, Insert, ListFilter, Page, PutTopic, Store, StoreError, StoreFuture,
+    StoredTopic,
+};
 use crate::schedule::entry::{Entry, Millis, Status};
 
 /// A backend failure, as the store reports it.
@@ -395,5 +399,40 @@ impl Store for EmbeddedStore {
 
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
         Box::pin(self.read_claimed(move |txn, claims| read::counts(txn, claims, now, &bounds)))
+    }
+
+    fn put_topic(
+        &self,
+        name: &str,
+        settings: bytes::Bytes,
+        max_topics: usize,
+        now: Millis,
+    ) -> StoreFuture<'_, PutTopic> {
+        let name = name.to_owned();
+        Box::pin(self.ask(move |tx| Request::PutTopic {
+            name,
+            settings,
+            max_topics,
+            now,
+            tx,
+        }))
+    }
+
+    fn topic(&self, name: &str) -> StoreFuture<'_, Option<StoredTopic>> {
+        let name = name.to_owned();
+        Box::pin(self.read(move |txn| topics::get(txn, &name)))
+    }
+
+    fn delete_topic(&self, name: &str) -> StoreFuture<'_, bool> {
+        let name = name.to_owned();
+        Box::pin(self.ask(move |tx| Request::DeleteTopic(name, tx)))
+    }
+
+    fn topics(&self, after: Option<String>, limit: usize) -> StoreFuture<'_, Vec<StoredTopic>> {
+        Box::pin(self.read(move |txn| topics::page(txn, after.as_deref(), limit)))
+    }
+
+    fn topics_version(&self) -> StoreFuture<'_, u64> {
+        Box::pin(self.read(topics::version))
     }
 }

@@ -68,6 +68,7 @@ mod presence;
 mod read;
 mod reply;
 mod sweep;
+mod topics;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -88,7 +89,10 @@ use self::group::GroupCommit;
 use self::insert::Inserter;
 use self::layout::{Keys, score};
 use self::reply::num;
-use super::{Cancel, Counts, Cursor, Insert, ListFilter, Page, Store, StoreError, StoreFuture};
+use super::{
+    Cancel, Counts, Cursor, Insert, ListFilter, Page, PutTopic, Store, StoreError, StoreFuture,
+    StoredTopic,
+};
 use crate::schedule::entry::{Entry, Millis, Status};
 
 macro_rules! script {
@@ -390,6 +394,40 @@ impl Store for RedisStore {
 
     fn counts(&self, now: Millis, bounds: Vec<u64>) -> StoreFuture<'_, Counts> {
         self.op("counts", self.count_all(now, bounds))
+    }
+
+    fn put_topic(
+        &self,
+        name: &str,
+        settings: bytes::Bytes,
+        max_topics: usize,
+        now: Millis,
+    ) -> StoreFuture<'_, PutTopic> {
+        let name = name.to_owned();
+        self.op("put_topic", async move {
+            self.put_topic_one(&name, &settings, max_topics, now).await
+        })
+    }
+
+    fn topic(&self, name: &str) -> StoreFuture<'_, Option<StoredTopic>> {
+        let name = name.to_owned();
+        self.op("topic", async move { self.topic_one(&name).await })
+    }
+
+    fn delete_topic(&self, name: &str) -> StoreFuture<'_, bool> {
+        let name = name.to_owned();
+        self.op(
+            "delete_topic",
+            async move { self.delete_topic_one(&name).await },
+        )
+    }
+
+    fn topics(&self, after: Option<String>, limit: usize) -> StoreFuture<'_, Vec<StoredTopic>> {
+        self.op("topics", self.topic_page(after, limit))
+    }
+
+    fn topics_version(&self) -> StoreFuture<'_, u64> {
+        self.op("topics_version", self.topics_version_now())
     }
 }
 

@@ -119,6 +119,10 @@ impl Host for TestHost {
         self.hub.subscribe(who, outbox, sub, resume, now)
     }
 
+    fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
+        self.hub.refill(who, outbox, now);
+    }
+
     fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool {
         self.hub.detach(who, outbox, now)
     }
@@ -295,7 +299,7 @@ impl Client {
     }
 
     fn pull(&mut self) -> Vec<Out> {
-        self.core.pull(&mut self.wire, usize::MAX);
+        self.core.pull(&mut self.wire, usize::MAX, self.now);
         self.wire.take()
     }
 
@@ -516,7 +520,7 @@ fn pull_stops_at_the_limit_and_resumes() {
     for i in 0..3 {
         host.deliver("alice", &format!("n{i}"));
     }
-    c.core.pull(&mut c.wire, 2);
+    c.core.pull(&mut c.wire, 2, c.now);
     assert_eq!(
         seqs(&c.wire.take()),
         vec![("s1".into(), 1), ("s1".into(), 2)]
@@ -581,6 +585,49 @@ fn resume_replays_what_came_after_the_last_seen_sequence() {
     // Resume on the SUBSCRIBE itself, for a second subscription.
     again.subscribe("s2", &[(names::LAST_SEQ, "2"), (names::EPOCH, &epoch)]);
     assert_eq!(seqs(&again.pull()), vec![("s2".into(), 3)]);
+}
+
+/// A replay longer than the session's queue (the mailbox may hold more
+/// than a queue now) is read through the queue as the client drains, and
+/// live messages follow it without a gap or a repeat.
+#[test]
+fn a_replay_longer_than_the_queue_is_read_as_the_client_drains() {
+    let session = SessionConfig {
+        queue_messages: 4,
+        ..SessionConfig::default()
+    };
+    let mailbox = MailboxConfig {
+        buffer_messages: 50,
+        ..MailboxConfig::default()
+    };
+    let host = TestHost::new(session, mailbox);
+    let mut first = Client::new(&host);
+    let epoch = first
+        .connect_as("alice")
+        .header(names::EPOCH)
+        .unwrap()
+        .to_owned();
+    first.core.finish();
+    for i in 1..=30 {
+        host.deliver("alice", &format!("n{i}"));
+    }
+    let mut c = Client::new(&host);
+    let t = token("alice");
+    c.connect(&[
+        ("passcode", &t),
+        (names::LAST_SEQ, "0"),
+        (names::EPOCH, &epoch),
+    ]);
+    c.subscribe("s1", &[]);
+    assert!(c.core.outbox().len() <= 4);
+    c.core.pull(&mut c.wire, 10, c.now);
+    let mut got = seqs(&c.wire.take());
+    host.deliver("alice", "n31"); // live, mid-replay
+    got.extend(seqs(&c.pull()));
+    let expected: Vec<(String, u64)> = (1..=31).map(|seq| ("s1".into(), seq)).collect();
+    assert_eq!(got, expected);
+    assert_eq!(host.metrics.replayed.get(), 30);
+    assert_eq!(c.core.close_code(), None);
 }
 
 #[test]
@@ -746,23 +793,234 @@ fn disconnect_answers_the_receipt_and_closes_normally() {
     assert_eq!(c.core.close_code(), Some(1000));
 }
 
+fn slow_consumers(host: &TestHost) -> u64 {
+    host.metrics
+        .dropped
+        .get_or_create(&crate::metrics::DropLabels {
+            reason: DropReason::SlowConsumer,
+        })
+        .get()
+}
+
+/// Issue 19, hole 7: 400 notifications due at once for one user, more
+/// than the session's queue holds and less than the mailbox does. A client
+/// that reads at a normal pace (a few frames per socket write) gets all of
+/// them, in order, and is not cut.
 #[test]
-fn a_full_queue_ends_the_session_as_a_slow_consumer() {
+fn a_burst_beyond_the_queue_that_the_mailbox_holds_reaches_a_reading_client() {
     let session = SessionConfig {
-        queue_messages: 2,
+        queue_messages: 256,
+        ..SessionConfig::default()
+    };
+    let mailbox = MailboxConfig {
+        buffer_messages: 1000,
+        ..MailboxConfig::default()
+    };
+    let host = TestHost::new(session, mailbox);
+    let mut c = Client::new(&host);
+    c.connect_as("alice");
+    c.subscribe("s1", &[]);
+    for i in 1..=400 {
+        host.deliver("alice", &format!("n{i}"));
+    }
+    assert!(
+        c.core.outbox().len() <= 256,
+        "the session holds its window, not the burst"
+    );
+    let mut got = Vec::new();
+    loop {
+        // The socket takes 32 frames per write.
+        c.core.pull(&mut c.wire, 32, c.now);
+        let out = c.wire.take();
+        if out.is_empty() {
+            break;
+        }
+        got.extend(seqs(&out));
+        c.now += Duration::from_millis(1);
+        c.core.sent(c.now);
+    }
+    assert_eq!(c.core.close_code(), None, "not cut");
+    let expected: Vec<(String, u64)> = (1..=400).map(|seq| ("s1".into(), seq)).collect();
+    assert_eq!(got, expected, "all of them, in order, once");
+    assert_eq!(slow_consumers(&host), 0);
+    assert_eq!(host.metrics.sessions_behind.get(), 1);
+    // Caught up: the next one goes straight through.
+    host.deliver("alice", "n401");
+    assert_eq!(seqs(&c.pull()), vec![("s1".into(), 401)]);
+}
+
+/// A client that reads nothing is still cut as a slow consumer once its
+/// mailbox evicts what it was not sent, and holds no more than its window
+/// meanwhile, however much arrives.
+#[test]
+fn a_client_that_never_reads_is_cut_when_its_mailbox_evicts_what_it_was_not_sent() {
+    let session = SessionConfig {
+        queue_messages: 4,
+        ..SessionConfig::default()
+    };
+    let mailbox = MailboxConfig {
+        buffer_messages: 10,
+        ..MailboxConfig::default()
+    };
+    let host = TestHost::new(session, mailbox);
+    let mut c = Client::new(&host);
+    c.connect_as("alice");
+    c.subscribe("s1", &[]);
+    // It took two messages into its socket buffer, and reads no more.
+    host.deliver("alice", "n1");
+    host.deliver("alice", "n2");
+    c.core.pull(&mut c.wire, 2, c.now);
+    assert_eq!(c.wire.queued, 2);
+    // Window 4 + mailbox 10 past what it took: 16 arrive without a cut.
+    for i in 3..=16 {
+        host.deliver("alice", &format!("n{i}"));
+        assert!(c.core.outbox().len() <= 4, "bounded by the window");
+    }
+    assert!(!c.core.outbox().is_cut());
+    assert_eq!(slow_consumers(&host), 0);
+    // The 17th evicts seq 7, which it was never sent.
+    host.deliver("alice", "n17");
+    assert!(c.core.outbox().is_cut());
+    assert_eq!(c.core.outbox().len(), 0, "a cut session holds nothing");
+    assert_eq!(slow_consumers(&host), 1);
+    c.wire.take();
+    c.core.pull(&mut c.wire, usize::MAX, c.now);
+    let out = c.wire.take();
+    let (message, code) = error_of(&out, &c.core);
+    assert!(message.starts_with("slow consumer"), "{message}");
+    assert_eq!(code, 1008);
+    // Later messages cost it nothing.
+    for i in 18..=100 {
+        host.deliver("alice", &format!("n{i}"));
+    }
+    assert_eq!(c.core.outbox().len(), 0);
+    assert_eq!(slow_consumers(&host), 1, "counted once");
+}
+
+/// `session.max_lag_ms`: a client that takes nothing of what waits for it
+/// for that long is cut, whatever `when_full` says; write progress resets
+/// the clock, and an idle session has no lag clock at all.
+#[test]
+fn a_client_that_takes_nothing_for_max_lag_is_cut() {
+    let session = SessionConfig {
+        max_lag_ms: 30_000,
+        when_full: crate::config::WhenFull::DropOldest,
         ..SessionConfig::default()
     };
     let host = TestHost::new(session, MailboxConfig::default());
     let mut c = Client::new(&host);
+    c.connect(&[("passcode", &token("alice")), ("heart-beat", "0,0")]);
+    c.subscribe("s1", &[]);
+    c.core.pull(&mut c.wire, usize::MAX, c.now);
+    let idle = c.core.next_deadline();
+    assert!(
+        idle.is_none_or(|d| d > c.now + Duration::from_secs(60)),
+        "no lag clock while nothing waits"
+    );
+    host.deliver("alice", "n1");
+    host.deliver("alice", "n2");
+    // The socket took nothing.
+    c.core.pull(&mut c.wire, 1, c.now);
+    let start = c.now;
+    assert_eq!(
+        c.core.next_deadline(),
+        Some(start + Duration::from_secs(30))
+    );
+    c.now += Duration::from_secs(20);
+    c.core.on_timer(c.now, &mut c.wire);
+    assert_eq!(
+        c.wire.out.len(),
+        1,
+        "still only the MESSAGE it did not take"
+    );
+    // It took some bytes: the clock starts again.
+    c.core.sent(c.now);
+    let progress = c.now;
+    c.now = start + Duration::from_secs(30);
+    c.core.on_timer(c.now, &mut c.wire);
+    assert_eq!(c.core.close_code(), None);
+    assert_eq!(
+        c.core.next_deadline(),
+        Some(progress + Duration::from_secs(30))
+    );
+    c.now = progress + Duration::from_secs(30);
+    c.core.on_timer(c.now, &mut c.wire);
+    let out = c.wire.take();
+    let error = out.last().unwrap();
+    assert_eq!(error.command(), Some(Command::Error), "{out:?}");
+    let message = error.header("message").unwrap();
+    assert!(message.starts_with("slow consumer"), "{message}");
+    assert!(message.contains("max_lag_ms"), "{message}");
+    assert_eq!(c.core.close_code(), Some(1008));
+    assert_eq!(slow_consumers(&host), 1);
+}
+
+/// A client that reads everything is never cut by the lag clock, however
+/// long it stays connected.
+#[test]
+fn the_lag_clock_stops_when_the_client_has_taken_everything() {
+    let host = TestHost::standard();
+    let mut c = Client::new(&host);
+    c.connect(&[("passcode", &token("alice")), ("heart-beat", "0,0")]);
+    c.subscribe("s1", &[]);
+    host.deliver("alice", "n1");
+    assert_eq!(c.pull().len(), 1);
+    c.core.sent(c.now);
+    // Everything was taken: the next pull finds nothing waiting.
+    assert!(c.pull().is_empty());
+    // (The token is good for 10 minutes.)
+    assert!(c.timer(Duration::from_secs(500)).is_empty());
+    assert_eq!(c.core.close_code(), None);
+}
+
+/// `drop-oldest`: a client so far behind that its mailbox evicts what it
+/// was not sent keeps its session; a gap marker stands for what it lost.
+#[test]
+fn drop_oldest_turns_what_a_lagging_client_lost_into_one_gap_marker() {
+    let session = SessionConfig {
+        queue_messages: 2,
+        when_full: crate::config::WhenFull::DropOldest,
+        ..SessionConfig::default()
+    };
+    let mailbox = MailboxConfig {
+        buffer_messages: 3,
+        ..MailboxConfig::default()
+    };
+    let host = TestHost::new(session, mailbox);
+    let mut c = Client::new(&host);
     c.connect_as("alice");
     c.subscribe("s1", &[]);
-    for i in 0..3 {
+    for i in 1..=10 {
         host.deliver("alice", &format!("n{i}"));
     }
     let out = c.pull();
-    let (message, code) = error_of(&out, &c.core);
-    assert!(message.starts_with("slow consumer"), "{message}");
-    assert_eq!(code, 1008);
+    assert_eq!(c.core.close_code(), None, "{out:?}");
+    let seq_or_gap: Vec<String> = out
+        .iter()
+        .map(|o| match o {
+            Out::Message { seq, .. } => seq.to_string(),
+            other => format!(
+                "gap {} {}",
+                other.header(names::SEQ).unwrap(),
+                other.header("reason").unwrap()
+            ),
+        })
+        .collect();
+    // The window kept 1-2, the mailbox keeps 8-10: 3-7 were lost.
+    assert_eq!(
+        seq_or_gap,
+        ["1", "2", "gap 7 queue-overflow", "8", "9", "10"]
+    );
+    assert_eq!(
+        host.metrics
+            .dropped
+            .get_or_create(&crate::metrics::DropLabels {
+                reason: DropReason::QueueFullDropOldest,
+            })
+            .get(),
+        5
+    );
+    assert_eq!(slow_consumers(&host), 0);
 }
 
 #[test]

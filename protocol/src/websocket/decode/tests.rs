@@ -94,7 +94,7 @@ fn fragments_reassemble_with_control_frames_between() {
 }
 
 #[test]
-fn utf8_is_checked_on_the_whole_message() {
+fn utf8_sequences_may_span_fragments() {
     // "é" split across two fragments is fine.
     let mut d = Decoder::new(1024);
     let mut buf = frame(false, OpCode::Text, b"\xc3");
@@ -106,6 +106,83 @@ fn utf8_is_checked_on_the_whole_message() {
     let err = decode_err(&mut d, &frame(true, OpCode::Text, b"\xff"));
     assert_eq!(err, WsError::InvalidUtf8);
     assert_eq!(err.close_code(), 1007);
+}
+
+/// Autobahn 6.4.1/6.4.2: invalid UTF-8 in the second fragment of three is
+/// refused when that fragment arrives, not when the message completes.
+#[test]
+fn invalid_utf8_fails_fast_at_the_fragment() {
+    let mut d = Decoder::new(1024);
+    let mut buf = frame(false, OpCode::Text, "κόσμε".as_bytes());
+    assert_eq!(d.decode(&mut buf), Ok(None));
+    // A code point above U+10FFFF; the final fragment never comes.
+    buf.extend_from_slice(&frame(false, OpCode::Continuation, b"\xf4\x90\x80\x80"));
+    assert_eq!(d.decode(&mut buf), Err(WsError::InvalidUtf8));
+
+    // A prefix that can never complete (a surrogate, ED A0) split across
+    // fragments: refused at its second byte.
+    let mut d = Decoder::new(1024);
+    let mut buf = frame(false, OpCode::Text, b"ok\xed");
+    assert_eq!(d.decode(&mut buf), Ok(None));
+    buf.extend_from_slice(&frame(false, OpCode::Continuation, b"\xa0"));
+    assert_eq!(d.decode(&mut buf), Err(WsError::InvalidUtf8));
+
+    // Binary fragments are not checked.
+    let mut d = Decoder::new(1024);
+    let mut buf = frame(false, OpCode::Binary, b"\xff");
+    buf.extend_from_slice(&frame(true, OpCode::Continuation, b"\xf4\x90"));
+    assert_eq!(
+        d.decode(&mut buf),
+        Ok(Some(Message::Binary(Bytes::from_static(b"\xff\xf4\x90"))))
+    );
+}
+
+/// Autobahn 6.4.3/6.4.4: a single text frame whose payload trickles in is
+/// refused as soon as the invalid byte has arrived, with the frame still
+/// incomplete; the bytes before it only wait.
+#[test]
+fn invalid_utf8_fails_fast_within_a_frame_in_transit() {
+    let mut text = "κόσμε".as_bytes().to_vec();
+    let bad_at = text.len();
+    text.extend_from_slice(b"\xf4\x90\x80\x80edited");
+    let whole = frame(true, OpCode::Text, &text);
+    let header = whole.len() - text.len();
+    for first_cut in header..header + bad_at {
+        let mut d = Decoder::new(1024);
+        let mut buf = BytesMut::from(&whole[..first_cut]);
+        assert_eq!(d.decode(&mut buf), Ok(None), "cut at {first_cut}");
+        assert_eq!(buf.len(), first_cut, "nothing consumed");
+        // F4 may still start a valid sequence; F4 90 can not.
+        buf.extend_from_slice(&whole[first_cut..header + bad_at + 1]);
+        assert_eq!(d.decode(&mut buf), Ok(None), "cut at {first_cut}");
+        buf.extend_from_slice(&whole[header + bad_at + 1..header + bad_at + 2]);
+        assert_eq!(d.decode(&mut buf), Err(WsError::InvalidUtf8));
+    }
+}
+
+/// Checking a frame in transit piece by piece gives the same message as
+/// the whole frame at once, whatever the pieces.
+#[test]
+fn text_in_transit_decodes_the_same_in_any_pieces() {
+    let text = "héllo wörld, 𝄞 and κόσμε ".repeat(100);
+    let whole = frame(true, OpCode::Text, text.as_bytes());
+    for step in [1, 2, 3, 5, 7, 1000, 1500] {
+        let mut d = Decoder::new(1 << 16);
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for piece in whole.chunks(step) {
+            buf.extend_from_slice(piece);
+            if let Some(message) = d.decode(&mut buf).unwrap() {
+                got = Some(message);
+            }
+        }
+        assert_eq!(
+            got,
+            Some(Message::Text(Utf8Bytes::from(text.clone()))),
+            "step {step}"
+        );
+        assert!(buf.is_empty());
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use super::Memory;
 use super::io;
 use super::write::Tables;
 use crate::schedule::entry::{Entry, Millis};
-use crate::schedule::store::{Cancel, Insert, StoreError};
+use crate::schedule::store::{Cancel, Insert, PutTopic, StoreError};
 
 /// One change, with where its answer goes.
 pub(super) enum Request {
@@ -49,6 +49,14 @@ pub(super) enum Request {
     Cancel(String, Millis, oneshot::Sender<Result<Cancel, StoreError>>),
     Expire(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
     Purge(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
+    PutTopic {
+        name: String,
+        settings: bytes::Bytes,
+        max_topics: usize,
+        now: Millis,
+        tx: oneshot::Sender<Result<PutTopic, StoreError>>,
+    },
+    DeleteTopic(String, oneshot::Sender<Result<bool, StoreError>>),
 }
 
 /// The answer of a request, held until its transaction commits.
@@ -61,6 +69,8 @@ enum Answer {
     Unit(oneshot::Sender<Result<(), StoreError>>),
     Cancel(Cancel, oneshot::Sender<Result<Cancel, StoreError>>),
     Count(u64, oneshot::Sender<Result<u64, StoreError>>),
+    PutTopic(PutTopic, oneshot::Sender<Result<PutTopic, StoreError>>),
+    Flag(bool, oneshot::Sender<Result<bool, StoreError>>),
 }
 
 impl Answer {
@@ -71,6 +81,8 @@ impl Answer {
             Answer::Unit(tx) => drop(tx.send(Ok(()))),
             Answer::Cancel(v, tx) => drop(tx.send(Ok(v))),
             Answer::Count(v, tx) => drop(tx.send(Ok(v))),
+            Answer::PutTopic(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Flag(v, tx) => drop(tx.send(Ok(v))),
         }
     }
 
@@ -81,6 +93,8 @@ impl Answer {
             Answer::Unit(tx) => drop(tx.send(Err(e))),
             Answer::Cancel(_, tx) => drop(tx.send(Err(e))),
             Answer::Count(_, tx) => drop(tx.send(Err(e))),
+            Answer::PutTopic(_, tx) => drop(tx.send(Err(e))),
+            Answer::Flag(_, tx) => drop(tx.send(Err(e))),
         }
     }
 }
@@ -226,6 +240,18 @@ fn apply(t: &mut Tables<'_>, request: Request) -> Option<Answer> {
         Request::Cancel(id, now, tx) => reply(t.cancel(&id, now), tx, Answer::Cancel),
         Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Count),
         Request::Purge(before, limit, tx) => reply(t.purge(before, limit), tx, Answer::Count),
+        Request::PutTopic {
+            name,
+            settings,
+            max_topics,
+            now,
+            tx,
+        } => reply(
+            t.topic_tables().put(&name, &settings, max_topics, now),
+            tx,
+            Answer::PutTopic,
+        ),
+        Request::DeleteTopic(name, tx) => reply(t.topic_tables().delete(&name), tx, Answer::Flag),
     }
 }
 

@@ -16,6 +16,7 @@
 //! final    updated(8 BE) ++ id                  final, by when they became final
 //! hist     fire minute -> count                 scheduled, for the pending gauges
 //! counts   state code -> count                  scheduled, held
+//! topics   name -> updated(8 LE) ++ settings    registered topics (JSON settings)
 //! ```
 //!
 //! Entries are stored under their *seq*, the order of acceptance, and
@@ -57,11 +58,15 @@ pub(super) const LIST: TableDefinition<&[u8], ()> = TableDefinition::new("list")
 pub(super) const FINAL: TableDefinition<&[u8], ()> = TableDefinition::new("final");
 pub(super) const HIST: TableDefinition<u64, u64> = TableDefinition::new("hist");
 pub(super) const COUNTS: TableDefinition<u8, u64> = TableDefinition::new("counts");
+/// Registered topics by name.
+pub(super) const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 
 /// The layout this code reads and writes (`meta["format"]`).
 pub(super) const FORMAT: u64 = 2;
 /// `meta` key of the format.
 pub(super) const FORMAT_KEY: &str = "format";
+/// `meta` key of the topics version (bumped by every topic put or delete).
+pub(super) const TOPICS_VERSION: &str = "topics_version";
 /// `meta` key of the next seq.
 pub(super) const NEXT_SEQ: &str = "next_seq";
 /// `meta` key of the first seq whose id is not folded into `ids`.

@@ -27,6 +27,7 @@ pub(super) struct Tables<'t> {
     fin: Table<'t, &'static [u8], ()>,
     hist: Table<'t, u64, u64>,
     counts: Table<'t, u8, u64>,
+    topics: Table<'t, &'static str, &'static [u8]>,
     /// Changes to `counts` by state code, and to `hist` by minute, made
     /// by this transaction: summed here and written once, by
     /// [`Tables::flush_counters`], instead of a read and a write of those
@@ -74,6 +75,7 @@ impl<'t> Tables<'t> {
             fin: txn.open_table(FINAL).map_err(io)?,
             hist: txn.open_table(HIST).map_err(io)?,
             counts: txn.open_table(COUNTS).map_err(io)?,
+            topics: txn.open_table(TOPICS).map_err(io)?,
             count_deltas: [0; State::COUNT],
             hist_deltas: BTreeMap::new(),
             next_seq,
@@ -84,6 +86,16 @@ impl<'t> Tables<'t> {
             added: Vec::new(),
             removed: Vec::new(),
         })
+    }
+
+    /// The topic tables, for a topic write (marks the transaction as
+    /// writing).
+    pub(super) fn topic_tables(&mut self) -> super::topics::TopicTables<'_, 't> {
+        self.wrote = true;
+        super::topics::TopicTables {
+            topics: &mut self.topics,
+            meta: &mut self.meta,
+        }
     }
 
     /// Write every id of `recent` into `ids` (sorted: each page once) and

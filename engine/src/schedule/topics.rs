@@ -1,0 +1,276 @@
+//! The topics in force: those of the configuration file
+//! (`[schedule.topics.NAME]`, loaded at start) and those registered through
+//! `PUT /v1/topics/{name}` (kept in the store, so they survive restarts and
+//! every router sharing a Redis sees them). A registered topic replaces a
+//! configured one of the same name.
+//!
+//! Readers take a [`Snapshot`] (a pointer copy) and look topics up in it
+//! without a lock. A change made here takes effect at once in this
+//! process; a change made by another process sharing the store takes
+//! effect at this process's next [`Topics::refresh`] (the maintenance
+//! round, every `schedule.maintenance_every_ms`), which reads the topics
+//! again only when the store's topics version moved.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::config::{ScheduleConfig, TopicPolicy};
+use super::store::{Store, StoreError, StoredTopic};
+use crate::callback::destination::Class;
+use crate::callback::topic::Topic;
+
+/// How many topics one read of the store's list takes.
+const PAGE: usize = 500;
+
+/// The topics in force. Cheap to clone.
+#[derive(Clone)]
+pub struct Topics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    configured: BTreeMap<String, TopicPolicy>,
+    /// Defaults of the settings a topic may leave unset.
+    min_interval_ms: u64,
+    merge: bool,
+    /// Address classes callbacks may reach (for reading stored topics).
+    allowed: Vec<Class>,
+    current: RwLock<Arc<Snapshot>>,
+    /// Held while the store is read, so two refreshes do not interleave.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Topics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.snapshot();
+        f.debug_struct("Topics")
+            .field("configured", &self.inner.configured.len())
+            .field("registered", &s.registered.len())
+            .field("version", &s.version)
+            .finish()
+    }
+}
+
+/// The topics at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The store's topics version this was read at (`None`: not read yet).
+    pub version: Option<u64>,
+    /// Registered topics by name.
+    pub registered: HashMap<String, Arc<Topic>>,
+    policies: HashMap<String, TopicPolicy>,
+    longest_min_interval_ms: u64,
+}
+
+impl Topics {
+    /// The configured topics of `config`, none registered yet (until the
+    /// first [`Topics::refresh`]).
+    pub fn new(config: &ScheduleConfig, allowed: Vec<Class>) -> Topics {
+        let topics = Topics {
+            inner: Arc::new(Inner {
+                configured: config.topics.clone(),
+                min_interval_ms: config.min_interval_ms,
+                merge: config.merge,
+                allowed,
+                current: RwLock::new(Arc::default()),
+                refreshing: tokio::sync::Mutex::new(()),
+            }),
+        };
+        topics.install(None, HashMap::new());
+        topics
+    }
+
+    /// The topics now.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.inner.current.read())
+    }
+
+    /// The delivery policy of `topic`: the registered one, else the
+    /// configured one, else the defaults.
+    pub fn policy(&self, topic: Option<&str>) -> TopicPolicy {
+        self.snapshot().policy(topic)
+    }
+
+    /// The shortest time between two `when-online` sends for `topic`.
+    pub fn min_interval_ms(&self, topic: Option<&str>) -> u64 {
+        self.policy(topic)
+            .min_interval_ms
+            .unwrap_or(self.inner.min_interval_ms)
+    }
+
+    /// Whether `when-online` notifications of `topic` merge.
+    pub fn merges(&self, topic: Option<&str>) -> bool {
+        self.policy(topic).merge.unwrap_or(self.inner.merge)
+    }
+
+    /// The longest minimum interval of any topic or the default.
+    pub fn longest_min_interval_ms(&self) -> u64 {
+        self.snapshot()
+            .longest_min_interval_ms
+            .max(self.inner.min_interval_ms)
+    }
+
+    /// Put `name` into force in this process at once (after the store took
+    /// it).
+    pub fn set(&self, name: &str, topic: Topic) {
+        let s = self.snapshot();
+        let mut registered = s.registered.clone();
+        registered.insert(name.to_owned(), Arc::new(topic));
+        self.install(s.version, registered);
+    }
+
+    /// Take `name` out of force in this process at once (after the store
+    /// removed it).
+    pub fn remove(&self, name: &str) {
+        let s = self.snapshot();
+        if s.registered.contains_key(name) {
+            let mut registered = s.registered.clone();
+            registered.remove(name);
+            self.install(s.version, registered);
+        }
+    }
+
+    /// Read the registered topics again if the store's version moved since
+    /// the last read. Returns whether it read them. A stored topic that no
+    /// longer passes the checks (say `allow_private_networks` was turned
+    /// off since) is left out and logged.
+    pub async fn refresh(&self, store: &dyn Store) -> Result<bool, StoreError> {
+        let version = store.topics_version().await?;
+        if self.snapshot().version == Some(version) {
+            return Ok(false);
+        }
+        let _one = self.inner.refreshing.lock().await;
+        let mut registered = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.topics(after.clone(), PAGE).await?;
+            let full = page.len() == PAGE;
+            for stored in page {
+                after = Some(stored.name.clone());
+                match self.parse(&stored) {
+                    Ok(topic) => {
+                        registered.insert(stored.name, Arc::new(topic));
+                    }
+                    Err(e) => tracing::error!(
+                        topic = %stored.name,
+                        error = %e,
+                        "a registered topic no longer passes the checks; it is left out"
+                    ),
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        self.install(Some(version), registered);
+        Ok(true)
+    }
+
+    /// A stored topic's settings, checked as at registration.
+    pub fn parse(&self, stored: &StoredTopic) -> Result<Topic, String> {
+        let json: serde_json::Value =
+            serde_json::from_slice(&stored.settings).map_err(|e| e.to_string())?;
+        Topic::from_json(&json, &self.inner.allowed).map_err(|e| e.to_string())
+    }
+
+    /// The address classes callbacks may reach.
+    pub fn allowed(&self) -> &[Class] {
+        &self.inner.allowed
+    }
+
+    fn install(&self, version: Option<u64>, registered: HashMap<String, Arc<Topic>>) {
+        let mut policies: HashMap<String, TopicPolicy> = self
+            .inner
+            .configured
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (name, topic) in &registered {
+            policies.insert(
+                name.clone(),
+                TopicPolicy {
+                    jitter_ms: topic.jitter_ms,
+                    min_interval_ms: topic.min_interval_ms,
+                    merge: topic.merge,
+                },
+            );
+        }
+        let longest_min_interval_ms = policies
+            .values()
+            .filter_map(|p| p.min_interval_ms)
+            .max()
+            .unwrap_or(0);
+        *self.inner.current.write() = Arc::new(Snapshot {
+            version,
+            registered,
+            policies,
+            longest_min_interval_ms,
+        });
+    }
+}
+
+impl Snapshot {
+    /// The delivery policy of `topic` (see [`Topics::policy`]).
+    pub fn policy(&self, topic: Option<&str>) -> TopicPolicy {
+        topic
+            .and_then(|t| self.policies.get(t))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config() -> ScheduleConfig {
+        toml::from_str(
+            "min_interval_ms = 100\n[topics.herd]\njitter_ms = 1000\n[topics.slow]\nmin_interval_ms = 5000\n",
+        )
+        .unwrap()
+    }
+
+    fn topic(body: serde_json::Value) -> Topic {
+        Topic::from_json(&body, &[]).unwrap()
+    }
+
+    #[test]
+    fn configured_topics_hold_until_one_is_registered() {
+        let t = Topics::new(&config(), vec![]);
+        assert_eq!(t.policy(Some("herd")).jitter_ms, 1000);
+        assert_eq!(t.policy(Some("other")), TopicPolicy::default());
+        assert_eq!(t.policy(None), TopicPolicy::default());
+        assert_eq!(t.min_interval_ms(Some("herd")), 100, "the default");
+        assert_eq!(t.min_interval_ms(Some("slow")), 5000);
+        assert_eq!(t.longest_min_interval_ms(), 5000);
+
+        t.set("herd", topic(json!({"jitter_ms": 5, "merge": true})));
+        assert_eq!(t.policy(Some("herd")).jitter_ms, 5, "registered wins");
+        assert!(t.merges(Some("herd")));
+        assert!(!t.merges(Some("slow")));
+        t.set("fast", topic(json!({"min_interval_ms": 60000})));
+        assert_eq!(t.longest_min_interval_ms(), 60000);
+        assert!(t.snapshot().registered.contains_key("fast"));
+
+        t.remove("herd");
+        assert_eq!(t.policy(Some("herd")).jitter_ms, 1000, "configured again");
+    }
+
+    #[test]
+    fn a_stored_topic_is_checked_with_the_deployment_s_allowances() {
+        let stored = StoredTopic {
+            name: "local".into(),
+            settings: bytes::Bytes::from_static(br#"{"callback_url":"http://127.0.0.1:9/cb"}"#),
+            updated_ms: 1,
+        };
+        assert!(Topics::new(&config(), vec![]).parse(&stored).is_err());
+        assert!(
+            Topics::new(&config(), vec![Class::Loopback])
+                .parse(&stored)
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,84 @@
+//! The `herald-gateway` binary as an operator runs it: `--version`,
+//! `--check-config`, and text logs without colour codes when they go to a
+//! file or a pipe.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_herald-gateway");
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+#[test]
+fn version_names_the_commit() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(concat!(
+            "herald-gateway ",
+            env!("CARGO_PKG_VERSION"),
+            " (commit "
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_config_says_ok_or_lists_every_problem() {
+    let ok = Command::new(BIN)
+        .args(["--check-config", "--jwt-secret", SECRET, "--api-key", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(said.contains("configuration OK (standalone"), "{said}");
+    let bad = Command::new(BIN)
+        .args(["--check-config", "--jwt-secret", "short"])
+        .env_remove("HERALD_API_KEYS")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(78), "{bad:?}");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("jwt_secret") && err.contains("api_keys"),
+        "{err}"
+    );
+}
+
+#[test]
+fn text_logs_to_a_pipe_carry_no_colour_codes() {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--jwt-secret",
+            SECRET,
+            "--api-key",
+            "k",
+        ])
+        .args(["--log-format", "text", "--data-dir"])
+        .arg(data.path())
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .next()
+            .expect("the gateway exited before listening")
+            .unwrap();
+        let listening = line.contains("listening");
+        seen.push(line);
+        if listening {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = seen.join("\n");
+    assert!(text.contains("herald-gateway starting"), "{text}");
+    assert!(!text.contains('\u{1b}'), "escape codes in: {text:?}");
+}
