@@ -10,9 +10,10 @@
 //! larger buffer, whatever its producer made of it. So the hub packs each
 //! notification it routes once into a [`Retained`], which every mailbox
 //! it reaches shares; live delivery still hands the sessions the original
-//! `Arc<Notification>`, which is freed once they have written it. A replay
-//! unpacks a fresh notification ([`Retained::notification`]); its payload
-//! shares the packed bytes.
+//! `Arc<Notification>`, which is freed once they have written it. A session
+//! that reads from the buffer (a replay, or a backlog behind its window)
+//! gets a fresh notification unpacked ([`Retained::notification`]) as it
+//! queues it; its payload shares the packed bytes.
 //!
 //! Layout (integers little-endian), in one `Arc<[u8]>`:
 //!
