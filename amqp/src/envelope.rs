@@ -123,9 +123,21 @@ pub fn from_amqp(
     from_amqp_bytes(properties, Bytes::copy_from_slice(body), limits, new_id)
 }
 
+/// A delivery's body as [`Bytes`] that own exactly its bytes, without a
+/// copy. lapin assembles a body in a `Vec` that may have grown past its
+/// length (a body of several frames); `Bytes::from` keeps a `Vec`'s whole
+/// capacity alive, so the slack is given back first (a shrinking
+/// `realloc`, done in place). A notification made from it, kept in a
+/// mailbox or an outbox, then costs its payload and no more.
+pub fn body_bytes(mut data: Vec<u8>) -> Bytes {
+    if data.capacity() != data.len() {
+        data.shrink_to_fit();
+    }
+    Bytes::from(data)
+}
+
 /// [`from_amqp`] for a body already in [`Bytes`] (a delivery's `Vec<u8>`
-/// converts without a copy: `Bytes::from(delivery.data)`). The notification
-/// shares it.
+/// converts without a copy: [`body_bytes`]). The notification shares it.
 pub fn from_amqp_bytes(
     properties: &BasicProperties,
     body: Bytes,

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::connections::ConnectionsArgs;
 use crate::delayed::DelayedArgs;
 use crate::latency::LatencyArgs;
+use crate::retained::RetainedArgs;
 use crate::router_throughput::RouterThroughputArgs;
 use crate::worker::WorkerArgs;
 
@@ -33,6 +34,10 @@ pub(crate) enum Command {
     /// due in the same second, and the store's bytes per pending notification, on a router
     /// with Redis or a standalone gateway with its embedded store.
     Delayed(DelayedArgs),
+    /// Start a standalone herald-gateway, subscribe sessions, publish notifications one per
+    /// request (raw or JSON path) that stay in the users' mailboxes, and measure the gateway's
+    /// RSS growth per retained notification.
+    Retained(RetainedArgs),
     /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -48,6 +53,42 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_retained() {
+        let cli = Cli::try_parse_from([
+            "herald-bench",
+            "retained",
+            "--gateway-bin",
+            "/tmp/herald-gateway",
+            "--path",
+            "json",
+        ])
+        .unwrap();
+        let Command::Retained(args) = cli.command else {
+            panic!("not retained");
+        };
+        assert_eq!(args.path, crate::retained::args::PublishPath::Json);
+        assert_eq!((args.users, args.per_user, args.payload), (1000, 50, 100));
+        assert_eq!(args.check(), Ok(()));
+        let cli = Cli::try_parse_from([
+            "herald-bench",
+            "retained",
+            "--gateway-bin",
+            "g",
+            "--per-user",
+            "100",
+        ])
+        .unwrap();
+        let Command::Retained(args) = cli.command else {
+            panic!("not retained");
+        };
+        assert!(
+            args.check()
+                .unwrap_err()
+                .contains("mailbox.buffer_messages")
+        );
     }
 
     #[test]

@@ -27,8 +27,7 @@
 //! - [`plan`]: which notifications, due when, to whom (pure); [`crate::harness::delayed_ids`]:
 //!   their ids (pure).
 //! - [`body`]: the publish API's batch bodies and `202` answers (pure).
-//! - [`api`]: a keep-alive HTTP/1.1 connection; [`ingest`]: publishing a plan over C of them.
-//! - [`fleet`]: worker processes holding the sessions that record arrivals.
+//! - [`ingest`]: publishing a plan over C keep-alive connections ([`crate::client::api`]).
 //! - [`delivery`]: arrivals against due times (pure); [`metrics`]: Herald's metrics (pure).
 //! - [`system`]: starting and cleaning up the Herald under test; [`store`]: measuring its store.
 //! - [`usage`]: CPU per process; [`report`]: the result; [`clock`]: epoch ms now.
@@ -37,15 +36,13 @@
 //!
 //! ```text
 //! measure -> snapshot -> report | watch -> system -> settings -> ingest -> args | body | delivery
-//!   -> plan | api | metrics | store | usage | fleet | clock
+//!   -> plan | metrics | store | usage | clock
 //! ```
 
-pub(crate) mod api;
 pub(crate) mod args;
 pub(crate) mod body;
 mod clock;
 pub(crate) mod delivery;
-pub(crate) mod fleet;
 pub(crate) mod ingest;
 mod measure;
 pub(crate) mod metrics;

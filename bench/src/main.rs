@@ -5,10 +5,11 @@
 //! another command or [`cli`], [`harness`] imports neither the commands nor [`client`]):
 //!
 //! ```text
-//! main -> cli -> connections | router_throughput | latency | delayed | worker
-//!                     |               |               |         |        |
-//!                     v               v               v         v        v
-//!                   client (STOMP sessions) --------------------------> harness
+//! main -> cli -> connections | router_throughput | latency | delayed | retained | worker
+//!                     |               |               |         |         |         |
+//!                     |               |               |         +-> fleet <-+         |
+//!                     v               v               v         v         v         v
+//!                   client (STOMP sessions, the HTTP API) -----------------------> harness
 //! ```
 //!
 //! - [`cli`]: the command line; it only names the commands, each command owns its arguments.
@@ -17,6 +18,10 @@
 //! - [`latency`]: AMQP publish to STOMP `MESSAGE` through a router and an edge gateway.
 //! - [`delayed`]: delayed notifications: ingest rate, firing lateness, herds, bytes per pending
 //!   notification, over the HTTP API of a router with Redis or of a standalone gateway.
+//! - [`retained`]: memory per notification a standalone gateway keeps in its mailboxes, on the
+//!   raw or the JSON publish path.
+//! - [`fleet`]: the recording sessions `delayed` and `retained` share: worker processes whose
+//!   sessions count the bench's messages as they arrive.
 //! - [`worker`]: a worker process (hidden command): opens its share of sessions, reports JSON
 //!   lines ([`harness::events`]).
 //! - [`client`]: one STOMP session over a transport (raw WebSocket, SockJS websocket, SockJS
@@ -44,8 +49,10 @@ mod cli;
 mod client;
 mod connections;
 mod delayed;
+mod fleet;
 mod harness;
 mod latency;
+mod retained;
 mod router_throughput;
 mod worker;
 
@@ -91,6 +98,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let code = exit_code(runtime.block_on(delayed::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
+        Command::Retained(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(retained::run(args)));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             code
         }

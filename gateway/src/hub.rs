@@ -7,9 +7,17 @@
 //! `parking_lot` mutexes. A shard also indexes its users by client company,
 //! so client-scope fan-out touches only that company's users. Lock order:
 //! shard, then outbox; nothing else is locked inside.
+//!
+//! Live delivery queues the routed `Arc<Notification>` itself to the
+//! sessions; the replay buffers keep each notification packed once
+//! ([`retained`]: its MESSAGE fields and an exact copy of its payload in
+//! one allocation, shared by every mailbox it reached), so what a mailbox
+//! holds costs its payload plus a small constant, whatever buffer the
+//! producer's payload shared and whichever transports took it.
 
 mod expiry;
 mod mailbox;
+mod retained;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -30,6 +38,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::outbox::{Loss, Outbox, Pushed, Subscription};
 use expiry::ExpiryQueue;
 use mailbox::{BufferLimits, Mailbox};
+use retained::{Origin, Retained};
 
 const SHARDS: usize = 64;
 
@@ -100,6 +109,8 @@ pub struct Hub {
     cursor: AtomicUsize,
     count: AtomicUsize,
     metrics: Arc<Metrics>,
+    /// What packed expiries count from.
+    origin: Origin,
 }
 
 fn shard_of(user: &str) -> usize {
@@ -140,6 +151,7 @@ impl Hub {
             cursor: AtomicUsize::new(0),
             count: AtomicUsize::new(0),
             metrics,
+            origin: Origin::new(Instant::now()),
         }
     }
 
@@ -247,10 +259,11 @@ impl Hub {
             outbox.subscribe(sub, Some(mailbox.head), None);
             return Replay::None;
         };
+        let now = self.origin.offset(now);
         match mailbox.check_resume(resume) {
             Ok(()) => {
                 let count =
-                    mailbox.count_after(resume.last_seq, |n| sub.filter.matches(&n.event), now);
+                    mailbox.count_after(resume.last_seq, |event| sub.filter.matches(event), now);
                 outbox.subscribe(sub, Some(resume.last_seq), None);
                 self.refill_from(mailbox, outbox, now);
                 Replay::Replayed(count)
@@ -272,13 +285,14 @@ impl Hub {
             .get(&who.user)
             .and_then(|ms| ms.iter().find(|m| m.site == who.site))
         {
-            Some(mailbox) => self.refill_from(mailbox, outbox, now),
+            Some(mailbox) => self.refill_from(mailbox, outbox, self.origin.offset(now)),
             None => outbox.abandon_backlog(),
         }
     }
 
-    /// [`Hub::refill`] under the shard lock, counted.
-    fn refill_from(&self, mailbox: &Mailbox, outbox: &Outbox, now: Instant) {
+    /// [`Hub::refill`] under the shard lock at `now` (ns after the clock
+    /// origin), counted.
+    fn refill_from(&self, mailbox: &Mailbox, outbox: &Outbox, now: i64) {
         let done = outbox.refill(&mailbox.backlog(now));
         self.metrics.replayed.inc_by(done.replayed as u64);
         for _ in 0..done.expired {
@@ -356,8 +370,16 @@ impl Hub {
         false
     }
 
-    fn push_to(&self, mailbox: &mut Mailbox, n: &Arc<Notification>, now: Instant) -> usize {
-        let appended = mailbox.append(n, now, self.buffer);
+    /// Buffer `m` in `mailbox` at `now` (ns after the clock origin) and
+    /// queue `n` (its live form) to the mailbox's sessions.
+    fn push_to(
+        &self,
+        mailbox: &mut Mailbox,
+        n: &Arc<Notification>,
+        m: &Retained,
+        now: i64,
+    ) -> usize {
+        let appended = mailbox.append(m, now, self.buffer);
         for _ in 0..appended.evicted {
             self.metrics.drop_one(DropReason::MailboxBufferEvicted);
         }
@@ -382,12 +404,18 @@ impl Hub {
     }
 
     /// Route one notification to every mailbox its scope and sites name.
+    /// It is packed for the replay buffers once, when the first mailbox
+    /// takes it.
     pub fn deliver(&self, n: &Arc<Notification>, now: Instant) -> Delivered {
         let mut out = Delivered::default();
+        let mut packed: Option<Retained> = None;
+        let expires = n.ttl.map(|ttl| self.origin.offset(now + ttl));
+        let now = self.origin.offset(now);
         let mut take = |hub: &Hub, m: &mut Mailbox| {
             if site_ok(n, &m.site) {
                 out.mailboxes += 1;
-                out.sessions += hub.push_to(m, n, now);
+                let r = packed.get_or_insert_with(|| Retained::pack(n, expires));
+                out.sessions += hub.push_to(m, n, r, now);
             }
         };
         match n.scope {

@@ -162,8 +162,8 @@ struct Sub {
 }
 
 impl Sub {
-    fn wants(&self, seq: u64, n: &Notification) -> bool {
-        self.from < seq && self.sub.filter.matches(&n.event)
+    fn wants(&self, seq: u64, event: &str) -> bool {
+        self.from < seq && self.sub.filter.matches(event)
     }
 }
 
@@ -289,7 +289,7 @@ impl Outbox {
         if st.cut {
             return Pushed::Closed;
         }
-        let wanted = st.subs.iter().any(|s| s.wants(seq, n));
+        let wanted = st.subs.iter().any(|s| s.wants(seq, &n.event));
         if st.behind {
             // The refill reads it from the mailbox (and skips it if unwanted).
             return if wanted {
@@ -403,7 +403,7 @@ impl Outbox {
                     Item::Deliver { only: Some(k), .. } | Item::Gap { only: Some(k), .. } => {
                         s.sub.key == *k
                     }
-                    Item::Deliver { seq, n, .. } => s.wants(*seq, n),
+                    Item::Deliver { seq, n, .. } => s.wants(*seq, &n.event),
                     Item::Gap { seq, .. } => s.from < *seq,
                 })
                 .map(|s| Arc::clone(&s.sub.id))

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
-use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp_bytes};
+use herald_amqp::envelope::{BUNDLE_TYPE, body_bytes, from_amqp_bytes};
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use herald_amqp::topology::{durable_exchange, durable_queue_bound};
 use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
@@ -249,8 +249,9 @@ impl Uplink {
 
     /// Route one delivery; its tag, to ack.
     fn take(&self, mut delivery: lapin::message::Delivery) -> u64 {
-        // The body becomes the notification's shared payload, uncopied.
-        let body = Bytes::from(std::mem::take(&mut delivery.data));
+        // The body becomes the notification's shared payload, uncopied and
+        // without the slack lapin's assembly may have left (`body_bytes`).
+        let body = body_bytes(std::mem::take(&mut delivery.data));
         self.route(&delivery.properties, body);
         delivery.delivery_tag
     }

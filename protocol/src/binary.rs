@@ -1,5 +1,4 @@
-//! The binary form of a [`Notification`]: compact, length-prefixed, read
-//! without copying the payload. One layout serves the delayed store's
+//! The binary form of a [`Notification`]: compact, length-prefixed. One layout serves the delayed store's
 //! records (which put their own fields in front) and the [`bundle`]s
 //! routers hand to edges. Integers are little-endian:
 //!
@@ -110,8 +109,13 @@ fn put_str(out: &mut BytesMut, s: &str) {
 }
 
 /// Read one notification written by [`put`] from the front of `r`, and
-/// the caller's flag bit (0 or [`CALLER_FLAG`]). The payload shares `r`'s
-/// memory. The notification is not validated.
+/// the caller's flag bit (0 or [`CALLER_FLAG`]). The notification is not
+/// validated.
+///
+/// The payload is copied into an allocation of its own length rather than
+/// sliced out of `r`: `r` is a whole store record or a bundle of many
+/// notifications, and a slice would keep all of it alive for as long as a
+/// mailbox, an outbox or the firer keeps the notification.
 pub fn get(r: &mut Bytes) -> Result<(Notification, u8), DecodeError> {
     let flags = u8_(r, "flags")?;
     let scope = match u8_(r, "scope")? {
@@ -138,7 +142,8 @@ pub fn get(r: &mut Bytes) -> Result<(Notification, u8), DecodeError> {
     let sites = list(r, "sites")?;
     let len = need(r, 4, "payload length").map(|r| r.get_u32_le())? as usize;
     need(r, len, "payload")?;
-    let payload = r.split_to(len);
+    let payload = Bytes::copy_from_slice(&r[..len]);
+    r.advance(len);
     let notification = Notification {
         id,
         scope,
@@ -233,6 +238,25 @@ mod tests {
             prop_assert_eq!(get(&mut bytes).unwrap(), (n, flag));
             prop_assert!(bytes.is_empty());
         }
+    }
+
+    #[test]
+    fn the_payload_owns_its_bytes_not_the_record() {
+        let mut out = BytesMut::new();
+        put(&mut out, &sample(vec![7; 100], None, None), 0);
+        out.extend_from_slice(&[0; 4096]);
+        let record = out.freeze();
+        let range = record.as_ptr_range();
+        let (n, _) = get(&mut record.clone()).unwrap();
+        assert_eq!(&n.payload[..], &[7; 100][..]);
+        assert!(
+            !range.contains(&n.payload.as_ptr()),
+            "the payload is a slice of the record: it keeps all {} bytes alive",
+            record.len()
+        );
+        // Its allocation is its own length: nothing else rides along.
+        let owned = n.payload.try_into_mut().expect("the only handle");
+        assert_eq!(owned.capacity(), 100);
     }
 
     #[test]

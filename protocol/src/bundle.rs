@@ -57,8 +57,9 @@ where
 }
 
 /// Decode a bundle made by [`encode`]. Each payload is copied out of
-/// `body`, so a notification kept in a mailbox holds its own bytes, not
-/// the whole bundle. The notifications are not validated.
+/// `body` ([`binary::get`] does), so a notification kept in a mailbox holds
+/// its own bytes, not the whole bundle. The notifications are not
+/// validated.
 pub fn decode(mut body: Bytes) -> Result<Vec<Notification>, DecodeError> {
     let r = &mut body;
     let version = binary::u8_(r, "version")?;
@@ -73,8 +74,7 @@ pub fn decode(mut body: Bytes) -> Result<Vec<Notification>, DecodeError> {
     // more room than the body could fill.
     let mut out = Vec::with_capacity(count.min(r.len() / 18));
     for _ in 0..count {
-        let (mut n, _) = binary::get(r)?;
-        n.payload = Bytes::copy_from_slice(&n.payload);
+        let (n, _) = binary::get(r)?;
         out.push(n);
     }
     if !r.is_empty() {
@@ -112,6 +112,16 @@ mod tests {
         let body = encode(&batch);
         assert_eq!(body.len(), encoded_len(&batch));
         assert_eq!(decode(body).unwrap(), batch);
+    }
+
+    #[test]
+    fn a_decoded_payload_does_not_hold_the_bundle() {
+        let batch: Vec<Notification> = (0..50).map(sample).collect();
+        let body = encode(&batch);
+        let range = body.as_ptr_range();
+        for n in decode(body.clone()).unwrap() {
+            assert!(!range.contains(&n.payload.as_ptr()), "{}", n.id);
+        }
     }
 
     #[test]

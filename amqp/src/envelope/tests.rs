@@ -143,6 +143,23 @@ fn round_trip_through_to_amqp() {
 }
 
 #[test]
+fn a_delivery_body_keeps_no_slack() {
+    // A body assembled from several frames: the Vec grew past its length.
+    let mut data = Vec::with_capacity(16);
+    data.extend_from_slice(&[1; 10]);
+    data.extend_from_slice(&[2; 20]);
+    assert!(data.capacity() > data.len());
+    let body = body_bytes(data);
+    assert_eq!(body.len(), 30);
+    let owned = body.try_into_mut().expect("the only handle");
+    assert_eq!(owned.capacity(), 30, "the slack is given back");
+    // An exact Vec is taken as it is, without a copy.
+    let exact = vec![3; 8];
+    let at = exact.as_ptr();
+    assert_eq!(body_bytes(exact).as_ptr(), at);
+}
+
+#[test]
 fn the_payload_is_shared_not_copied() {
     let body = Bytes::from(b"{}".to_vec());
     let n = from_amqp_bytes(

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use super::api::ApiConnection;
 use super::body;
 use super::plan::{Plan, Users};
+use crate::client::api::ApiConnection;
 use crate::harness::stats::Summary;
 
 /// Tries per batch on a failing connection.

@@ -1,10 +1,10 @@
 //! What the footprint compares before and after publishing: the store's bytes and the RSS of
 //! each Herald process, and Herald's own metrics over its API.
 
-use super::api::ApiConnection;
 use super::metrics::Scrape;
 use super::report::Growth;
 use super::system::{self, System};
+use crate::client::api::ApiConnection;
 use crate::harness::outcome::BenchError;
 use crate::harness::rss;
 

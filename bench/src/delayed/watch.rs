@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::clock::now_ms;
-use super::fleet::Fleet;
 use super::ingest::{self, Ingested, Progress};
 use super::plan::{Plan, Users};
 use super::settings::Settings;
 use super::store::AofRewrites;
 use super::system::System;
 use super::usage::{Reading, Split, Usage};
+use crate::fleet::Fleet;
 use crate::harness::outcome::BenchError;
 use crate::harness::progress::Progress as Bar;
 use crate::harness::report::grouped;

@@ -45,8 +45,9 @@ pub fn encode(entry: &Entry) -> Bytes {
     out.freeze()
 }
 
-/// Decode a record made by [`encode`]. The payload shares `record`'s
-/// memory.
+/// Decode a record made by [`encode`]. The payload is copied out of
+/// `record` into its own allocation ([`binary::get`]), so a fired
+/// notification kept in a mailbox does not keep the whole stored value.
 pub fn decode(mut record: Bytes) -> Result<Entry, RecordError> {
     let r = &mut record;
     let version = binary::u8_(r, "version")?;

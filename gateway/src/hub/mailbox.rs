@@ -5,22 +5,15 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use herald_protocol::envelope::Notification;
-use tokio::time::Instant;
 
-use crate::outbox::{Backlog, GapReason, Loss, Outbox};
+use super::retained::Retained;
+use crate::outbox::{Backlog, Buffered, GapReason, Loss, Outbox};
 
 /// Bounds of the replay buffer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BufferLimits {
     pub(crate) messages: usize,
     pub(crate) bytes: usize,
-}
-
-#[derive(Debug)]
-struct Buffered {
-    seq: u64,
-    n: Arc<Notification>,
-    expires_at: Option<Instant>,
 }
 
 /// Where a client says it left off.
@@ -46,12 +39,21 @@ pub(crate) struct Appended {
     pub(crate) cut: usize,
 }
 
-/// A mailbox's buffer as a refill reads it: sequences are contiguous, from
-/// the first still buffered to the head.
+/// A mailbox's buffer as a refill reads it at `now` (ns after the hub's
+/// clock origin): sequences are contiguous, from the first still buffered
+/// to the head. A message is unpacked only when the refill queues it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct View<'a> {
     mailbox: &'a Mailbox,
-    now: Instant,
+    now: i64,
+}
+
+impl View<'_> {
+    fn at(&self, seq: u64) -> Option<&Retained> {
+        let first = self.mailbox.evicted_upto + 1;
+        let index = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.mailbox.buffer.get(index)
+    }
 }
 
 impl Backlog for View<'_> {
@@ -59,17 +61,17 @@ impl Backlog for View<'_> {
         self.mailbox.head
     }
 
-    fn get(&self, seq: u64) -> Option<crate::outbox::Buffered<'_>> {
-        let first = self.mailbox.buffer.front()?.seq;
-        let b = self
-            .mailbox
-            .buffer
-            .get(usize::try_from(seq.checked_sub(first)?).ok()?)?;
-        debug_assert_eq!(b.seq, seq, "buffered sequences are contiguous");
-        Some(crate::outbox::Buffered {
-            n: &b.n,
-            expired: b.expires_at.is_some_and(|t| t <= self.now),
+    fn get(&self, seq: u64) -> Option<Buffered<'_>> {
+        let m = self.at(seq)?;
+        Some(Buffered {
+            event: m.event(),
+            payload_len: m.payload_len(),
+            expired: !m.is_live(self.now),
         })
+    }
+
+    fn notification(&self, seq: u64) -> Option<Arc<Notification>> {
+        self.at(seq).map(|m| Arc::new(m.notification(self.now)))
     }
 }
 
@@ -82,11 +84,16 @@ pub(crate) struct Mailbox {
     pub(crate) head: u64,
     /// Highest sequence evicted from the buffer: resumes before it have a gap.
     evicted_upto: u64,
-    buffer: VecDeque<Buffered>,
+    /// The messages after `evicted_upto`, in sequence order and without
+    /// holes (only eviction removes, from the front): the one at index `i`
+    /// has sequence `evicted_upto + 1 + i`, so none stores its own. One
+    /// pointer each; the packed messages are shared with every other
+    /// mailbox they reached.
+    buffer: VecDeque<Retained>,
     buffer_bytes: usize,
     pub(crate) sessions: Vec<Arc<Outbox>>,
     /// When the mailbox expires if nobody comes back; None while sessions live.
-    pub(crate) idle_deadline: Option<Instant>,
+    pub(crate) idle_deadline: Option<tokio::time::Instant>,
 }
 
 impl Mailbox {
@@ -111,42 +118,34 @@ impl Mailbox {
         self.sessions.push(Arc::clone(outbox));
     }
 
-    /// Assign the next sequence and buffer the message, evicting the
-    /// oldest beyond the bounds. A session still behind on an evicted
-    /// message loses it ([`Outbox::evicted`]); what that did is counted in
-    /// the answer.
-    pub(crate) fn append(
-        &mut self,
-        n: &Arc<Notification>,
-        now: Instant,
-        limits: BufferLimits,
-    ) -> Appended {
+    /// Assign the next sequence and buffer the message at `now` (ns after
+    /// the hub's clock origin), evicting the oldest beyond the bounds. A
+    /// session still behind on an evicted message loses it
+    /// ([`Outbox::evicted`]); what that did is counted in the answer.
+    pub(crate) fn append(&mut self, m: &Retained, now: i64, limits: BufferLimits) -> Appended {
         self.head += 1;
         let mut out = Appended {
             seq: self.head,
             ..Appended::default()
         };
-        self.buffer_bytes += n.payload.len();
-        self.buffer.push_back(Buffered {
-            seq: self.head,
-            n: Arc::clone(n),
-            expires_at: n.ttl.map(|ttl| now + ttl),
-        });
+        self.buffer_bytes += m.payload_len();
+        self.buffer.push_back(m.clone());
         while self.buffer.len() > limits.messages
             || (self.buffer_bytes > limits.bytes && self.buffer.len() > 1)
         {
             let Some(old) = self.buffer.pop_front() else {
                 break;
             };
-            self.buffer_bytes -= old.n.payload.len();
-            self.evicted_upto = old.seq;
+            self.buffer_bytes -= old.payload_len();
+            self.evicted_upto += 1;
+            let seq = self.evicted_upto;
             out.evicted += 1;
-            let expired = old.expires_at.is_some_and(|t| t <= now);
+            let expired = !old.is_live(now);
             for session in &self.sessions {
-                if !session.needs(old.seq) {
+                if !session.needs(seq) {
                     continue;
                 }
-                match session.evicted(old.seq, &old.n, expired) {
+                match session.evicted(seq, old.event(), expired) {
                     Loss::None => {}
                     Loss::Dropped(k) => out.dropped += k,
                     Loss::Cut => out.cut += 1,
@@ -168,24 +167,27 @@ impl Mailbox {
         Ok(())
     }
 
-    /// How many buffered messages after `last_seq` `wants` takes and have
-    /// not expired: the size of a replay.
+    /// How many buffered messages after `last_seq` `wants` takes (by
+    /// event) and have not expired at `now` (ns after the hub's clock
+    /// origin): the size of a replay.
     pub(crate) fn count_after(
         &self,
         last_seq: u64,
-        wants: impl Fn(&Notification) -> bool,
-        now: Instant,
+        wants: impl Fn(&str) -> bool,
+        now: i64,
     ) -> usize {
+        let skip =
+            usize::try_from(last_seq.saturating_sub(self.evicted_upto)).unwrap_or(usize::MAX);
         self.buffer
             .iter()
-            .filter(|b| b.seq > last_seq)
-            .filter(|b| b.expires_at.is_none_or(|t| t > now))
-            .filter(|b| wants(&b.n))
+            .skip(skip)
+            .filter(|m| m.is_live(now) && wants(m.event()))
             .count()
     }
 
-    /// The buffer as sessions refill from it at `now`.
-    pub(crate) fn backlog(&self, now: Instant) -> View<'_> {
+    /// The buffer as sessions refill from it at `now` (ns after the hub's
+    /// clock origin).
+    pub(crate) fn backlog(&self, now: i64) -> View<'_> {
         View { mailbox: self, now }
     }
 
@@ -204,10 +206,11 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use herald_protocol::envelope::Scope;
-    use std::time::Duration;
 
-    fn note(size: usize, ttl: Option<Duration>) -> Arc<Notification> {
-        Arc::new(Notification {
+    /// A message of `size` payload bytes, expiring `expires` ns after the
+    /// origin.
+    fn note(size: usize, expires: Option<i64>) -> Retained {
+        let n = Notification {
             id: "n".into(),
             scope: Scope::User,
             users: vec!["u".into()],
@@ -218,13 +221,16 @@ mod tests {
             content_type: "text/plain".into(),
             payload: Bytes::from(vec![0; size]),
             payload_is_utf8: true,
-            ttl,
+            ttl: None,
             encodings: Default::default(),
-        })
+        };
+        Retained::pack(&n, expires)
     }
 
+    const SEC: i64 = 1_000_000_000;
+
     /// The sequences a refill can read after `last_seq`, with `now`.
-    fn buffered_after(m: &Mailbox, last_seq: u64, now: Instant) -> Vec<u64> {
+    fn buffered_after(m: &Mailbox, last_seq: u64, now: i64) -> Vec<u64> {
         let view = m.backlog(now);
         (last_seq + 1..=view.head())
             .filter(|&seq| view.get(seq).is_some_and(|b| !b.expired))
@@ -238,7 +244,7 @@ mod tests {
 
     #[test]
     fn resumes_within_the_buffer_and_gaps_beyond_it() {
-        let now = Instant::now();
+        let now = 0;
         let mut m = Mailbox::new("".into(), None, 9);
         for _ in 0..5 {
             m.append(&note(1, None), now, LIMITS);
@@ -264,7 +270,7 @@ mod tests {
 
     #[test]
     fn byte_bound_evicts_but_keeps_the_newest() {
-        let now = Instant::now();
+        let now = 0;
         let mut m = Mailbox::new("".into(), None, 1);
         m.append(&note(60, None), now, LIMITS);
         assert_eq!(m.append(&note(60, None), now, LIMITS).evicted, 1);
@@ -275,11 +281,11 @@ mod tests {
 
     #[test]
     fn expired_messages_are_not_replayed() {
-        let now = Instant::now();
+        let now = 0;
         let mut m = Mailbox::new("".into(), None, 1);
-        m.append(&note(1, Some(Duration::from_secs(1))), now, LIMITS);
+        m.append(&note(1, Some(SEC)), now, LIMITS);
         m.append(&note(1, None), now, LIMITS);
-        let later = now + Duration::from_secs(2);
+        let later = now + 2 * SEC;
         assert_eq!(m.count_after(0, |_| true, later), 1);
         assert_eq!(buffered_after(&m, 0, later), vec![2]);
         assert_eq!(buffered_after(&m, 0, now), vec![1, 2]);

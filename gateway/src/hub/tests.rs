@@ -301,3 +301,47 @@ fn a_user_gets_at_most_max_sessions_per_site_and_a_freed_one_comes_back() {
     h.attach(&eu, &outbox(), 2)
         .expect("a freed slot is taken again");
 }
+
+#[tokio::test]
+async fn mailboxes_keep_no_hold_on_the_routed_notification() {
+    let h = hub(300);
+    let alice = who("alice", Some("acme"), "s1");
+    let bob = who("bob", Some("acme"), "s1");
+    let (a, epoch) = session_with_epoch(&h, &alice);
+    let b = session(&h, &bob);
+    // A payload sharing a larger buffer, as a request's or a bundle's does.
+    let buffer = Bytes::from(vec![b'x'; 8192]);
+    let mut n = note(Scope::Client, &[], &["acme"], &[]);
+    Arc::get_mut(&mut n).unwrap().payload = buffer.slice(100..200);
+    let now = Instant::now();
+    assert_eq!(h.deliver(&n, now).sessions, 2);
+    // The sessions write it (the SockJS encoding would be cached on it).
+    for o in [&a, &b] {
+        assert!(matches!(o.pop().unwrap().item, Item::Deliver { .. }));
+    }
+    // Both mailboxes still hold it for replay, yet neither the routed
+    // notification nor the buffer its payload shared is kept.
+    assert_eq!(Arc::strong_count(&n), 1, "a mailbox kept the routed Arc");
+    drop(n);
+    assert!(buffer.is_unique(), "a mailbox kept the payload's buffer");
+    h.detach(&alice, &a, now);
+    let again = outbox();
+    h.attach(&alice, &again);
+    let replay = h.subscribe(
+        &alice,
+        &again,
+        sub(0),
+        Some(&Resume { epoch, last_seq: 0 }),
+        now,
+    );
+    assert_eq!(replay, Replay::Replayed(1));
+    match again.pop().unwrap().item {
+        Item::Deliver { seq, n, .. } => {
+            assert_eq!(seq, 1);
+            assert_eq!(&n.payload[..], &[b'x'; 100][..]);
+            assert_eq!((n.id.as_str(), n.event.as_str()), ("n", "e"));
+            assert_eq!(n.scope, Scope::Client);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}

@@ -9,11 +9,14 @@ use herald_protocol::envelope::Notification;
 use super::{GapReason, Item, Outbox, State};
 use crate::config::WhenFull;
 
-/// A buffered message as the refill sees it.
+/// A buffered message as the refill decides on it: what filters and
+/// bounds read, without unpacking it.
 #[derive(Debug, Clone, Copy)]
 pub struct Buffered<'a> {
-    /// The notification.
-    pub n: &'a Arc<Notification>,
+    /// Its event (what subscription filters match).
+    pub event: &'a str,
+    /// Its payload's length (what the queue's byte bound counts).
+    pub payload_len: usize,
     /// Its TTL has passed: it is skipped (counted as `expired`).
     pub expired: bool,
 }
@@ -26,6 +29,10 @@ pub trait Backlog {
     /// The message with sequence `seq`; `None` when the buffer no longer
     /// holds it.
     fn get(&self, seq: u64) -> Option<Buffered<'_>>;
+    /// The message with sequence `seq` as a notification to queue (a
+    /// mailbox keeps its messages packed and unpacks one here); `None`
+    /// when the buffer no longer holds it.
+    fn notification(&self, seq: u64) -> Option<Arc<Notification>>;
 }
 
 /// What a refill did, for the hub's metrics.
@@ -113,7 +120,7 @@ impl Outbox {
     /// it: if a subscription wanted it, it is lost to the session (counted
     /// once, however many subscriptions lost it). Called under the shard
     /// lock, in sequence order.
-    pub fn evicted(&self, seq: u64, n: &Notification, expired: bool) -> Loss {
+    pub fn evicted(&self, seq: u64, event: &str, expired: bool) -> Loss {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         if st.cut || !st.behind {
@@ -128,7 +135,7 @@ impl Outbox {
                     && st
                         .subs
                         .iter()
-                        .any(|s| s.sub.key == r.key && s.sub.filter.matches(&n.event));
+                        .any(|s| s.sub.key == r.key && s.sub.filter.matches(event));
                 if wanted {
                     loss = self.lose(st, seq, Some(r.key));
                     if st.cut {
@@ -142,7 +149,7 @@ impl Outbox {
             // Replays end at or before the cursor, so `seq` is not theirs.
             if st.cursor < seq {
                 st.cursor = seq;
-                if !expired && st.subs.iter().any(|s| s.wants(seq, n)) {
+                if !expired && st.subs.iter().any(|s| s.wants(seq, event)) {
                     loss = self.lose(st, seq, None);
                 }
             }
@@ -182,17 +189,23 @@ impl Outbox {
                     // Unsubscribed: its replay goes with it.
                     break;
                 };
-                let wanted = sub.sub.filter.matches(&b.n.event);
+                let wanted = sub.sub.filter.matches(b.event);
                 if wanted && b.expired {
                     done.expired += 1;
                 } else if wanted {
-                    if !st.fits(&limits, b.n.payload.len()) {
+                    if !st.fits(&limits, b.payload_len) {
                         st.replays[0].done = at;
                         break 'replays;
                     }
+                    // `get` just found it under the same lock; were it
+                    // gone, the next refill would meet the loss.
+                    let Some(n) = backlog.notification(seq) else {
+                        st.replays[0].done = at;
+                        break 'replays;
+                    };
                     st.push_back(Item::Deliver {
                         seq,
-                        n: Arc::clone(b.n),
+                        n,
                         only: Some(r.key),
                     });
                     done.queued += 1;
@@ -215,18 +228,18 @@ impl Outbox {
                     }
                     continue;
                 };
-                let wanted = st.subs.iter().any(|s| s.wants(seq, b.n));
+                let wanted = st.subs.iter().any(|s| s.wants(seq, b.event));
                 if wanted && b.expired {
                     done.expired += 1;
                 } else if wanted {
-                    if !st.fits(&limits, b.n.payload.len()) {
+                    if !st.fits(&limits, b.payload_len) {
                         break;
                     }
-                    st.push_back(Item::Deliver {
-                        seq,
-                        n: Arc::clone(b.n),
-                        only: None,
-                    });
+                    // As above: the next refill would meet the loss.
+                    let Some(n) = backlog.notification(seq) else {
+                        break;
+                    };
+                    st.push_back(Item::Deliver { seq, n, only: None });
                     done.queued += 1;
                 }
                 st.cursor = seq;

@@ -47,7 +47,7 @@ impl Mailbox {
         while self.buffer.len() > self.keep {
             let (seq, old) = self.buffer.pop_first().unwrap();
             if o.needs(seq) {
-                loss = o.evicted(seq, &old, false);
+                loss = o.evicted(seq, &old.event, false);
             }
         }
         (o.push(self.head, n), loss)
@@ -60,9 +60,15 @@ impl Backlog for Mailbox {
     }
 
     fn get(&self, seq: u64) -> Option<Buffered<'_>> {
-        self.buffer
-            .get(&seq)
-            .map(|n| Buffered { n, expired: false })
+        self.buffer.get(&seq).map(|n| Buffered {
+            event: &n.event,
+            payload_len: n.payload.len(),
+            expired: false,
+        })
+    }
+
+    fn notification(&self, seq: u64) -> Option<Arc<Notification>> {
+        self.buffer.get(&seq).cloned()
     }
 }
 

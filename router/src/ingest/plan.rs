@@ -9,8 +9,8 @@ use lapin::types::{DeliveryTag, ShortString};
 
 use super::{Confirmed, Forward, Ingest, Sent};
 use herald_amqp::envelope::{
-    DELAYED_DISABLED, Rejection, cancel_from_amqp, dead_letter_properties, delay_from_amqp,
-    from_amqp_bytes, headers, short,
+    DELAYED_DISABLED, Rejection, body_bytes, cancel_from_amqp, dead_letter_properties,
+    delay_from_amqp, from_amqp_bytes, headers, short,
 };
 use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
 use herald_engine::metrics::RejectReason;
@@ -31,7 +31,7 @@ impl Ingest {
             data,
             ..
         } = delivery;
-        let body = Bytes::from(data);
+        let body = body_bytes(data);
         let plan = self.plan(&properties, body.clone());
         match plan {
             Plan::Edges(n) => {

@@ -1,7 +1,7 @@
-//! The sessions that receive the delayed notifications: worker processes (the bench's own
-//! binary, `worker --record`, see [`crate::worker`]) holding STOMP-over-WebSocket sessions on
-//! the gateway, one user each (`bench-{worker}-{n}`), that stamp every bench `MESSAGE` with the
-//! wall clock on arrival.
+//! Sessions that receive the bench's notifications (`delayed`, `retained`): worker processes
+//! (the bench's own binary, `worker --record`, see [`crate::worker`]) holding
+//! STOMP-over-WebSocket sessions on the gateway, one user each (`bench-{worker}-{n}`), that
+//! stamp every bench `MESSAGE` with the wall clock on arrival.
 //!
 //! [`crate::harness::workers`] starts them and reads their lines; the parent follows their
 //! events ([`crate::harness::events`]): `ready` once every session is open

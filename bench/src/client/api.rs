@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::client::http::{self, BodyLength, Chunk, ChunkedDecoder};
+use super::http::{self, BodyLength, Chunk, ChunkedDecoder};
 
 /// Largest response body read (a `202` for 1,000 notifications is about 120 KB; `/metrics` a
 /// few KB).
@@ -48,9 +48,20 @@ impl ApiConnection {
 
     /// `POST path` with a JSON body.
     pub(crate) async fn post_json(&mut self, path: &str, body: &[u8]) -> std::io::Result<Response> {
+        self.post(path, "application/json", body).await
+    }
+
+    /// `POST path` with a body of `content_type` (a raw payload, its envelope in `path`'s
+    /// query string).
+    pub(crate) async fn post(
+        &mut self,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> std::io::Result<Response> {
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+             Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
             self.addr,
             self.api_key,
             body.len()

@@ -1,0 +1,93 @@
+//! The standalone `herald-gateway` under test: started on a free 127.0.0.1 port with a data
+//! directory, an API key and a JWT secret of the run's own (in `$TMPDIR/herald-{run id}`), and
+//! stopped with the directory removed at the end, whatever happened in between.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::args::RetainedArgs;
+use crate::harness::configs::{self, RunDir, StandaloneSettings};
+use crate::harness::outcome::BenchError;
+use crate::harness::service::{Service, free_local_addr};
+use crate::harness::token::random_token;
+
+/// The running gateway and its files.
+pub(super) struct Gateway {
+    pub(super) run_id: String,
+    pub(super) addr: SocketAddr,
+    pub(super) api_key: String,
+    pub(super) jwt_secret: String,
+    service: Service,
+    dir: RunDir,
+}
+
+impl Gateway {
+    pub(super) async fn start(a: &RetainedArgs) -> Result<Self, BenchError> {
+        let failed = |e: &dyn std::fmt::Display| BenchError::Failed(format!("gateway: {e}"));
+        let run_id = configs::new_run_id();
+        let dir = RunDir::create(&run_id)
+            .map_err(|e| failed(&format!("cannot create the run directory: {e}")))?;
+        let settings = StandaloneSettings {
+            listen: match free_local_addr() {
+                Ok(addr) => addr,
+                Err(e) => {
+                    dir.remove();
+                    return Err(failed(&e));
+                }
+            },
+            data_dir: dir.path.join("gateway-data"),
+            api_key: random_token(32),
+            jwt_secret: random_token(48),
+            schedule: toml::Table::new(),
+        };
+        let started = async {
+            let path = dir
+                .write("gateway.toml", &configs::gateway_standalone_toml(&settings))
+                .map_err(|e| failed(&e))?;
+            let args = ["--config".to_owned(), path.display().to_string()];
+            Service::start(
+                "gateway",
+                &a.gateway_bin,
+                &args,
+                settings.listen,
+                a.gateway_log.as_deref(),
+                Duration::from_secs(a.startup_timeout),
+            )
+            .await
+            .map_err(|e| failed(&e))
+        }
+        .await;
+        match started {
+            Ok(service) => Ok(Self {
+                run_id,
+                addr: settings.listen,
+                api_key: settings.api_key,
+                jwt_secret: settings.jwt_secret,
+                service,
+                dir,
+            }),
+            Err(e) => {
+                dir.remove();
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.service.pid()
+    }
+
+    /// Why the gateway is gone, if it is.
+    pub(super) fn exited(&mut self) -> Option<String> {
+        self.service
+            .exited()
+            .map(|status| format!("the gateway exited ({status})"))
+    }
+
+    /// Stops it and removes its files; how it ended.
+    pub(super) async fn finish(self) -> String {
+        let how = self.service.stop().await;
+        self.dir.remove();
+        how
+    }
+}
