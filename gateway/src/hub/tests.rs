@@ -326,7 +326,7 @@ async fn mailboxes_keep_no_hold_on_the_routed_notification() {
     assert!(buffer.is_unique(), "a mailbox kept the payload's buffer");
     h.detach(&alice, &a, now);
     let again = outbox();
-    h.attach(&alice, &again);
+    h.attach(&alice, &again, usize::MAX).unwrap();
     let replay = h.subscribe(
         &alice,
         &again,
