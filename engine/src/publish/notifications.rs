@@ -275,19 +275,7 @@ pub(crate) async fn list(
 ) -> Response {
     let answer = async {
         let (_, delayed) = guard(&api, &headers, Operation::Admin)?;
-        let q: ListQuery = match query.as_deref() {
-            None | Some("") => ListQuery::default(),
-            Some(q) => {
-                let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
-                serde_path_to_error::deserialize(de).map_err(|e| {
-                    let field = e.path().to_string();
-                    ApiError::invalid(
-                        field.trim_start_matches('.').to_owned(),
-                        format!("bad query string: {}", e.into_inner()),
-                    )
-                })?
-            }
-        };
+        let q: ListQuery = super::parse::query_params(query.as_deref())?;
         let state = match q.state.as_deref() {
             None => EntryState::Scheduled,
             Some(s) => s

@@ -222,6 +222,25 @@ fn split_list(v: Option<String>) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// The parameters of a query string, or a 422 naming the parameter that
+/// is wrong (unknown, or of the wrong type). No query, or an empty one, is
+/// every parameter unset.
+pub(crate) fn query_params<T: serde::de::DeserializeOwned + Default>(
+    query: Option<&str>,
+) -> Result<T, ApiError> {
+    let Some(q) = query.filter(|q| !q.is_empty()) else {
+        return Ok(T::default());
+    };
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        ApiError::invalid(
+            field.trim_start_matches('.').to_owned(),
+            format!("bad query string: {}", e.into_inner()),
+        )
+    })
+}
+
 /// Build a notification from a raw body and its query-string fields. The
 /// payload is a copy of `body` in an allocation of its own length, never a
 /// slice of the request's buffer.
@@ -231,19 +250,7 @@ pub(crate) fn parse_raw(
     body: Bytes,
     new_id: &mut dyn FnMut() -> String,
 ) -> Result<Publication, ApiError> {
-    let params: RawParams = match query {
-        None => RawParams::default(),
-        Some(q) => {
-            let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let field = e.path().to_string();
-                ApiError::invalid(
-                    field.trim_start_matches('.').to_owned(),
-                    format!("bad query string: {}", e.into_inner()),
-                )
-            })?
-        }
-    };
+    let params: RawParams = query_params(query)?;
     let event = params
         .event
         .ok_or_else(|| ApiError::invalid("event", "the query parameter event is required"))?;
