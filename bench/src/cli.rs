@@ -78,7 +78,7 @@ mod tests {
             "--gateway-bin",
             "g",
             "--per-user",
-            "100",
+            "256",
         ])
         .unwrap();
         let Command::Retained(args) = cli.command else {

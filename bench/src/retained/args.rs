@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-/// The most notifications per user: the gateway's replay buffer keeps 100 per mailbox by
+/// The most notifications per user: the gateway's replay buffer keeps 256 per mailbox by
 /// default (`mailbox.buffer_messages`); past that the oldest are evicted and no longer retained.
-pub(crate) const MAX_PER_USER: usize = 100;
+pub(crate) const MAX_PER_USER: usize = 256;
 
 #[derive(Debug, Args)]
 pub(crate) struct RetainedArgs {
