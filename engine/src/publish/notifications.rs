@@ -149,13 +149,13 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> ApiError {
+pub(super) fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable(format!("the delayed store is unavailable: {e}"))
 }
 
 /// The caller's key allows `op` and this server schedules delayed
 /// notifications: the key and the scheduler.
-fn guard<'a>(
+pub(super) fn guard<'a>(
     api: &'a PublishApi,
     headers: &HeaderMap,
     op: Operation,

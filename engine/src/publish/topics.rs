@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::notifications::{self, unavailable};
 use super::{ApiError, PublishApi};
 use crate::api_key::Operation;
 use crate::callback::topic::{Topic, TopicError, check_name};
@@ -40,17 +41,10 @@ use crate::schedule::timing::{now_ms, rfc3339};
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
-fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    ApiError::unavailable(format!("the store is unavailable: {e}"))
-}
-
+/// The caller's key allows `admin`, and this server keeps topics (it
+/// schedules delayed notifications).
 fn guard<'a>(api: &'a PublishApi, headers: &HeaderMap) -> Result<&'a Delayed, ApiError> {
-    api.authorize(headers, Operation::Admin)?;
-    api.delayed().ok_or_else(|| {
-        ApiError::not_found(
-            "topics need delayed notifications, which are not enabled on this server",
-        )
-    })
+    notifications::guard(api, headers, Operation::Admin).map(|(_, delayed)| delayed)
 }
 
 fn name_ok(name: &str) -> Result<(), ApiError> {
@@ -111,17 +105,12 @@ pub(crate) async fn put(
         let bytes = api.read_body(body, declared).await?;
         let json: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
-        let topics = delayed.topics();
-        let topic = match Topic::from_json(&json, topics.allowed()) {
+        let topic = match Topic::from_json(&json, delayed.topics().allowed()) {
             Ok(t) => t,
             Err(e) => return Ok(invalid(e)),
         };
-        let settings = bytes::Bytes::from(topic.to_stored_json().to_string());
-        let now = now_ms();
-        let max = delayed.config().max_topics;
-        let outcome = delayed
-            .store()
-            .put_topic(&name, settings.clone(), max, now)
+        let (outcome, stored) = delayed
+            .put_topic(&name, topic.clone(), now_ms())
             .await
             .map_err(unavailable)?;
         let status = match outcome {
@@ -132,20 +121,15 @@ pub(crate) async fn put(
                     status: StatusCode::CONFLICT,
                     code: "too_many_topics",
                     message: format!(
-                        "{max} topics are registered, the most schedule.max_topics allows: delete one first"
+                        "{} topics are registered, the most schedule.max_topics allows: delete one first",
+                        delayed.config().max_topics
                     ),
                     field: None,
                     retry_after: None,
                 });
             }
         };
-        let stored = StoredTopic {
-            name: name.clone(),
-            settings,
-            updated_ms: now,
-        };
         let view = registered_view(&stored, &topic);
-        topics.set(&name, topic);
         tracing::info!(topic = %name, created = status == StatusCode::CREATED, "topic registered");
         let mut response = (status, Json(view)).into_response();
         if status == StatusCode::CREATED
@@ -167,7 +151,7 @@ pub(crate) async fn get(
     let answer = async {
         let delayed = guard(&api, &headers)?;
         name_ok(&name)?;
-        if let Some(stored) = delayed.store().topic(&name).await.map_err(unavailable)? {
+        if let Some(stored) = delayed.topic(&name).await.map_err(unavailable)? {
             let topic = delayed.topics().parse(&stored).map_err(|e| {
                 ApiError::unavailable(format!("topic {name:?} is stored but unreadable: {e}"))
             })?;
@@ -190,13 +174,7 @@ pub(crate) async fn delete(
     let answer = async {
         let delayed = guard(&api, &headers)?;
         name_ok(&name)?;
-        if delayed
-            .store()
-            .delete_topic(&name)
-            .await
-            .map_err(unavailable)?
-        {
-            delayed.topics().remove(&name);
+        if delayed.delete_topic(&name).await.map_err(unavailable)? {
             tracing::info!(topic = %name, "topic unregistered");
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
@@ -254,8 +232,7 @@ pub(crate) async fn list(
         let first = q.cursor.is_none();
         // One more than the page, to know whether another follows.
         let mut page = delayed
-            .store()
-            .topics(q.cursor, limit + 1)
+            .topic_page(q.cursor, limit + 1)
             .await
             .map_err(unavailable)?;
         let more = page.len() > limit;

@@ -13,6 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+mod topics;
+
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis, Status};
 use super::firer::Firer;

@@ -1,0 +1,76 @@
+//! The topics side of [`Delayed`]: registered topics through the store,
+//! each failure counted like every other store operation, and each change
+//! put into force in this process as soon as the store took it.
+
+use bytes::Bytes;
+
+use super::Delayed;
+use crate::callback::topic::Topic;
+use crate::schedule::entry::Millis;
+use crate::schedule::store::{PutTopic, StoreError, StoredTopic};
+
+impl Delayed {
+    /// Register `name` with `topic`, or replace its settings (bounded by
+    /// `schedule.max_topics`), and put it in force here when the store
+    /// took it. Answers what the store did and what it stored.
+    pub async fn put_topic(
+        &self,
+        name: &str,
+        topic: Topic,
+        now: Millis,
+    ) -> Result<(PutTopic, StoredTopic), StoreError> {
+        let settings = Bytes::from(topic.to_stored_json().to_string());
+        let outcome = self
+            .inner
+            .store
+            .put_topic(name, settings.clone(), self.inner.config.max_topics, now)
+            .await
+            .inspect_err(|_| self.inner.metrics.store_error("put_topic"))?;
+        if outcome != PutTopic::Full {
+            self.inner.topics.set(name, topic);
+        }
+        let stored = StoredTopic {
+            name: name.to_owned(),
+            settings,
+            updated_ms: now,
+        };
+        Ok((outcome, stored))
+    }
+
+    /// One registered topic, as stored.
+    pub async fn topic(&self, name: &str) -> Result<Option<StoredTopic>, StoreError> {
+        self.inner
+            .store
+            .topic(name)
+            .await
+            .inspect_err(|_| self.inner.metrics.store_error("topic"))
+    }
+
+    /// Unregister `name`, taking it out of force here; whether it was
+    /// registered.
+    pub async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
+        let removed = self
+            .inner
+            .store
+            .delete_topic(name)
+            .await
+            .inspect_err(|_| self.inner.metrics.store_error("delete_topic"))?;
+        if removed {
+            self.inner.topics.remove(name);
+        }
+        Ok(removed)
+    }
+
+    /// A page of registered topics after `after`, in name order.
+    pub async fn topic_page(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<StoredTopic>, StoreError> {
+        self.inner
+            .store
+            .topics(after, limit)
+            .await
+            .inspect_err(|_| self.inner.metrics.store_error("topics"))
+    }
+}
