@@ -107,7 +107,7 @@ impl Breakers {
     /// Whether a call to `host` may go at `now`.
     pub fn admit(&mut self, host: &str, now: u64) -> Admit {
         let Some(h) = self.hosts.get_mut(host) else {
-            return if self.make_room(now) {
+            return if self.make_room() {
                 self.hosts.insert(
                     host.to_owned(),
                     Host {
@@ -198,7 +198,7 @@ impl Breakers {
 
     /// Room for one more host: whether there is (after forgetting the
     /// closed host used longest ago, if the table is full).
-    fn make_room(&mut self, _now: u64) -> bool {
+    fn make_room(&mut self) -> bool {
         if self.hosts.len() < self.config.max_hosts {
             return true;
         }
