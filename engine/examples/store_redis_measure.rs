@@ -100,6 +100,8 @@ fn entry(i: usize, payload: &Bytes) -> Entry {
         when_online: false,
         attempts: 0,
         phase: Phase::Deliver,
+        calls: 0,
+        target: Default::default(),
     }
 }
 

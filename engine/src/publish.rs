@@ -382,6 +382,8 @@ impl PublishApi {
                 when_online: p.delay.when_online,
                 attempts: 0,
                 phase: Phase::Deliver,
+                calls: 0,
+                target: Default::default(),
             });
         }
         let mut scheduled = Vec::with_capacity(delayed.len());

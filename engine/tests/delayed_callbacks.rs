@@ -48,6 +48,7 @@ async fn a_full_attempt_log_is_counted_and_a_dead_letter_replays() {
             // clock's, which is earlier.
             at_ms: at + 1000,
             attempt: Some(store_suite::attempt(n, at)),
+            counted: true,
         };
         let settled = delayed.retry_wait(vec![wait]).await.unwrap();
         assert_eq!(settled.moved, 1);

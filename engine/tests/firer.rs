@@ -56,6 +56,8 @@ fn entry(id: &str, due_ms: u64) -> Entry {
         when_online: false,
         attempts: 0,
         phase: Phase::Deliver,
+        calls: 0,
+        target: Default::default(),
     }
 }
 

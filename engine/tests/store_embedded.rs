@@ -184,6 +184,7 @@ async fn a_reopened_store_keeps_the_callback_states() {
                     id: "w".into(),
                     at_ms: t0 + 10,
                     attempt: attempt(1),
+                    counted: true,
                 }],
                 t0 + 1,
             )
@@ -438,6 +439,7 @@ async fn crash_child() {
                 id: id.clone(),
                 at_ms: t0 + 500,
                 attempt: Some(store_suite::attempt(1, t0)),
+                counted: true,
             };
             store.retry_wait(vec![wait], t0 + 1).await.unwrap();
             println!("rw {id}");

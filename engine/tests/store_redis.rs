@@ -1167,6 +1167,7 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
             id: f(i),
             at_ms: T0 + 20,
             attempt: Some(attempt(1, T0 + 3)),
+            counted: true,
         })
         .collect();
     store.retry_wait(waiting, T0 + 3).await.unwrap();

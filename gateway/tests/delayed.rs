@@ -541,6 +541,7 @@ async fn callback_states_show_in_the_status_and_a_dead_letter_can_be_sent_again(
                 id: "cb-1".into(),
                 at_ms: due + 60_000,
                 attempt: Some(failed(1, due + 1)),
+                counted: true,
             }],
             due + 31,
         )

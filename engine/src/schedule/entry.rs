@@ -30,6 +30,41 @@ pub struct Entry {
     /// (its browser part was delivered on an earlier fire). Set by the
     /// store when it claims the entry; new entries are [`Phase::Deliver`].
     pub phase: Phase,
+    /// Callback attempts made under its topic's retry policy: 0 until its
+    /// first callback attempt has been recorded; + 1 for each attempt
+    /// recorded as counted ([`RetryWait::counted`]); back to 0 when a dead
+    /// letter is replayed. Kept by the store (not part of the record), so
+    /// a claim after a hold, a crashed firer or a breaker's pause does not
+    /// use up an attempt. The next attempt is `calls + 1`.
+    ///
+    /// [`RetryWait::counted`]: super::store::RetryWait::counted
+    pub calls: u32,
+    /// Its own callback settings, over its topic's.
+    pub target: Target,
+}
+
+/// A notification's own callback settings: the publication's
+/// `callback_url`, `recheck_url` and `browsers` (AMQP headers
+/// `callback-url`, `recheck-url`, `browsers`). Unset URLs fall back to
+/// its topic's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Where to `POST` it when due, over its topic's `callback_url`.
+    pub callback_url: Option<String>,
+    /// What to ask first, over its topic's `recheck_url`.
+    pub recheck_url: Option<String>,
+    /// Whether it goes to its browser recipients (`false`: callback only).
+    pub browsers: bool,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target {
+            callback_url: None,
+            recheck_url: None,
+            browsers: true,
+        }
+    }
 }
 
 /// What a claimed entry still has to do.

@@ -112,6 +112,8 @@ mod tests {
             when_online: false,
             attempts: 1,
             phase: crate::schedule::entry::Phase::Deliver,
+            calls: 0,
+            target: Default::default(),
         }
     }
 

@@ -72,6 +72,8 @@ pub fn decode(mut record: Bytes) -> Result<Entry, RecordError> {
         when_online: flag == CALLER_FLAG,
         attempts,
         phase: Phase::Deliver,
+        calls: 0,
+        target: Default::default(),
     })
 }
 
@@ -108,6 +110,8 @@ mod tests {
             when_online: true,
             attempts: 2,
             phase: Phase::Deliver,
+            calls: 0,
+            target: Default::default(),
         }
     }
 

@@ -108,6 +108,10 @@ pub struct RetryWait {
     /// The attempt that failed, appended to its log (`None`: waiting
     /// without a request made, e.g. its destination's circuit is open).
     pub attempt: Option<Attempt>,
+    /// Whether the attempt used up one of its retry policy's: the entry's
+    /// [`Entry::calls`] goes up by one. Not when nothing was tried (its
+    /// destination was paused).
+    pub counted: bool,
 }
 
 /// How a firing entry ends ([`Store::finish`]).

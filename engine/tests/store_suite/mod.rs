@@ -55,6 +55,8 @@ pub fn entry(id: &str, due_ms: Millis, topic: Option<&str>, user: &str) -> Entry
         when_online: false,
         attempts: 0,
         phase: Phase::Deliver,
+        calls: 0,
+        target: Default::default(),
     }
 }
 
@@ -946,6 +948,7 @@ fn wait(id: &str, at_ms: Millis, a: Option<Attempt>) -> RetryWait {
     RetryWait {
         id: id.into(),
         at_ms,
+        counted: a.is_some(),
         attempt: a,
     }
 }
@@ -1229,6 +1232,8 @@ pub async fn a_dead_letter_keeps_its_body_and_replays_due_now(store: &dyn Store)
         vec![Entry {
             attempts: 1,
             phase: Phase::Callback,
+            calls: 0,
+            target: Default::default(),
             ..e
         }],
         "the body is intact"

@@ -170,6 +170,8 @@ impl Ingest {
                     when_online: timing.when_online,
                     attempts: 0,
                     phase: Phase::Deliver,
+                    calls: 0,
+                    target: Default::default(),
                 },
             ),
             Err(e) => {

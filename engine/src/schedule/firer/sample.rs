@@ -28,5 +28,7 @@ pub(super) fn entry(id: &str, user: &str, attempts: u32) -> Entry {
         when_online: false,
         attempts,
         phase: Phase::Deliver,
+        calls: 0,
+        target: Default::default(),
     }
 }

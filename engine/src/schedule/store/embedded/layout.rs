@@ -474,6 +474,8 @@ mod tests {
             when_online: true,
             attempts: 0,
             phase: Phase::Deliver,
+            calls: 0,
+            target: Default::default(),
         }
     }
 

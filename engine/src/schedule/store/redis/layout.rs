@@ -365,6 +365,8 @@ mod tests {
             when_online,
             attempts: 7,
             phase: Phase::Deliver,
+            calls: 0,
+            target: Default::default(),
         }
     }
 
