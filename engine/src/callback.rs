@@ -49,6 +49,7 @@ pub mod condition;
 pub mod config;
 pub mod destination;
 pub mod exchange;
+pub mod metrics;
 pub mod retry;
 pub mod signature;
 pub mod step;

@@ -48,6 +48,7 @@ pub mod presence;
 mod ready;
 pub mod record;
 pub mod scheduler;
+mod sender;
 pub mod service;
 pub mod store;
 pub mod timing;

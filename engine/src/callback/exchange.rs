@@ -27,16 +27,24 @@ use super::client::{Answer, Client, Failure, Request};
 use super::signature;
 use super::step::{self, Context, Next};
 use super::topic::Topic;
+use url::Url;
 
 /// What to call for one notification.
 #[derive(Debug, Clone, Copy)]
 pub struct Job<'a> {
     /// The notification id.
     pub id: &'a str,
-    /// Its topic's name.
-    pub topic_name: &'a str,
-    /// Its topic's settings.
+    /// Its topic's name, if it has one.
+    pub topic_name: Option<&'a str>,
+    /// The settings its callback follows: its topic's, or the defaults
+    /// when it has none registered.
     pub topic: &'a Topic,
+    /// Where the call goes: the notification's own `callback_url`, else
+    /// its topic's.
+    pub callback_url: &'a Url,
+    /// What is asked first, if anything: its own `recheck_url`, else its
+    /// topic's.
+    pub recheck_url: Option<&'a Url>,
     /// Its one user, if it has one.
     pub user: Option<&'a str>,
     /// The payload's content type.
@@ -67,22 +75,15 @@ pub fn webhook_id(id: &str) -> String {
 /// Run one attempt of `job` at `now_ms`; `jitter` in `[0, 1)` for a
 /// jittered retry policy.
 pub async fn run(client: &Client, job: &Job<'_>, now_ms: u64, jitter: f64) -> Outcome {
-    let Some(callback_url) = &job.topic.callback_url else {
-        return Outcome {
-            next: Next::Dead {
-                reason: format!("topic {} has no callback_url", job.topic_name),
-            },
-            attempts: Vec::new(),
-            counted: false,
-        };
-    };
     let mut attempts = Vec::new();
-    if let Some(recheck_url) = &job.topic.recheck_url {
+    if let Some(recheck_url) = job.recheck_url {
         let mut url = recheck_url.clone();
         {
             let mut q = url.query_pairs_mut();
-            q.append_pair("id", job.id)
-                .append_pair("topic", job.topic_name);
+            q.append_pair("id", job.id);
+            if let Some(topic) = job.topic_name {
+                q.append_pair("topic", topic);
+            }
             if let Some(user) = job.user {
                 q.append_pair("user", user);
             }
@@ -119,7 +120,7 @@ pub async fn run(client: &Client, job: &Job<'_>, now_ms: u64, jitter: f64) -> Ou
     let request = match request(
         job,
         Method::POST,
-        callback_url.clone(),
+        job.callback_url.clone(),
         job.payload.clone(),
         Some(job.content_type),
         now_ms,
@@ -305,7 +306,9 @@ fn request(
         headers.insert(HeaderName::from_static(name), value);
         Ok(())
     };
-    put("herald-topic", job.topic_name)?;
+    if let Some(topic) = job.topic_name {
+        put("herald-topic", topic)?;
+    }
     put("herald-attempt", &job.attempt.to_string())?;
     put("herald-notification-id", job.id)?;
     if let Some(user) = job.user {

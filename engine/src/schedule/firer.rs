@@ -84,7 +84,7 @@ mod merge;
 mod plan;
 mod round;
 #[cfg(test)]
-mod sample;
+pub(crate) mod sample;
 mod settle;
 mod spacing;
 
@@ -108,7 +108,10 @@ use super::ready::Ready;
 use super::scheduler::{Read, Scheduler};
 use super::store::{Store, StoreError};
 use super::timing::now_ms;
+use crate::callback::client::Client;
+use crate::callback::topic::Topic;
 use crate::link::Link;
+use crate::schedule::sender::{CALL_QUEUE, CallQueue, MAX_IN_FLIGHT, Sender as CallSender};
 
 /// How long the firer waits after a store error before trying again.
 const STORE_RETRY: Duration = Duration::from_millis(200);
@@ -134,6 +137,12 @@ pub(crate) struct Firer {
     pub(crate) online: mpsc::Receiver<String>,
     /// Last `when-online` send per user (for the minimum interval).
     pub(crate) last_send: HashMap<String, Millis>,
+    /// The client callbacks go out through.
+    pub(crate) client: Client,
+    /// The settings of a callback whose topic is not registered.
+    pub(crate) callback_defaults: Arc<Topic>,
+    /// The sender's queue, while the firer runs.
+    pub(crate) calls: Option<CallQueue>,
 }
 
 /// The loop's state between events.
@@ -202,6 +211,18 @@ impl Firer {
             max,
             Duration::from_millis(self.config.settle_delay_ms()),
         ));
+        let (calls, queue) = mpsc::channel(CALL_QUEUE);
+        let sender = tokio::spawn(
+            CallSender {
+                client: self.client.clone(),
+                store: Arc::clone(&self.store),
+                metrics: self.metrics.clone(),
+                hint: self.hint.clone(),
+                horizon_ms: self.config.horizon_ms,
+                max_in_flight: MAX_IN_FLIGHT,
+            }
+            .run(queue),
+        );
         let (sent, queue) = mpsc::channel(CONFIRM_QUEUE);
         let confirmer = tokio::spawn(
             Confirmer {
@@ -210,15 +231,21 @@ impl Firer {
                 hint: self.hint.clone(),
                 retry_after_ms: self.config.retry_after_ms,
                 settle: Settle::new(tx, max),
+                calls: calls.clone(),
             }
             .run(queue),
         );
+        self.calls = Some(calls);
         self.fire_until(&shutdown, &sent).await;
         // The confirmer waits for what was sent, hands it to the settler
-        // and ends; the settler marks what it was handed, then ends.
+        // and the sender, and ends; the settler marks what it was handed,
+        // the sender finishes the calls running and puts back the others,
+        // then they end.
         drop(sent);
+        self.calls = None;
         let _ = confirmer.await;
         let _ = settler.await;
+        let _ = sender.await;
     }
 
     /// The loop: fire what is due, else start what the plan says, else

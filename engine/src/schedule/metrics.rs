@@ -8,6 +8,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use crate::callback::metrics::CallbackMetrics;
+
 /// Upper bounds (ms from now) of the `due` buckets of
 /// `herald_delayed_pending`; the last bucket is everything later.
 pub const DUE_BUCKETS_MS: [u64; 4] = [60_000, 3_600_000, 86_400_000, 7 * 86_400_000];
@@ -115,6 +117,8 @@ pub struct DelayedMetrics {
     pub presence_reports: Counter,
     /// Presence reports refused (dead-lettered).
     pub presence_rejected: Counter,
+    /// The callbacks' metrics (`herald_callback_*`), registered with these.
+    pub callbacks: CallbackMetrics,
 }
 
 impl Default for DelayedMetrics {
@@ -152,6 +156,7 @@ impl Default for DelayedMetrics {
             untracked_users: Counter::default(),
             presence_reports: Counter::default(),
             presence_rejected: Counter::default(),
+            callbacks: CallbackMetrics::default(),
         }
     }
 }
@@ -159,6 +164,7 @@ impl Default for DelayedMetrics {
 impl DelayedMetrics {
     /// Register everything under `herald_delayed_*`.
     pub fn register(&self, registry: &mut Registry) {
+        self.callbacks.register(registry);
         let r = registry.sub_registry_with_prefix("herald_delayed");
         r.register(
             "accepted",

@@ -26,6 +26,7 @@ use super::store::{
 use super::timing::{DelayRequest, due_time, now_ms};
 use super::topics::Topics;
 use crate::callback::attempt::Attempt;
+use crate::callback::client::{Client, ClientConfig};
 use crate::link::Link;
 use crate::task::{Task, TaskFuture};
 
@@ -159,6 +160,19 @@ impl Delayed {
         link: Arc<dyn Link>,
         presence: Arc<dyn Presence>,
     ) -> Option<Scheduling> {
+        let client = match Client::new(
+            ClientConfig {
+                allowed: self.inner.topics.allowed().to_vec(),
+                ..ClientConfig::default()
+            },
+            Arc::new(self.inner.metrics.callbacks.clone()),
+        ) {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::error!(error = %e, "the callback client cannot be built; nothing fires");
+                return None;
+            }
+        };
         let receivers = self.inner.receivers.lock().take()?;
         let firer = Firer {
             config: Arc::clone(&self.inner.config),
@@ -171,6 +185,9 @@ impl Delayed {
             hint: self.inner.hints.clone(),
             online: receivers.online,
             last_send: HashMap::new(),
+            client,
+            callback_defaults: crate::schedule::sender::defaults(),
+            calls: None,
         };
         Some(Scheduling {
             firer,

@@ -212,6 +212,15 @@ impl Topics {
 }
 
 impl Snapshot {
+    /// A snapshot of `registered` alone, for tests.
+    #[cfg(test)]
+    pub(crate) fn of_registered(registered: HashMap<String, Arc<Topic>>) -> Snapshot {
+        Snapshot {
+            registered,
+            ..Snapshot::default()
+        }
+    }
+
     /// The delivery policy of `topic` (see [`Topics::policy`]).
     pub fn policy(&self, topic: Option<&str>) -> TopicPolicy {
         topic

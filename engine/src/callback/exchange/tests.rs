@@ -98,8 +98,10 @@ async fn attempt_with(client: &Client, topic: &Topic, attempt: u32) -> Outcome {
     let payload = Bytes::from_static(b"{\"order\":42}");
     let job = Job {
         id: "pay.check-42",
-        topic_name: "billing",
+        topic_name: Some("billing"),
         topic,
+        callback_url: topic.callback_url.as_ref().expect("a callback_url"),
+        recheck_url: topic.recheck_url.as_ref(),
         user: Some("u7"),
         content_type: "application/json",
         payload: &payload,

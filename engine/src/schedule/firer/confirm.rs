@@ -1,7 +1,9 @@
 //! The confirmer: a task beside the firer's loop that waits, in order, for
 //! the link to take each batch sent ([`Sent`]). What the link took it
-//! counts and hands to the settler ([`Settle`]); what the link refused it
-//! releases to retry after `retry_after_ms`. At most
+//! counts and hands to the settler ([`Settle`]), but for the entries that
+//! call out: those go to the sender ([`CallQueue`]), which records them
+//! once their callback is made. What the link refused it releases to
+//! retry after `retry_after_ms`. At most
 //! [`CONFIRM_QUEUE`](super::CONFIRM_QUEUE) batches wait for it (policy:
 //! backpressure, the firer waits for room).
 
@@ -14,6 +16,7 @@ use super::settle::Settle;
 use crate::link::Taken;
 use crate::schedule::entry::Millis;
 use crate::schedule::metrics::DelayedMetrics;
+use crate::schedule::sender::{Call, CallQueue};
 use crate::schedule::store::Store;
 use crate::schedule::timing::now_ms;
 
@@ -28,6 +31,9 @@ pub(super) struct Sent {
     pub(super) ids: Vec<String>,
     /// The lateness of its first attempts, to count once it is taken.
     pub(super) lateness: Vec<Millis>,
+    /// The callbacks to make once it is taken (their ids are not in
+    /// `ids`).
+    pub(super) calls: Vec<Call>,
 }
 
 /// Waits, in order, for the link to take each batch sent; counts and
@@ -39,6 +45,8 @@ pub(super) struct Confirmer {
     pub(super) hint: mpsc::Sender<(Millis, String)>,
     pub(super) retry_after_ms: u64,
     pub(super) settle: Settle,
+    /// Where the callbacks of what the link took go.
+    pub(super) calls: CallQueue,
 }
 
 impl Confirmer {
@@ -61,10 +69,15 @@ impl Confirmer {
 
     async fn confirm(&mut self, sent: Sent) {
         match sent.taken.await {
-            Ok(()) => self.took(sent.ids, sent.lateness).await,
+            Ok(()) => {
+                self.took(sent.ids, sent.lateness).await;
+                self.call(sent.calls).await;
+            }
             Err(e) => {
-                tracing::warn!(error = %e, entries = sent.ids.len(), retry_ms = self.retry_after_ms, "the link did not take due notifications; retrying");
-                self.refused(sent.ids).await;
+                let mut ids = sent.ids;
+                ids.extend(sent.calls.iter().map(|c| c.id().to_owned()));
+                tracing::warn!(error = %e, entries = ids.len(), retry_ms = self.retry_after_ms, "the link did not take due notifications; retrying");
+                self.refused(ids).await;
             }
         }
     }
@@ -76,6 +89,21 @@ impl Confirmer {
             self.metrics.lateness.observe(late as f64 / 1000.0);
         }
         self.settle.hand(ids).await;
+    }
+
+    /// The link took entries that call out: hand them to the sender,
+    /// waiting for room (policy: backpressure).
+    async fn call(&mut self, calls: Vec<Call>) {
+        if calls.is_empty() {
+            return;
+        }
+        self.metrics.fired.inc_by(calls.len() as u64);
+        if let Err(e) = self.calls.send(calls).await {
+            tracing::warn!(
+                entries = e.0.len(),
+                "the sender has stopped; these are called after their lease"
+            );
+        }
     }
 
     /// The link refused `ids`: release them to retry after

@@ -1,12 +1,18 @@
-//! Firing a claimed batch: deliver, hold or postpone each entry.
+//! Firing a claimed batch: deliver, call, hold or postpone each entry.
 //!
+//! - an entry claimed for its callback alone ([`Phase::Callback`]: its
+//!   browsers had it) goes to the sender;
 //! - a `when-online` entry whose user is offline is held
 //!   ([`Store::hold`](crate::schedule::store::Store::hold));
-//! - what goes is merged ([`merge`]), then spaced ([`spacing`]): a send
-//!   too soon after the user's last is released to fire when the interval
-//!   is over;
+//! - a callback-only entry (`browsers: false`) goes to the sender;
+//! - what goes to browsers is merged ([`merge`]; not the entries that
+//!   call out), then spaced ([`spacing`]): a send too soon after the
+//!   user's last is released to fire when the interval is over;
 //! - the rest go to the link as a [`Round`] of batches, each handed to the
-//!   confirmer ([`Sent`]) without waiting for the link to take it.
+//!   confirmer ([`Sent`]) without waiting for the link to take it; the
+//!   confirmer hands the callbacks of what the link took to the sender;
+//! - an entry with nothing left to do (no browsers and no callback any
+//!   more: its topic lost its `callback_url`) is a dead letter saying so.
 
 use std::time::Instant;
 
@@ -16,9 +22,11 @@ use super::merge::{ToSend, merge};
 use super::round::Round;
 use super::spacing::{Spacing, spacing};
 use crate::link::Taken;
-use crate::schedule::entry::{Entry, Millis};
+use crate::schedule::entry::{Entry, Millis, Phase};
 use crate::schedule::presence::Asked;
 use crate::schedule::scheduler::Scheduler;
+use crate::schedule::sender::{Call, Resolution, Resolved, failed_attempt, resolve};
+use crate::schedule::store::{Ending, Finish};
 use crate::schedule::timing::now_ms;
 
 impl Firer {
@@ -35,15 +43,94 @@ impl Firer {
             return;
         }
         let now = now_ms();
+        // Entries waiting in `ready` were claimed up to a pile's reach
+        // before their due time: their lease ends that much sooner.
+        let lease_until = now
+            .saturating_add(self.config.lease_ms)
+            .saturating_sub(self.config.claim_ahead_max_ms());
+        let topics = self.topics.snapshot();
+        let mut calls: Vec<Call> = Vec::new();
+        let mut broken: Vec<(String, Option<String>, String)> = Vec::new();
+        let (again, entries): (Vec<Entry>, Vec<Entry>) = entries
+            .into_iter()
+            .partition(|e| e.phase == Phase::Callback);
+        for e in again {
+            match resolve(&e, &topics, &self.callback_defaults) {
+                Resolution::Call { resolved, .. } => calls.push(call(e, resolved, lease_until)),
+                Resolution::Browsers => broken.push(buried(
+                    e,
+                    "its callback is gone: neither it nor its topic has a callback_url any more"
+                        .into(),
+                )),
+                Resolution::Broken(why) => broken.push(buried(e, why)),
+            }
+        }
         let (send, hold) = self.by_presence(entries, from_hold).await;
         self.hold(hold, now).await;
-        let merged = merge(send, |topic| self.topics.merges(topic));
+        let mut browsers = Vec::with_capacity(send.len());
+        let mut both = Vec::new();
+        for e in send {
+            match resolve(&e, &topics, &self.callback_defaults) {
+                Resolution::Browsers => browsers.push(e),
+                Resolution::Call {
+                    resolved,
+                    browsers: true,
+                } => both.push(ToSend::with_call(e, resolved)),
+                Resolution::Call {
+                    resolved,
+                    browsers: false,
+                } => calls.push(call(e, resolved, lease_until)),
+                Resolution::Broken(why) => broken.push(buried(e, why)),
+            }
+        }
+        let merged = merge(browsers, |topic| self.topics.merges(topic));
         self.metrics.merged.inc_by(merged.folded);
-        let send = self.space(merged.sends, now, scheduler).await;
-        if send.is_empty() {
+        let mut sends = merged.sends;
+        sends.extend(both);
+        let send = self.space(sends, now, scheduler).await;
+        if !send.is_empty() {
+            self.send_round(send, from_hold, lease_until, confirm).await;
+        }
+        self.bury(broken).await;
+        if !calls.is_empty() {
+            self.metrics.fired.inc_by(calls.len() as u64);
+            let queue = self
+                .calls
+                .as_ref()
+                .expect("the sender runs while the firer does");
+            if let Err(e) = queue.send(calls).await {
+                tracing::warn!(
+                    entries = e.0.len(),
+                    "the sender has stopped; these are called after their lease"
+                );
+            }
+        }
+    }
+
+    /// Entries with nothing left to do: dead letters, each with its reason
+    /// as its last attempt.
+    async fn bury(&self, broken: Vec<(String, Option<String>, String)>) {
+        if broken.is_empty() {
             return;
         }
-        self.send_round(send, from_hold, confirm).await;
+        let now = now_ms();
+        let finish: Vec<Finish> = broken
+            .into_iter()
+            .map(|(id, topic, reason)| {
+                self.metrics.callbacks.outcome("dead");
+                tracing::warn!(id, topic, reason, "callback dead letter");
+                Finish {
+                    id,
+                    ending: Ending::Dead,
+                    attempt: Some(failed_attempt(reason, now)),
+                }
+            })
+            .collect();
+        let n = finish.len();
+        if let Err(e) = self.store.finish(finish, now).await {
+            self.metrics.store_error("finish");
+            tracing::warn!(error = %e, entries = n, "recording dead letters failed; they fire again after their lease");
+        }
     }
 
     /// The entries to send, and those to hold with their hold limit
@@ -159,8 +246,14 @@ impl Firer {
 
     /// To the link in batches of at most its limit, each waited for on its
     /// own by the confirmer.
-    async fn send_round(&self, send: Vec<ToSend>, from_hold: bool, confirm: &Sender) {
-        let mut round = Round::new(send, from_hold, self.link.batch_limit());
+    async fn send_round(
+        &self,
+        send: Vec<ToSend>,
+        from_hold: bool,
+        lease_until: Millis,
+        confirm: &Sender,
+    ) {
+        let mut round = Round::new(send, from_hold, self.link.batch_limit(), lease_until);
         while !round.is_done() {
             let batch = round.batch(now_ms());
             // A batch the link refuses at once goes the way of one it does
@@ -174,6 +267,7 @@ impl Firer {
                 taken,
                 ids: batch.ids,
                 lateness: batch.lateness,
+                calls: batch.calls,
             };
             if confirm.send(sent).await.is_err() {
                 tracing::warn!("the confirmer has stopped; these fire again after their lease");
@@ -183,4 +277,19 @@ impl Firer {
                 .inc_by(waiting.elapsed().as_secs_f64());
         }
     }
+}
+
+/// The callback of `e`, claimed until `lease_until` at least.
+fn call(e: Entry, resolved: Resolved, lease_until: Millis) -> Call {
+    Call {
+        calls: e.calls,
+        notification: std::sync::Arc::new(e.notification),
+        resolved,
+        lease_until,
+    }
+}
+
+/// `e` as a dead letter for `reason`: (id, topic, reason).
+fn buried(e: Entry, reason: String) -> (String, Option<String>, String) {
+    (e.notification.id, e.notification.topic, reason)
 }

@@ -10,6 +10,7 @@ use bytes::{BufMut, BytesMut};
 use herald_protocol::envelope::Notification;
 
 use crate::schedule::entry::Entry;
+use crate::schedule::sender::Resolved;
 
 /// One send: an entry, and the ids of the entries it stands for (several
 /// when merged; the entry's own otherwise).
@@ -17,13 +18,28 @@ use crate::schedule::entry::Entry;
 pub(super) struct ToSend {
     pub(super) entry: Entry,
     pub(super) ids: Vec<String>,
+    /// Its callback, made once the link took it (never merged).
+    pub(super) call: Option<Resolved>,
 }
 
 impl ToSend {
     /// An entry that stands for itself.
     pub(super) fn one(entry: Entry) -> ToSend {
         let ids = vec![entry.id().to_owned()];
-        ToSend { entry, ids }
+        ToSend {
+            entry,
+            ids,
+            call: None,
+        }
+    }
+
+    /// An entry that stands for itself and calls out once the link took
+    /// it.
+    pub(super) fn with_call(entry: Entry, call: Resolved) -> ToSend {
+        ToSend {
+            call: Some(call),
+            ..ToSend::one(entry)
+        }
     }
 }
 
@@ -68,13 +84,18 @@ pub(super) fn merge(entries: Vec<Entry>, merges: impl Fn(Option<&str>) -> bool) 
         let ids: Vec<String> = group.iter().map(|e| e.id().to_owned()).collect();
         if group.len() == 1 {
             let entry = group.into_iter().next().expect("one");
-            sends.push(ToSend { entry, ids });
+            sends.push(ToSend {
+                entry,
+                ids,
+                call: None,
+            });
             continue;
         }
         folded += group.len() as u64 - 1;
         sends.push(ToSend {
             entry: merged(group),
             ids,
+            call: None,
         });
     }
     Merged { sends, folded }

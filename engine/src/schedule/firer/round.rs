@@ -20,6 +20,7 @@ use herald_protocol::envelope::{Notification, Scope};
 
 use super::merge::ToSend;
 use crate::schedule::entry::Millis;
+use crate::schedule::sender::{Call, Resolved};
 
 /// One send of a round, ready for the link.
 #[derive(Debug)]
@@ -33,16 +34,22 @@ pub(super) struct Out {
     /// Its due time when this is its first attempt (for the lateness
     /// histogram; refires and released holds are not counted).
     first_due: Option<Millis>,
+    /// Its callback and the attempts made before, if it calls out once
+    /// the link took it.
+    call: Option<(Resolved, u32)>,
 }
 
 /// One batch for the link.
 #[derive(Debug, Default)]
 pub(super) struct Batch {
     pub(super) notifications: Vec<Arc<Notification>>,
-    /// The ids of the entries it stands for.
+    /// The ids of the entries it stands for, but those with a callback.
     pub(super) ids: Vec<String>,
     /// The lateness of its first attempts as of its sending.
     pub(super) lateness: Vec<Millis>,
+    /// The callbacks to make once the link took it (their entries stay
+    /// firing until the sender records them).
+    pub(super) calls: Vec<Call>,
 }
 
 /// A round's sends, handed out in batches of at most `limit`.
@@ -50,16 +57,25 @@ pub(super) struct Batch {
 pub(super) struct Round {
     outs: std::iter::Peekable<std::vec::IntoIter<Out>>,
     limit: usize,
+    /// When the claim's lease of its entries ends, at the earliest.
+    lease_until: Millis,
 }
 
 impl Round {
     /// The round of `send` (released by an online event when `from_hold`),
-    /// for a link taking at most `limit` per batch.
-    pub(super) fn new(send: Vec<ToSend>, from_hold: bool, limit: usize) -> Round {
+    /// for a link taking at most `limit` per batch; the claims of its
+    /// entries last until `lease_until` at least.
+    pub(super) fn new(
+        send: Vec<ToSend>,
+        from_hold: bool,
+        limit: usize,
+        lease_until: Millis,
+    ) -> Round {
         let limit = limit.max(1);
         Round {
             outs: outs(send, from_hold, limit).into_iter().peekable(),
             limit,
+            lease_until,
         }
     }
 
@@ -76,7 +92,15 @@ impl Round {
             if let Some(due) = out.first_due {
                 batch.lateness.push(sending.saturating_sub(due));
             }
-            batch.ids.extend(out.ids);
+            match out.call {
+                Some((resolved, calls)) => batch.calls.push(Call {
+                    notification: Arc::clone(&out.notification),
+                    resolved,
+                    calls,
+                    lease_until: self.lease_until,
+                }),
+                None => batch.ids.extend(out.ids),
+            }
             batch.notifications.push(out.notification);
         }
         batch
@@ -89,12 +113,19 @@ fn outs(send: Vec<ToSend>, from_hold: bool, limit: usize) -> Vec<Out> {
     let herd = send.len() > limit;
     let mut out: Vec<Out> = send
         .into_iter()
-        .map(|ToSend { entry: e, ids }| Out {
-            recipient: if herd { recipient(&e.notification) } else { 0 },
-            first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
-            notification: Arc::new(e.notification),
-            ids,
-        })
+        .map(
+            |ToSend {
+                 entry: e,
+                 ids,
+                 call,
+             }| Out {
+                recipient: if herd { recipient(&e.notification) } else { 0 },
+                first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
+                call: call.map(|c| (c, e.calls)),
+                notification: Arc::new(e.notification),
+                ids,
+            },
+        )
         .collect();
     if herd {
         out.sort_by_key(|o| o.recipient);
@@ -181,6 +212,7 @@ mod tests {
             vec![merged, entry("r1", "alice", 2), entry("c1", "alice", 1)],
             false,
             2,
+            u64::MAX,
         );
         let first = round.batch(1_250);
         assert!(!round.is_done());

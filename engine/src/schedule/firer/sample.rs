@@ -7,7 +7,7 @@ use crate::schedule::entry::{Entry, Phase};
 
 /// A scheduled text entry for `user`, due at 1,000, on its `attempts`th
 /// claim.
-pub(super) fn entry(id: &str, user: &str, attempts: u32) -> Entry {
+pub(crate) fn entry(id: &str, user: &str, attempts: u32) -> Entry {
     Entry {
         notification: Notification {
             id: id.into(),

@@ -1,0 +1,248 @@
+//! The sender: a task beside the firer that makes the callbacks of due
+//! notifications and records what came of each.
+//!
+//! It is handed [`Call`]s in groups: by the confirmer once the link took
+//! the browser part of a batch (notifications that go to browsers and call
+//! out), and by the firer directly for callback-only notifications and for
+//! entries claimed for their callback alone (a retry, a replayed dead
+//! letter). Each group's entries are marked with the step they start at
+//! (`rechecking` or `calling`, [`Store::mark_step`]), then each call runs
+//! as a task of its own ([`exchange::run`]: the signed recheck, then the
+//! signed call). Their outcomes are recorded in batches
+//! ([`record::Recorder`]): `retry_wait` at the time the retry policy says,
+//! or `delivered`, `declined`, `dead`. Until an outcome is recorded the
+//! entry stays firing under its claim's lease, so a crash repeats the call
+//! (with the same `webhook-id`) instead of losing it.
+//!
+//! # Bounds
+//! - At most [`CALL_QUEUE`] groups wait to be taken (policy: backpressure:
+//!   the confirmer, then the firer, wait for room).
+//! - At most `max_in_flight` calls run at once, and no more than that many
+//!   wait to start (policy: backpressure: the queue is not read while they
+//!   do). Each destination host has its own concurrency limit and breaker
+//!   in the [`Client`].
+//! - A call is started only if its claim's lease leaves room for its
+//!   requests' timeouts ([`Call::needs_ms`]); otherwise it is put back
+//!   (`retry_wait` due now, no attempt used), so that no other firer claims
+//!   it while its request is on its way.
+//!
+//! At shutdown the calls running are finished and recorded; those not
+//! started are put back the same way.
+
+mod record;
+mod resolve;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use herald_protocol::envelope::{Notification, Scope};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+pub(crate) use self::record::failed_attempt;
+use self::record::{Done, Recorder};
+pub(crate) use self::resolve::{Resolution, Resolved, defaults, resolve};
+use super::entry::{Millis, Step};
+use super::metrics::DelayedMetrics;
+use super::store::{RetryWait, Store};
+use super::timing::now_ms;
+use crate::callback::client::Client;
+use crate::callback::exchange::{self, Job};
+
+/// Groups of calls waiting for the sender, at most.
+pub(crate) const CALL_QUEUE: usize = 16;
+
+/// Calls running at once, at most (and as many waiting to start).
+pub(crate) const MAX_IN_FLIGHT: usize = 1024;
+
+/// Room kept in a lease beyond a call's timeouts.
+const LEASE_MARGIN_MS: u64 = 1_000;
+
+/// The callback of one due entry.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// The notification (shared with the link when it also went to
+    /// browsers).
+    pub(crate) notification: Arc<Notification>,
+    /// Where it goes and under which settings.
+    pub(crate) resolved: Resolved,
+    /// Attempts of the policy made before this one.
+    pub(crate) calls: u32,
+    /// When its claim's lease ends, at the earliest.
+    pub(crate) lease_until: Millis,
+}
+
+impl Call {
+    /// The notification id.
+    pub(crate) fn id(&self) -> &str {
+        &self.notification.id
+    }
+
+    /// How long its requests may take at most: one timeout per request,
+    /// and a margin.
+    fn needs_ms(&self) -> u64 {
+        let requests = if self.resolved.recheck_url.is_some() {
+            2
+        } else {
+            1
+        };
+        self.resolved
+            .settings
+            .timeout_ms
+            .saturating_mul(requests)
+            .saturating_add(LEASE_MARGIN_MS)
+    }
+
+    /// The request it starts with.
+    fn first_step(&self) -> Step {
+        if self.resolved.recheck_url.is_some() {
+            Step::Rechecking
+        } else {
+            Step::Calling
+        }
+    }
+
+    /// Its one user, if it is for exactly one.
+    fn user(&self) -> Option<&str> {
+        let n = &self.notification;
+        match (n.scope, n.users.as_slice()) {
+            (Scope::User, [user]) => Some(user.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// The firer's and the confirmer's end of the sender.
+pub(crate) type CallQueue = mpsc::Sender<Vec<Call>>;
+
+/// What the sender needs.
+pub(crate) struct Sender {
+    pub(crate) client: Client,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) metrics: DelayedMetrics,
+    /// Where retries due soon go back to the firer's scheduler.
+    pub(crate) hint: mpsc::Sender<(Millis, String)>,
+    /// Retries due within this many ms are hinted.
+    pub(crate) horizon_ms: u64,
+    pub(crate) max_in_flight: usize,
+}
+
+impl Sender {
+    /// Until every end of `queue` is dropped and every call is recorded.
+    pub(crate) async fn run(self, mut queue: mpsc::Receiver<Vec<Call>>) {
+        let max = self.max_in_flight.max(1);
+        let mut recorder = Recorder::new(
+            Arc::clone(&self.store),
+            self.metrics.clone(),
+            self.hint.clone(),
+            self.horizon_ms,
+        );
+        let mut waiting: VecDeque<Call> = VecDeque::new();
+        let mut running: JoinSet<Done> = JoinSet::new();
+        let mut open = true;
+        loop {
+            while running.len() < max {
+                let Some(call) = waiting.pop_front() else {
+                    break;
+                };
+                self.start(call, &mut running, &mut recorder);
+            }
+            if recorder.is_full() {
+                recorder.flush().await;
+            }
+            if !open && waiting.is_empty() && running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                Some(done) = running.join_next(), if !running.is_empty() => match done {
+                    Ok(done) => recorder.push(done),
+                    Err(e) => {
+                        // The call's entry stays firing and is claimed
+                        // again when its lease ends.
+                        self.metrics.callbacks.in_flight.dec();
+                        tracing::error!(error = %e, "a callback task failed; it is made again after its lease");
+                    }
+                },
+                group = queue.recv(), if open && waiting.len() < max => match group {
+                    Some(group) => {
+                        self.mark(&group).await;
+                        waiting.extend(group);
+                    }
+                    None => {
+                        open = false;
+                        // Shutdown: what has not started goes back.
+                        for call in waiting.drain(..) {
+                            recorder.put_back(call, now_ms());
+                        }
+                    }
+                },
+                _ = recorder.due(), if recorder.has_pending() => recorder.flush().await,
+            }
+        }
+        recorder.flush().await;
+    }
+
+    /// Mark a group's entries with the step they start at (shown in their
+    /// status). A failure is counted and logged; the calls go on.
+    async fn mark(&self, group: &[Call]) {
+        self.metrics
+            .callbacks
+            .in_flight
+            .inc_by(i64::try_from(group.len()).unwrap_or(i64::MAX));
+        for step in [Step::Rechecking, Step::Calling] {
+            let ids: Vec<String> = group
+                .iter()
+                .filter(|c| c.first_step() == step)
+                .map(|c| c.id().to_owned())
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.store.mark_step(ids, step, now_ms()).await {
+                self.metrics.store_error("mark_step");
+                tracing::warn!(error = %e, %step, "marking callbacks' step failed");
+            }
+        }
+    }
+
+    /// Start `call` in a task of its own, unless its lease is too short
+    /// for it: then it goes back, due now, without using an attempt.
+    fn start(&self, call: Call, running: &mut JoinSet<Done>, recorder: &mut Recorder) {
+        let now = now_ms();
+        if now.saturating_add(call.needs_ms()) > call.lease_until {
+            tracing::debug!(id = call.id(), "too little lease left to call; put back");
+            recorder.put_back(call, now);
+            return;
+        }
+        let client = self.client.clone();
+        running.spawn(async move {
+            let now = now_ms();
+            let n = &call.notification;
+            let job = Job {
+                id: &n.id,
+                topic_name: n.topic.as_deref(),
+                topic: &call.resolved.settings,
+                callback_url: &call.resolved.callback_url,
+                recheck_url: call.resolved.recheck_url.as_ref(),
+                user: call.user(),
+                content_type: &n.content_type,
+                payload: &n.payload,
+                attempt: call.calls.saturating_add(1),
+            };
+            let outcome = exchange::run(&client, &job, now, rand::random::<f64>()).await;
+            Done { call, outcome }
+        });
+    }
+}
+
+/// A call that cannot start now goes back: `retry_wait` due at `now`,
+/// nothing logged, no attempt used.
+fn put_back(id: String, now: Millis) -> RetryWait {
+    RetryWait {
+        id,
+        at_ms: now,
+        attempt: None,
+        counted: false,
+    }
+}
