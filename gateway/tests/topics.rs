@@ -133,6 +133,8 @@ async fn bad_settings_get_a_422_naming_the_field() {
             "retry.attempts",
         ),
         (json!({"timeout_ms": 0}), "timeout_ms"),
+        // A recheck and a call must fit in a claim's lease (30 s here).
+        (json!({"timeout_ms": 20_000}), "timeout_ms"),
         (
             json!({"callback_url": "https://a.example/", "signing_secrets": ["secret"]}),
             "signing_secrets[0]",

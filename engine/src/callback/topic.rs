@@ -97,7 +97,8 @@ pub struct TopicError {
 }
 
 impl TopicError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    /// An error of `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         TopicError {
             field: field.into(),
             message: message.into(),

@@ -105,7 +105,9 @@ pub(crate) async fn put(
         let bytes = api.read_body(body, declared).await?;
         let json: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
-        let topic = match Topic::from_json(&json, delayed.topics().allowed()) {
+        let topic = match Topic::from_json(&json, delayed.topics().allowed())
+            .and_then(|t| delayed.fits_lease(t))
+        {
             Ok(t) => t,
             Err(e) => return Ok(invalid(e)),
         };

@@ -42,6 +42,7 @@ use tokio::task::JoinSet;
 pub(crate) use self::record::failed_attempt;
 use self::record::{Done, Recorder};
 pub(crate) use self::resolve::{Resolution, Resolved, defaults, resolve};
+use super::config::ScheduleConfig;
 use super::entry::{Millis, Step};
 use super::metrics::DelayedMetrics;
 use super::store::{RetryWait, Store};
@@ -57,6 +58,20 @@ pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
 /// Room kept in a lease beyond a call's timeouts.
 const LEASE_MARGIN_MS: u64 = 1_000;
+
+/// The longest per-request timeout a topic may have under `config`: a
+/// recheck and a call must both fit in what a claim's lease leaves once
+/// the entry is due (a pile is claimed up to `claim_ahead_max_ms` early),
+/// with [`LEASE_MARGIN_MS`] to spare. A notification may bring its own
+/// `recheck_url`, so two requests are counted even for a topic without
+/// one.
+pub(crate) fn longest_timeout_ms(config: &ScheduleConfig) -> u64 {
+    config
+        .lease_ms
+        .saturating_sub(config.claim_ahead_max_ms())
+        .saturating_sub(LEASE_MARGIN_MS)
+        / 2
+}
 
 /// The callback of one due entry.
 #[derive(Debug)]

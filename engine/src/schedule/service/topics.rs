@@ -5,11 +5,29 @@
 use bytes::Bytes;
 
 use super::Delayed;
-use crate::callback::topic::Topic;
+use crate::callback::topic::{Topic, TopicError};
 use crate::schedule::entry::Millis;
 use crate::schedule::store::{PutTopic, StoreError, StoredTopic};
 
 impl Delayed {
+    /// `topic`, if one attempt of its callback (a recheck and a call, each
+    /// up to `timeout_ms`) fits in a claim's lease: the lease is what keeps
+    /// another firer from making the same call while it is on its way.
+    /// Otherwise the 422 names `timeout_ms` and the longest that fits.
+    pub fn fits_lease(&self, topic: Topic) -> Result<Topic, TopicError> {
+        let longest = crate::schedule::sender::longest_timeout_ms(&self.inner.config);
+        if topic.timeout_ms > longest {
+            return Err(TopicError::new(
+                "timeout_ms",
+                format!(
+                    "is {} ms, but at most {longest} ms fits twice (a recheck and a call) in this deployment's schedule.lease_ms of {} ms",
+                    topic.timeout_ms, self.inner.config.lease_ms,
+                ),
+            ));
+        }
+        Ok(topic)
+    }
+
     /// Register `name` with `topic`, or replace its settings (bounded by
     /// `schedule.max_topics`), and put it in force here when the store
     /// took it. Answers what the store did and what it stored.
