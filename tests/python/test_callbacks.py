@@ -146,3 +146,66 @@ def test_a_tampered_body_or_an_old_timestamp_does_not_verify(make_gateway, recei
     with pytest.raises(WebhookVerificationError):
         verify(NEW, stale, body)
     until_state(gw, "remind-1", "delivered")
+
+
+class HoldingReceiver(Receiver):
+    """A receiver whose first request gets no answer until `release` is
+    set: the gateway is killed while its call is on its way."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.held = 0
+        base = self.server.RequestHandlerClass
+        receiver = self
+
+        class Holding(base):
+            def do_POST(self):  # noqa: N802
+                if receiver.held == 0:
+                    receiver.held += 1
+                    body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                    receiver.requests.put((self.path, dict(self.headers.items()), body))
+                    receiver.release.wait(TIMEOUT)
+                    return  # no answer: the connection is dropped
+                super().do_POST()
+
+        self.server.RequestHandlerClass = Holding
+
+    def close(self):
+        self.release.set()
+        super().close()
+
+
+def test_a_kill_mid_call_repeats_the_call_with_the_same_webhook_id(make_gateway):
+    receiver = HoldingReceiver()
+    try:
+        gw = make_gateway(CONFIG)
+        put_topic(gw, "billing", {"callback_url": receiver.url, "signing_secrets": [NEW]})
+        gw.publish({"id": "pay.check-9", "users": ["u9"], "event": "payment.check",
+                    "topic": "billing", "payload": {"order": 9}, "delay_ms": 50})
+        _path, first, body = receiver.next()
+        gw.kill()  # SIGKILL while the call waits for its answer
+        gw.start()  # the same data directory
+        _path, again, body_again = receiver.next()
+        assert again["webhook-id"] == first["webhook-id"], "a receiver can drop the repeat"
+        assert body_again == body
+        assert verify(NEW, again, body_again) == {"order": 9}
+        until_state(gw, "pay.check-9", "delivered")
+    finally:
+        receiver.close()
+
+
+def test_a_kill_while_a_retry_waits_loses_nothing(make_gateway, receiver):
+    gw = make_gateway(CONFIG)
+    put_topic(gw, "billing", {"callback_url": receiver.url, "retry": {"delays_ms": [500]}})
+    receiver.script = [503]
+    gw.publish({"id": "pay.check-10", "users": ["u10"], "event": "payment.check",
+                "topic": "billing", "payload": {"order": 10}, "delay_ms": 50})
+    _path, first, _body = receiver.next()
+    until_state(gw, "pay.check-10", "retry_wait")
+    gw.kill()
+    gw.start()
+    _path, again, _body = receiver.next()
+    assert again["webhook-id"] == first["webhook-id"]
+    status = until_state(gw, "pay.check-10", "delivered")
+    assert [a["status"] for a in status["attempt_log"]] == [503, 200]
