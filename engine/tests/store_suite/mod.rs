@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use herald_engine::callback::attempt::{Attempt, Kind, Verdict};
-use herald_engine::schedule::entry::{Entry, Millis, Phase, State, Step};
+use herald_engine::schedule::entry::{Entry, Millis, Phase, State, Step, Target};
 use herald_engine::schedule::store::{
     Cancel, Cursor, Ending, FIRST_ATTEMPTS_KEPT, Finish, Insert, ListFilter, MAX_ATTEMPTS_KEPT,
     Page, PutTopic, Replay, RetryWait, Settled, Store, StoredTopic,
@@ -1447,6 +1447,15 @@ pub async fn list_purge_and_counts_with_the_callback_states(store: &dyn Store) {
     // A purged id can be used again, with an empty log.
     insert_ok(store, vec![entry("d", now + 5, None, "u")]).await;
     assert!(store.attempts("d").await.unwrap().is_empty());
+}
+
+/// Own callback settings for a notification: both URLs, no browsers.
+pub fn target(id: &str) -> Target {
+    Target {
+        callback_url: Some(format!("https://cb.example/hook/{id}")),
+        recheck_url: Some(format!("https://cb.example/check?id={id}")),
+        browsers: false,
+    }
 }
 
 /// One `#[tokio::test]` per case, each on a fresh store from `$open`, an
