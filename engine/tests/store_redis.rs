@@ -415,6 +415,8 @@ async fn a_redis_cluster_passes_the_suite() {
         cancel_of_a_retry_wait_entry,
         release_and_hold_keep_the_callback_phase,
         list_purge_and_counts_with_the_callback_states,
+        calls_count_the_counted_attempts_and_replay_resets_them,
+        the_target_is_kept_and_every_claim_returns_it,
     );
     run!("@by_arc", by_arc;
         cancel_racing_claim_has_one_winner,
