@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every cargo-fuzz target of Herald for a bounded time (libFuzzer, nightly Rust): the
 # decoders of protocol/fuzz (STOMP, WebSocket, SockJS, bundles, streaming UTF-8) and engine/fuzz
-# (the HTTP publish envelope). See docs/fuzzing.md.
+# (the HTTP publish envelope, the delayed store's records). See docs/fuzzing.md.
 #
 #   scripts/fuzz.sh [--seconds N] [TARGET...]
 #

@@ -9,6 +9,8 @@
 use bytes::Bytes;
 use herald_engine::publish::PublishConfig;
 use herald_engine::publish::decode::decode_body;
+use herald_engine::schedule::entry::Target;
+use herald_engine::schedule::record;
 
 /// The content types a raw publication is tried with; the JSON form is
 /// `application/json` (with parameters and odd case too, which must still
@@ -83,4 +85,21 @@ pub(crate) fn publish_decode(data: &[u8]) {
             assert_eq!(n.validate(&config.limits), Ok(()));
         }
     }
+}
+
+/// Arbitrary bytes read as a stored record (`schedule::record::decode`,
+/// which both stores apply to every entry they hold) never make it panic.
+/// What decodes encodes, as the version this build writes, to a record
+/// that decodes to the same entry (its target included); a record of
+/// version 1 has the default target.
+pub(crate) fn record_decode(data: &[u8]) {
+    let Ok(entry) = record::decode(Bytes::copy_from_slice(data)) else {
+        return;
+    };
+    if data[0] == record::VERSION_1 {
+        assert_eq!(entry.target, Target::default());
+    }
+    let again = record::encode(&entry);
+    assert_eq!(again[0], record::VERSION);
+    assert_eq!(record::decode(again).as_ref(), Ok(&entry));
 }

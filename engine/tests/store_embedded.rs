@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use herald_engine::schedule::entry::{Phase, State};
+use herald_engine::schedule::entry::{Entry, Phase, State};
 use herald_engine::schedule::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use herald_engine::schedule::store::{Ending, Finish, Insert, Replay, RetryWait, Store};
 
@@ -92,13 +92,13 @@ async fn a_store_of_the_first_format_is_refused_with_a_clear_error() {
     }
     let err = EmbeddedStore::open(dir.path()).unwrap_err().to_string();
     assert!(
-        err.contains("store format 1") && err.contains("format 3"),
+        err.contains("store format 1") && err.contains("formats 2 to 4"),
         "{err}"
     );
 }
 
 /// A file of format 2 (before the callback states) is read as it is, and
-/// stamped 3 so that an older Herald refuses it instead of meeting states
+/// stamped 4 so that an older Herald refuses it instead of meeting states
 /// it does not know.
 #[tokio::test]
 async fn a_store_of_format_2_is_upgraded_in_place() {
@@ -111,7 +111,8 @@ async fn a_store_of_format_2_is_upgraded_in_place() {
     }
     {
         // What a format 2 Herald wrote: the same tables, less `retry` and
-        // `attempts`, stamped 2.
+        // `attempts`, headers without calls, stamped 2.
+        to_format_3(&dir.path().join("store.redb"));
         let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
         let txn = db.begin_write().unwrap();
         txn.open_table(meta).unwrap().insert("format", 2).unwrap();
@@ -133,7 +134,189 @@ async fn a_store_of_format_2_is_upgraded_in_place() {
     let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
     let txn = db.begin_read().unwrap();
     let format = txn.open_table(meta).unwrap().get("format").unwrap();
-    assert_eq!(format.map(|v| v.value()), Some(3));
+    assert_eq!(format.map(|v| v.value()), Some(4));
+}
+
+/// Rewrite every stored value of the closed store at `path` the way
+/// formats 2 and 3 wrote it: a 29-byte header (state without the 0x80
+/// bit, no calls) and a record of version 1 (no target); stamped 3.
+fn to_format_3(path: &std::path::Path) {
+    use redb::{ReadableTable, TableDefinition};
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut records = txn
+            .open_table(TableDefinition::<u64, &[u8]>::new("records"))
+            .unwrap();
+        let all: Vec<(u64, Vec<u8>)> = records
+            .iter()
+            .unwrap()
+            .map(|kv| {
+                let (k, v) = kv.unwrap();
+                (k.value(), v.value().to_vec())
+            })
+            .collect();
+        for (seq, raw) in all {
+            assert_eq!(raw[0] & 0x80, 0x80, "a value of format 4");
+            let mut old = vec![raw[0] & 0x7f];
+            old.extend(&raw[1..5]); // attempts
+            old.extend(&raw[9..]); // updated, deadline, fire, id, the rest
+            let id_len = usize::from(u16::from_be_bytes([old[29], old[30]]));
+            let body = 31 + id_len;
+            if old.len() > body && old[body] == 2 {
+                // A record of version 2 with the default target is one of
+                // version 1 and a zero flags byte.
+                assert_eq!(old.last(), Some(&0), "a default target");
+                old[body] = 1;
+                old.pop();
+            }
+            records.insert(seq, old.as_slice()).unwrap();
+        }
+        let mut meta = txn
+            .open_table(TableDefinition::<&str, u64>::new("meta"))
+            .unwrap();
+        meta.insert("format", 3).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+/// A file of format 3 (headers without calls, records of version 1) is
+/// read as it is and stamped 4: its entries fire with calls 0 and the
+/// default target, count calls from there, and are written in format 4
+/// when they change, which survives a reopen.
+#[tokio::test]
+async fn a_store_of_format_3_is_read_as_it_is_and_counts_calls_from_there() {
+    let t0 = store_suite::T0;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let entries = ["w", "d", "x"].map(|id| store_suite::entry(id, t0, Some("cb"), "u"));
+        store.insert(entries.to_vec(), t0).await.unwrap();
+        // "d" is a dead letter and "x" delivered when the file is made old.
+        store.claim_due(t0, 10, 60_000).await.unwrap();
+        store
+            .finish(
+                vec![
+                    Finish {
+                        id: "d".into(),
+                        ending: Ending::Dead,
+                        attempt: Some(store_suite::attempt(1, t0)),
+                    },
+                    Finish {
+                        id: "x".into(),
+                        ending: Ending::Delivered,
+                        attempt: None,
+                    },
+                ],
+                t0 + 1,
+            )
+            .await
+            .unwrap();
+    }
+    to_format_3(&path);
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let x = store.status("x").await.unwrap().unwrap();
+        assert_eq!((x.state, x.due_ms), (State::Delivered, t0));
+        let w = store.claim_due(t0 + 2, 10, 60_000).await.unwrap();
+        assert_eq!(w.len(), 1, "the claim ended with the process");
+        assert_eq!(
+            w[0],
+            Entry {
+                attempts: 1,
+                ..store_suite::entry("w", t0, Some("cb"), "u")
+            },
+            "calls 0 and the default target"
+        );
+        store
+            .retry_wait(
+                vec![RetryWait {
+                    id: "w".into(),
+                    at_ms: t0 + 10,
+                    attempt: Some(store_suite::attempt(1, t0 + 2)),
+                    counted: true,
+                }],
+                t0 + 3,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.replay("d", t0 + 4).await.unwrap(),
+            Replay::Replayed(_)
+        ));
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let back = store.claim_due(t0 + 10, 10, 60_000).await.unwrap();
+    let calls: Vec<(&str, u32, Phase)> = back.iter().map(|e| (e.id(), e.calls, e.phase)).collect();
+    assert_eq!(
+        calls,
+        [("d", 0, Phase::Callback), ("w", 1, Phase::Callback)],
+        "d replayed (due at {}), w counted once",
+        t0 + 4
+    );
+    assert_eq!(store.attempts("d").await.unwrap().len(), 1);
+    drop(store);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+    let format = txn.open_table(meta).unwrap().get("format").unwrap();
+    assert_eq!(format.map(|v| v.value()), Some(4));
+}
+
+/// Calls and the target are on disk: a reopened store returns them, and
+/// counts on from the calls it kept.
+#[tokio::test]
+async fn calls_and_the_target_survive_a_reopen() {
+    let t0 = store_suite::T0;
+    let dir = tempfile::tempdir().unwrap();
+    let own = Entry {
+        target: store_suite::target("a"),
+        ..store_suite::entry("a", t0, Some("cb"), "u")
+    };
+    let wait = |at_ms, counted| RetryWait {
+        id: "a".into(),
+        at_ms,
+        attempt: Some(store_suite::attempt(1, at_ms - 1)),
+        counted,
+    };
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.insert(vec![own.clone()], t0).await.unwrap();
+        store.claim_due(t0, 10, 60_000).await.unwrap();
+        store
+            .retry_wait(vec![wait(t0 + 10, true)], t0 + 1)
+            .await
+            .unwrap();
+        store.claim_due(t0 + 10, 10, 60_000).await.unwrap();
+        store
+            .retry_wait(vec![wait(t0 + 20, true)], t0 + 11)
+            .await
+            .unwrap();
+        store.claim_due(t0 + 20, 10, 60_000).await.unwrap();
+        store
+            .retry_wait(vec![wait(t0 + 30, false)], t0 + 21)
+            .await
+            .unwrap();
+        // Claimed when the process stops: the claim goes, the calls stay.
+        let claimed = store.claim_due(t0 + 30, 10, 60_000).await.unwrap();
+        assert_eq!(claimed[0].calls, 2);
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let back = store.claim_due(t0 + 30, 10, 60_000).await.unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!(
+        (back[0].calls, &back[0].target, back[0].phase),
+        (2, &own.target, Phase::Callback)
+    );
+    store
+        .retry_wait(vec![wait(t0 + 40, true)], t0 + 31)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim_due(t0 + 40, 10, 60_000).await.unwrap()[0].calls,
+        3
+    );
 }
 
 #[tokio::test]
@@ -289,6 +472,7 @@ fn raw_list_keys(path: &std::path::Path, topic: &str, state: u8) -> Vec<Vec<u8>>
 /// `sched` key, a list key of its own state, and the counters.
 fn make_firing_the_old_way(path: &std::path::Path, topic: &str, lease_until: u64) {
     use redb::{ReadableTable, TableDefinition};
+    to_format_3(path);
     let db = redb::Database::open(path).unwrap();
     let txn = db.begin_write().unwrap();
     {

@@ -415,6 +415,8 @@ async fn a_redis_cluster_passes_the_suite() {
         cancel_of_a_retry_wait_entry,
         release_and_hold_keep_the_callback_phase,
         list_purge_and_counts_with_the_callback_states,
+        calls_count_the_counted_attempts_and_replay_resets_them,
+        the_target_is_kept_and_every_claim_returns_it,
     );
     run!("@by_arc", by_arc;
         cancel_racing_claim_has_one_winner,
@@ -537,6 +539,169 @@ async fn a_crashed_routers_claims_come_back_to_another_after_the_lease() {
     let mut sorted = ids(&back);
     sorted.sort();
     assert_eq!(ids(&back), sorted, "(fire time, id) order across shards");
+}
+
+/// Calls and the target are in Redis, not in a router: what one router
+/// counted, another claiming the entry sees (after a release, and after
+/// the first router's lease ran out), and a replay through either resets
+/// it for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_router_sees_the_calls_and_the_target() {
+    let (prefix, _guard) = fresh_prefix();
+    let a = connect(config(&prefix)).await;
+    let b = connect(config(&prefix)).await;
+    let own = Entry {
+        target: store_suite::target("x"),
+        ..entry("x", T0, Some("cb"), "u")
+    };
+    a.insert(vec![own.clone()], T0).await.unwrap();
+    let wait = |at_ms: u64, counted| RetryWait {
+        id: "x".into(),
+        at_ms,
+        attempt: Some(attempt(1, at_ms - 1)),
+        counted,
+    };
+    assert_eq!(a.claim_due(T0, 10, LEASE).await.unwrap().len(), 1);
+    a.retry_wait(vec![wait(T0 + 10, true)], T0 + 1)
+        .await
+        .unwrap();
+    let on_b = b.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    assert_eq!(
+        (on_b[0].calls, &on_b[0].target, on_b[0].phase),
+        (1, &own.target, Phase::Callback)
+    );
+    b.retry_wait(vec![wait(T0 + 20, true)], T0 + 11)
+        .await
+        .unwrap();
+    // a claims it, and dies: b takes it when the lease runs out.
+    assert_eq!(a.claim_due(T0 + 20, 10, 1000).await.unwrap()[0].calls, 2);
+    assert!(b.claim_due(T0 + 1019, 10, LEASE).await.unwrap().is_empty());
+    let back = b.claim_due(T0 + 1020, 10, LEASE).await.unwrap();
+    assert_eq!((back[0].calls, back[0].attempts), (2, 4));
+    b.finish(
+        vec![Finish {
+            id: "x".into(),
+            ending: Ending::Dead,
+            attempt: None,
+        }],
+        T0 + 1021,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        a.replay("x", T0 + 2000).await.unwrap(),
+        Replay::Replayed(_)
+    ));
+    let replayed = b.claim_due(T0 + 2000, 10, LEASE).await.unwrap();
+    assert_eq!((replayed[0].calls, &replayed[0].target), (0, &own.target));
+}
+
+/// `raw` (an entry's value) as a build from before calls were kept stored
+/// it: no flag 32 (offset 40), the header (its length at offset 38) 4
+/// bytes shorter.
+fn without_calls(raw: &[u8]) -> Vec<u8> {
+    let len = usize::from(u16::from_be_bytes([raw[38], raw[39]]));
+    assert_eq!(raw[40] & 32, 32, "a value with calls");
+    let mut old = raw[..len - 4].to_vec();
+    old[38..40].copy_from_slice(&((len - 4) as u16).to_be_bytes());
+    old[40] &= !32;
+    old.extend_from_slice(&raw[len..]);
+    old
+}
+
+/// An entry stored before calls were kept (its header has none) reads
+/// with calls 0; its first counted attempt writes it again with them, its
+/// body intact; a replay of one without them leaves it without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_stored_before_calls_were_kept_gets_them_when_first_counted() {
+    let (prefix, _guard) = fresh_prefix();
+    let store = connect(config(&prefix)).await;
+    let mut big = online_entry("old", T0, "alice");
+    big.notification.payload = bytes::Bytes::from(vec![b'p'; 100_000]);
+    let dead = entry("dead", T0, Some("cb"), "u");
+    store
+        .insert(vec![big.clone(), dead.clone()], T0)
+        .await
+        .unwrap();
+    let mut c = sync_conn(&redis_url());
+    for id in ["old", "dead"] {
+        let key = format!("{prefix}:{{{}}}:e:{id}", shard_of_entry(&prefix, id));
+        let raw: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut c).unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(without_calls(&raw))
+            .query(&mut c)
+            .unwrap();
+    }
+    let first = store.claim_due(T0, 10, LEASE).await.unwrap();
+    assert_eq!(first.len(), 2);
+    assert!(first.iter().all(|e| e.calls == 0));
+    let key = format!("{prefix}:{{{}}}:e:old", shard_of_entry(&prefix, "old"));
+    let len_of =
+        |c: &mut redis::Connection| -> i64 { redis::cmd("STRLEN").arg(&key).query(c).unwrap() };
+    let before = len_of(&mut c);
+    store
+        .retry_wait(
+            vec![RetryWait {
+                id: "old".into(),
+                at_ms: T0 + 10,
+                attempt: Some(attempt(1, T0)),
+                counted: true,
+            }],
+            T0 + 1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(len_of(&mut c), before + 4, "the header gained calls");
+    let s = store.status("old").await.unwrap().unwrap();
+    assert_eq!(
+        (s.state, s.topic.as_deref(), s.next_attempt_ms),
+        (State::RetryWait, Some("online"), Some(T0 + 10))
+    );
+    let back = store.claim_due(T0 + 10, 10, LEASE).await.unwrap();
+    assert_eq!(
+        back,
+        vec![Entry {
+            attempts: 2,
+            calls: 1,
+            phase: Phase::Callback,
+            ..big
+        }]
+    );
+    // In place from now on.
+    store
+        .retry_wait(
+            vec![RetryWait {
+                id: "old".into(),
+                at_ms: T0 + 20,
+                attempt: None,
+                counted: true,
+            }],
+            T0 + 11,
+        )
+        .await
+        .unwrap();
+    assert_eq!(len_of(&mut c), before + 4);
+    assert_eq!(
+        store.claim_due(T0 + 20, 10, LEASE).await.unwrap()[0].calls,
+        2
+    );
+    // A dead letter without calls is replayed without them.
+    store
+        .finish(
+            vec![Finish {
+                id: "dead".into(),
+                ending: Ending::Dead,
+                attempt: None,
+            }],
+            T0 + 21,
+        )
+        .await
+        .unwrap();
+    store.replay("dead", T0 + 22).await.unwrap();
+    let d = store.claim_due(T0 + 22, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&d), ["dead"]);
+    assert_eq!((d[0].calls, d[0].phase), (0, Phase::Callback));
 }
 
 // ---------------------------------------------------------------------------

@@ -36,11 +36,21 @@
 //! ```text
 //! claim_due/claim_held --> firing (phase Deliver: browsers, then the callback)
 //!   firing --mark_step--> firing, step rechecking / calling (shown in the status)
-//!   firing --retry_wait--> retry_wait at `at_ms` (attempt logged, browsers done)
+//!   firing --retry_wait--> retry_wait at `at_ms` (attempt logged, browsers done,
+//!                          calls + 1 when counted)
 //!   retry_wait --claim_due at `at_ms`--> firing (phase Callback: the callback only)
 //!   firing --finish--> delivered | declined | dead (attempt logged; dead keeps the body)
-//!   dead --replay--> retry_wait due now, attempts 0, log kept
+//!   dead --replay--> retry_wait due now, attempts 0, calls 0, log kept
 //! ```
+//!
+//! Each entry's [`Entry::calls`] counts the callback attempts made under its
+//! topic's retry policy, apart from `attempts` (claims): the store keeps it
+//! with the entry's state, not in its record. Inserted entries have 0 (the
+//! caller's value is ignored); [`Store::retry_wait`] adds 1 for each item
+//! that is [`RetryWait::counted`]; [`Store::replay`] sets it to 0; nothing
+//! else changes it (claims, holds, releases, an expired lease,
+//! [`Store::finish`]), and every claim returns it. The entry's own
+//! [`Entry::target`] is part of its record, kept as it was inserted.
 //!
 //! A kill -9 at any point loses nothing: an entry is firing under a lease
 //! until one of these calls returns, so at worst the call is made again
@@ -239,9 +249,9 @@ pub enum PutTopic {
 /// The durable store of delayed notifications. See the module docs for the
 /// contract every backend keeps.
 pub trait Store: Send + Sync + 'static {
-    /// Store new entries (state scheduled, `attempts` 0, phase
-    /// [`Phase::Deliver`](super::entry::Phase)) durably, in one
-    /// commit. One outcome per entry, in order. An id that already exists,
+    /// Store new entries (state scheduled, `attempts` 0, `calls` 0, phase
+    /// [`Phase::Deliver`](super::entry::Phase), their target as given)
+    /// durably, in one commit. One outcome per entry, in order. An id that already exists,
     /// in any state, is left alone and reported as [`Insert::Duplicate`];
     /// the same id twice within one call is stored once.
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>>;
@@ -250,7 +260,7 @@ pub trait Store: Send + Sync + 'static {
     /// with fire time `<= now`, or firing with an expired lease
     /// (`lease_until <= now`; their firer crashed). Each becomes firing
     /// with `lease_until = now + lease_ms`, `attempts + 1`, no step, and is
-    /// returned, earliest fire time first (entries with the same fire time
+    /// returned (with its `calls` and target), earliest fire time first (entries with the same fire time
     /// in the backend's order: the embedded store's is acceptance, Redis's
     /// is id). An entry claimed from retry_wait, or again after the lease
     /// of such a claim, has phase [`Phase::Callback`](super::entry::Phase);
@@ -341,13 +351,15 @@ pub trait Store: Send + Sync + 'static {
     /// These firing entries' callbacks are to be tried again: each becomes
     /// retry_wait at `now` with fire time `at_ms` (its `due_ms`
     /// unchanged), its browser part done (claimed again, it has phase
-    /// [`Phase::Callback`](super::entry::Phase)), and its attempt appended
-    /// to its log. Ids not firing are left alone (nothing is logged for
-    /// them).
+    /// [`Phase::Callback`](super::entry::Phase)), its attempt appended to
+    /// its log, and its `calls` + 1 when the item is
+    /// [`counted`](RetryWait::counted). Ids not firing are left alone
+    /// (nothing is logged or counted for them; an id twice in `items` moves
+    /// once).
     fn retry_wait(&self, items: Vec<RetryWait>, now: Millis) -> StoreFuture<'_, Settled>;
 
     /// These firing entries end: each becomes delivered, declined or dead
-    /// at `now`, its attempt appended to its log. A dead letter keeps its
+    /// at `now`, its attempt appended to its log, its `calls` unchanged. A dead letter keeps its
     /// body; the others keep only their status. Ids not firing are left
     /// alone (nothing is logged for them).
     fn finish(&self, items: Vec<Finish>, now: Millis) -> StoreFuture<'_, Settled>;
@@ -357,8 +369,8 @@ pub trait Store: Send + Sync + 'static {
     fn attempts(&self, id: &str) -> StoreFuture<'_, Vec<Attempt>>;
 
     /// Send a dead letter again: it becomes retry_wait at `now`, due `now`,
-    /// with `attempts` 0 (its log is kept and goes on), so the next claim
-    /// makes its callback as attempt 1 (see [`Replay`]).
+    /// with `attempts` and `calls` 0 (its log is kept and goes on), so the
+    /// next claim makes its callback as attempt 1 (see [`Replay`]).
     fn replay(&self, id: &str, now: Millis) -> StoreFuture<'_, Replay>;
 
     /// Register `name` with `settings`, or replace its settings. A new

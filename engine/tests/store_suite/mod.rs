@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use herald_engine::callback::attempt::{Attempt, Kind, Verdict};
-use herald_engine::schedule::entry::{Entry, Millis, Phase, State, Step};
+use herald_engine::schedule::entry::{Entry, Millis, Phase, State, Step, Target};
 use herald_engine::schedule::store::{
     Cancel, Cursor, Ending, FIRST_ATTEMPTS_KEPT, Finish, Insert, ListFilter, MAX_ATTEMPTS_KEPT,
     Page, PutTopic, Replay, RetryWait, Settled, Store, StoredTopic,
@@ -1449,6 +1449,219 @@ pub async fn list_purge_and_counts_with_the_callback_states(store: &dyn Store) {
     assert!(store.attempts("d").await.unwrap().is_empty());
 }
 
+/// Own callback settings for a notification: both URLs, no browsers.
+pub fn target(id: &str) -> Target {
+    Target {
+        callback_url: Some(format!("https://cb.example/hook/{id}")),
+        recheck_url: Some(format!("https://cb.example/check?id={id}")),
+        browsers: false,
+    }
+}
+
+/// Claim the one entry due at `now`, which must be `id`.
+async fn claim_one(store: &dyn Store, id: &str, now: Millis) -> Entry {
+    let mut got = store.claim_due(now, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&got), [id], "at {now}");
+    got.remove(0)
+}
+
+/// `calls` counts counted attempts only: a wait without a request (a
+/// paused destination), a release, a hold attempt and a lease that ran
+/// out leave it; finishing keeps it; a replayed dead letter starts again
+/// from 0. Every claim returns it.
+pub async fn calls_count_the_counted_attempts_and_replay_resets_them(store: &dyn Store) {
+    let mut e = entry("a", T0, Some("cb"), "u");
+    e.calls = 9; // not the caller's to set: stored as 0
+    insert_ok(store, vec![e]).await;
+    assert_eq!(claim_one(store, "a", T0).await.calls, 0);
+    let counted = |at_ms, n| RetryWait {
+        id: "a".into(),
+        at_ms,
+        attempt: Some(attempt(n, at_ms - 1)),
+        counted: true,
+    };
+    let paused = |at_ms| RetryWait {
+        id: "a".into(),
+        at_ms,
+        attempt: None,
+        counted: false,
+    };
+    store
+        .retry_wait(vec![counted(T0 + 10, 1)], T0 + 1)
+        .await
+        .unwrap();
+    let a = claim_one(store, "a", T0 + 10).await;
+    assert_eq!((a.calls, a.attempts, a.phase), (1, 2, Phase::Callback));
+    store
+        .retry_wait(vec![paused(T0 + 20)], T0 + 11)
+        .await
+        .unwrap();
+    assert_eq!(claim_one(store, "a", T0 + 20).await.calls, 1, "not counted");
+    // Logged but not counted: the caller decides.
+    store
+        .retry_wait(
+            vec![RetryWait {
+                attempt: Some(attempt(2, T0 + 21)),
+                ..paused(T0 + 30)
+            }],
+            T0 + 21,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claim_one(store, "a", T0 + 30).await.calls, 1);
+    store
+        .retry_wait(vec![counted(T0 + 40, 2)], T0 + 31)
+        .await
+        .unwrap();
+    assert_eq!(claim_one(store, "a", T0 + 40).await.calls, 2);
+    // A release, a refused hold and a lease that ran out keep it.
+    store
+        .release(vec!["a".into()], T0 + 50, T0 + 41)
+        .await
+        .unwrap();
+    assert_eq!(claim_one(store, "a", T0 + 50).await.calls, 2);
+    store
+        .hold(vec!["a".into()], T0 + 100_000, T0 + 51)
+        .await
+        .unwrap();
+    let again = claim_one(store, "a", T0 + 50 + LEASE).await;
+    assert_eq!((again.calls, again.attempts), (2, 7));
+    // Two counted attempts in one call to the same id: the second finds it
+    // no longer firing.
+    let settled = store
+        .retry_wait(
+            vec![counted(T0 + 60_000, 3), counted(T0 + 60_000, 4)],
+            T0 + 50 + LEASE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled.moved, 1);
+    assert_eq!(claim_one(store, "a", T0 + 60_000).await.calls, 3);
+    store
+        .finish(
+            vec![end("a", Ending::Dead, Some(attempt(4, T0 + 60_001)))],
+            T0 + 60_002,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.replay("a", T0 + 70_000).await.unwrap(),
+        Replay::Replayed(_)
+    ));
+    let back = claim_one(store, "a", T0 + 70_000).await;
+    assert_eq!(
+        (back.calls, back.attempts, back.phase),
+        (0, 1, Phase::Callback)
+    );
+    store
+        .retry_wait(vec![counted(T0 + 80_000, 1)], T0 + 70_001)
+        .await
+        .unwrap();
+    assert_eq!(claim_one(store, "a", T0 + 80_000).await.calls, 1);
+    store
+        .finish(vec![end("a", Ending::Delivered, None)], T0 + 80_001)
+        .await
+        .unwrap();
+    // A retry_wait for an entry that is not firing counts nothing.
+    insert_ok(store, vec![entry("later", T0 + 1_000_000, None, "u")]).await;
+    let nothing = store
+        .retry_wait(
+            vec![RetryWait {
+                id: "later".into(),
+                ..counted(T0 + 90_000, 1)
+            }],
+            T0 + 80_001,
+        )
+        .await
+        .unwrap();
+    assert_eq!(nothing.moved, 0);
+    assert_eq!(claim_one(store, "later", T0 + 1_000_000).await.calls, 0);
+}
+
+/// A notification's own target is stored with it: every claim returns it
+/// (due, held, in the callback phase, a replayed dead letter), and a
+/// duplicate does not replace it.
+pub async fn the_target_is_kept_and_every_claim_returns_it(store: &dyn Store) {
+    let own = Entry {
+        target: target("own"),
+        ..entry("own", T0, Some("cb"), "u")
+    };
+    let half = Entry {
+        target: Target {
+            callback_url: Some("https://cb.example/only-call".into()),
+            ..Target::default()
+        },
+        ..entry("half", T0 + 1, None, "u")
+    };
+    let online = Entry {
+        target: target("online"),
+        ..online_entry("online", T0 + 2, "alice")
+    };
+    let plain = entry("plain", T0 + 3, None, "u");
+    insert_ok(
+        store,
+        vec![own.clone(), half.clone(), online.clone(), plain.clone()],
+    )
+    .await;
+    let again = store
+        .insert(
+            vec![Entry {
+                target: Target::default(),
+                ..own.clone()
+            }],
+            T0 + 1,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(&again[..], [Insert::Duplicate(_)]), "{again:?}");
+    let claimed = store.claim_due(T0 + 3, 10, LEASE).await.unwrap();
+    let targets: Vec<(&str, &Target)> = claimed.iter().map(|e| (e.id(), &e.target)).collect();
+    assert_eq!(
+        targets,
+        [
+            ("own", &own.target),
+            ("half", &half.target),
+            ("online", &online.target),
+            ("plain", &Target::default()),
+        ]
+    );
+    for (got, want) in claimed.iter().zip([&own, &half, &online, &plain]) {
+        assert_eq!(got.notification, want.notification, "{}", want.id());
+    }
+    // Held, then claimed for its user.
+    store
+        .hold(vec!["online".into()], T0 + 100_000, T0 + 4)
+        .await
+        .unwrap();
+    let held = store.claim_held("alice", T0 + 5, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&held), ["online"]);
+    assert_eq!((&held[0].target, held[0].calls), (&online.target, 0));
+    // In the callback phase, and replayed from dead.
+    store
+        .retry_wait(vec![wait("own", T0 + 10, Some(attempt(1, T0 + 5)))], T0 + 6)
+        .await
+        .unwrap();
+    let own_back = claim_one(store, "own", T0 + 10).await;
+    assert_eq!(
+        (own_back.phase, &own_back.target, own_back.calls),
+        (Phase::Callback, &own.target, 1)
+    );
+    store
+        .finish(vec![end("own", Ending::Dead, None)], T0 + 11)
+        .await
+        .unwrap();
+    store.replay("own", T0 + 12).await.unwrap();
+    let replayed = claim_one(store, "own", T0 + 12).await;
+    assert_eq!(
+        replayed,
+        Entry {
+            attempts: 1,
+            phase: Phase::Callback,
+            ..own
+        }
+    );
+}
+
 /// One `#[tokio::test]` per case, each on a fresh store from `$open`, an
 /// `async fn() -> (Arc<dyn Store>, Guard)`.
 #[macro_export]
@@ -1485,7 +1698,9 @@ macro_rules! store_suite_tests {
             the_attempt_log_is_in_order_and_bounded,
             cancel_of_a_retry_wait_entry,
             release_and_hold_keep_the_callback_phase,
-            list_purge_and_counts_with_the_callback_states
+            list_purge_and_counts_with_the_callback_states,
+            calls_count_the_counted_attempts_and_replay_resets_them,
+            the_target_is_kept_and_every_claim_returns_it
         );
         store_suite_tests!(@by_arc $open;
             cancel_racing_claim_has_one_winner,

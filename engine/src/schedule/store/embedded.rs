@@ -288,19 +288,28 @@ fn read_recent(db: &Database, recent: &RecentIds) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Refuse a file of another layout; stamp a new one with [`FORMAT`].
+/// Refuse a file of another layout; stamp a new one, or one of a format
+/// this code reads as it is, with [`FORMAT`].
 fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreError> {
     use redb::{ReadableTable, TableHandle};
     let mut meta = txn.open_table(META).map_err(io)?;
     let format = meta.get(FORMAT_KEY).map_err(io)?.map(|v| v.value());
     let format = match format {
         // Format 3 only added tables (the callback states' `retry` and
-        // `attempts`), which opening creates: a format 2 file is read as it
-        // is. Stamped 3, an older Herald refuses it with its own clear
-        // error rather than meet states it does not know.
-        Some(FORMAT_2) => {
+        // `attempts`), which opening creates; format 4 only added `calls`
+        // to the entry header, and its values say which header they have
+        // (`layout::HEADER_4`): a file of format 2 or 3 is read as it is,
+        // each entry rewritten in format 4 when it next changes. Stamped 4,
+        // an older Herald refuses it with its own clear error rather than
+        // meet states or headers it does not know.
+        Some(old @ (FORMAT_2 | FORMAT_3)) => {
             meta.insert(FORMAT_KEY, FORMAT).map_err(io)?;
-            tracing::info!(path = %path.display(), "delayed store upgraded from format 2 to 3 (callback states)");
+            tracing::info!(
+                path = %path.display(),
+                from = old,
+                to = FORMAT,
+                "delayed store upgraded in place (callback states, callback attempts counted)"
+            );
             FORMAT
         }
         Some(f) => f,
@@ -318,7 +327,7 @@ fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreEr
     };
     if format != FORMAT {
         return Err(StoreError::Unavailable(format!(
-            "{} has store format {format}; this Herald reads format {FORMAT} \
+            "{} has store format {format}; this Herald reads formats {FORMAT_2} to {FORMAT} \
              (deliver or cancel what is pending with the Herald that wrote it, \
              then remove the file)",
             path.display()

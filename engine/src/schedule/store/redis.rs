@@ -26,8 +26,8 @@
 //!
 //! ```text
 //! <p>:{s}:e:<id>               entry: header (state, attempts, updated,
-//!                              deadline, due, accepted, topic, user) then
-//!                              the record; header only once final
+//!                              deadline, due, accepted, topic, user, calls)
+//!                              then the record; header only once final
 //! <p>:{s}:due                  ZSET fire time -> id          scheduled, retry_wait
 //! <p>:{s}:rw                   ZSET fire time -> id          retry_wait (counts)
 //! <p>:{s}:lease                ZSET lease_until -> id        firing

@@ -186,7 +186,7 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
     let mut answers = Vec::with_capacity(group.len());
     let mut added = Vec::new();
     let mut removed = Vec::new();
-    let mut settled = Vec::new();
+    let mut settled = std::collections::HashSet::new();
     let outcome = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(io)?;
         let wrote = {
@@ -232,7 +232,7 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
         // the end of the claims it settled are one step for them.
         let mut claims = mem.claims.lock();
         txn.commit().map_err(io)?;
-        for seq in settled.drain(..) {
+        for seq in settled.drain() {
             claims.remove(seq);
         }
         Ok(())

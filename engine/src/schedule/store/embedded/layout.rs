@@ -2,9 +2,9 @@
 //! stored value of an entry. Pure: no I/O.
 //!
 //! ```text
-//! meta     name -> u64                          "format" (3), "next_seq"
+//! meta     name -> u64                          "format" (4), "next_seq"
 //! ids      id -> seq                            every stored entry
-//! records  seq -> header (29 B) ++ id ++ record       (live: scheduled, firing, held,
+//! records  seq -> header (33 B) ++ id ++ record       (live: scheduled, firing, held,
 //!                                                     retry_wait; and dead letters)
 //!              -> header ++ id ++ due, accepted, topic (other final states:
 //!                                                     delivered, cancelled, expired, declined)
@@ -37,9 +37,17 @@
 //!
 //! Big-endian times sort like numbers, so byte order is (time, id) order.
 //! Users, topics and ids never contain 0x00 (validation refuses control
-//! characters), so it separates fields. Header: state u8, attempts u32,
-//! updated u64, deadline u64 (lease expiry when firing, hold expiry when
-//! held), fire u64 (the queue time when scheduled or in retry_wait).
+//! characters), so it separates fields. Header: state u8 (its code, with
+//! bit 0x80 set: [`HEADER_4`]), attempts u32, calls u32 (callback attempts
+//! counted under the retry policy), updated u64, deadline u64 (lease expiry
+//! when firing, hold expiry when held), fire u64 (the queue time when
+//! scheduled or in retry_wait). All big-endian.
+//!
+//! Format 4 added `calls` to the header. A value written by format 3 (or
+//! 2) has a 29-byte header without it, and its state byte without the
+//! 0x80 bit: it is read as it is (calls 0), and written in the new form
+//! the next time its entry changes, so opening an older file rewrites
+//! nothing.
 //!
 //! An entry in retry_wait has phase `Callback` when claimed: its state in
 //! the tables says so, and a claim (in memory) leaves the tables alone, so
@@ -74,11 +82,15 @@ pub(super) const ATTEMPTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new(
 /// Registered topics by name.
 pub(super) const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 
-/// The layout this code reads and writes (`meta["format"]`): 3 has the
-/// callback states and the `retry` and `attempts` tables.
-pub(super) const FORMAT: u64 = 3;
-/// The layout before 3: the same tables less two, which opening creates,
-/// so a file of format 2 is read as it is and stamped 3.
+/// The layout this code writes (`meta["format"]`): 4 has `calls` in each
+/// entry's header; 3 added the callback states and the `retry` and
+/// `attempts` tables.
+pub(super) const FORMAT: u64 = 4;
+/// The layout before 4: headers without `calls`, which this code reads as
+/// they are (see the module docs), so a file of format 3 is stamped 4.
+pub(super) const FORMAT_3: u64 = 3;
+/// The layout before 3: format 3's tables less two, which opening creates,
+/// and its headers, so a file of format 2 is read as it is and stamped 4.
 pub(super) const FORMAT_2: u64 = 2;
 /// `meta` key of the format.
 pub(super) const FORMAT_KEY: &str = "format";
@@ -93,7 +105,13 @@ pub(super) const FORMAT_1_TABLE: &str = "entries";
 
 /// Width of a `hist` bucket.
 pub(super) const MINUTE: Millis = 60_000;
-const HEADER: usize = 29;
+/// Bytes of a header of format 4 (with `calls`).
+const HEADER: usize = 33;
+/// Bytes of a header of format 2 and 3 (no `calls`).
+const HEADER_3: usize = 29;
+/// Set in the state byte of a header of format 4, which has `calls`; clear
+/// in an older one. State codes are far below it.
+pub(super) const HEADER_4: u8 = 0x80;
 
 /// `time ++ id`.
 pub(super) fn time_key(t: Millis, id: &str) -> Vec<u8> {
@@ -217,9 +235,18 @@ pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0xff; prefix.len() + 1]
 }
 
+/// The length of the header a stored value starts with (see
+/// [`HEADER_4`]).
+fn header_len(raw: &[u8]) -> usize {
+    match raw.first() {
+        Some(b) if b & HEADER_4 != 0 => HEADER,
+        _ => HEADER_3,
+    }
+}
+
 /// The id a stored value carries (after its header).
 pub(super) fn stored_id(raw: &[u8]) -> Option<&str> {
-    let rest = raw.get(HEADER..)?;
+    let rest = raw.get(header_len(raw)..)?;
     let (len, rest) = rest.split_at_checked(2)?;
     let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
     std::str::from_utf8(rest.get(..len)?).ok()
@@ -230,6 +257,8 @@ pub(super) fn stored_id(raw: &[u8]) -> Option<&str> {
 pub(super) struct Header {
     pub(super) state: State,
     pub(super) attempts: u32,
+    /// Callback attempts counted under its retry policy ([`Entry::calls`]).
+    pub(super) calls: u32,
     pub(super) updated: Millis,
     pub(super) deadline: Millis,
     pub(super) fire: Millis,
@@ -263,6 +292,7 @@ impl Stored {
             header: Header {
                 state: State::Scheduled,
                 attempts: 0,
+                calls: 0,
                 updated: now,
                 deadline: 0,
                 fire: entry.due_ms,
@@ -288,12 +318,13 @@ impl Stored {
         }
     }
 
-    /// The entry with its current attempt count and phase (entries that
-    /// keep their body only).
+    /// The entry with its current attempt count, calls and phase (entries
+    /// that keep their body only).
     pub(super) fn entry(&self) -> Option<Entry> {
         match &self.body {
             Body::Live { entry, .. } => Some(Entry {
                 attempts: self.header.attempts,
+                calls: self.header.calls,
                 phase: if self.header.state == State::RetryWait {
                     Phase::Callback
                 } else {
@@ -348,12 +379,13 @@ impl Stored {
         self.header.deadline = 0;
     }
 
-    /// The stored value of entry `id`.
+    /// The stored value of entry `id` (always a header of format 4).
     pub(super) fn encode(&self, id: &str) -> Vec<u8> {
         let h = &self.header;
         let mut out = BytesMut::with_capacity(HEADER + 2 + id.len() + 64);
-        out.put_u8(h.state.code());
+        out.put_u8(h.state.code() | HEADER_4);
         out.put_u32(h.attempts);
+        out.put_u32(h.calls);
         out.put_u64(h.updated);
         out.put_u64(h.deadline);
         out.put_u64(h.fire);
@@ -387,14 +419,23 @@ impl Stored {
             id: id.to_owned(),
             reason: reason.to_owned(),
         };
-        if raw.len() < HEADER {
+        if raw.len() < header_len(raw) {
             return Err(corrupt("shorter than its header"));
         }
         let mut b = Bytes::copy_from_slice(raw);
-        let state = State::from_code(b.get_u8()).ok_or_else(|| corrupt("unknown state"))?;
+        let first = b.get_u8();
+        let state = State::from_code(first & !HEADER_4).ok_or_else(|| corrupt("unknown state"))?;
+        let attempts = b.get_u32();
+        // A header of format 3 has no calls: none were counted.
+        let calls = if first & HEADER_4 != 0 {
+            b.get_u32()
+        } else {
+            0
+        };
         let header = Header {
             state,
-            attempts: b.get_u32(),
+            attempts,
+            calls,
             updated: b.get_u64(),
             deadline: b.get_u64(),
             fire: b.get_u64(),
@@ -483,10 +524,12 @@ mod tests {
     fn live_and_final_entries_round_trip() {
         let mut s = Stored::new(entry(), 10);
         s.header.attempts = 3;
+        s.header.calls = 2;
         let back = Stored::decode("n1", &s.encode("n1")).unwrap();
         assert_eq!(stored_id(&s.encode("n1")), Some("n1"));
         assert_eq!(back.header, s.header);
-        assert_eq!(back.entry().unwrap().attempts, 3);
+        let e = back.entry().unwrap();
+        assert_eq!((e.attempts, e.calls), (3, 2));
         s.finish(State::Delivered, 99);
         let back = Stored::decode("n1", &s.encode("n1")).unwrap();
         assert_eq!(stored_id(&s.encode("n1")), Some("n1"), "final keeps its id");
@@ -502,6 +545,57 @@ mod tests {
         );
         assert_eq!(status.topic.as_deref(), Some("t"));
         assert!(back.entry().is_none());
+        assert_eq!(back.header.calls, 2, "a final entry keeps its calls");
+    }
+
+    /// What format 3 wrote: `state, attempts, updated, deadline, fire`
+    /// (29 bytes), the id, then `rest`.
+    fn format_3(state: State, id: &str, rest: &[u8]) -> Vec<u8> {
+        let mut out = vec![state.code()];
+        out.extend(4u32.to_be_bytes());
+        out.extend(10u64.to_be_bytes());
+        out.extend(0u64.to_be_bytes());
+        out.extend(700u64.to_be_bytes());
+        out.extend((id.len() as u16).to_be_bytes());
+        out.extend(id.as_bytes());
+        out.extend(rest);
+        out
+    }
+
+    #[test]
+    fn a_value_of_format_3_reads_with_no_calls_and_is_written_in_format_4() {
+        let e = entry();
+        let old = format_3(State::RetryWait, "n1", &record::encode(&e));
+        assert_eq!(stored_id(&old), Some("n1"));
+        let mut s = Stored::decode("n1", &old).unwrap();
+        assert_eq!(
+            s.header,
+            Header {
+                state: State::RetryWait,
+                attempts: 4,
+                calls: 0,
+                updated: 10,
+                deadline: 0,
+                fire: 700,
+            }
+        );
+        let back = s.entry().unwrap();
+        assert_eq!((back.notification, back.calls), (e.notification, 0));
+        s.header.calls = 1;
+        let new = s.encode("n1");
+        assert_eq!(new.len(), old.len() + 4, "the header gained calls");
+        assert_eq!(new[0], State::RetryWait.code() | HEADER_4);
+        assert_eq!(Stored::decode("n1", &new).unwrap().header, s.header);
+        // A final value of format 3 (no record) reads too.
+        let mut fin = 50u64.to_be_bytes().to_vec();
+        fin.extend(10u64.to_be_bytes());
+        fin.push(0);
+        let old = format_3(State::Declined, "n1", &fin);
+        let s = Stored::decode("n1", &old).unwrap();
+        assert_eq!(
+            (s.header.state, s.header.calls, s.status("n1").due_ms),
+            (State::Declined, 0, 50)
+        );
     }
 
     #[test]
@@ -548,6 +642,10 @@ mod tests {
         ));
         assert!(matches!(
             Stored::decode("n1", &[9; 40]),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            Stored::decode("n1", &[HEADER_4 | 9; 40]),
             Err(StoreError::Corrupt { .. })
         ));
     }

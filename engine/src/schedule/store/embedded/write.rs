@@ -1,7 +1,7 @@
 //! The state transitions, applied inside one write transaction by the
 //! writer thread. Each keeps every index in step with the entry's state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
@@ -45,8 +45,9 @@ pub(super) struct Tables<'t> {
     recent: &'t RecentIds,
     /// The claims (in memory).
     claims: &'t Mutex<Claims>,
-    /// Seqs settled by this transaction: their claims go once it commits.
-    pub(super) settled: Vec<u64>,
+    /// Seqs settled by this transaction: their claims go once it commits,
+    /// and until then they settle nothing more.
+    pub(super) settled: HashSet<u64>,
     /// Whether this transaction wrote anything (a group of claims alone
     /// does not: it is not committed).
     pub(super) wrote: bool,
@@ -87,7 +88,7 @@ impl<'t> Tables<'t> {
             next_seq,
             recent,
             claims,
-            settled: Vec::new(),
+            settled: HashSet::new(),
             wrote: false,
             added: Vec::new(),
             removed: Vec::new(),
@@ -392,7 +393,9 @@ impl<'t> Tables<'t> {
     /// it was claimed from: a final one, or scheduled/held/retry_wait with
     /// `deadline`/`fire`), with the attempts of its claim, unless `from`
     /// refuses the state it was claimed from. Its claim goes once the
-    /// transaction commits. Returns its seq when it moved.
+    /// transaction commits, and it settles nothing more before: the same
+    /// id twice in a batch, or in two requests of one group, moves once.
+    /// Returns its seq when it moved.
     fn settle_one(
         &mut self,
         id: &str,
@@ -403,6 +406,9 @@ impl<'t> Tables<'t> {
         let Some((seq, mut s)) = self.get(id)? else {
             return Ok(None);
         };
+        if self.settled.contains(&seq) {
+            return Ok(None);
+        }
         let Some(c) = self.claims.lock().get(seq).cloned() else {
             return Ok(None);
         };
@@ -414,7 +420,7 @@ impl<'t> Tables<'t> {
         s.header.updated = now;
         to(&mut s, c.from);
         self.enter(id, seq, &s)?;
-        self.settled.push(seq);
+        self.settled.insert(seq);
         Ok(Some(seq))
     }
 

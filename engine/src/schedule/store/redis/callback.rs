@@ -18,9 +18,9 @@ use crate::schedule::store::{
     FIRST_ATTEMPTS_KEPT, Finish, MAX_ATTEMPTS_KEPT, Replay, RetryWait, Settled, StoreError,
 };
 
-/// One entry of a batch: its id and the two arguments the script takes
+/// One entry of a batch: its id and the `N` arguments the script takes
 /// with it.
-type Item = (String, [Vec<u8>; 2]);
+type Item<const N: usize> = (String, [Vec<u8>; N]);
 
 impl RedisStore {
     pub(super) async fn mark_step_all(
@@ -44,7 +44,8 @@ impl RedisStore {
             .into_iter()
             .map(|i| {
                 let record = i.attempt.map(|a| a.encode().to_vec()).unwrap_or_default();
-                (i.id, [num(score(i.at_ms)), record])
+                let counted = num(u64::from(i.counted));
+                (i.id, [num(score(i.at_ms)), record, counted])
             })
             .collect();
         self.per_shard_items(&self.scripts.retry_wait, items, now)
@@ -68,14 +69,14 @@ impl RedisStore {
 
     /// Run `script` once per chunk of `items` in each shard, all at once:
     /// its arguments are `now`, the attempt log's bounds, then each item's
-    /// id and its two arguments; it answers `{ moved, trimmed }`.
-    async fn per_shard_items(
+    /// id and its `N` arguments; it answers `{ moved, trimmed }`.
+    async fn per_shard_items<const N: usize>(
         &self,
         script: &Script,
-        items: Vec<Item>,
+        items: Vec<Item<N>>,
         now: Millis,
     ) -> Result<Settled, StoreError> {
-        let mut by_shard: BTreeMap<u16, Vec<Item>> = BTreeMap::new();
+        let mut by_shard: BTreeMap<u16, Vec<Item<N>>> = BTreeMap::new();
         for item in items {
             by_shard
                 .entry(self.keys.shard(&item.0))
@@ -92,10 +93,9 @@ impl RedisStore {
             let head = &head;
             items.chunks(max).map(move |chunk| {
                 let mut args = head.to_vec();
-                for (id, [a, b]) in chunk {
+                for (id, rest) in chunk {
                     args.push(id.as_bytes().to_vec());
-                    args.push(a.clone());
-                    args.push(b.clone());
+                    args.extend(rest.iter().cloned());
                 }
                 async move { self.run(script, s, args).await }
             })

@@ -12,17 +12,22 @@
 //!                           |    retry_wait, else 0)
 //! 22 u64 due_ms             | 30 u64 accepted_ms | 38 u16 header length
 //! 40 u8  flags: 1 topic, 2 user, 4 callback phase (browsers done),
-//!               8 * step (0 none, 1 rechecking, 2 calling; while firing)
+//!               8 * step (0 none, 1 rechecking, 2 calling; while firing),
+//!               32 has calls
 //! 41 [u16 len, topic bytes] [u16 len, user bytes (when-online user)]
+//!    [u32 calls (flag 32): the header's last 4 bytes]
 //! .. record bytes (entries that keep their body: live ones and dead
 //!    letters; another final entry is its header)
 //! ```
 //!
-//! The callback states (codes 6 to 8) and flag bits 4 to 16 were added
-//! without a new layout: a header of layout 1 written before them reads
-//! the same, so stored data needs no migration. A build older than them
-//! must not share a prefix with one that runs callbacks (it cannot read
-//! those states); see `docs/redis-store.md`.
+//! The callback states (codes 6 to 8), flag bits 4 to 16, and `calls`
+//! (flag 32) were added without a new layout: a header of layout 1
+//! written before them reads the same (calls 0), so stored data needs no
+//! migration. New entries are stored with calls; one stored before gets
+//! them on its first counted attempt (`put_calls` in `lua/prelude.lua`
+//! writes its value again, its header 4 bytes longer). A build older than
+//! them must not share a prefix with one that runs callbacks (it cannot
+//! read those states, and it drops flag 32); see `docs/redis-store.md`.
 //!
 //! `due_ms` is big-endian so that the 8 bytes sort like the number: list
 //! and held-by-user indexes are score-0 sorted sets whose members are
@@ -45,6 +50,8 @@ const HAS_USER: u8 = 2;
 const CALLBACK: u8 = 4;
 /// The step (of a firing callback) is `flags / STEP_UNIT % 4`.
 const STEP_UNIT: u8 = 8;
+/// The header ends with `calls` (u32).
+const HAS_CALLS: u8 = 32;
 
 /// Redis sorted-set scores are doubles: every time is clamped to the
 /// largest integer a double holds exactly (2^53 - 1 ms, the year 287,396).
@@ -179,12 +186,13 @@ pub(super) fn split_member(m: &[u8]) -> Option<(Millis, String)> {
     Some((due, id))
 }
 
-/// The stored value of a new entry: scheduled at `now`, attempts 0.
+/// The stored value of a new entry: scheduled at `now`, attempts and calls
+/// 0.
 pub(super) fn encode_new(entry: &Entry, now: Millis) -> Vec<u8> {
     let topic = entry.notification.topic.as_deref();
     let user = entry.online_user();
     let record = record::encode(entry);
-    let len = FIXED + topic.map_or(0, |t| 2 + t.len()) + user.map_or(0, |u| 2 + u.len());
+    let len = FIXED + topic.map_or(0, |t| 2 + t.len()) + user.map_or(0, |u| 2 + u.len()) + 4;
     let mut out = Vec::with_capacity(len + record.len());
     out.put_u8(LAYOUT);
     out.put_u8(State::Scheduled.code());
@@ -196,12 +204,15 @@ pub(super) fn encode_new(entry: &Entry, now: Millis) -> Vec<u8> {
     // Topics and user ids are validated far shorter than 64 KiB.
     out.put_u16(len as u16);
     out.put_u8(
-        if topic.is_some() { HAS_TOPIC } else { 0 } | if user.is_some() { HAS_USER } else { 0 },
+        if topic.is_some() { HAS_TOPIC } else { 0 }
+            | if user.is_some() { HAS_USER } else { 0 }
+            | HAS_CALLS,
     );
     for s in [topic, user].into_iter().flatten() {
         out.put_u16(s.len() as u16);
         out.put_slice(s.as_bytes());
     }
+    out.put_u32(0);
     debug_assert_eq!(out.len(), len);
     out.put_slice(&record);
     out
@@ -224,6 +235,9 @@ pub(super) struct Header {
     pub(super) callback: bool,
     /// The step of a firing callback.
     pub(super) step: Option<Step>,
+    /// Callback attempts counted under its retry policy (0 in a header
+    /// stored before they were kept).
+    pub(super) calls: u32,
 }
 
 impl Header {
@@ -269,6 +283,15 @@ impl Header {
             .then(|| text("topic"))
             .transpose()?;
         let user = (flags & HAS_USER != 0).then(|| text("user")).transpose()?;
+        // The header's last 4 bytes, where the scripts read them.
+        let calls = if flags & HAS_CALLS != 0 {
+            if r.remaining() < 4 {
+                return Err("header truncated in calls".into());
+            }
+            u32::from_be_bytes(raw[len - 4..len].try_into().map_err(|_| "calls")?)
+        } else {
+            0
+        };
         let callback = flags & CALLBACK != 0;
         let step = Step::from_code(flags / STEP_UNIT % 4);
         Ok(Header {
@@ -283,6 +306,7 @@ impl Header {
             user,
             callback,
             step,
+            calls,
         })
     }
 
@@ -309,8 +333,8 @@ pub(super) fn status(id: &str, raw: &[u8]) -> Result<Status, StoreError> {
 }
 
 /// The entry in a whole stored value (live: header and record), with the
-/// stored attempts, and phase `Callback` when its header says its browser
-/// part was delivered.
+/// stored attempts and calls, and phase `Callback` when its header says
+/// its browser part was delivered.
 pub(super) fn entry(id: &str, raw: Bytes) -> Result<Entry, StoreError> {
     let h = Header::decode(&raw).map_err(|reason| corrupt(id, reason))?;
     let mut e = record::decode(raw.slice(h.len..)).map_err(|e| corrupt(id, e.to_string()))?;
@@ -321,6 +345,7 @@ pub(super) fn entry(id: &str, raw: Bytes) -> Result<Entry, StoreError> {
         ));
     }
     e.attempts = h.attempts;
+    e.calls = h.calls;
     e.phase = if h.callback {
         Phase::Callback
     } else {
@@ -398,7 +423,7 @@ mod tests {
         let h = Header::decode(&raw).unwrap();
         assert!(!h.callback && h.step.is_none(), "a new entry has neither");
         let flags = raw[40];
-        assert_eq!(flags, HAS_TOPIC | HAS_USER);
+        assert_eq!(flags, HAS_TOPIC | HAS_USER | HAS_CALLS);
         // What the scripts write: firing, browsers done, calling.
         raw[1] = State::Firing.code();
         raw[40] = flags | CALLBACK | (2 * STEP_UNIT);
@@ -422,6 +447,54 @@ mod tests {
             (s.state, s.step, s.next_attempt_ms),
             (State::RetryWait, None, Some(77))
         );
+    }
+
+    /// `raw` as layout 1 stored it before calls were kept: no flag 32, the
+    /// header 4 bytes shorter.
+    fn without_calls(raw: &[u8]) -> Vec<u8> {
+        let len = usize::from(u16::from_be_bytes([raw[38], raw[39]]));
+        let mut old = raw[..len - 4].to_vec();
+        old[38..40].copy_from_slice(&((len - 4) as u16).to_be_bytes());
+        old[40] &= !HAS_CALLS;
+        old.extend_from_slice(&raw[len..]);
+        old
+    }
+
+    #[test]
+    fn calls_end_the_header_and_an_older_header_has_none() {
+        let mut e = sample(Some("t"), true);
+        e.target = crate::schedule::entry::Target {
+            callback_url: Some("https://cb.example/".into()),
+            recheck_url: None,
+            browsers: false,
+        };
+        let mut raw = encode_new(&e, 1);
+        let h = Header::decode(&raw).unwrap();
+        assert_eq!(h.calls, 0);
+        // What the scripts write: the header's last 4 bytes.
+        raw[h.len - 4..h.len].copy_from_slice(&7u32.to_be_bytes());
+        let back = entry("n-1", Bytes::from(raw.clone())).unwrap();
+        assert_eq!(
+            back,
+            Entry {
+                attempts: 0,
+                calls: 7,
+                ..e.clone()
+            },
+            "calls from the header, the target from the record"
+        );
+        let old = without_calls(&raw);
+        let h = Header::decode(&old).unwrap();
+        assert_eq!(
+            (h.calls, h.len, h.topic.as_deref(), h.user.as_deref()),
+            (0, FIXED + 2 + 1 + 2 + 5, Some("t"), Some("alice"))
+        );
+        let back = entry("n-1", Bytes::from(old)).unwrap();
+        assert_eq!(back, Entry { attempts: 0, ..e });
+        // A flag without room for calls is an error, not a panic.
+        let mut short = encode_new(&sample(None, false), 1);
+        short[38..40].copy_from_slice(&(FIXED as u16).to_be_bytes());
+        assert!(Header::decode(&short).unwrap_err().contains("calls"));
     }
 
     #[test]

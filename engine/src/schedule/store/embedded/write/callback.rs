@@ -12,7 +12,8 @@ use crate::schedule::store::{
 };
 
 impl Tables<'_> {
-    /// Firing entries whose callback waits for another attempt.
+    /// Firing entries whose callback waits for another attempt; a counted
+    /// attempt adds one to the entry's calls.
     pub(in super::super) fn retry_wait(
         &mut self,
         items: Vec<RetryWait>,
@@ -28,6 +29,9 @@ impl Tables<'_> {
                     s.header.state = State::RetryWait;
                     s.header.deadline = 0;
                     s.header.fire = item.at_ms;
+                    if item.counted {
+                        s.header.calls = s.header.calls.saturating_add(1);
+                    }
                 },
             )?;
             out.count(settled, item.attempt.as_ref(), |seq, a| {
@@ -122,7 +126,8 @@ impl Tables<'_> {
         Ok(())
     }
 
-    /// A dead letter goes back to retry_wait, due now, attempts 0.
+    /// A dead letter goes back to retry_wait, due now, attempts and calls
+    /// 0.
     pub(in super::super) fn replay(&mut self, id: &str, now: Millis) -> R<Replay> {
         let Some((seq, mut s)) = self.get(id)? else {
             return Ok(Replay::NotFound);
@@ -134,6 +139,7 @@ impl Tables<'_> {
         self.leave(id, seq, &s)?;
         s.header.state = State::RetryWait;
         s.header.attempts = 0;
+        s.header.calls = 0;
         s.header.updated = now;
         s.header.deadline = 0;
         s.header.fire = now;

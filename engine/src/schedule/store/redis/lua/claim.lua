@@ -48,9 +48,9 @@ local function claim_all(picks)
       end
       put_state(keys[i], FIRING, struct.unpack('>I4', v, 3) + 1, now, lease_until)
       local flags = string.byte(v, 41)
-      if flags >= STEP then
+      if math.floor(flags / STEP) % 4 > 0 then
         -- A step left by the firer whose lease ran out.
-        put_flags(keys[i], flags % 8)
+        put_flags(keys[i], unstepped(flags))
       end
       out[#out + 1] = v
       n = n + 1

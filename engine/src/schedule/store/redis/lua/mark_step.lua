@@ -12,7 +12,7 @@ for i = 3, #ARGV do
       -- One write from updated_ms (offset 6) to the flags (offset 40):
       -- the new time, the header's bytes between as they are, the flags.
       redis.call('SETRANGE', k, 6,
-        struct.pack('>I8', now) .. string.sub(h, 15, 40) .. string.char(e.flags % 8 + STEP * step))
+        struct.pack('>I8', now) .. string.sub(h, 15, 40) .. string.char(unstepped(e.flags) + STEP * step))
       n = n + 1
     end
   end

@@ -28,8 +28,12 @@
 --          attempt when retry_wait, else 0)
 --   22 u64 due_ms | 30 u64 accepted_ms | 38 u16 header length
 --   40 u8 flags (1 topic, 2 user, 4 callback phase: browsers done,
---          8 * step: 1 rechecking, 2 calling, while firing)
+--          8 * step: 1 rechecking, 2 calling, while firing; 32 has calls)
 --   41 [u16 len, topic] [u16 len, user]
+--   [u32 calls: the header's last 4 bytes, when flag 32 is set]
+-- `calls` counts the callback attempts made under the retry policy. An
+-- entry stored before they were kept has no such field (calls 0): its
+-- first counted attempt rewrites its value with one (`add_calls`).
 --
 -- Scripts never compare strings (Lua's `<` on strings follows the server's
 -- locale): ordering by (time, id) is done by the sorted sets (scores, and
@@ -44,8 +48,9 @@ local STATE = {
 }
 -- The states nothing fires any more (purge removes them after retention).
 local FINAL = { [DELIVERED] = true, [CANCELLED] = true, [EXPIRED] = true, [DECLINED] = true, [DEAD] = true }
--- Flag bits: the callback phase, and the unit of the step (flags / 8 % 4).
-local CALLBACK, STEP = 4, 8
+-- Flag bits: the callback phase, the unit of the step (flags / 8 % 4), and
+-- "the header ends with calls".
+local CALLBACK, STEP, HAS_CALLS = 4, 8, 32
 
 local function ekey(id)
   return B .. ':e:' .. id
@@ -70,7 +75,7 @@ local function header_of(v)
   return string.sub(v, 1, (struct.unpack('>H', v, 39)))
 end
 
--- What the scripts need from a header.
+-- What the scripts need from a header (or a whole value).
 local function parse(h)
   local e = {}
   e.state = string.byte(h, 2)
@@ -80,6 +85,12 @@ local function parse(h)
   e.flags = flags
   e.callback = flags % 8 >= CALLBACK
   e.step = math.floor(flags / STEP) % 4
+  e.len = struct.unpack('>H', h, 39)
+  e.has_calls = math.floor(flags / HAS_CALLS) % 2 == 1
+  e.calls = 0
+  if e.has_calls then
+    e.calls = struct.unpack('>I4', h, e.len - 3)
+  end
   local pos = 42
   if flags % 2 == 1 then
     local n = struct.unpack('>H', h, pos)
@@ -283,14 +294,37 @@ local function put_flags(k, flags)
   redis.call('SETRANGE', k, 40, string.char(flags))
 end
 
+-- `flags` without the step bits (the others stay).
+local function unstepped(flags)
+  return flags - STEP * (math.floor(flags / STEP) % 4)
+end
+
 -- The flags of parsed header `e` without its step; with the callback bit
 -- when `callback`.
 local function stepless(e, callback)
-  local f = e.flags % 8
-  if callback and f < CALLBACK then
+  local f = unstepped(e.flags)
+  if callback and f % 8 < CALLBACK then
     f = f + CALLBACK
   end
   return f
+end
+
+-- Set the calls of the entry at key k (parsed header `e`, updated) to
+-- `calls`: in place when its header has them; otherwise (an entry stored
+-- before calls were kept) its value is written again with them at the end
+-- of its header, which grows by 4 bytes. Nothing to write for 0 there.
+local function put_calls(k, e, calls)
+  calls = math.min(calls, 4294967295)
+  if e.has_calls then
+    redis.call('SETRANGE', k, e.len - 4, struct.pack('>I4', calls))
+  elseif calls > 0 then
+    local v = redis.call('GET', k)
+    local flags = e.flags + HAS_CALLS
+    redis.call('SET', k, string.sub(v, 1, 38) .. struct.pack('>H', e.len + 4) .. string.char(flags)
+      .. string.sub(v, 42, e.len) .. struct.pack('>I4', calls) .. string.sub(v, e.len + 1))
+    e.flags, e.has_calls, e.len = flags, true, e.len + 4
+  end
+  e.calls = calls
 end
 
 -- Append attempt `record` to the log of entry `id`. The log holds at most

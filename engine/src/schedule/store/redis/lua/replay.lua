@@ -1,5 +1,6 @@
 -- Send a dead letter again: it becomes retry_wait, due now (in `due` and
--- `rw`), in the callback phase, attempts 0; its attempt log stays.
+-- `rw`), in the callback phase, attempts and calls 0; its attempt log
+-- stays.
 -- ARGV: id, now
 -- Returns { outcome, header }: outcome 0 not found, 1 replayed, 2 not dead
 -- (nothing changed).
@@ -19,4 +20,5 @@ redis.call('ZADD', B .. ':rw', ARGV[2], id)
 relist(id, e, RETRY_WAIT)
 put_state(k, RETRY_WAIT, 0, now, now)
 put_flags(k, stepless(e, true))
+put_calls(k, e, 0)
 return { 1, header(k) }
