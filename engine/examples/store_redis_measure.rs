@@ -100,6 +100,7 @@ fn entry(i: usize, payload: &Bytes) -> Entry {
         when_online: false,
         attempts: 0,
         phase: Phase::Deliver,
+        fire_ms: 0,
         calls: 0,
         target: Default::default(),
     }

@@ -382,6 +382,7 @@ impl PublishApi {
                 when_online: p.delay.when_online,
                 attempts: 0,
                 phase: Phase::Deliver,
+                fire_ms: 0,
                 calls: 0,
                 target: Default::default(),
             });

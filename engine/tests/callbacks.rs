@@ -253,6 +253,7 @@ fn entry(id: &str, topic: Option<&str>, due_ms: u64) -> Entry {
         when_online: false,
         attempts: 0,
         phase: Phase::Deliver,
+        fire_ms: 0,
         calls: 0,
         target: Target::default(),
     }

@@ -225,6 +225,7 @@ async fn a_store_of_format_3_is_read_as_it_is_and_counts_calls_from_there() {
             w[0],
             Entry {
                 attempts: 1,
+                fire_ms: t0,
                 ..store_suite::entry("w", t0, Some("cb"), "u")
             },
             "calls 0 and the default target"

@@ -665,6 +665,7 @@ async fn an_entry_stored_before_calls_were_kept_gets_them_when_first_counted() {
             attempts: 2,
             calls: 1,
             phase: Phase::Callback,
+            fire_ms: T0 + 10,
             ..big
         }]
     );

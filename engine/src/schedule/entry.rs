@@ -30,6 +30,12 @@ pub struct Entry {
     /// (its browser part was delivered on an earlier fire). Set by the
     /// store when it claims the entry; new entries are [`Phase::Deliver`].
     pub phase: Phase,
+    /// Its fire time when it was claimed (its place in the firing queue:
+    /// its due time, a release's or a callback retry's time, or the end of
+    /// an expired lease); 0 for an entry not claimed. Nothing fires before
+    /// `max(due_ms, fire_ms)`: a retry claimed ahead waits for its time as
+    /// a first fire waits for its due time. Not part of the record.
+    pub fire_ms: Millis,
     /// Callback attempts made under its topic's retry policy: 0 until its
     /// first callback attempt has been recorded; + 1 for each attempt
     /// recorded as counted ([`RetryWait::counted`]); back to 0 when a dead

@@ -188,11 +188,12 @@ impl Loop {
             .next(now, &self.scheduler, &self.ready, &self.pace, busy)
     }
 
-    /// Claimed entries wait in `ready` for their due time (overdue ones
-    /// go at the next turn).
+    /// Claimed entries wait in `ready` for their due time, or their fire
+    /// time when later (a callback retry, a release: claimed ahead, they
+    /// go no earlier than it); overdue ones go at the next turn.
     fn claimed(&mut self, entries: Vec<Entry>) {
         for e in entries {
-            self.ready.push(e.due_ms, e, false);
+            self.ready.push(e.due_ms.max(e.fire_ms), e, false);
         }
     }
 }

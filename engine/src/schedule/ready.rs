@@ -112,6 +112,7 @@ mod tests {
             when_online: false,
             attempts: 1,
             phase: crate::schedule::entry::Phase::Deliver,
+            fire_ms: 0,
             calls: 0,
             target: Default::default(),
         }

@@ -124,6 +124,7 @@ pub fn decode(mut record: Bytes) -> Result<Entry, RecordError> {
         when_online: flag == CALLER_FLAG,
         attempts,
         phase: Phase::Deliver,
+        fire_ms: 0,
         calls: 0,
         target,
     })
@@ -193,6 +194,7 @@ mod tests {
             when_online: true,
             attempts: 2,
             phase: Phase::Deliver,
+            fire_ms: 0,
             calls: 0,
             target: Default::default(),
         }

@@ -49,6 +49,7 @@ use super::store::{RetryWait, Store};
 use super::timing::now_ms;
 use crate::callback::client::Client;
 use crate::callback::exchange::{self, Job};
+use crate::callback::step::Next;
 
 /// Groups of calls waiting for the sender, at most.
 pub(crate) const CALL_QUEUE: usize = 16;
@@ -245,7 +246,15 @@ impl Sender {
                 payload: &n.payload,
                 attempt: call.calls.saturating_add(1),
             };
-            let outcome = exchange::run(&client, &job, now, rand::random::<f64>()).await;
+            let started = std::time::Instant::now();
+            let mut outcome = exchange::run(&client, &job, now, rand::random::<f64>()).await;
+            // The policy's delay counts from the answer, not from the
+            // request: the next attempt never starts sooner than that
+            // after the last one ended.
+            if let Next::RetryAt { at_ms, .. } = &mut outcome.next {
+                let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                *at_ms = at_ms.saturating_add(took);
+            }
             Done { call, outcome }
         });
     }

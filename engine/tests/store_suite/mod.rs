@@ -55,6 +55,7 @@ pub fn entry(id: &str, due_ms: Millis, topic: Option<&str>, user: &str) -> Entry
         when_online: false,
         attempts: 0,
         phase: Phase::Deliver,
+        fire_ms: 0,
         calls: 0,
         target: Default::default(),
     }
@@ -210,7 +211,11 @@ pub async fn a_claimed_entry_carries_its_notification_intact(store: &dyn Store) 
     e.notification.clients = vec!["acme".into(), "globex".into()];
     insert_ok(store, vec![e.clone()]).await;
     let claimed = store.claim_due(T0, 1, LEASE).await.unwrap();
-    let expected = Entry { attempts: 1, ..e };
+    let expected = Entry {
+        attempts: 1,
+        fire_ms: T0,
+        ..e
+    };
     assert_eq!(claimed, vec![expected]);
 }
 
@@ -1232,6 +1237,7 @@ pub async fn a_dead_letter_keeps_its_body_and_replays_due_now(store: &dyn Store)
         vec![Entry {
             attempts: 1,
             phase: Phase::Callback,
+            fire_ms: T0 + 100,
             calls: 0,
             target: Default::default(),
             ..e
@@ -1473,7 +1479,12 @@ pub async fn calls_count_the_counted_attempts_and_replay_resets_them(store: &dyn
     let mut e = entry("a", T0, Some("cb"), "u");
     e.calls = 9; // not the caller's to set: stored as 0
     insert_ok(store, vec![e]).await;
-    assert_eq!(claim_one(store, "a", T0).await.calls, 0);
+    let first = claim_one(store, "a", T0).await;
+    assert_eq!(
+        (first.calls, first.fire_ms),
+        (0, T0),
+        "fired at its due time"
+    );
     let counted = |at_ms, n| RetryWait {
         id: "a".into(),
         at_ms,
@@ -1490,8 +1501,11 @@ pub async fn calls_count_the_counted_attempts_and_replay_resets_them(store: &dyn
         .retry_wait(vec![counted(T0 + 10, 1)], T0 + 1)
         .await
         .unwrap();
-    let a = claim_one(store, "a", T0 + 10).await;
+    // Claimed later than its retry time (as a firer claiming ahead would
+    // not): the claim says when it was to fire, so it goes no earlier.
+    let a = claim_one(store, "a", T0 + 15).await;
     assert_eq!((a.calls, a.attempts, a.phase), (1, 2, Phase::Callback));
+    assert_eq!(a.fire_ms, T0 + 10, "its retry time, not its due time");
     store
         .retry_wait(vec![paused(T0 + 20)], T0 + 11)
         .await
@@ -1657,6 +1671,7 @@ pub async fn the_target_is_kept_and_every_claim_returns_it(store: &dyn Store) {
         Entry {
             attempts: 1,
             phase: Phase::Callback,
+            fire_ms: T0 + 12,
             ..own
         }
     );

@@ -28,6 +28,7 @@ pub(crate) fn entry(id: &str, user: &str, attempts: u32) -> Entry {
         when_online: false,
         attempts,
         phase: Phase::Deliver,
+        fire_ms: 0,
         calls: 0,
         target: Default::default(),
     }

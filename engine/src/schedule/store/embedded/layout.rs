@@ -515,6 +515,7 @@ mod tests {
             when_online: true,
             attempts: 0,
             phase: Phase::Deliver,
+            fire_ms: 0,
             calls: 0,
             target: Default::default(),
         }

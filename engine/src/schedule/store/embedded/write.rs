@@ -336,6 +336,8 @@ impl<'t> Tables<'t> {
                 continue;
             };
             e.attempts = c.attempts.saturating_add(1);
+            // Its place in the queue: the end of the lease that ran out.
+            e.fire_ms = c.deadline;
             claims.insert(
                 seq,
                 Claim {
@@ -647,6 +649,7 @@ fn first_claim(
         _ => s.due(),
     };
     e.attempts = s.header.attempts.saturating_add(1);
+    e.fire_ms = fire;
     claims.insert(
         seq,
         Claim {

@@ -151,6 +151,7 @@ impl RedisStore {
                     // counted one more attempt.
                     if let Some(mut e) = self.take_claimed(&text(id)?, blob(value)?) {
                         e.attempts += 1;
+                        e.fire_ms = fire;
                         got.push((fire, e));
                     }
                     moved += 1;

@@ -390,6 +390,7 @@ mod tests {
             when_online,
             attempts: 7,
             phase: Phase::Deliver,
+            fire_ms: 0,
             calls: 0,
             target: Default::default(),
         }
