@@ -170,6 +170,7 @@ impl Ingest {
                     when_online: timing.when_online,
                     attempts: 0,
                     phase: Phase::Deliver,
+                    fire_ms: 0,
                     calls: 0,
                     target: Default::default(),
                 },
