@@ -250,6 +250,38 @@ impl PublishApi {
         Ok(())
     }
 
+    /// Check a publication's own callback settings against the topics in
+    /// force and the deployment's allowed destinations (422 naming
+    /// `callback_url`, `recheck_url` or `browsers`, `[3].callback_url` in a
+    /// batch). Without a delayed store there are no callbacks: a
+    /// `callback_url` is refused.
+    fn check_target(
+        &self,
+        p: &mut parse::Publication,
+        index: Option<usize>,
+    ) -> Result<target::Checked, ApiError> {
+        let at = |field: &str| match index {
+            Some(i) => format!("[{i}].{field}"),
+            None => field.to_owned(),
+        };
+        let request = std::mem::take(&mut p.target);
+        let (topic_calls_back, allowed) = match self.delayed() {
+            Some(d) => (
+                d.topics().calls_back(p.notification.topic.as_deref()),
+                d.topics().allowed(),
+            ),
+            None if request.callback_url.is_some() => {
+                return Err(ApiError::invalid(
+                    at(target::CALLBACK_URL),
+                    "callbacks are made from the delayed store, which is not enabled on this server (configure [redis] url, or --redis-url)",
+                ));
+            }
+            None => (false, &[][..]),
+        };
+        target::check(request, topic_calls_back, allowed)
+            .map_err(|e| ApiError::invalid(at(e.field), e.message))
+    }
+
     /// Take `count` publications from the key's rate: 429 with
     /// `Retry-After` when over it, 413 for a batch larger than its burst.
     fn check_rate(&self, caller: &Caller, count: usize) -> Result<(), ApiError> {
@@ -448,40 +480,6 @@ impl PublishApi {
             "publication accepted"
         );
         Ok(Accepted { ids, scheduled })
-    }
-}
-
-impl PublishApi {
-    /// Check a publication's own callback settings against the topics in
-    /// force and the deployment's allowed destinations (422 naming
-    /// `callback_url`, `recheck_url` or `browsers`, `[3].callback_url` in a
-    /// batch). Without a delayed store there are no callbacks: a
-    /// `callback_url` is refused.
-    fn check_target(
-        &self,
-        p: &mut parse::Publication,
-        index: Option<usize>,
-    ) -> Result<target::Checked, ApiError> {
-        let at = |field: &str| match index {
-            Some(i) => format!("[{i}].{field}"),
-            None => field.to_owned(),
-        };
-        let request = std::mem::take(&mut p.target);
-        let (topic_calls_back, allowed) = match self.delayed() {
-            Some(d) => (
-                d.topics().calls_back(p.notification.topic.as_deref()),
-                d.topics().allowed(),
-            ),
-            None if request.callback_url.is_some() => {
-                return Err(ApiError::invalid(
-                    at(target::CALLBACK_URL),
-                    "callbacks are made from the delayed store, which is not enabled on this server (configure [redis] url, or --redis-url)",
-                ));
-            }
-            None => (false, &[][..]),
-        };
-        target::check(request, topic_calls_back, allowed)
-            .map_err(|e| ApiError::invalid(at(e.field), e.message))
     }
 }
 
