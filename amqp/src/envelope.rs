@@ -14,6 +14,9 @@
 //! | header `delay-ms` | integer | deliver this many ms after acceptance |
 //! | header `deliver-at` | integer (epoch ms) or RFC 3339 string | deliver at this time |
 //! | header `when-online` | boolean | hold until the user is online |
+//! | header `callback-url` | string | `POST` it here when due (over its topic's) |
+//! | header `recheck-url` | string | ask here first (over its topic's) |
+//! | header `browsers` | boolean, or string `true`/`false` | `false`: callback only, no browser |
 //! | property `type` = `herald.cancel` | | cancel the delayed notification `message_id` |
 //!
 //! A string is a long string (`S`), or a byte array (`x`, what some clients
@@ -21,7 +24,9 @@
 //! unsigned integer types. Any other type is refused, naming the header.
 //! Headers Herald does not know are ignored. The timing headers are read by
 //! [`delay_from_amqp`]; a router without a delayed store refuses them
-//! ([`DELAYED_DISABLED`]) rather than deliver at once.
+//! ([`DELAYED_DISABLED`]) rather than deliver at once. The callback headers
+//! are read by [`target_from_amqp`] and checked by
+//! [`herald_engine::callback::target::check`].
 
 use std::time::Duration;
 
@@ -30,6 +35,7 @@ use herald_protocol::envelope::{Limits, Notification, Scope, names};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
+use herald_engine::callback::target::{self, TargetRequest};
 use herald_engine::metrics::RejectReason;
 use herald_engine::schedule::timing::{DelayRequest, DeliverAt};
 
@@ -48,6 +54,12 @@ pub mod headers {
     pub const DELIVER_AT: &str = "deliver-at";
     /// Hold until the user is online.
     pub const WHEN_ONLINE: &str = "when-online";
+    /// The notification's own callback URL.
+    pub const CALLBACK_URL: &str = "callback-url";
+    /// The notification's own recheck URL.
+    pub const RECHECK_URL: &str = "recheck-url";
+    /// Whether its browser recipients get it (`false`: callback only).
+    pub const BROWSERS: &str = "browsers";
     /// Field name for the `type` property.
     pub const TYPE_PROPERTY: &str = "type";
     /// Dead letters: why the publication was refused.
@@ -259,6 +271,62 @@ pub fn delay_from_amqp(properties: &BasicProperties) -> Result<DelayRequest, Rej
         deliver_at,
         when_online,
     })
+}
+
+/// The callback headers of a publication (none set: no callback of its
+/// own). Their types are checked here; their values by
+/// [`target::check`] (whose field names [`target_header`] maps back).
+pub fn target_from_amqp(properties: &BasicProperties) -> Result<TargetRequest, Rejection> {
+    let empty = FieldTable::default();
+    let table = properties.headers().as_ref().unwrap_or(&empty);
+    let get = |name: &str| table.inner().get(name);
+    let callback_url = get(headers::CALLBACK_URL)
+        .map(|v| string(headers::CALLBACK_URL, v))
+        .transpose()?;
+    let recheck_url = get(headers::RECHECK_URL)
+        .map(|v| string(headers::RECHECK_URL, v))
+        .transpose()?;
+    let browsers = match get(headers::BROWSERS) {
+        None => None,
+        Some(AMQPValue::Boolean(b)) => Some(*b),
+        Some(v) => match as_text(v) {
+            Some(Ok("true")) => Some(true),
+            Some(Ok("false")) => Some(false),
+            Some(Ok(other)) => {
+                return Err(Rejection::invalid(
+                    headers::BROWSERS,
+                    format!("must be true or false, not {other:?}"),
+                ));
+            }
+            Some(Err(_)) => {
+                return Err(Rejection::invalid(headers::BROWSERS, "must be UTF-8 text"));
+            }
+            None => {
+                return Err(Rejection::invalid(
+                    headers::BROWSERS,
+                    format!(
+                        "must be a boolean or the string true or false, not {}",
+                        type_name(v)
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(TargetRequest {
+        callback_url,
+        recheck_url,
+        browsers,
+    })
+}
+
+/// The header of a field [`target::check`] names (`callback_url` is the
+/// header `callback-url`).
+pub fn target_header(field: &str) -> &'static str {
+    match field {
+        target::RECHECK_URL => headers::RECHECK_URL,
+        target::BROWSERS => headers::BROWSERS,
+        _ => headers::CALLBACK_URL,
+    }
 }
 
 /// The message is a cancel (`type` = [`CANCEL_TYPE`]): the id to cancel, or

@@ -29,6 +29,8 @@
 //!   them, each field checked with an error that names it.
 //! - [`destination`]: where a callback may go: URL validation at
 //!   registration and the SSRF classification of an address.
+//! - [`target`]: a publication's own `callback_url`, `recheck_url` and
+//!   `browsers`, checked at acceptance (HTTP and AMQP alike).
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -53,4 +55,5 @@ pub mod metrics;
 pub mod retry;
 pub mod signature;
 pub mod step;
+pub mod target;
 pub mod topic;

@@ -11,8 +11,15 @@
 //! `Retry-After`, `503` link down).
 //!
 //! Order of the checks: the key and its operation (before the body is
-//! read), then the body and every notification's fields, then the key's
-//! sites, then its rate (so a refused request costs no tokens).
+//! read), then the body and every notification's fields (its callback
+//! settings included: [`crate::callback::target`]), then the key's sites,
+//! then its rate (so a refused request costs no tokens).
+//!
+//! Where a notification goes: straight to the link when it is immediate
+//! and has no callback; into the delayed store otherwise (`delay_ms`,
+//! `deliver_at`, `when_online`, or a callback of its own or of its topic,
+//! which the store makes durable and retries: an immediate one is stored
+//! due now).
 
 pub mod decode;
 mod error;
@@ -37,6 +44,7 @@ use serde::Serialize;
 pub use error::ApiError;
 
 use crate::api_key::{ApiKeys, Caller, Operation};
+use crate::callback::target;
 use crate::link::Link;
 use crate::metrics::{KeyLabels, KeyRefusal, PublishMetrics};
 use crate::rate_limit::{Refusal, retry_after_secs};
@@ -242,6 +250,38 @@ impl PublishApi {
         Ok(())
     }
 
+    /// Check a publication's own callback settings against the topics in
+    /// force and the deployment's allowed destinations (422 naming
+    /// `callback_url`, `recheck_url` or `browsers`, `[3].callback_url` in a
+    /// batch). Without a delayed store there are no callbacks: a
+    /// `callback_url` is refused.
+    fn check_target(
+        &self,
+        p: &mut parse::Publication,
+        index: Option<usize>,
+    ) -> Result<target::Checked, ApiError> {
+        let at = |field: &str| match index {
+            Some(i) => format!("[{i}].{field}"),
+            None => field.to_owned(),
+        };
+        let request = std::mem::take(&mut p.target);
+        let (topic_calls_back, allowed) = match self.delayed() {
+            Some(d) => (
+                d.topics().calls_back(p.notification.topic.as_deref()),
+                d.topics().allowed(),
+            ),
+            None if request.callback_url.is_some() => {
+                return Err(ApiError::invalid(
+                    at(target::CALLBACK_URL),
+                    "callbacks are made from the delayed store, which is not enabled on this server (configure [redis] url, or --redis-url)",
+                ));
+            }
+            None => (false, &[][..]),
+        };
+        target::check(request, topic_calls_back, allowed)
+            .map_err(|e| ApiError::invalid(at(e.field), e.message))
+    }
+
     /// Take `count` publications from the key's rate: 429 with
     /// `Retry-After` when over it, 413 for a batch larger than its burst.
     fn check_rate(&self, caller: &Caller, count: usize) -> Result<(), ApiError> {
@@ -338,8 +378,10 @@ impl PublishApi {
             )?]
         };
         let batch = publications.len() > 1;
+        let mut targets = Vec::with_capacity(publications.len());
         for (i, p) in publications.iter_mut().enumerate() {
             validate(&mut p.notification, &config.limits, batch.then_some(i))?;
+            targets.push(self.check_target(p, batch.then_some(i))?);
         }
         self.check_sites(&caller, &publications, batch)?;
         self.check_rate(&caller, publications.len())?;
@@ -350,15 +392,20 @@ impl PublishApi {
         let now = now_ms();
         let mut immediate: Vec<Arc<Notification>> = Vec::new();
         let mut delayed: Vec<Entry> = Vec::new();
-        for (i, p) in publications.into_iter().enumerate() {
+        let mut callbacks = 0usize;
+        for (i, (p, checked)) in publications.into_iter().zip(targets).enumerate() {
             let at = |field: &str| match batch {
                 true => format!("[{i}].{field}"),
                 false => field.to_owned(),
             };
-            if !p.delay.is_delayed() {
+            // A callback is made from the store (durable, retried): an
+            // immediate notification that calls back is stored due now,
+            // as if published with delay 0.
+            if !p.delay.is_delayed() && !checked.calls_back {
                 immediate.push(Arc::new(p.notification));
                 continue;
             }
+            callbacks += usize::from(checked.calls_back);
             let Some(service) = self.delayed() else {
                 let field = if p.delay.delay_ms.is_some() {
                     "delay_ms"
@@ -384,7 +431,7 @@ impl PublishApi {
                 phase: Phase::Deliver,
                 fire_ms: 0,
                 calls: 0,
-                target: Default::default(),
+                target: checked.target,
             });
         }
         let mut scheduled = Vec::with_capacity(delayed.len());
@@ -430,6 +477,7 @@ impl PublishApi {
             api_key = caller.name(),
             notifications = count,
             delayed = scheduled.len(),
+            callbacks,
             "publication accepted"
         );
         Ok(Accepted { ids, scheduled })

@@ -7,8 +7,10 @@
 //!   exchange with `x-herald-error` (the reason) and `x-herald-field`, and
 //!   once the broker confirms, ack the delivery.
 //!
-//! - delayed (`delay-ms`, `deliver-at`, `when-online`): store it in the
-//!   delayed store ([`Delayed::accept`]), and once it is durable, ack;
+//! - delayed (`delay-ms`, `deliver-at`, `when-online`), or with a callback
+//!   (its own `callback-url`, or its topic's; immediate ones are due now):
+//!   store it in the delayed store ([`Delayed::accept`]), and once it is
+//!   durable, ack;
 //! - a cancel (`type` = `herald.cancel`): cancel in the delayed store, ack;
 //!   an unknown id is dead-lettered.
 //!

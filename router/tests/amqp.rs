@@ -211,6 +211,25 @@ async fn invalid_publications_are_dead_lettered_with_the_reason() {
             "when-online",
             DELAYED_DISABLED,
         ),
+        // Callbacks are made from the delayed store: none here.
+        json(
+            "callback",
+            with("callback-url", text("https://push.example.com/cb")),
+            "callback-url",
+            DELAYED_DISABLED,
+        ),
+        json(
+            "callback-only",
+            with("browsers", text("false")),
+            "browsers",
+            "no callback",
+        ),
+        json(
+            "browsers-type",
+            with("browsers", AMQPValue::LongInt(0)),
+            "browsers",
+            "boolean",
+        ),
         json("bad id", base(), "message_id", "characters"),
     ];
     for c in &cases {
@@ -278,9 +297,9 @@ async fn invalid_publications_are_dead_lettered_with_the_reason() {
     // can be after a test sees it in the queue.
     router
         .metrics_showing(&[
-            "herald_notifications_rejected_total{source=\"amqp\",reason=\"invalid_field\"} 8",
+            "herald_notifications_rejected_total{source=\"amqp\",reason=\"invalid_field\"} 10",
             "herald_notifications_rejected_total{source=\"amqp\",reason=\"too_large\"} 1",
-            "herald_notifications_rejected_total{source=\"amqp\",reason=\"unsupported\"} 3",
+            "herald_notifications_rejected_total{source=\"amqp\",reason=\"unsupported\"} 4",
             "herald_notifications_accepted_total{source=\"amqp\"} 1",
         ])
         .await;

@@ -323,3 +323,215 @@ async fn readiness_follows_the_delayed_store() {
     router.stop().await;
     broker.cleanup().await;
 }
+
+/// A router with a delayed store whose callbacks may reach loopback
+/// (`[callbacks] allow_private_networks`).
+async fn router_with_callbacks(topology: &Topology) -> (Router, RedisPrefix) {
+    let prefix = format!(
+        "herald-test{}",
+        topology.exchange.trim_start_matches("herald")
+    );
+    let router = Router::start(topology, |c| {
+        c.redis.url = Some(redis_url());
+        c.redis.prefix = prefix.clone();
+        c.schedule.lease_ms = 1000;
+        c.callbacks.allow_private_networks = true;
+    })
+    .await;
+    router.wait_ready().await;
+    (router, RedisPrefix(prefix))
+}
+
+impl Router {
+    /// Poll until `id` has a status (it went through the delayed store).
+    async fn wait_stored(&self, id: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (code, body) = self.status(id).await;
+            if code == 200 {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} was never stored: {code} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// An immediate publication with a `callback-url` of its own, or under a
+/// topic that has one, goes through the delayed store (due now, so its
+/// callback is durable); its browser part still reaches the edges. One
+/// without goes straight to the edges and has no status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_makes_an_immediate_publication_go_through_the_store() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let (router, _redis) = router_with_callbacks(&topology).await;
+    let put = router
+        .http
+        .put(router.url("/v1/topics/billing"))
+        .bearer_auth(API_KEY)
+        .json(&serde_json::json!({"callback_url": "http://127.0.0.1:9/topic"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 201);
+
+    let sent_at = now_ms();
+    let own = timed(
+        "cb-own",
+        &["alice"],
+        &[
+            (headers::CALLBACK_URL, text("http://127.0.0.1:9/cb")),
+            (headers::RECHECK_URL, text("http://127.0.0.1:9/check")),
+        ],
+    );
+    assert!(broker.publish("reminder", own, b"{}").await);
+    let status = router.wait_stored("cb-own").await;
+    let due = status["due_at_ms"].as_u64().unwrap();
+    assert!(
+        (sent_at..=now_ms()).contains(&due),
+        "due at acceptance: {status}"
+    );
+    let got = broker
+        .take_notifications(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(got[0].0.id, "cb-own", "its browser part is delivered");
+
+    let under_topic = timed("cb-topic", &["alice"], &[("topic", text("billing"))]);
+    assert!(broker.publish("reminder", under_topic, b"{}").await);
+    router.wait_stored("cb-topic").await;
+    let callback_only = timed(
+        "cb-only",
+        &["alice"],
+        &[
+            ("topic", text("billing")),
+            (headers::BROWSERS, AMQPValue::Boolean(false)),
+        ],
+    );
+    assert!(broker.publish("reminder", callback_only, b"{}").await);
+    router.wait_stored("cb-only").await;
+
+    let plain = timed("plain", &["alice"], &[("topic", text("chat"))]);
+    assert!(broker.publish("reminder", plain, b"{}").await);
+    // The stored ones fire to the edges too, in no set order with it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|id| id == "plain") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "plain never reached the edges: {seen:?}");
+        let got = broker.take_notifications(&broker.edge_queue, 1, left).await;
+        seen.extend(got.into_iter().map(|(n, _)| n.id));
+    }
+    assert_eq!(router.status("plain").await.0, 404, "never stored");
+    router
+        .metrics_showing(&["herald_notifications_accepted_total{source=\"amqp\"} 4"])
+        .await;
+    assert_eq!(
+        broker.ready(&topology.queue).await,
+        0,
+        "every publication acked"
+    );
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+/// Extra headers of a publication.
+type Headers = Vec<(&'static str, AMQPValue)>;
+
+/// Bad callback headers are dead-lettered naming the header, and counted
+/// with the other refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_callback_headers_are_dead_lettered_naming_the_header() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    // Callbacks may reach public addresses only (the default).
+    let (router, _redis) = router_with_redis(&topology).await;
+    let long = format!("https://push.example.com/{}", "a".repeat(2048));
+    // (id, headers, the header to blame, words of the reason)
+    let cases: Vec<(&str, Headers, &str, &str)> = vec![
+        (
+            "scheme",
+            vec![(headers::CALLBACK_URL, text("ftp://push.example.com/x"))],
+            headers::CALLBACK_URL,
+            "scheme",
+        ),
+        (
+            "long",
+            vec![(headers::CALLBACK_URL, text(&long))],
+            headers::CALLBACK_URL,
+            "the limit is 2048",
+        ),
+        (
+            "private",
+            vec![(headers::CALLBACK_URL, text("http://192.168.1.10/cb"))],
+            headers::CALLBACK_URL,
+            "private",
+        ),
+        (
+            "type",
+            vec![(headers::CALLBACK_URL, AMQPValue::LongInt(7))],
+            headers::CALLBACK_URL,
+            "string",
+        ),
+        (
+            "recheck-alone",
+            vec![(headers::RECHECK_URL, text("https://billing.example.com/c"))],
+            headers::RECHECK_URL,
+            "guards a callback",
+        ),
+        (
+            "recheck-loopback",
+            vec![
+                (headers::CALLBACK_URL, text("https://push.example.com/x")),
+                (headers::RECHECK_URL, text("http://127.0.0.1/c")),
+            ],
+            headers::RECHECK_URL,
+            "loopback",
+        ),
+        (
+            "callback-only",
+            vec![(headers::BROWSERS, text("false"))],
+            headers::BROWSERS,
+            "no callback",
+        ),
+        (
+            "browsers-text",
+            vec![(headers::BROWSERS, text("maybe"))],
+            headers::BROWSERS,
+            "true or false",
+        ),
+    ];
+    for (id, extra, _, _) in &cases {
+        let p = timed(id, &["u"], extra);
+        assert!(broker.publish("reminder", p, b"{}").await);
+    }
+    let dead = broker
+        .take(&topology.dead_queue, cases.len(), Duration::from_secs(10))
+        .await;
+    for (id, _, header, words) in &cases {
+        let d = dead
+            .iter()
+            .find(|d| d.properties.message_id().as_ref().map(|m| m.as_str()) == Some(id))
+            .unwrap_or_else(|| panic!("{id} not dead-lettered"));
+        assert_eq!(
+            header_text(&d.properties, headers::FIELD).as_deref(),
+            Some(*header),
+            "{id}"
+        );
+        let reason = header_text(&d.properties, headers::ERROR).unwrap();
+        assert!(reason.starts_with(&format!("{header}: ")), "{id}: {reason}");
+        assert!(reason.contains(words), "{id}: {reason}");
+        assert_eq!(router.status(id).await.0, 404, "{id} was stored");
+    }
+    router
+        .metrics_showing(&[&format!(
+            "herald_notifications_rejected_total{{source=\"amqp\",reason=\"invalid_field\"}} {}",
+            cases.len()
+        )])
+        .await;
+    router.stop().await;
+    broker.cleanup().await;
+}

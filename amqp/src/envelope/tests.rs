@@ -314,6 +314,62 @@ fn bad_timing_headers_name_the_header() {
 }
 
 #[test]
+fn callback_headers_are_read() {
+    assert_eq!(
+        target_from_amqp(&props(base())).unwrap(),
+        TargetRequest::default()
+    );
+    let mut t = base();
+    t.insert("callback-url".into(), text("https://push.example.com/x"));
+    t.insert(
+        "recheck-url".into(),
+        AMQPValue::ByteArray(b"https://billing.example.com/check".to_vec().into()),
+    );
+    t.insert("browsers".into(), text("false"));
+    let r = target_from_amqp(&props(t)).unwrap();
+    assert_eq!(
+        r,
+        TargetRequest {
+            callback_url: Some("https://push.example.com/x".into()),
+            recheck_url: Some("https://billing.example.com/check".into()),
+            browsers: Some(false),
+        }
+    );
+    for (value, browsers) in [
+        (text("true"), true),
+        (AMQPValue::Boolean(false), false),
+        (AMQPValue::Boolean(true), true),
+    ] {
+        let r = target_from_amqp(&with("browsers", value)).unwrap();
+        assert_eq!(r.browsers, Some(browsers));
+    }
+}
+
+#[test]
+fn bad_callback_headers_name_the_header() {
+    for (name, value, words) in [
+        ("callback-url", AMQPValue::LongInt(7), "string"),
+        ("recheck-url", strings(&["x"]), "string"),
+        ("browsers", text("no"), "true or false"),
+        ("browsers", text("TRUE"), "true or false"),
+        ("browsers", AMQPValue::LongInt(0), "boolean"),
+    ] {
+        let r = target_from_amqp(&with(name, value)).unwrap_err();
+        assert_eq!(r.field, name);
+        assert!(r.reason.starts_with(&format!("{name}: ")), "{r:?}");
+        assert!(r.reason.contains(words), "{r:?}");
+        assert_eq!(r.kind, RejectReason::InvalidField);
+    }
+    for (field, header) in [
+        ("callback_url", "callback-url"),
+        ("recheck_url", "recheck-url"),
+        ("browsers", "browsers"),
+    ] {
+        assert_eq!(target_header(field), header);
+    }
+}
+
+#[test]
 fn cancel_messages_name_their_id() {
     assert_eq!(cancel_from_amqp(&props(base())), None);
     let cancel = BasicProperties::default().with_type(CANCEL_TYPE.into());

@@ -264,7 +264,7 @@ fn url_field(
 
 /// An error's text without its leading `field: `, which the field of the
 /// JSON error already says.
-fn message_of(text: &str, field: &str) -> String {
+pub(crate) fn message_of(text: &str, field: &str) -> String {
     text.strip_prefix(field)
         .and_then(|rest| rest.strip_prefix(": "))
         .unwrap_or(text)

@@ -12,13 +12,16 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
+use crate::callback::target::TargetRequest;
 use crate::schedule::timing::{DelayRequest, DeliverAt};
 
-/// A parsed publication: the notification and what it asks about timing.
+/// A parsed publication: the notification, what it asks about timing, and
+/// its own callback settings (checked later, against the topics in force).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Publication {
     pub(crate) notification: Notification,
     pub(crate) delay: DelayRequest,
+    pub(crate) target: TargetRequest,
 }
 
 /// `deliver_at` in JSON: RFC 3339 text or epoch ms.
@@ -48,6 +51,9 @@ struct JsonPublication {
     delay_ms: Option<i64>,
     deliver_at: Option<JsonDeliverAt>,
     when_online: Option<bool>,
+    callback_url: Option<String>,
+    recheck_url: Option<String>,
+    browsers: Option<bool>,
 }
 
 /// The envelope fields of a raw-body publication, from the query string.
@@ -65,6 +71,9 @@ pub(crate) struct RawParams {
     delay_ms: Option<i64>,
     deliver_at: Option<String>,
     when_online: Option<bool>,
+    callback_url: Option<String>,
+    recheck_url: Option<String>,
+    browsers: Option<bool>,
 }
 
 /// A `deliver_at` from a query string: digits (epoch ms) or RFC 3339.
@@ -135,6 +144,11 @@ fn from_json(
     Ok(Publication {
         notification,
         delay,
+        target: TargetRequest {
+            callback_url: p.callback_url,
+            recheck_url: p.recheck_url,
+            browsers: p.browsers,
+        },
     })
 }
 
@@ -280,6 +294,11 @@ pub(crate) fn parse_raw(
     Ok(Publication {
         notification,
         delay,
+        target: TargetRequest {
+            callback_url: params.callback_url,
+            recheck_url: params.recheck_url,
+            browsers: params.browsers,
+        },
     })
 }
 
@@ -433,5 +452,64 @@ mod tests {
             Some(DeliverAt::Rfc3339("2027-01-15T08:00:00+01:00".into()))
         );
         assert_eq!(raw("event=e&delay_ms=-5").unwrap().delay.delay_ms, Some(-5));
+    }
+
+    #[test]
+    fn callback_fields_in_json_and_query() {
+        let body = br#"[{"users":["a"],"event":"e","callback_url":"https://push.example.com/x",
+            "recheck_url":"https://billing.example.com/check","browsers":false},
+            {"users":["a"],"event":"e","callback_url":null}]"#;
+        let v = parse_json(body, 10, &mut ids()).unwrap();
+        assert_eq!(
+            v[0].target,
+            TargetRequest {
+                callback_url: Some("https://push.example.com/x".into()),
+                recheck_url: Some("https://billing.example.com/check".into()),
+                browsers: Some(false),
+            }
+        );
+        assert_eq!(v[1].target, TargetRequest::default());
+        let raw = |q| parse_raw(Some(q), "text/plain", Bytes::new(), &mut ids());
+        let p =
+            raw("event=e&callback_url=https%3A%2F%2Fpush.example.com%2Fx%3Fa%3D1&browsers=true")
+                .unwrap();
+        assert_eq!(
+            p.target.callback_url.as_deref(),
+            Some("https://push.example.com/x?a=1")
+        );
+        assert_eq!(p.target.browsers, Some(true));
+        assert_eq!(
+            raw("event=e&recheck_url=https://a.example/")
+                .unwrap()
+                .target
+                .recheck_url
+                .as_deref(),
+            Some("https://a.example/")
+        );
+    }
+
+    #[test]
+    fn callback_fields_of_the_wrong_type_are_named() {
+        for (body, field) in [
+            (&br#"{"event":"e","callback_url":7}"#[..], "callback_url"),
+            (br#"{"event":"e","recheck_url":["x"]}"#, "recheck_url"),
+            (br#"{"event":"e","browsers":"no"}"#, "browsers"),
+            (
+                br#"[{"event":"e"},{"event":"e","browsers":0}]"#,
+                "[1].browsers",
+            ),
+        ] {
+            let err = parse_json(body, 10, &mut ids()).unwrap_err();
+            assert_eq!(err.status, http::StatusCode::UNPROCESSABLE_ENTITY);
+            assert_eq!(err.field.as_deref(), Some(field), "{err:?}");
+        }
+        let err = parse_raw(
+            Some("event=e&browsers=maybe"),
+            "text/plain",
+            Bytes::new(),
+            &mut ids(),
+        )
+        .unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("browsers"), "{err:?}");
     }
 }

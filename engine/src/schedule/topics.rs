@@ -93,6 +93,13 @@ impl Topics {
         self.snapshot().policy(topic)
     }
 
+    /// Whether notifications of `topic` call back: it is registered with a
+    /// `callback_url` (configured topics have none). Such a notification
+    /// goes through the store even when it is immediate.
+    pub fn calls_back(&self, topic: Option<&str>) -> bool {
+        topic.is_some_and(|t| self.inner.current.read().calls_back(t))
+    }
+
     /// The shortest time between two `when-online` sends for `topic`.
     pub fn min_interval_ms(&self, topic: Option<&str>) -> u64 {
         self.policy(topic)
@@ -221,6 +228,14 @@ impl Snapshot {
         }
     }
 
+    /// Whether `topic` is registered with a `callback_url` (see
+    /// [`Topics::calls_back`]).
+    pub fn calls_back(&self, topic: &str) -> bool {
+        self.registered
+            .get(topic)
+            .is_some_and(|t| t.callback_url.is_some())
+    }
+
     /// The delivery policy of `topic` (see [`Topics::policy`]).
     pub fn policy(&self, topic: Option<&str>) -> TopicPolicy {
         topic
@@ -266,6 +281,23 @@ mod tests {
 
         t.remove("herd");
         assert_eq!(t.policy(Some("herd")).jitter_ms, 1000, "configured again");
+    }
+
+    #[test]
+    fn only_a_registered_topic_with_a_callback_url_calls_back() {
+        let t = Topics::new(&config(), vec![]);
+        assert!(!t.calls_back(Some("herd")), "configured: no callback");
+        t.set("quiet", topic(json!({"jitter_ms": 5})));
+        t.set(
+            "billing",
+            topic(json!({"callback_url": "https://push.example.com/send"})),
+        );
+        assert!(!t.calls_back(Some("quiet")));
+        assert!(t.calls_back(Some("billing")));
+        assert!(!t.calls_back(Some("other")));
+        assert!(!t.calls_back(None));
+        t.remove("billing");
+        assert!(!t.calls_back(Some("billing")));
     }
 
     #[test]

@@ -10,9 +10,10 @@ use lapin::types::{DeliveryTag, ShortString};
 use super::{Confirmed, Forward, Ingest, Sent};
 use herald_amqp::envelope::{
     DELAYED_DISABLED, Rejection, body_bytes, cancel_from_amqp, dead_letter_properties,
-    delay_from_amqp, from_amqp_bytes, headers, short,
+    delay_from_amqp, from_amqp_bytes, headers, short, target_from_amqp, target_header,
 };
 use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
+use herald_engine::callback::target;
 use herald_engine::metrics::RejectReason;
 use herald_engine::schedule::entry::{Entry, Phase};
 use herald_engine::schedule::service::Delayed;
@@ -146,7 +147,28 @@ impl Ingest {
             Ok(t) => t,
             Err(rejection) => return Plan::Dead(rejection),
         };
-        if !timing.is_delayed() {
+        let request = match target_from_amqp(properties) {
+            Ok(r) => r,
+            Err(rejection) => return Plan::Dead(rejection),
+        };
+        let (topic_calls_back, allowed) = match delayed {
+            Some(d) => (
+                d.topics().calls_back(n.topic.as_deref()),
+                d.topics().allowed(),
+            ),
+            None if request.callback_url.is_some() => {
+                return Plan::Dead(disabled(headers::CALLBACK_URL));
+            }
+            None => (false, &[][..]),
+        };
+        let checked = match target::check(request, topic_calls_back, allowed) {
+            Ok(c) => c,
+            Err(e) => return Plan::Dead(Rejection::invalid(target_header(e.field), e.message)),
+        };
+        // A callback is made from the store (durable, retried): an
+        // immediate publication that calls back is stored due now, as if
+        // it had `delay-ms: 0`.
+        if !timing.is_delayed() && !checked.calls_back {
             return Plan::Edges(n);
         }
         let Some(delayed) = delayed else {
@@ -172,7 +194,7 @@ impl Ingest {
                     phase: Phase::Deliver,
                     fire_ms: 0,
                     calls: 0,
-                    target: Default::default(),
+                    target: checked.target,
                 },
             ),
             Err(e) => {
@@ -200,8 +222,8 @@ enum Plan {
     Dead(Rejection),
 }
 
-/// The refusal of a timing header (or a cancel) by a router without a
-/// delayed store.
+/// The refusal of a timing header, a callback or a cancel by a router
+/// without a delayed store.
 fn disabled(field: &'static str) -> Rejection {
     Rejection {
         reason: format!("{field}: {DELAYED_DISABLED}"),
