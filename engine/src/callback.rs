@@ -29,6 +29,10 @@
 //!   them, each field checked with an error that names it.
 //! - [`destination`]: where a callback may go: URL validation at
 //!   registration and the SSRF classification of an address.
+//! - [`alert`]: what a dead letter or a failing store raises: a log line,
+//!   a metric, and, as `[callbacks.alerts]` says, a Slack-compatible
+//!   webhook and mail, at most one message per kind per interval.
+//! - [`config`]: `[callbacks]`, with `[callbacks.alerts]`.
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -41,6 +45,7 @@
 //!                                                  None --> dead, alert
 //! ```
 
+pub mod alert;
 pub mod answer;
 pub mod attempt;
 pub mod breaker;
