@@ -38,6 +38,8 @@ use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
 use crate::config::Config;
 use crate::ingest::Ingest;
 use herald_engine::api_key::ApiKeys;
+use herald_engine::callback::alert::Alerts;
+use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::PublishApi;
 use herald_engine::schedule::metrics::DelayedMetrics;
@@ -100,7 +102,16 @@ pub async fn run(
             &config.schedule,
             config.callbacks.allowed(),
         );
-        let delayed = Delayed::with_topics(config.schedule.clone(), store.clone(), topics, metrics);
+        let alert_metrics = AlertMetrics::default();
+        alert_metrics.register(&mut registry);
+        let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
+        let delayed = Delayed::with_topics(
+            config.schedule.clone(),
+            store.clone(),
+            topics,
+            metrics,
+            alerts,
+        );
         (delayed, presence)
     });
     let registry = Arc::new(registry);

@@ -134,6 +134,12 @@ pub(crate) struct Firer {
     pub(crate) online: mpsc::Receiver<String>,
     /// Last `when-online` send per user (for the minimum interval).
     pub(crate) last_send: HashMap<String, Millis>,
+    /// The process's alerts, for the callback sender to raise dead letters.
+    #[expect(
+        dead_code,
+        reason = "handed over for the callback sender (issue 17), which raises dead letters; the firer itself raises none"
+    )]
+    pub(crate) alerts: crate::callback::alert::Alerts,
 }
 
 /// The loop's state between events.
