@@ -27,8 +27,9 @@
 //! - [`callback`]: the pure parts of callbacks (HTTP calls when a
 //!   notification falls due): the `retry_if` condition language, Standard
 //!   Webhooks signatures, retry policies and `Retry-After`, what an answer
-//!   means, and which destinations are refused. No I/O; not wired into the
-//!   HTTP API yet.
+//!   means, and which destinations are refused; the callback HTTP client;
+//!   and alerts (`callback::alert`: dead letters and the delayed store
+//!   down, as log lines, metrics, a Slack-compatible webhook and mail).
 //! - [`metrics`]: counters for accepted and rejected publications
 //!   (`source` = `http` or `amqp`), and for the API keys (refusals by key
 //!   and operation, notifications by key, reloads).

@@ -10,8 +10,9 @@
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
 //! With `[redis]`, the router also runs the firer of delayed notifications
-//! (due ones go out through the same [`AmqpLink`] as the HTTP API) and the
-//! presence intake (edges' reports, on a connection of its own).
+//! (due ones go out through the same [`AmqpLink`] as the HTTP API), the
+//! presence intake (edges' reports, on a connection of its own), and the
+//! alerts of `[callbacks.alerts]` (dead letters, Redis down and back).
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting (the listener
 //! closes: new connections, `/healthz` and `/readyz` included, are refused

@@ -21,7 +21,7 @@
 //! - `message`: the subject and text of a message (pure).
 //! - `task`: [`AlertTask`], the loop that coalesces and sends.
 //! - `webhook`, `mail`: the two channels.
-//! - [`metrics`]: `herald_callback_alerts_total{kind,channel,outcome}`,
+//! - [`metrics`]: the counters `herald_callback_alerts_total{kind,channel,outcome}` and
 //!   `herald_callback_alerts_dropped_total`.
 //!
 //! ```text
