@@ -31,6 +31,10 @@
 //!   registration and the SSRF classification of an address.
 //! - [`target`]: a publication's own `callback_url`, `recheck_url` and
 //!   `browsers`, checked at acceptance (HTTP and AMQP alike).
+//! - [`alert`]: what a dead letter or a failing store raises: a log line,
+//!   a metric, and, as `[callbacks.alerts]` says, a Slack-compatible
+//!   webhook and mail, at most one message per kind per interval.
+//! - [`config`]: `[callbacks]`, with `[callbacks.alerts]`.
 //!
 //! # Flow (as the sender will use it)
 //! ```text
@@ -43,6 +47,7 @@
 //!                                                  None --> dead, alert
 //! ```
 
+pub mod alert;
 pub mod answer;
 pub mod attempt;
 pub mod breaker;

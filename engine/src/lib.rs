@@ -29,7 +29,9 @@
 //!   Webhooks signatures, retry policies and `Retry-After`, what an answer
 //!   means, which destinations are refused, and a publication's own
 //!   target (`callback_url`, `recheck_url`, `browsers`), which the publish
-//!   API and the AMQP intake check at acceptance.
+//!   API and the AMQP intake check at acceptance; the callback HTTP client;
+//!   and alerts (`callback::alert`: dead letters and the delayed store
+//!   down, as log lines, metrics, a Slack-compatible webhook and mail).
 //! - [`metrics`]: counters for accepted and rejected publications
 //!   (`source` = `http` or `amqp`), and for the API keys (refusals by key
 //!   and operation, notifications by key, reloads).

@@ -17,6 +17,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use herald_engine::callback::alert::Alerts;
+use herald_engine::callback::alert::config::AlertsConfig;
+use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::callback::attempt::{Kind, Verdict};
 use herald_engine::callback::destination::Class;
 use herald_engine::callback::exchange::webhook_id;
@@ -144,6 +147,7 @@ struct Running {
     delayed: Delayed,
     link: Arc<Taking>,
     metrics: DelayedMetrics,
+    alert_metrics: AlertMetrics,
     addr: SocketAddr,
     receiver: Arc<Receiver>,
     shutdown: CancellationToken,
@@ -167,7 +171,9 @@ async fn start() -> Running {
     };
     let topics = Topics::new(&config, vec![Class::Loopback]);
     let metrics = DelayedMetrics::default();
-    let delayed = Delayed::with_topics(config, store, topics, metrics.clone());
+    let alert_metrics = AlertMetrics::default();
+    let alerts = Alerts::new(&AlertsConfig::default(), alert_metrics.clone());
+    let delayed = Delayed::with_topics(config, store, topics, metrics.clone(), alerts);
     let link = Arc::new(Taking::default());
     let shutdown = CancellationToken::new();
     let scheduling = delayed
@@ -178,6 +184,7 @@ async fn start() -> Running {
         delayed,
         link,
         metrics,
+        alert_metrics,
         addr,
         receiver,
         shutdown,
@@ -399,6 +406,16 @@ async fn the_last_failure_is_a_dead_letter_and_a_replay_sends_it_again() {
     h.until_state("pay.check-5", State::Dead).await;
     assert_eq!(h.calls().len(), 2, "two attempts: one delay");
     assert_eq!(h.outcomes("dead"), 1);
+    let mut registry = prometheus_client::registry::Registry::default();
+    h.alert_metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains(
+            r#"herald_callback_alerts_total{kind="dead_letter",channel="log",outcome="sent"} 1"#
+        ),
+        "the dead letter raised an alert:\n{text}"
+    );
 
     *h.receiver.call_default.lock() = (200, "");
     match h.delayed.replay("pay.check-5").await.unwrap() {

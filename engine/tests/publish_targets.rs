@@ -172,9 +172,20 @@ fn api(private: bool) -> Api {
     let config = ScheduleConfig::default();
     let callbacks = CallbackConfig {
         allow_private_networks: private,
+        ..CallbackConfig::default()
     };
     let topics = Topics::new(&config, callbacks.allowed());
-    let delayed = Delayed::with_topics(config, store.clone(), topics, DelayedMetrics::default());
+    let alerts = herald_engine::callback::alert::Alerts::new(
+        &Default::default(),
+        herald_engine::callback::alert::metrics::AlertMetrics::default(),
+    );
+    let delayed = Delayed::with_topics(
+        config,
+        store.clone(),
+        topics,
+        DelayedMetrics::default(),
+        alerts,
+    );
     build(Some(delayed), Some(store), dir)
 }
 

@@ -494,6 +494,7 @@ impl Config {
         }
         p.extend(self.publish.problems());
         p.extend(self.schedule.problems());
+        p.extend(self.callbacks.problems());
         let rate = &self.connection_rate;
         if !rate.per_sec.is_finite() || rate.per_sec < 0.0 {
             p.push("connection_rate.per_sec must be 0 (off) or a positive number".to_owned());

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use herald_engine::callback::alert::Alerts;
 use herald_engine::schedule::metrics::DelayedMetrics;
 use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::service::Delayed;
@@ -35,8 +36,13 @@ pub fn store_path(config: &Config) -> PathBuf {
     config.data_dir.join("delayed")
 }
 
-/// Open the embedded store and build the service.
-pub fn open(config: &Config, metrics: DelayedMetrics) -> Result<Delayed, StoreError> {
+/// Open the embedded store and build the service, raising `alerts` (from
+/// `[callbacks.alerts]`).
+pub fn open(
+    config: &Config,
+    metrics: DelayedMetrics,
+    alerts: Alerts,
+) -> Result<Delayed, StoreError> {
     let path = store_path(config);
     std::fs::create_dir_all(&path)
         .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", path.display())))?;
@@ -48,5 +54,6 @@ pub fn open(config: &Config, metrics: DelayedMetrics) -> Result<Delayed, StoreEr
         Arc::new(store),
         topics,
         metrics,
+        alerts,
     ))
 }

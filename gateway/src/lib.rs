@@ -94,6 +94,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_engine::api_key::{ApiKeyConfig, ApiKeys};
+use herald_engine::callback::alert::Alerts;
+use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::{PublishApi, PublishConfig};
 use herald_engine::schedule::metrics::DelayedMetrics;
@@ -186,7 +188,10 @@ impl Gateway {
             keys.register(&mut registry);
             let delayed_metrics = DelayedMetrics::default();
             delayed_metrics.register(&mut registry);
-            let delayed = delayed::open(&config, delayed_metrics)?;
+            let alert_metrics = AlertMetrics::default();
+            alert_metrics.register(&mut registry);
+            let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
+            let delayed = delayed::open(&config, delayed_metrics, alerts)?;
             let publish = PublishApi::with_delayed(
                 PublishConfig {
                     api_keys: keys.clone(),

@@ -269,6 +269,7 @@ impl Config {
         }
         p.extend(self.publish.problems());
         p.extend(self.schedule.problems());
+        p.extend(self.callbacks.problems());
         p.extend(self.redis.problems());
         if p.is_empty() {
             Ok(())

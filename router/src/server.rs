@@ -10,8 +10,9 @@
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
 //! With `[redis]`, the router also runs the firer of delayed notifications
-//! (due ones go out through the same [`AmqpLink`] as the HTTP API) and the
-//! presence intake (edges' reports, on a connection of its own).
+//! (due ones go out through the same [`AmqpLink`] as the HTTP API), the
+//! presence intake (edges' reports, on a connection of its own), and the
+//! alerts of `[callbacks.alerts]` (dead letters, Redis down and back).
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting (the listener
 //! closes: new connections, `/healthz` and `/readyz` included, are refused
@@ -38,6 +39,8 @@ use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
 use crate::config::Config;
 use crate::ingest::Ingest;
 use herald_engine::api_key::ApiKeys;
+use herald_engine::callback::alert::Alerts;
+use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::PublishApi;
 use herald_engine::schedule::metrics::DelayedMetrics;
@@ -100,7 +103,16 @@ pub async fn run(
             &config.schedule,
             config.callbacks.allowed(),
         );
-        let delayed = Delayed::with_topics(config.schedule.clone(), store.clone(), topics, metrics);
+        let alert_metrics = AlertMetrics::default();
+        alert_metrics.register(&mut registry);
+        let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
+        let delayed = Delayed::with_topics(
+            config.schedule.clone(),
+            store.clone(),
+            topics,
+            metrics,
+            alerts,
+        );
         (delayed, presence)
     });
     let registry = Arc::new(registry);

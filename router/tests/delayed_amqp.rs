@@ -373,7 +373,8 @@ async fn a_callback_makes_an_immediate_publication_go_through_the_store() {
         .http
         .put(router.url("/v1/topics/billing"))
         .bearer_auth(API_KEY)
-        .json(&serde_json::json!({"callback_url": "http://127.0.0.1:9/topic"}))
+        // A recheck and a call must fit in the 1 s lease of these tests.
+        .json(&serde_json::json!({"callback_url": "http://127.0.0.1:9/topic", "timeout_ms": 150}))
         .send()
         .await
         .unwrap();

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::alert::config::AlertsConfig;
 use super::destination::Class;
 
 /// Settings of callbacks.
@@ -14,9 +15,17 @@ pub struct CallbackConfig {
     /// topic could otherwise make Herald call internal services. The cloud
     /// metadata addresses stay refused either way.
     pub allow_private_networks: bool,
+    /// Alerts (`[callbacks.alerts]`): dead letters and the delayed store
+    /// failing, to a webhook and by mail.
+    pub alerts: AlertsConfig,
 }
 
 impl CallbackConfig {
+    /// Every rule, as problems named `callbacks.*`.
+    pub fn problems(&self) -> Vec<String> {
+        self.alerts.problems()
+    }
+
     /// The address classes callbacks may reach beyond public addresses.
     pub fn allowed(&self) -> Vec<Class> {
         if self.allow_private_networks {
@@ -43,5 +52,17 @@ mod tests {
         assert!(open.allowed().contains(&Class::Loopback));
         assert!(!open.allowed().contains(&Class::Metadata));
         assert!(toml::from_str::<CallbackConfig>("allow_private = true").is_err());
+    }
+
+    #[test]
+    fn alerts_are_a_section_of_their_own_checked_with_the_rest() {
+        let c: CallbackConfig = toml::from_str(
+            "allow_private_networks = true\n[alerts]\nwebhook_url = \"gopher://x\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.problems().len(), 1);
+        assert!(c.problems()[0].starts_with("callbacks.alerts.webhook_url: "));
+        assert!(CallbackConfig::default().problems().is_empty());
+        assert!(toml::from_str::<CallbackConfig>("[alerts]\nwebhook = \"x\"").is_err());
     }
 }

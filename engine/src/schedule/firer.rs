@@ -143,6 +143,8 @@ pub(crate) struct Firer {
     pub(crate) callback_defaults: Arc<Topic>,
     /// The sender's queue, while the firer runs.
     pub(crate) calls: Option<CallQueue>,
+    /// The process's alerts: the sender raises dead letters.
+    pub(crate) alerts: crate::callback::alert::Alerts,
 }
 
 /// The loop's state between events.
@@ -221,6 +223,7 @@ impl Firer {
                 hint: self.hint.clone(),
                 horizon_ms: self.config.horizon_ms,
                 max_in_flight: MAX_IN_FLIGHT,
+                alerts: self.alerts.clone(),
             }
             .run(queue),
         );

@@ -47,6 +47,7 @@ use super::entry::{Millis, Step};
 use super::metrics::DelayedMetrics;
 use super::store::{RetryWait, Store};
 use super::timing::now_ms;
+use crate::callback::alert::Alerts;
 use crate::callback::client::Client;
 use crate::callback::exchange::{self, Job};
 use crate::callback::step::Next;
@@ -57,21 +58,29 @@ pub(crate) const CALL_QUEUE: usize = 16;
 /// Calls running at once, at most (and as many waiting to start).
 pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
-/// Room kept in a lease beyond a call's timeouts.
-const LEASE_MARGIN_MS: u64 = 1_000;
+/// Room kept in a lease beyond a call's timeouts: a tenth of the lease,
+/// at most 1 s.
+fn lease_margin_ms(lease_ms: u64) -> u64 {
+    (lease_ms / 10).min(1_000)
+}
+
+/// When the lease of an entry fired at `now` ends at the earliest, less
+/// the margin: entries waiting in `ready` were claimed up to a pile's
+/// reach (`claim_ahead_max_ms`) before their due time, so their lease ends
+/// that much sooner.
+pub(crate) fn lease_until(config: &ScheduleConfig, now: Millis) -> Millis {
+    now.saturating_add(config.lease_ms)
+        .saturating_sub(config.claim_ahead_max_ms())
+        .saturating_sub(lease_margin_ms(config.lease_ms))
+}
 
 /// The longest per-request timeout a topic may have under `config`: a
 /// recheck and a call must both fit in what a claim's lease leaves once
-/// the entry is due (a pile is claimed up to `claim_ahead_max_ms` early),
-/// with [`LEASE_MARGIN_MS`] to spare. A notification may bring its own
+/// the entry is due ([`lease_until`]). A notification may bring its own
 /// `recheck_url`, so two requests are counted even for a topic without
 /// one.
 pub(crate) fn longest_timeout_ms(config: &ScheduleConfig) -> u64 {
-    config
-        .lease_ms
-        .saturating_sub(config.claim_ahead_max_ms())
-        .saturating_sub(LEASE_MARGIN_MS)
-        / 2
+    lease_until(config, 0) / 2
 }
 
 /// The callback of one due entry.
@@ -84,7 +93,8 @@ pub(crate) struct Call {
     pub(crate) resolved: Resolved,
     /// Attempts of the policy made before this one.
     pub(crate) calls: u32,
-    /// When its claim's lease ends, at the earliest.
+    /// When its claim's lease ends, at the earliest, less a margin
+    /// ([`lease_until`]).
     pub(crate) lease_until: Millis,
 }
 
@@ -94,19 +104,14 @@ impl Call {
         &self.notification.id
     }
 
-    /// How long its requests may take at most: one timeout per request,
-    /// and a margin.
+    /// How long its requests may take at most: one timeout per request.
     fn needs_ms(&self) -> u64 {
         let requests = if self.resolved.recheck_url.is_some() {
             2
         } else {
             1
         };
-        self.resolved
-            .settings
-            .timeout_ms
-            .saturating_mul(requests)
-            .saturating_add(LEASE_MARGIN_MS)
+        self.resolved.settings.timeout_ms.saturating_mul(requests)
     }
 
     /// The request it starts with.
@@ -141,6 +146,8 @@ pub(crate) struct Sender {
     /// Retries due within this many ms are hinted.
     pub(crate) horizon_ms: u64,
     pub(crate) max_in_flight: usize,
+    /// Where dead letters are raised.
+    pub(crate) alerts: Alerts,
 }
 
 impl Sender {
@@ -152,6 +159,7 @@ impl Sender {
             self.metrics.clone(),
             self.hint.clone(),
             self.horizon_ms,
+            self.alerts.clone(),
         );
         let mut waiting: VecDeque<Call> = VecDeque::new();
         let mut running: JoinSet<Done> = JoinSet::new();

@@ -2,7 +2,9 @@
 //! AMQP intake hand it what they accepted; it stores it, tells the firer,
 //! and answers cancel, status and list. [`Delayed::scheduling`] gives the firer
 //! and the maintenance task (expire held entries, purge old statuses,
-//! refresh the pending gauges).
+//! refresh the pending gauges, and watch whether the store is down: see
+//! `outage`), and the [`Alerts`] of the process, which the firer's
+//! callbacks and that watch raise.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+mod outage;
 mod topics;
 
 use super::config::ScheduleConfig;
@@ -25,10 +28,12 @@ use super::store::{
 };
 use super::timing::{DelayRequest, due_time, now_ms};
 use super::topics::Topics;
+use crate::callback::alert::{AlertTask, Alerts};
 use crate::callback::attempt::Attempt;
 use crate::callback::client::{Client, ClientConfig};
 use crate::link::Link;
 use crate::task::{Task, TaskFuture};
+use outage::{Change, Outage};
 
 /// Most entries expired or purged per maintenance round (the rest wait
 /// for the next round).
@@ -48,6 +53,9 @@ struct Inner {
     hints: mpsc::Sender<(Millis, String)>,
     online: mpsc::Sender<String>,
     receivers: parking_lot::Mutex<Option<Receivers>>,
+    alerts: Alerts,
+    /// Whether the store is down, from the maintenance rounds.
+    outage: parking_lot::Mutex<Outage>,
 }
 
 struct Receivers {
@@ -63,12 +71,14 @@ impl std::fmt::Debug for Delayed {
     }
 }
 
-/// The firer and the maintenance of a [`Delayed`] service, as one
+/// The firer and the maintenance of a [`Delayed`] service, and the task
+/// that sends its alerts (when a webhook or mail is configured), as one
 /// [`Task`] (from [`Delayed::scheduling`]): each runs in a task of its own
 /// until the shutdown token fires.
 pub struct Scheduling {
     firer: Firer,
     delayed: Delayed,
+    alerts: Option<AlertTask>,
 }
 
 impl std::fmt::Debug for Scheduling {
@@ -83,8 +93,14 @@ impl Task for Scheduling {
     }
 
     fn run(self: Box<Self>, shutdown: CancellationToken) -> TaskFuture {
-        let Scheduling { firer, delayed } = *self;
+        let Scheduling {
+            firer,
+            delayed,
+            alerts,
+        } = *self;
         Box::pin(async move {
+            let alerts = alerts
+                .map(|task| tokio::spawn(Box::new(task).run(shutdown.clone()).in_current_span()));
             // The registered topics are in force before anything fires.
             if let Err(e) = delayed.inner.topics.refresh(&*delayed.inner.store).await {
                 delayed.inner.metrics.store_error("topics");
@@ -95,24 +111,31 @@ impl Task for Scheduling {
                 tokio::spawn(async move { delayed.maintain(shutdown).await }.in_current_span());
             let _ = firer.await;
             let _ = maintenance.await;
+            if let Some(alerts) = alerts {
+                let _ = alerts.await;
+            }
         })
     }
 }
 
 impl Delayed {
     /// A service over `store`, with the topics of `config` in force
-    /// (callbacks may reach public addresses only).
+    /// (callbacks may reach public addresses only) and alerts as log lines
+    /// and metrics only.
     pub fn new(config: ScheduleConfig, store: Arc<dyn Store>, metrics: DelayedMetrics) -> Self {
         let topics = Topics::new(&config, Vec::new());
-        Delayed::with_topics(config, store, topics, metrics)
+        Delayed::with_topics(config, store, topics, metrics, Alerts::default())
     }
 
-    /// A service over `store` with `topics` in force.
+    /// A service over `store` with `topics` in force, raising `alerts`
+    /// (from `[callbacks.alerts]`; [`Delayed::scheduling`] runs the task
+    /// that sends them).
     pub fn with_topics(
         config: ScheduleConfig,
         store: Arc<dyn Store>,
         topics: Topics,
         metrics: DelayedMetrics,
+        alerts: Alerts,
     ) -> Self {
         let (hints_tx, hints_rx) = mpsc::channel(config.hint_queue);
         let (online_tx, online_rx) = mpsc::channel(config.online_queue);
@@ -128,6 +151,8 @@ impl Delayed {
                     hints: hints_rx,
                     online: online_rx,
                 })),
+                outage: parking_lot::Mutex::new(Outage::new(alerts.store_unavailable_after_ms())),
+                alerts,
             }),
         }
     }
@@ -152,9 +177,15 @@ impl Delayed {
         &self.inner.metrics
     }
 
-    /// The firer (handing due entries to `link`) and the maintenance task,
-    /// ready to spawn as one [`Task`]. Only the first call gives them;
-    /// later calls return `None`.
+    /// The alerts: [`Alerts::dead_letter`] when a callback runs out of
+    /// attempts.
+    pub fn alerts(&self) -> &Alerts {
+        &self.inner.alerts
+    }
+
+    /// The firer (handing due entries to `link`), the maintenance task and
+    /// the alerts' task, ready to spawn as one [`Task`]. Only the first
+    /// call gives them; later calls return `None`.
     pub fn scheduling(
         &self,
         link: Arc<dyn Link>,
@@ -188,10 +219,12 @@ impl Delayed {
             client,
             callback_defaults: crate::schedule::sender::defaults(),
             calls: None,
+            alerts: self.inner.alerts.clone(),
         };
         Some(Scheduling {
             firer,
             delayed: self.clone(),
+            alerts: self.inner.alerts.task(),
         })
     }
 
@@ -391,12 +424,38 @@ impl Delayed {
     }
 
     /// One round: read the topics again if another process changed them,
-    /// expire, purge, count.
+    /// expire, purge, count; then alert if the store has been failing for
+    /// `callbacks.alerts.store_unavailable_after_ms`, or works again after
+    /// that.
     pub async fn maintenance_round(&self) {
+        let failed = self.maintenance_calls().await;
+        let now = now_ms();
+        let change = match &failed {
+            Some(_) => self.inner.outage.lock().failed(now),
+            None => self.inner.outage.lock().worked(),
+        };
+        match (change, failed) {
+            (Some(Change::Unavailable { since_ms }), Some(error)) => {
+                self.inner.alerts.store_unavailable(&error, since_ms);
+            }
+            (Some(Change::Recovered { since_ms }), _) => {
+                self.inner.alerts.store_recovered(since_ms, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// The store calls of a round; the first failure (`op: error`), if any.
+    async fn maintenance_calls(&self) -> Option<String> {
         let (store, metrics, config) = (&self.inner.store, &self.inner.metrics, &self.inner.config);
+        let mut failed: Option<String> = None;
+        let mut fail = |op: &str, e: &dyn std::fmt::Display| {
+            failed.get_or_insert_with(|| format!("{op}: {e}"));
+        };
         if let Err(e) = self.inner.topics.refresh(&**store).await {
             metrics.store_error("topics");
             tracing::warn!(error = %e, "reading the registered topics failed; the last ones read stay in force");
+            fail("topics", &e);
         }
         let now = now_ms();
         match store.expire(now, MAINTENANCE_BATCH).await {
@@ -406,6 +465,7 @@ impl Delayed {
             Err(e) => {
                 metrics.store_error("expire");
                 tracing::warn!(error = %e, "expiring held notifications failed");
+                fail("expire", &e);
             }
         }
         match store
@@ -417,6 +477,7 @@ impl Delayed {
             Err(e) => {
                 metrics.store_error("purge");
                 tracing::warn!(error = %e, "purging old statuses failed");
+                fail("purge", &e);
             }
         }
         match store.counts(now, DUE_BUCKETS_MS.to_vec()).await {
@@ -434,7 +495,9 @@ impl Delayed {
             Err(e) => {
                 metrics.store_error("counts");
                 tracing::warn!(error = %e, "counting pending notifications failed");
+                fail("counts", &e);
             }
         }
+        failed
     }
 }

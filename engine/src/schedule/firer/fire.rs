@@ -21,11 +21,12 @@ use super::confirm::{Sender, Sent};
 use super::merge::{ToSend, merge};
 use super::round::Round;
 use super::spacing::{Spacing, spacing};
+use crate::callback::alert::DeadLetter;
 use crate::link::Taken;
 use crate::schedule::entry::{Entry, Millis, Phase};
 use crate::schedule::presence::Asked;
 use crate::schedule::scheduler::Scheduler;
-use crate::schedule::sender::{Call, Resolution, Resolved, failed_attempt, resolve};
+use crate::schedule::sender::{Call, Resolution, Resolved, failed_attempt, lease_until, resolve};
 use crate::schedule::store::{Ending, Finish};
 use crate::schedule::timing::now_ms;
 
@@ -43,11 +44,7 @@ impl Firer {
             return;
         }
         let now = now_ms();
-        // Entries waiting in `ready` were claimed up to a pile's reach
-        // before their due time: their lease ends that much sooner.
-        let lease_until = now
-            .saturating_add(self.config.lease_ms)
-            .saturating_sub(self.config.claim_ahead_max_ms());
+        let lease_until = lease_until(&self.config, now);
         let topics = self.topics.snapshot();
         let mut calls: Vec<Call> = Vec::new();
         let mut broken: Vec<(String, Option<String>, String)> = Vec::new();
@@ -118,7 +115,12 @@ impl Firer {
             .into_iter()
             .map(|(id, topic, reason)| {
                 self.metrics.callbacks.outcome("dead");
-                tracing::warn!(id, topic, reason, "callback dead letter");
+                self.alerts.dead_letter(DeadLetter {
+                    id: id.clone(),
+                    topic,
+                    reason: reason.clone(),
+                    attempts: 0,
+                });
                 Finish {
                     id,
                     ending: Ending::Dead,

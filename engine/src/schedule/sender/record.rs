@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Call, put_back};
+use crate::callback::alert::{Alerts, DeadLetter};
 use crate::callback::attempt::{Attempt, Kind, Verdict};
 use crate::callback::exchange::Outcome;
 use crate::callback::step::Next;
@@ -41,6 +42,7 @@ pub(super) struct Recorder {
     metrics: DelayedMetrics,
     hint: mpsc::Sender<(Millis, String)>,
     horizon_ms: u64,
+    alerts: Alerts,
     waits: Vec<RetryWait>,
     finishes: Vec<Finish>,
     /// When the first of them came.
@@ -53,12 +55,14 @@ impl Recorder {
         metrics: DelayedMetrics,
         hint: mpsc::Sender<(Millis, String)>,
         horizon_ms: u64,
+        alerts: Alerts,
     ) -> Recorder {
         Recorder {
             store,
             metrics,
             hint,
             horizon_ms,
+            alerts,
             waits: Vec::new(),
             finishes: Vec::new(),
             since: None,
@@ -142,15 +146,15 @@ impl Recorder {
         self.waits.push(put_back(call.id().to_owned(), now));
     }
 
+    /// Count and raise a dead letter (the alert logs it).
     fn dead_letter(&self, call: &Call, reason: &str) {
         self.metrics.callbacks.outcome("dead");
-        tracing::warn!(
-            id = call.id(),
-            topic = call.notification.topic.as_deref(),
-            attempts = call.calls.saturating_add(1),
-            reason,
-            "callback dead letter: no attempt left"
-        );
+        self.alerts.dead_letter(DeadLetter {
+            id: call.id().to_owned(),
+            topic: call.notification.topic.clone(),
+            reason: reason.to_owned(),
+            attempts: call.calls.saturating_add(1),
+        });
     }
 
     fn finish(&mut self, id: String, ending: Ending, attempt: Option<Attempt>) {
