@@ -19,7 +19,10 @@
 //!
 //! Version 1 is the same without the target: it is still read, with the
 //! default target (no URLs of its own, browsers). [`encode`] writes version
-//! 2 only. The entry's `phase` and `calls` are not in the record: the
+//! 2 for an entry with a target of its own and version 1 for the others,
+//! so that during a rolling upgrade the routers of the release before
+//! (which read version 1 only) still fire every notification that does not
+//! use the new fields. The entry's `phase` and `calls` are not in the record: the
 //! stores keep them with its state.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -27,7 +30,8 @@ use herald_protocol::binary::{self, CALLER_FLAG, DecodeError};
 
 use super::entry::{Entry, Phase, Target};
 
-/// The record version this code writes.
+/// The record version this code writes for an entry with a target of its
+/// own (the others are written as [`VERSION_1`]).
 pub const VERSION: u8 = 2;
 
 /// The first version, without the target: still read.
@@ -66,11 +70,18 @@ pub fn encode(entry: &Entry) -> Bytes {
     let urls = [t.callback_url.as_deref(), t.recheck_url.as_deref()];
     let target_len = 1 + urls.iter().flatten().map(|u| 2 + u.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(HEADER_LEN + binary::encoded_len(n) + target_len);
-    out.put_u8(VERSION);
+    // Without a target of its own, version 1 says it all, and a router
+    // of the release before (which reads only version 1) can still fire
+    // it during a rolling upgrade.
+    let plain = *t == Target::default();
+    out.put_u8(if plain { VERSION_1 } else { VERSION });
     out.put_u64_le(entry.due_ms);
     out.put_u64_le(entry.accepted_ms);
     out.put_u32_le(entry.attempts);
     binary::put(&mut out, n, if entry.when_online { CALLER_FLAG } else { 0 });
+    if plain {
+        return out.freeze();
+    }
     let flags = if t.callback_url.is_some() {
         HAS_CALLBACK_URL
     } else {
@@ -317,11 +328,13 @@ mod tests {
             "version 1 still reads"
         );
 
-        // Version 2: the same, then the target.
+        // Without a target of its own it is written as version 1 (for
+        // the routers of the release before, during an upgrade).
+        assert_eq!(&encode(&e)[..], &v1[..]);
+        // Version 2 of the same: then the target, here the default.
         let mut want = v1.clone();
         want[0] = 2;
         want.push(0); // no URLs, browsers
-        assert_eq!(&encode(&e)[..], &want[..]);
         assert_eq!(decode(Bytes::from(want)).unwrap(), e);
 
         e.target = full_target();
@@ -370,7 +383,9 @@ mod tests {
     #[test]
     fn unknown_versions_and_target_flags_are_refused() {
         let e = entry(vec![], None, None, vec![]);
+        // Version 2 with the default target (what encode writes as 1).
         let mut raw = encode(&e).to_vec();
+        raw.push(0);
         raw[0] = 9;
         assert_eq!(
             decode(Bytes::from(raw.clone())),
