@@ -557,6 +557,7 @@ async fn settle_as_callbacks(store: &Arc<RedisStore>, claimed: &Arc<Vec<String>>
                     .map(|id| Finish {
                         id: id.clone(),
                         ending: Ending::Delivered,
+                        recheck: None,
                         attempt: Some(Attempt {
                             at_ms: T0 + 1,
                             duration_ms: 1,

@@ -392,7 +392,25 @@ async fn a_recheck_that_says_no_declines_it_without_a_call() {
     h.until_state("pay.check-4", State::Delivered).await;
     assert_eq!(h.calls().len(), 1);
     let log = h.delayed.attempts("pay.check-4").await.unwrap();
-    assert_eq!(log.last().unwrap().kind, Kind::Call);
+    let kinds: Vec<(Kind, Verdict)> = log.iter().map(|a| (a.kind, a.verdict)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (Kind::Recheck, Verdict::Proceed),
+            (Kind::Call, Verdict::Delivered)
+        ],
+        "the recheck that let the call go is kept before it"
+    );
+    let declined = h.delayed.attempts("pay.check-3").await.unwrap();
+    assert_eq!(declined.len(), 1);
+    assert_eq!(
+        (
+            declined[0].kind,
+            declined[0].verdict,
+            declined[0].excerpt.as_str()
+        ),
+        (Kind::Recheck, Verdict::Declined, "ERROR")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,6 +47,7 @@ async fn a_full_attempt_log_is_counted_and_a_dead_letter_replays() {
             // The next claim's clock; `now` for the store is the wall
             // clock's, which is earlier.
             at_ms: at + 1000,
+            recheck: None,
             attempt: Some(store_suite::attempt(n, at)),
             counted: true,
         };
@@ -63,6 +64,7 @@ async fn a_full_attempt_log_is_counted_and_a_dead_letter_replays() {
     let dead = Finish {
         id: "cb".into(),
         ending: Ending::Dead,
+        recheck: None,
         attempt: Some(store_suite::attempt(total + 1, at)),
     };
     let settled = delayed.finish(vec![dead]).await.unwrap();

@@ -201,11 +201,13 @@ async fn a_store_of_format_3_is_read_as_it_is_and_counts_calls_from_there() {
                     Finish {
                         id: "d".into(),
                         ending: Ending::Dead,
+                        recheck: None,
                         attempt: Some(store_suite::attempt(1, t0)),
                     },
                     Finish {
                         id: "x".into(),
                         ending: Ending::Delivered,
+                        recheck: None,
                         attempt: None,
                     },
                 ],
@@ -235,6 +237,7 @@ async fn a_store_of_format_3_is_read_as_it_is_and_counts_calls_from_there() {
                 vec![RetryWait {
                     id: "w".into(),
                     at_ms: t0 + 10,
+                    recheck: None,
                     attempt: Some(store_suite::attempt(1, t0 + 2)),
                     counted: true,
                 }],
@@ -278,6 +281,7 @@ async fn calls_and_the_target_survive_a_reopen() {
     let wait = |at_ms, counted| RetryWait {
         id: "a".into(),
         at_ms,
+        recheck: None,
         attempt: Some(store_suite::attempt(1, at_ms - 1)),
         counted,
     };
@@ -367,6 +371,7 @@ async fn a_reopened_store_keeps_the_callback_states() {
                 vec![RetryWait {
                     id: "w".into(),
                     at_ms: t0 + 10,
+                    recheck: None,
                     attempt: attempt(1),
                     counted: true,
                 }],
@@ -379,6 +384,7 @@ async fn a_reopened_store_keeps_the_callback_states() {
                 vec![Finish {
                     id: "d".into(),
                     ending: Ending::Dead,
+                    recheck: None,
                     attempt: attempt(1),
                 }],
                 t0 + 1,
@@ -623,6 +629,7 @@ async fn crash_child() {
             let wait = RetryWait {
                 id: id.clone(),
                 at_ms: t0 + 500,
+                recheck: None,
                 attempt: Some(store_suite::attempt(1, t0)),
                 counted: true,
             };
@@ -633,6 +640,7 @@ async fn crash_child() {
             let dead = Finish {
                 id: id.clone(),
                 ending: Ending::Dead,
+                recheck: None,
                 attempt: Some(store_suite::attempt(2, t0 + 500)),
             };
             store.finish(vec![dead], t0 + 501).await.unwrap();

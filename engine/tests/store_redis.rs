@@ -558,6 +558,7 @@ async fn another_router_sees_the_calls_and_the_target() {
     let wait = |at_ms: u64, counted| RetryWait {
         id: "x".into(),
         at_ms,
+        recheck: None,
         attempt: Some(attempt(1, at_ms - 1)),
         counted,
     };
@@ -582,6 +583,7 @@ async fn another_router_sees_the_calls_and_the_target() {
         vec![Finish {
             id: "x".into(),
             ending: Ending::Dead,
+            recheck: None,
             attempt: None,
         }],
         T0 + 1021,
@@ -645,6 +647,7 @@ async fn an_entry_stored_before_calls_were_kept_gets_them_when_first_counted() {
             vec![RetryWait {
                 id: "old".into(),
                 at_ms: T0 + 10,
+                recheck: None,
                 attempt: Some(attempt(1, T0)),
                 counted: true,
             }],
@@ -675,6 +678,7 @@ async fn an_entry_stored_before_calls_were_kept_gets_them_when_first_counted() {
             vec![RetryWait {
                 id: "old".into(),
                 at_ms: T0 + 20,
+                recheck: None,
                 attempt: None,
                 counted: true,
             }],
@@ -693,6 +697,7 @@ async fn an_entry_stored_before_calls_were_kept_gets_them_when_first_counted() {
             vec![Finish {
                 id: "dead".into(),
                 ending: Ending::Dead,
+                recheck: None,
                 attempt: None,
             }],
             T0 + 21,
@@ -1332,6 +1337,7 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
         .map(|i| RetryWait {
             id: f(i),
             at_ms: T0 + 20,
+            recheck: None,
             attempt: Some(attempt(1, T0 + 3)),
             counted: true,
         })
@@ -1341,6 +1347,7 @@ async fn redis_killed_and_restarted_with_aof_keeps_every_acknowledged_entry() {
         .map(|i| Finish {
             id: f(i),
             ending: Ending::Dead,
+            recheck: None,
             attempt: Some(attempt(1, T0 + 3)),
         })
         .collect();

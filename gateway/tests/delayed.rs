@@ -540,6 +540,7 @@ async fn callback_states_show_in_the_status_and_a_dead_letter_can_be_sent_again(
             vec![RetryWait {
                 id: "cb-1".into(),
                 at_ms: due + 60_000,
+                recheck: None,
                 attempt: Some(failed(1, due + 1)),
                 counted: true,
             }],
@@ -558,6 +559,7 @@ async fn callback_states_show_in_the_status_and_a_dead_letter_can_be_sent_again(
             vec![Finish {
                 id: "cb-1".into(),
                 ending: Ending::Dead,
+                recheck: None,
                 attempt: Some(failed(2, due + 60_001)),
             }],
             due + 60_031,

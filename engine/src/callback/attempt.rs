@@ -125,9 +125,40 @@ impl Attempt {
         out.freeze()
     }
 
+    /// The stored form of one policy attempt's requests (a recheck that
+    /// said go, then its call): their records one after the other, as
+    /// one value of an attempt log. `None` when there are none.
+    pub fn encode_all<'a>(requests: impl IntoIterator<Item = &'a Attempt>) -> Option<Bytes> {
+        let mut out = BytesMut::new();
+        for a in requests {
+            out.extend_from_slice(&a.encode());
+        }
+        (!out.is_empty()).then(|| out.freeze())
+    }
+
+    /// Read a value made by [`Attempt::encode_all`] (or one
+    /// [`Attempt::encode`]): every record in it, in order.
+    pub fn decode_all(mut value: &[u8]) -> Result<Vec<Attempt>, AttemptError> {
+        let mut out = Vec::with_capacity(2);
+        loop {
+            out.push(Attempt::read(&mut value)?);
+            if value.is_empty() {
+                return Ok(out);
+            }
+        }
+    }
+
     /// Read a record made by [`Attempt::encode`].
     pub fn decode(mut record: &[u8]) -> Result<Attempt, AttemptError> {
-        let r = &mut record;
+        let a = Attempt::read(&mut record)?;
+        if !record.is_empty() {
+            return Err(AttemptError::Trailing(record.len()));
+        }
+        Ok(a)
+    }
+
+    /// Read one record off the front of `r`.
+    fn read(r: &mut &[u8]) -> Result<Attempt, AttemptError> {
         let version = take(r, 1, "version")?.get_u8();
         if version != VERSION {
             return Err(AttemptError::Version(version));
@@ -163,9 +194,6 @@ impl Attempt {
         };
         let error = get_str(r, "error")?;
         let excerpt = get_str(r, "excerpt")?;
-        if !r.is_empty() {
-            return Err(AttemptError::Trailing(r.len()));
-        }
         Ok(Attempt {
             at_ms,
             duration_ms,
@@ -268,6 +296,12 @@ mod tests {
         let mut long = full.to_vec();
         long.push(0);
         assert_eq!(Attempt::decode(&long), Err(AttemptError::Trailing(1)));
+        // One policy attempt's requests, stored as one value.
+        let a = attempt();
+        let both = Attempt::encode_all([&a, &a]).unwrap();
+        assert_eq!(Attempt::decode_all(&both).unwrap(), [a.clone(), a.clone()]);
+        assert!(Attempt::decode_all(&both[..both.len() - 1]).is_err());
+        assert_eq!(Attempt::encode_all([]), None);
         let mut bad = full.to_vec();
         bad[0] = 2;
         assert_eq!(Attempt::decode(&bad), Err(AttemptError::Version(2)));

@@ -22,7 +22,30 @@
 use herald_protocol::envelope::FieldError;
 
 use super::destination::{self, Class};
-use crate::schedule::entry::Target;
+
+/// A notification's own callback settings: the publication's
+/// `callback_url`, `recheck_url` and `browsers` (AMQP headers
+/// `callback-url`, `recheck-url`, `browsers`). Unset URLs fall back to
+/// its topic's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Where to `POST` it when due, over its topic's `callback_url`.
+    pub callback_url: Option<String>,
+    /// What to ask first, over its topic's `recheck_url`.
+    pub recheck_url: Option<String>,
+    /// Whether it goes to its browser recipients (`false`: callback only).
+    pub browsers: bool,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target {
+            callback_url: None,
+            recheck_url: None,
+            browsers: true,
+        }
+    }
+}
 
 /// The field of the callback's URL.
 pub const CALLBACK_URL: &str = "callback_url";

@@ -274,6 +274,7 @@ fn put_back(id: String, now: Millis) -> RetryWait {
     RetryWait {
         id,
         at_ms: now,
+        recheck: None,
         attempt: None,
         counted: false,
     }

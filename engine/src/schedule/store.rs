@@ -58,7 +58,10 @@
 //! The attempt log of an entry is bounded: [`MAX_ATTEMPTS_KEPT`] records,
 //! and when it is full the first [`FIRST_ATTEMPTS_KEPT`] and the latest
 //! are kept (each new record drops the oldest one in between), so both how
-//! it started and how it is going stay readable.
+//! it started and how it is going stay readable. One record is one policy
+//! attempt: its call, with the recheck that let it go ahead before it
+//! when there was one ([`RetryWait::recheck`]), so [`Store::attempts`]
+//! may return up to twice as many requests.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -115,6 +118,9 @@ pub struct RetryWait {
     pub id: String,
     /// When to claim it again (its fire time; its `due_ms` stays).
     pub at_ms: Millis,
+    /// The recheck that let this attempt's call go ahead, if there was
+    /// one: logged with it, before it ([`Attempt::encode_all`]).
+    pub recheck: Option<Attempt>,
     /// The attempt that failed, appended to its log (`None`: waiting
     /// without a request made, e.g. its destination's circuit is open).
     pub attempt: Option<Attempt>,
@@ -153,6 +159,9 @@ pub struct Finish {
     pub id: String,
     /// How it ends.
     pub ending: Ending,
+    /// The recheck that let this attempt's call go ahead, if there was
+    /// one: logged with it, before it ([`Attempt::encode_all`]).
+    pub recheck: Option<Attempt>,
     /// The last attempt, appended to its log.
     pub attempt: Option<Attempt>,
 }

@@ -954,6 +954,7 @@ fn wait(id: &str, at_ms: Millis, a: Option<Attempt>) -> RetryWait {
         id: id.into(),
         at_ms,
         counted: a.is_some(),
+        recheck: None,
         attempt: a,
     }
 }
@@ -962,6 +963,7 @@ fn end(id: &str, ending: Ending, a: Option<Attempt>) -> Finish {
     Finish {
         id: id.into(),
         ending,
+        recheck: None,
         attempt: a,
     }
 }
@@ -1488,12 +1490,14 @@ pub async fn calls_count_the_counted_attempts_and_replay_resets_them(store: &dyn
     let counted = |at_ms, n| RetryWait {
         id: "a".into(),
         at_ms,
+        recheck: None,
         attempt: Some(attempt(n, at_ms - 1)),
         counted: true,
     };
     let paused = |at_ms| RetryWait {
         id: "a".into(),
         at_ms,
+        recheck: None,
         attempt: None,
         counted: false,
     };
@@ -1515,6 +1519,7 @@ pub async fn calls_count_the_counted_attempts_and_replay_resets_them(store: &dyn
     store
         .retry_wait(
             vec![RetryWait {
+                recheck: None,
                 attempt: Some(attempt(2, T0 + 21)),
                 ..paused(T0 + 30)
             }],

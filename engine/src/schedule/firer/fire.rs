@@ -124,6 +124,7 @@ impl Firer {
                 Finish {
                     id,
                     ending: Ending::Dead,
+                    recheck: None,
                     attempt: Some(failed_attempt(reason, now)),
                 }
             })

@@ -103,16 +103,19 @@ impl Recorder {
         let callbacks = &self.metrics.callbacks;
         callbacks.requests(&outcome.attempts);
         let id = call.id().to_owned();
-        let last = outcome.attempts.into_iter().last();
+        // At most a recheck that said go, then its call: logged together.
+        let mut requests = outcome.attempts;
+        let last = requests.pop();
+        let recheck = requests.pop();
         match outcome.next {
             Next::Delivered => {
                 callbacks.outcome("delivered");
-                self.finish(id, Ending::Delivered, last);
+                self.finish(id, Ending::Delivered, recheck, last);
             }
             Next::Declined { reason } => {
                 callbacks.outcome("declined");
                 tracing::info!(id, reason, "callback declined by its recheck");
-                self.finish(id, Ending::Declined, last);
+                self.finish(id, Ending::Declined, recheck, last);
             }
             Next::RetryAt { at_ms, reason } => {
                 callbacks.outcome(if outcome.counted { "retry" } else { "paused" });
@@ -121,13 +124,14 @@ impl Recorder {
                 self.waits.push(RetryWait {
                     id,
                     at_ms,
+                    recheck,
                     attempt: last,
                     counted: outcome.counted,
                 });
             }
             Next::Dead { reason } => {
                 self.dead_letter(&call, &reason);
-                self.finish(id, Ending::Dead, last);
+                self.finish(id, Ending::Dead, recheck, last);
             }
             Next::Call => {
                 // `exchange::run` makes the call itself after a recheck
@@ -157,11 +161,18 @@ impl Recorder {
         });
     }
 
-    fn finish(&mut self, id: String, ending: Ending, attempt: Option<Attempt>) {
+    fn finish(
+        &mut self,
+        id: String,
+        ending: Ending,
+        recheck: Option<Attempt>,
+        attempt: Option<Attempt>,
+    ) {
         self.started();
         self.finishes.push(Finish {
             id,
             ending,
+            recheck,
             attempt,
         });
     }

@@ -243,10 +243,12 @@ impl<'r> StatusTables<'r> {
             .map_err(io)?
         {
             let (_, v) = kv.map_err(io)?;
-            out.push(Attempt::decode(v.value()).map_err(|e| StoreError::Corrupt {
-                id: id.to_owned(),
-                reason: e.to_string(),
-            })?);
+            out.extend(
+                Attempt::decode_all(v.value()).map_err(|e| StoreError::Corrupt {
+                    id: id.to_owned(),
+                    reason: e.to_string(),
+                })?,
+            );
         }
         Ok(out)
     }

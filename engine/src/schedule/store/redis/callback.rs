@@ -43,7 +43,9 @@ impl RedisStore {
         let items = items
             .into_iter()
             .map(|i| {
-                let record = i.attempt.map(|a| a.encode().to_vec()).unwrap_or_default();
+                let record = Attempt::encode_all(i.recheck.iter().chain(&i.attempt))
+                    .map(|r| r.to_vec())
+                    .unwrap_or_default();
                 let counted = num(u64::from(i.counted));
                 (i.id, [num(score(i.at_ms)), record, counted])
             })
@@ -60,7 +62,9 @@ impl RedisStore {
         let items = items
             .into_iter()
             .map(|i| {
-                let record = i.attempt.map(|a| a.encode().to_vec()).unwrap_or_default();
+                let record = Attempt::encode_all(i.recheck.iter().chain(&i.attempt))
+                    .map(|r| r.to_vec())
+                    .unwrap_or_default();
                 (i.id, [num(u64::from(i.ending.state().code())), record])
             })
             .collect();
@@ -117,15 +121,14 @@ impl RedisStore {
             .arg(0)
             .arg(-1);
         let records: Vec<Vec<u8>> = self.query(&cmd).await?;
-        records
-            .iter()
-            .map(|r| {
-                Attempt::decode(r).map_err(|e| StoreError::Corrupt {
-                    id: id.to_owned(),
-                    reason: e.to_string(),
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(records.len());
+        for r in &records {
+            out.extend(Attempt::decode_all(r).map_err(|e| StoreError::Corrupt {
+                id: id.to_owned(),
+                reason: e.to_string(),
+            })?);
+        }
+        Ok(out)
     }
 
     pub(super) async fn replay_one(&self, id: &str, now: Millis) -> Result<Replay, StoreError> {

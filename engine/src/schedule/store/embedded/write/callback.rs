@@ -34,7 +34,8 @@ impl Tables<'_> {
                     }
                 },
             )?;
-            out.count(settled, item.attempt.as_ref(), |seq, a| {
+            let record = Attempt::encode_all(item.recheck.iter().chain(&item.attempt));
+            out.count(settled, record.as_deref(), |seq, a| {
                 self.log_attempt(seq, a)
             })?;
         }
@@ -47,7 +48,8 @@ impl Tables<'_> {
         for item in items {
             let state = item.ending.state();
             let settled = self.settle_one(&item.id, now, |_| true, |s, _| s.finish(state, now))?;
-            out.count(settled, item.attempt.as_ref(), |seq, a| {
+            let record = Attempt::encode_all(item.recheck.iter().chain(&item.attempt));
+            out.count(settled, record.as_deref(), |seq, a| {
                 self.log_attempt(seq, a)
             })?;
         }
@@ -59,7 +61,7 @@ impl Tables<'_> {
     /// [`FIRST_ATTEMPTS_KEPT`] (numbers only grow, so the records kept are
     /// `0..FIRST` and the latest `MAX - FIRST`). Returns whether one was
     /// dropped.
-    fn log_attempt(&mut self, seq: u64, a: &Attempt) -> R<bool> {
+    fn log_attempt(&mut self, seq: u64, record: &[u8]) -> R<bool> {
         self.wrote = true;
         let (first, last) = (attempt_key(seq, 0), attempt_key(seq, u32::MAX));
         let next = match self
@@ -82,7 +84,7 @@ impl Tables<'_> {
                 .map_err(io)?;
         }
         self.attempts
-            .insert(attempt_key(seq, next).as_slice(), a.encode().as_ref())
+            .insert(attempt_key(seq, next).as_slice(), record)
             .map_err(io)?;
         Ok(trimmed)
     }
@@ -154,8 +156,8 @@ impl Settled {
     fn count(
         &mut self,
         seq: Option<u64>,
-        attempt: Option<&Attempt>,
-        log: impl FnOnce(u64, &Attempt) -> R<bool>,
+        attempt: Option<&[u8]>,
+        log: impl FnOnce(u64, &[u8]) -> R<bool>,
     ) -> R<()> {
         let Some(seq) = seq else {
             return Ok(());
