@@ -47,7 +47,8 @@ pub(crate) enum Command {
 mod tests {
     use super::*;
     use crate::client::transport::Transport;
-    use crate::delayed::args::{DelayedTarget, Scenario};
+    use crate::delayed::args::Scenario;
+    use crate::scheduled::system::Target;
     use clap::CommandFactory as _;
 
     #[test]
@@ -220,7 +221,7 @@ mod tests {
             panic!("not delayed");
         };
         assert_eq!(args.scenario, Scenario::Herd);
-        assert_eq!(args.target, DelayedTarget::Router);
+        assert_eq!(args.target, Target::Router);
         assert_eq!(args.count, Some(1000));
         assert_eq!(args.batch, 1000);
         assert_eq!(args.rate, 10_000);

@@ -18,6 +18,8 @@
 //! - [`latency`]: AMQP publish to STOMP `MESSAGE` through a router and an edge gateway.
 //! - [`delayed`]: delayed notifications: ingest rate, firing lateness, herds, bytes per pending
 //!   notification, over the HTTP API of a router with Redis or of a standalone gateway.
+//! - [`scheduled`]: what `delayed` and `callbacks` share: the Herald under test, publishing
+//!   delayed notifications over HTTP, arrivals against due times, CPU per process.
 //! - [`retained`]: memory per notification a standalone gateway keeps in its mailboxes, on the
 //!   raw or the JSON publish path.
 //! - [`fleet`]: the recording sessions `delayed` and `retained` share: worker processes whose
@@ -54,6 +56,7 @@ mod harness;
 mod latency;
 mod retained;
 mod router_throughput;
+mod scheduled;
 mod worker;
 
 use std::process::ExitCode;
