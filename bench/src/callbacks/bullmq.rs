@@ -21,10 +21,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-use super::herald::{SIGNING_SECRET, TOPIC};
 use super::outcome::{self, BENCH, Published, RunOutcome};
 use super::receiver::Receiver;
-use super::settings::{Settings, Side};
+use super::settings::{SIGNING_SECRET, Settings, Side, TOPIC};
 use crate::harness::configs::new_run_id;
 use crate::harness::outcome::BenchError;
 use crate::harness::run::interruptible;

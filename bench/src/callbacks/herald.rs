@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::outcome::{self, BENCH, Published, RunOutcome};
 use super::receiver::Receiver;
-use super::settings::{Settings, Side};
+use super::settings::{SIGNING_SECRET, Settings, Side, TOPIC};
 use crate::client::api::ApiConnection;
 use crate::harness::outcome::BenchError;
 use crate::harness::run::interruptible;
@@ -18,11 +18,6 @@ use crate::scheduled::plan::Users;
 use crate::scheduled::system::System;
 use crate::scheduled::usage::{Split, Usage};
 
-/// The topic every run registers and publishes to.
-pub(crate) const TOPIC: &str = "bench.callbacks";
-/// The topic's signing secret (Standard Webhooks `whsec_` form); the BullMQ worker signs with
-/// the same.
-pub(crate) const SIGNING_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// Users the notifications name (nobody is connected: the browser part costs little).
 const USERS: usize = 1_000;
 

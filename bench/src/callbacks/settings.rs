@@ -15,6 +15,11 @@ pub(crate) const HERD_GOAL_MS: u64 = 5_000;
 /// Herald against BullMQ: throughput at least twice, p99 lateness at most a tenth.
 pub(crate) const THROUGHPUT_RATIO_GOAL: f64 = 2.0;
 pub(crate) const LATENESS_RATIO_GOAL: f64 = 10.0;
+/// The topic every Herald run registers and publishes to (BullMQ's calls name it too).
+pub(crate) const TOPIC: &str = "bench.callbacks";
+/// The topic's signing secret (Standard Webhooks `whsec_` form); the BullMQ worker signs with
+/// the same.
+pub(crate) const SIGNING_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// Herald's default `publish.max_batch`.
 const MAX_BATCH: u64 = 1_000;
 /// Rounds at most (each is a few runs of a few seconds to a minute).
