@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::callbacks::CallbacksArgs;
 use crate::connections::ConnectionsArgs;
 use crate::delayed::DelayedArgs;
 use crate::latency::LatencyArgs;
@@ -34,6 +35,10 @@ pub(crate) enum Command {
     /// due in the same second, and the store's bytes per pending notification, on a router
     /// with Redis or a standalone gateway with its embedded store.
     Delayed(DelayedArgs),
+    /// Callbacks: a local receiver called by Herald (standalone or router) when notifications
+    /// of a callback topic fall due, and by a BullMQ Worker doing the same job on the same
+    /// Redis, alternated run by run: throughput, lateness at a rate, a herd, and the ratios.
+    Callbacks(CallbacksArgs),
     /// Start a standalone herald-gateway, subscribe sessions, publish notifications one per
     /// request (raw or JSON path) that stay in the users' mailboxes, and measure the gateway's
     /// RSS growth per retained notification.
@@ -47,7 +52,8 @@ pub(crate) enum Command {
 mod tests {
     use super::*;
     use crate::client::transport::Transport;
-    use crate::delayed::args::{DelayedTarget, Scenario};
+    use crate::delayed::args::Scenario;
+    use crate::scheduled::system::Target;
     use clap::CommandFactory as _;
 
     #[test]
@@ -220,7 +226,7 @@ mod tests {
             panic!("not delayed");
         };
         assert_eq!(args.scenario, Scenario::Herd);
-        assert_eq!(args.target, DelayedTarget::Router);
+        assert_eq!(args.target, Target::Router);
         assert_eq!(args.count, Some(1000));
         assert_eq!(args.batch, 1000);
         assert_eq!(args.rate, 10_000);

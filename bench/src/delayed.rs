@@ -16,7 +16,7 @@
 //!   `--probe` notifications due soon, whose lateness shows whether the backlog slows firing.
 //!
 //! Every scenario also reads Herald's own `herald_delayed_*` metrics before and after
-//! ([`metrics`]), and the CPU every process used ([`usage`]).
+//! ([`metrics`]), and the CPU every process used ([`crate::scheduled::usage`]).
 //!
 //! # Layout
 //! - [`args`]: the command line; [`settings`]: its defaults resolved and checked, the plan and
@@ -24,45 +24,32 @@
 //! - [`measure`](mod@measure): one run in phases (sessions, baselines, publish, growth, probe, delivery,
 //!   counters, report); [`watch`]: progress and the measuring window of its long phases;
 //!   [`snapshot`]: the store's and the processes' bytes, Herald's metrics.
-//! - [`plan`]: which notifications, due when, to whom (pure); [`crate::harness::delayed_ids`]:
-//!   their ids (pure).
-//! - [`body`]: the publish API's batch bodies and `202` answers (pure).
-//! - [`ingest`]: publishing a plan over C keep-alive connections ([`crate::client::api`]).
-//! - [`delivery`]: arrivals against due times (pure); [`metrics`]: Herald's metrics (pure).
-//! - [`system`]: starting and cleaning up the Herald under test; [`store`]: measuring its store.
-//! - [`usage`]: CPU per process; [`report`]: the result; [`clock`]: epoch ms now.
+//! - [`metrics`]: Herald's metrics (pure); [`report`]: the result.
+//! - What `delayed` shares with `callbacks` is in [`crate::scheduled`]: the Herald under
+//!   test, its store, the plans, publishing them, arrivals against due times, CPU per process.
 //!
 //! Imports go one way, down this order; none goes up, and none to this file:
 //!
 //! ```text
-//! measure -> snapshot -> report | watch -> system -> settings -> ingest -> args | body | delivery
-//!   -> plan | metrics | store | usage | clock
+//! measure -> snapshot -> report | watch -> settings -> args | metrics  (then crate::scheduled)
 //! ```
 
 pub(crate) mod args;
-pub(crate) mod body;
-mod clock;
-pub(crate) mod delivery;
-pub(crate) mod ingest;
 mod measure;
 pub(crate) mod metrics;
-pub(crate) mod plan;
 pub(crate) mod report;
 mod settings;
 mod snapshot;
-pub(crate) mod store;
-pub(crate) mod system;
-pub(crate) mod usage;
 mod watch;
 
 pub(crate) use self::args::DelayedArgs;
 
 use self::measure::measure;
 use self::settings::Settings;
-use self::system::System;
 use crate::harness::cpu;
 use crate::harness::outcome::{BenchError, Outcome};
 use crate::harness::run::interruptible;
+use crate::scheduled::system::System;
 
 pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
     let settings = Settings::from_args(&args).map_err(BenchError::Usage)?;
@@ -71,12 +58,12 @@ pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {
     }
     let load_before = cpu::load_average();
     let reference_ms = cpu::reference_ms();
-    let mut system = System::begin(&settings).await?;
+    let mut system = System::begin(&settings.system).await?;
     eprintln!(
         "herald-bench: run {}: {} on {}",
         system.run_id,
         settings.scenario.name(),
-        settings.target.name()
+        settings.system.target.name()
     );
     let measured = interruptible(measure(&settings, &mut system)).await;
     let cleanup = system.finish().await;

@@ -5,11 +5,12 @@
 //! another command or [`cli`], [`harness`] imports neither the commands nor [`client`]):
 //!
 //! ```text
-//! main -> cli -> connections | router_throughput | latency | delayed | retained | worker
-//!                     |               |               |         |         |         |
-//!                     |               |               |         +-> fleet <-+         |
-//!                     v               v               v         v         v         v
-//!                   client (STOMP sessions, the HTTP API) -----------------------> harness
+//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | worker
+//!                     |               |               |         |  |      |          |         |
+//!                     |               |               |         |  +-> scheduled <---+         |
+//!                     |               |               |         +-> fleet <-+                  |
+//!                     v               v               v         v         v                    v
+//!                   client (STOMP sessions, the HTTP API) ---------------------------------> harness
 //! ```
 //!
 //! - [`cli`]: the command line; it only names the commands, each command owns its arguments.
@@ -18,6 +19,10 @@
 //! - [`latency`]: AMQP publish to STOMP `MESSAGE` through a router and an edge gateway.
 //! - [`delayed`]: delayed notifications: ingest rate, firing lateness, herds, bytes per pending
 //!   notification, over the HTTP API of a router with Redis or of a standalone gateway.
+//! - [`callbacks`]: callbacks made when due, against a local receiver, beside BullMQ: throughput,
+//!   lateness, herds, CPU per callback, ratios.
+//! - [`scheduled`]: what `delayed` and `callbacks` share: the Herald under test, publishing
+//!   delayed notifications over HTTP, arrivals against due times, CPU per process.
 //! - [`retained`]: memory per notification a standalone gateway keeps in its mailboxes, on the
 //!   raw or the JSON publish path.
 //! - [`fleet`]: the recording sessions `delayed` and `retained` share: worker processes whose
@@ -45,6 +50,7 @@
 //! in worker processes (the same binary, `herald-bench worker ...`), at most 19,000 each, each
 //! binding to its own source address so loopback's ephemeral ports last.
 
+mod callbacks;
 mod cli;
 mod client;
 mod connections;
@@ -54,6 +60,7 @@ mod harness;
 mod latency;
 mod retained;
 mod router_throughput;
+mod scheduled;
 mod worker;
 
 use std::process::ExitCode;
@@ -98,6 +105,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let code = exit_code(runtime.block_on(delayed::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
+        Command::Callbacks(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(callbacks::run(args)));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             code
         }

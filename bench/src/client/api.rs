@@ -1,5 +1,5 @@
 //! A keep-alive HTTP/1.1 connection to Herald's HTTP API: `POST /v1/notifications` with an API
-//! key, `GET /metrics`. The request is written by hand and the response read with the bench's
+//! key, `PUT /v1/topics/{name}`, `GET /metrics`. The request is written by hand and the response read with the bench's
 //! own parser ([`crate::client::http`]: head, then a body delimited by `Content-Length`, chunked, or
 //! the connection's close), so the bench needs no HTTP client crate and each publishing
 //! connection is one socket and one buffer.
@@ -59,8 +59,23 @@ impl ApiConnection {
         content_type: &str,
         body: &[u8],
     ) -> std::io::Result<Response> {
+        self.send("POST", path, content_type, body).await
+    }
+
+    /// `PUT path` with a JSON body.
+    pub(crate) async fn put_json(&mut self, path: &str, body: &[u8]) -> std::io::Result<Response> {
+        self.send("PUT", path, "application/json", body).await
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> std::io::Result<Response> {
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
              Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
             self.addr,
             self.api_key,

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::plan::DueOrder;
 use crate::harness::amqp::AMQP_URL_ENV;
+use crate::scheduled::plan::DueOrder;
+use crate::scheduled::system::Target;
 
 /// Environment variable for `--redis-url`.
 pub(crate) const REDIS_URL_ENV: &str = "HERALD_BENCH_REDIS_URL";
@@ -20,8 +21,8 @@ pub(crate) struct DelayedArgs {
 
     /// `router`: herald-router with Redis (and an edge herald-gateway for the sessions);
     /// `standalone`: one herald-gateway with its embedded store.
-    #[arg(long, value_enum, default_value_t = DelayedTarget::Router)]
-    pub(crate) target: DelayedTarget,
+    #[arg(long, value_enum, default_value_t = Target::Router)]
+    pub(crate) target: Target,
 
     /// The herald-router binary (target router).
     #[arg(long, value_name = "PATH")]
@@ -153,24 +154,6 @@ impl Scenario {
             Scenario::Lateness => "lateness",
             Scenario::Herd => "herd",
             Scenario::Footprint => "footprint",
-        }
-    }
-}
-
-/// The Herald under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum DelayedTarget {
-    /// `herald-router` with Redis, an edge `herald-gateway` for the sessions.
-    Router,
-    /// One `herald-gateway` with its embedded store.
-    Standalone,
-}
-
-impl DelayedTarget {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            DelayedTarget::Router => "router",
-            DelayedTarget::Standalone => "standalone",
         }
     }
 }

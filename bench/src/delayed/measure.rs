@@ -8,23 +8,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::Scenario;
-use super::clock::now_ms;
-use super::delivery::{self, Delivery};
-use super::ingest::Ingested;
 use super::metrics::{Scrape, ServerCounters, ServerLateness};
-use super::plan::{Dues, Plan, Users};
 use super::report::{DelayedReport, Growth};
 use super::settings::{HERD_GOAL_MS, PROBE_LEAD_MS, Settings};
 use super::snapshot::{growth, scrape, snapshot};
-use super::system::{self, System};
-use super::usage::{Split, Usage};
-use super::watch::{Window, await_delivery, due_table, publish};
+use super::watch::{Window, await_delivery, publish};
 use crate::client::api::ApiConnection;
 use crate::fleet::Fleet;
 use crate::harness::cpu;
 use crate::harness::outcome::BenchError;
 use crate::harness::plan::WorkerPlan;
 use crate::harness::report::grouped;
+use crate::scheduled::clock::now_ms;
+use crate::scheduled::delivery::due_table;
+use crate::scheduled::delivery::{self, Delivery};
+use crate::scheduled::ingest::Ingested;
+use crate::scheduled::plan::{Dues, Plan, Users};
+use crate::scheduled::system::{self, System};
+use crate::scheduled::usage::{Split, Usage};
 
 /// Longest wait for Herald's counters to catch up with what arrived.
 const COUNTERS_WAIT: Duration = Duration::from_secs(10);
@@ -38,7 +39,7 @@ pub(super) async fn measure(
     system: &mut System,
 ) -> Result<DelayedReport, BenchError> {
     let needs_sessions = s.sessions > 0;
-    system.start(s, needs_sessions).await?;
+    system.start(&s.system, needs_sessions).await?;
     let api_addr = system
         .api_addr
         .ok_or_else(|| BenchError::Failed("no API address".into()))?;
@@ -363,7 +364,7 @@ fn assemble(
     DelayedReport {
         command: "delayed",
         scenario: s.scenario.name(),
-        target: s.target.name(),
+        target: s.system.target.name(),
         run_id: system.run_id.clone(),
         pids,
         redis: system.redis.clone(),
@@ -374,7 +375,12 @@ fn assemble(
         sessions: s.sessions,
         processes: m.processes,
         plan: s.describe_plan(),
-        schedule: s.schedule.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        schedule: s
+            .system
+            .schedule
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
         ingest: Some(m.main.ingested),
         growth: m.growth,
         probe_ingest: m.probe_ingest,

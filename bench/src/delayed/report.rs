@@ -5,16 +5,16 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::delivery::{Delivery, SLOW_BIN_MS};
-use super::ingest::Ingested;
 use super::metrics::{ServerCounters, ServerLateness};
 use super::settings::Goal;
-use super::store::RedisInfo;
-use super::system::SystemCleanup;
-use super::usage::Split;
 use crate::harness::report::{grouped, maybe};
 use crate::harness::rss::human_bytes;
 use crate::harness::stats::human_ms;
+use crate::scheduled::delivery::{Delivery, SLOW_BIN_MS};
+use crate::scheduled::ingest::Ingested;
+use crate::scheduled::store::RedisInfo;
+use crate::scheduled::system::SystemCleanup;
+use crate::scheduled::usage::Split;
 
 /// Bytes before and after the store filled, and per notification.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -2,18 +2,18 @@
 //! follows from them alone (pure): the worker split, the main plan, the plan in words, the goal.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::args::{DelayedArgs, DelayedTarget, Scenario};
-use super::delivery::Delivery;
-use super::ingest::Ingested;
-use super::plan::{self, DAY_MS, DueOrder, Dues, Plan};
+use super::args::{DelayedArgs, Scenario};
 use crate::harness::outcome::BenchError;
 use crate::harness::plan::WorkerPlan;
 use crate::harness::report::grouped;
+use crate::scheduled::delivery::Delivery;
+use crate::scheduled::ingest::Ingested;
+use crate::scheduled::plan::{self, DAY_MS, DueOrder, Dues, Plan};
+use crate::scheduled::system::{SystemSettings, Target};
 
 /// The goals.
 const INGEST_GOAL_ROUTER: f64 = 100_000.0;
@@ -37,11 +37,8 @@ pub(crate) struct Goal {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) scenario: Scenario,
-    pub(crate) target: DelayedTarget,
-    pub(crate) router_bin: Option<PathBuf>,
-    pub(crate) gateway_bin: Option<PathBuf>,
-    pub(crate) amqp_url: String,
-    pub(crate) redis_url: String,
+    /// The Herald under test and how to start it.
+    pub(crate) system: SystemSettings,
     pub(crate) count: u64,
     pub(crate) batch: u64,
     pub(crate) connections: usize,
@@ -56,12 +53,7 @@ pub(crate) struct Settings {
     pub(crate) due_order: DueOrder,
     pub(crate) drain_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
-    pub(crate) startup_timeout: u64,
     pub(crate) broker_pid: Option<u32>,
-    /// `[schedule]` settings for the Herald under test.
-    pub(crate) schedule: toml::Table,
-    pub(crate) router_log: Option<PathBuf>,
-    pub(crate) gateway_log: Option<PathBuf>,
     pub(crate) json: bool,
 }
 
@@ -88,11 +80,19 @@ impl Settings {
         }
         Ok(Self {
             scenario,
-            target: a.target,
-            router_bin: a.router_bin.clone(),
-            gateway_bin: a.gateway_bin.clone(),
-            amqp_url: a.amqp_url.clone(),
-            redis_url: a.redis_url.clone(),
+            system: SystemSettings {
+                target: a.target,
+                router_bin: a.router_bin.clone(),
+                gateway_bin: a.gateway_bin.clone(),
+                amqp_url: a.amqp_url.clone(),
+                redis_url: a.redis_url.clone(),
+                schedule: crate::harness::configs::parse_settings(&a.schedule)
+                    .map_err(|e| format!("--schedule {e}"))?,
+                private_callbacks: false,
+                startup_timeout: a.startup_timeout,
+                router_log: a.router_log.clone(),
+                gateway_log: a.gateway_log.clone(),
+            },
             count,
             batch: a.batch,
             connections: a.connections,
@@ -107,12 +107,7 @@ impl Settings {
             due_order: a.due_order,
             drain_timeout: Duration::from_secs(a.drain_timeout),
             handshake_timeout: Duration::from_secs(a.handshake_timeout),
-            startup_timeout: a.startup_timeout,
             broker_pid: a.broker_pid,
-            schedule: crate::harness::configs::parse_settings(&a.schedule)
-                .map_err(|e| format!("--schedule {e}"))?,
-            router_log: a.router_log.clone(),
-            gateway_log: a.gateway_log.clone(),
             json: a.json,
         })
     }
@@ -190,9 +185,9 @@ impl Settings {
     ) -> Option<Goal> {
         match self.scenario {
             Scenario::Ingest => {
-                let target = match self.target {
-                    DelayedTarget::Router => INGEST_GOAL_ROUTER,
-                    DelayedTarget::Standalone => INGEST_GOAL_STANDALONE,
+                let target = match self.system.target {
+                    Target::Router => INGEST_GOAL_ROUTER,
+                    Target::Standalone => INGEST_GOAL_STANDALONE,
                 };
                 let i = ingest?;
                 Some(Goal {
@@ -308,13 +303,13 @@ fn check_publishing(a: &DelayedArgs, probe: u64) -> Result<(), String> {
 /// The binaries the target needs (and the sessions' edge gateway) are given.
 fn check_binaries(a: &DelayedArgs, sessions: usize) -> Result<(), String> {
     match a.target {
-        DelayedTarget::Router if a.router_bin.is_none() => {
+        Target::Router if a.router_bin.is_none() => {
             Err("--target router needs --router-bin".into())
         }
-        DelayedTarget::Router if sessions > 0 && a.gateway_bin.is_none() => {
+        Target::Router if sessions > 0 && a.gateway_bin.is_none() => {
             Err("--target router needs --gateway-bin for the sessions' edge gateway".into())
         }
-        DelayedTarget::Standalone if a.gateway_bin.is_none() => {
+        Target::Standalone if a.gateway_bin.is_none() => {
             Err("--target standalone needs --gateway-bin".into())
         }
         _ => Ok(()),

@@ -3,10 +3,10 @@
 
 use super::metrics::Scrape;
 use super::report::Growth;
-use super::system::{self, System};
 use crate::client::api::ApiConnection;
 use crate::harness::outcome::BenchError;
 use crate::harness::rss;
+use crate::scheduled::system::{self, System};
 
 /// `GET /metrics`, parsed. The connection sits idle between scrapes and the server may have
 /// closed it meanwhile: a GET is idempotent, so a failed one is sent once more on a new

@@ -5,17 +5,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::clock::now_ms;
-use super::ingest::{self, Ingested, Progress};
-use super::plan::{Plan, Users};
 use super::settings::Settings;
-use super::store::AofRewrites;
-use super::system::System;
-use super::usage::{Reading, Split, Usage};
 use crate::fleet::Fleet;
 use crate::harness::outcome::BenchError;
 use crate::harness::progress::Progress as Bar;
 use crate::harness::report::grouped;
+use crate::scheduled::clock::now_ms;
+use crate::scheduled::ingest::{self, Ingested, Progress};
+use crate::scheduled::plan::{Plan, Users};
+use crate::scheduled::store::AofRewrites;
+use crate::scheduled::system::System;
+use crate::scheduled::usage::{Reading, Split, Usage};
 
 /// How often progress is printed.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -38,6 +38,7 @@ pub(super) async fn publish(
         batch: s.batch,
         payload_bytes: s.payload_bytes,
         keep_dues,
+        topic: None,
     };
     let progress = Arc::new(Progress::default());
     let mut task = tokio::spawn({
@@ -69,17 +70,6 @@ pub(super) async fn publish(
             }
         }
     }
-}
-
-/// Due times of `plan` by position: Herald's answers where given, else the plan's own.
-pub(super) fn due_table(plan: &Plan, answered: &[(u64, u64)]) -> Vec<u64> {
-    let mut dues: Vec<u64> = plan.seqs().map(|seq| plan.due_ms(seq)).collect();
-    for &(seq, due) in answered {
-        if plan.contains(seq) {
-            dues[(seq - plan.first) as usize] = due;
-        }
-    }
-    dues
 }
 
 /// Waits for the notifications of `plan` to arrive: until `expected` have, or nothing more
@@ -183,21 +173,5 @@ impl Window {
             _ => None,
         };
         (cpu, rewrites)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::delayed::plan::Dues;
-
-    #[test]
-    fn due_tables_take_herald_s_answers() {
-        let p = Plan {
-            first: 5,
-            count: 3,
-            dues: Dues::Herd { at_ms: 100 },
-        };
-        assert_eq!(due_table(&p, &[(6, 107), (99, 1)]), [100, 107, 100]);
     }
 }

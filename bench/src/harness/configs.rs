@@ -71,6 +71,23 @@ pub(crate) struct RouterSettings {
     pub(crate) redis: Option<RedisSettings>,
     /// `[schedule]` keys to set (empty: the router's defaults).
     pub(crate) schedule: toml::Table,
+    /// `[callbacks] allow_private_networks = true` (the bench's callback receiver is on
+    /// loopback).
+    pub(crate) private_callbacks: bool,
+}
+
+/// `[callbacks]`, written only to let callbacks reach private addresses.
+#[derive(Serialize)]
+struct CallbacksFile {
+    allow_private_networks: bool,
+}
+
+impl CallbacksFile {
+    fn when(private: bool) -> Option<Self> {
+        private.then_some(CallbacksFile {
+            allow_private_networks: true,
+        })
+    }
 }
 
 /// The router's `[redis]` section.
@@ -98,6 +115,8 @@ struct RouterFile<'a> {
     redis: Option<&'a RedisSettings>,
     #[serde(skip_serializing_if = "toml::Table::is_empty")]
     schedule: &'a toml::Table,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callbacks: Option<CallbacksFile>,
 }
 
 #[derive(Serialize)]
@@ -122,6 +141,7 @@ pub(crate) fn router_toml(s: &RouterSettings) -> String {
         },
         redis: s.redis.as_ref(),
         schedule: &s.schedule,
+        callbacks: CallbacksFile::when(s.private_callbacks),
     };
     toml_text(&file)
 }
@@ -195,6 +215,8 @@ pub(crate) struct StandaloneSettings {
     pub(crate) jwt_secret: String,
     /// `[schedule]` keys to set (empty: the gateway's defaults).
     pub(crate) schedule: toml::Table,
+    /// `[callbacks] allow_private_networks = true`.
+    pub(crate) private_callbacks: bool,
 }
 
 #[derive(Serialize)]
@@ -205,6 +227,8 @@ struct StandaloneFile<'a> {
     auth: GatewayAuth<'a>,
     #[serde(skip_serializing_if = "toml::Table::is_empty")]
     schedule: &'a toml::Table,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callbacks: Option<CallbacksFile>,
 }
 
 /// The standalone gateway's configuration file.
@@ -217,6 +241,7 @@ pub(crate) fn gateway_standalone_toml(s: &StandaloneSettings) -> String {
             jwt_secret: &s.jwt_secret,
         },
         schedule: &s.schedule,
+        callbacks: CallbacksFile::when(s.private_callbacks),
     };
     toml_text(&file)
 }
@@ -310,6 +335,7 @@ mod tests {
             prefetch: Some(512),
             redis: None,
             schedule: toml::Table::new(),
+            private_callbacks: false,
         }
     }
 
@@ -374,6 +400,12 @@ mod tests {
         assert_eq!(t.presence_queue, s.topology.presence_queue);
         assert!(t.problems("amqp.topology.").is_empty());
         assert!(!c.redis.enabled(), "no [redis] unless asked");
+        assert!(!c.callbacks.allow_private_networks);
+        let mut s = router_settings();
+        s.private_callbacks = true;
+        let c = Config::from_toml(&router_toml(&s), Path::new("router.toml")).unwrap();
+        c.validate().unwrap();
+        assert!(c.callbacks.allow_private_networks);
     }
 
     /// With `[redis]`, delayed notifications are on, under the run's own prefix.
@@ -451,6 +483,7 @@ mod tests {
             api_key: "k3y".into(),
             jwt_secret: "s".repeat(32),
             schedule: toml::Table::new(),
+            private_callbacks: false,
         };
         let c = Config::from_toml(&gateway_standalone_toml(&s), Path::new("gateway.toml")).unwrap();
         c.validate().unwrap();
@@ -459,6 +492,15 @@ mod tests {
         assert_eq!(c.listen, s.listen);
         assert_eq!(c.data_dir, s.data_dir);
         assert_eq!(c.api_keys, ["k3y"]);
+        assert!(!c.callbacks.allow_private_networks);
+        let open = StandaloneSettings {
+            private_callbacks: true,
+            ..s
+        };
+        let c =
+            Config::from_toml(&gateway_standalone_toml(&open), Path::new("gateway.toml")).unwrap();
+        c.validate().unwrap();
+        assert!(c.callbacks.allow_private_networks);
     }
 
     #[test]

@@ -81,6 +81,7 @@ impl Run {
             prefetch,
             None,
             toml::Table::new(),
+            false,
             &random_token(32),
             log,
             startup_timeout,
@@ -89,7 +90,8 @@ impl Run {
     }
 
     /// [`Run::start_router`] with `[redis]` (delayed notifications on) when given, `[schedule]`
-    /// settings, and the API key the caller will publish with.
+    /// settings, callbacks to private addresses allowed or not, and the API key the caller will
+    /// publish with.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start_router_with(
         &self,
@@ -97,6 +99,7 @@ impl Run {
         prefetch: Option<u16>,
         redis: Option<RedisSettings>,
         schedule: toml::Table,
+        private_callbacks: bool,
         api_key: &str,
         log: Option<&Path>,
         startup_timeout: Duration,
@@ -111,6 +114,7 @@ impl Run {
             topology: self.topology.clone(),
             redis,
             schedule,
+            private_callbacks,
         };
         let path = self
             .dir

@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub(crate) payload_bytes: usize,
     /// Keep `(seq, due_at_ms)` of every notification (for delivery scenarios).
     pub(crate) keep_dues: bool,
+    /// The topic every notification names (`None`: no topic).
+    pub(crate) topic: Option<String>,
 }
 
 /// Counts shared with the caller while publishing (for progress lines).
@@ -119,7 +121,13 @@ pub(crate) async fn publish(
                 }
                 let seqs = plan.batch(b, settings.batch);
                 let n = seqs.clone().count() as u64;
-                let body = body::batch(&plan, seqs.clone(), &users, settings.payload_bytes);
+                let body = body::batch(
+                    &plan,
+                    seqs.clone(),
+                    &users,
+                    settings.payload_bytes,
+                    settings.topic.as_deref(),
+                );
                 send(&mut conn, &plan, seqs, &body, &settings, &mut share).await;
                 progress.answered.fetch_add(n, Ordering::Relaxed);
             }

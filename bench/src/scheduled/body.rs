@@ -2,8 +2,9 @@
 //! `POST /v1/notifications` takes it (`docs/delayed-notifications.md`), and its `202` answer.
 //!
 //! A batch is a JSON array; each notification names its `id` ([`ids::message_id`]), one user, the
-//! event `bench.delayed`, `deliver_at` as integer epoch ms and a JSON payload of the asked
-//! size. Ids and user names are the bench's own (letters, digits and `-`), so the body is
+//! event `bench.delayed`, `deliver_at` as integer epoch ms, a JSON payload of the asked size,
+//! and a `topic` when given (a callback topic: Herald calls its `callback_url` when due). Ids,
+//! user and topic names are the bench's own (letters, digits, `.` and `-`), so the body is
 //! written directly, without escaping.
 
 use std::io::Write as _;
@@ -17,8 +18,14 @@ use crate::harness::delayed_ids as ids;
 /// The `event` of every notification.
 pub(crate) const EVENT: &str = "bench.delayed";
 
-/// The JSON array for notifications `seqs` of `plan`.
-pub(crate) fn batch(plan: &Plan, seqs: Range<u64>, users: &Users, payload_bytes: usize) -> Vec<u8> {
+/// The JSON array for notifications `seqs` of `plan`, of `topic` when given.
+pub(crate) fn batch(
+    plan: &Plan,
+    seqs: Range<u64>,
+    users: &Users,
+    payload_bytes: usize,
+    topic: Option<&str>,
+) -> Vec<u8> {
     let per = payload_bytes + 120;
     let mut out = Vec::with_capacity(per * seqs.clone().count() + 2);
     out.push(b'[');
@@ -28,11 +35,15 @@ pub(crate) fn batch(plan: &Plan, seqs: Range<u64>, users: &Users, payload_bytes:
         }
         let _ = write!(
             out,
-            r#"{{"id":"{}","users":["{}"],"event":"{EVENT}","deliver_at":{},"payload":"#,
+            r#"{{"id":"{}","users":["{}"],"event":"{EVENT}","deliver_at":{},"#,
             ids::message_id(seq),
             users.user(seq),
             plan.due_ms(seq)
         );
+        if let Some(topic) = topic {
+            let _ = write!(out, r#""topic":"{topic}","#);
+        }
+        out.extend_from_slice(br#""payload":"#);
         out.extend_from_slice(&crate::harness::amqp::payload(seq, payload_bytes));
         out.push(b'}');
     }
@@ -108,7 +119,7 @@ pub(crate) fn answer(body: &[u8], plan: &Plan, seqs: Range<u64>) -> Result<Answe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delayed::plan::Dues;
+    use crate::scheduled::plan::Dues;
 
     fn plan() -> Plan {
         Plan {
@@ -124,7 +135,7 @@ mod tests {
     #[test]
     fn batches_are_json_arrays_of_delayed_notifications() {
         let users = Users::of_workers(&[2]);
-        let body = batch(&plan(), 10..13, &users, 200);
+        let body = batch(&plan(), 10..13, &users, 200, None);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let items = v.as_array().unwrap();
         assert_eq!(items.len(), 3);
@@ -136,14 +147,19 @@ mod tests {
         assert_eq!(items[0]["payload"]["seq"], 10);
         let payload = serde_json::to_vec(&items[0]["payload"]).unwrap();
         assert_eq!(payload.len(), 200);
-        assert_eq!(batch(&plan(), 10..10, &users, 200), b"[]");
+        assert_eq!(batch(&plan(), 10..10, &users, 200, None), b"[]");
+        assert!(items[0].get("topic").is_none());
+        let body = batch(&plan(), 10..12, &users, 20, Some("bench.calls"));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v[1]["topic"], "bench.calls");
+        assert_eq!(v[1]["payload"]["seq"], 11);
     }
 
     /// Herald's own limits take the bench's notifications as valid.
     #[test]
     fn herald_validates_the_notifications() {
         let users = Users::of_workers(&[2]);
-        let body = batch(&plan(), 10..11, &users, 200);
+        let body = batch(&plan(), 10..11, &users, 200, Some("bench.calls"));
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let one = &v[0];
         let n = herald_protocol::envelope::Notification {
@@ -153,7 +169,7 @@ mod tests {
             clients: vec![],
             sites: vec![],
             event: one["event"].as_str().unwrap().into(),
-            topic: None,
+            topic: one["topic"].as_str().map(Into::into),
             content_type: "application/json".into(),
             payload: serde_json::to_vec(&one["payload"]).unwrap().into(),
             payload_is_utf8: true,

@@ -18,14 +18,49 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::args::DelayedTarget;
-use super::settings::Settings;
 use super::store::{AofRewrites, RedisInfo, RedisProbe};
 use crate::harness::configs::{self, RedisSettings, RunDir, StandaloneSettings};
 use crate::harness::outcome::BenchError;
 use crate::harness::run::{Cleanup, Run};
 use crate::harness::service::{Service, free_local_addr};
 use crate::harness::token::random_token;
+
+/// The Herald under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Target {
+    /// `herald-router` with Redis (and an edge `herald-gateway` for sessions).
+    Router,
+    /// One `herald-gateway` with its embedded store.
+    Standalone,
+}
+
+impl Target {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Target::Router => "router",
+            Target::Standalone => "standalone",
+        }
+    }
+}
+
+/// What starting the Herald under test needs.
+#[derive(Debug, Clone)]
+pub(crate) struct SystemSettings {
+    pub(crate) target: Target,
+    pub(crate) router_bin: Option<PathBuf>,
+    pub(crate) gateway_bin: Option<PathBuf>,
+    pub(crate) amqp_url: String,
+    pub(crate) redis_url: String,
+    /// `[schedule]` settings (empty: Herald's defaults).
+    pub(crate) schedule: toml::Table,
+    /// `[callbacks] allow_private_networks = true`: callbacks may reach the bench's receiver
+    /// on loopback.
+    pub(crate) private_callbacks: bool,
+    /// Seconds to wait for each process's `/readyz` (and the edge's queue).
+    pub(crate) startup_timeout: u64,
+    pub(crate) router_log: Option<PathBuf>,
+    pub(crate) gateway_log: Option<PathBuf>,
+}
 
 /// Where the notifications are kept.
 pub(crate) enum Store {
@@ -66,10 +101,10 @@ pub(crate) struct System {
 impl System {
     /// The run's names and directory, and a connection to Redis (router) so that an
     /// unreachable Redis fails the run before anything starts.
-    pub(crate) async fn begin(s: &Settings) -> Result<Self, BenchError> {
+    pub(crate) async fn begin(s: &SystemSettings) -> Result<Self, BenchError> {
         let failed = |e: String| BenchError::Failed(e);
         match s.target {
-            DelayedTarget::Router => {
+            Target::Router => {
                 let run = Run::begin(&s.amqp_url).await?;
                 let prefix = RedisSettings::prefix_for_run(&run.id);
                 let store = match RedisProbe::connect(&s.redis_url, &prefix).await {
@@ -93,7 +128,7 @@ impl System {
                     dir: None,
                 })
             }
-            DelayedTarget::Standalone => {
+            Target::Standalone => {
                 let run_id = configs::new_run_id();
                 let dir = RunDir::create(&run_id)
                     .map_err(|e| failed(format!("cannot create the run directory: {e}")))?;
@@ -115,10 +150,14 @@ impl System {
 
     /// Starts the processes; `sessions` says whether a gateway for them is needed (the router
     /// target needs none for ingest alone).
-    pub(crate) async fn start(&mut self, s: &Settings, sessions: bool) -> Result<(), BenchError> {
+    pub(crate) async fn start(
+        &mut self,
+        s: &SystemSettings,
+        sessions: bool,
+    ) -> Result<(), BenchError> {
         let timeout = Duration::from_secs(s.startup_timeout);
         match s.target {
-            DelayedTarget::Router => {
+            Target::Router => {
                 let run = self.amqp.as_mut().ok_or_else(|| no("run"))?;
                 let bin = s.router_bin.as_deref().ok_or_else(|| no("--router-bin"))?;
                 let redis = RedisSettings {
@@ -131,6 +170,7 @@ impl System {
                         None,
                         Some(redis),
                         s.schedule.clone(),
+                        s.private_callbacks,
                         &self.api_key,
                         s.router_log.as_deref(),
                         timeout,
@@ -163,7 +203,7 @@ impl System {
                     self.services.insert(0, ("gateway", edge));
                 }
             }
-            DelayedTarget::Standalone => {
+            Target::Standalone => {
                 let dir = self.dir.as_ref().ok_or_else(|| no("run directory"))?;
                 let bin = s
                     .gateway_bin
@@ -177,6 +217,7 @@ impl System {
                     api_key: self.api_key.clone(),
                     jwt_secret: self.jwt_secret.clone(),
                     schedule: s.schedule.clone(),
+                    private_callbacks: s.private_callbacks,
                 };
                 let path = dir
                     .write("gateway.toml", &configs::gateway_standalone_toml(&settings))

@@ -85,6 +85,18 @@ fn slowest(mut late: Vec<(u64, u64)>, first_due_ms: u64) -> Vec<SlowBin> {
     bins
 }
 
+/// Due times of `plan` by position: Herald's answers (`(seq, due_at_ms)`) where given, else
+/// the plan's own.
+pub(crate) fn due_table(plan: &Plan, answered: &[(u64, u64)]) -> Vec<u64> {
+    let mut dues: Vec<u64> = plan.seqs().map(|seq| plan.due_ms(seq)).collect();
+    for &(seq, due) in answered {
+        if plan.contains(seq) {
+            dues[(seq - plan.first) as usize] = due;
+        }
+    }
+    dues
+}
+
 /// Summarizes `arrivals` (`(seq, unix ns)`, any order, duplicates included) against `plan`,
 /// whose notification `plan.first + k` is due at `dues[k]` (epoch ms) and of which `expected`
 /// were accepted.
@@ -197,7 +209,7 @@ mod tests {
         );
         assert_eq!(slowest(Vec::new(), 0), vec![]);
     }
-    use crate::delayed::plan::Dues;
+    use crate::scheduled::plan::Dues;
 
     const T: u64 = 1_800_000_000_000;
 
@@ -236,6 +248,16 @@ mod tests {
         assert_eq!((d.first_due_ms, d.last_due_ms), (T, T + 3));
         // The last arrival (101 at T+6 ms) is 3 ms after the last due time (T+3).
         assert!((d.last_arrival_after_last_due_ms.unwrap() - 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn due_tables_take_herald_s_answers() {
+        let p = Plan {
+            first: 5,
+            count: 3,
+            dues: Dues::Herd { at_ms: 100 },
+        };
+        assert_eq!(due_table(&p, &[(6, 107), (99, 1)]), [100, 107, 100]);
     }
 
     #[test]
