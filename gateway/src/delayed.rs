@@ -49,11 +49,13 @@ pub fn open(
     let store = EmbeddedStore::open(&path)?;
     tracing::info!(path = %path.display(), "delayed-notification store open");
     let topics = Topics::new(&config.schedule, config.callbacks.allowed());
-    Ok(Delayed::with_topics(
+    let delayed = Delayed::with_topics(
         config.schedule.clone(),
         Arc::new(store),
         topics,
         metrics,
         alerts,
-    ))
+    );
+    delayed.send_callbacks(&config.callbacks);
+    Ok(delayed)
 }

@@ -113,6 +113,7 @@ pub async fn run(
             metrics,
             alerts,
         );
+        delayed.send_callbacks(&config.callbacks);
         (delayed, presence)
     });
     let registry = Arc::new(registry);

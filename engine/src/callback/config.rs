@@ -6,8 +6,13 @@ use serde::Deserialize;
 use super::alert::config::AlertsConfig;
 use super::destination::Class;
 
+/// The default of `callbacks.max_per_host`.
+pub const MAX_PER_HOST: usize = 64;
+/// The default of `callbacks.max_in_flight`.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
 /// Settings of callbacks.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CallbackConfig {
     /// Let callbacks reach loopback, private (RFC 1918, ULA), link-local and
@@ -15,15 +20,46 @@ pub struct CallbackConfig {
     /// topic could otherwise make Herald call internal services. The cloud
     /// metadata addresses stay refused either way.
     pub allow_private_networks: bool,
+    /// Requests to one destination host at once, at most, per process
+    /// (the others wait for a slot: a receiver is never flooded).
+    pub max_per_host: usize,
+    /// Callbacks made at once, at most, per process (as many more wait to
+    /// start; beyond that, firing waits: backpressure).
+    pub max_in_flight: usize,
     /// Alerts (`[callbacks.alerts]`): dead letters and the delayed store
     /// failing, to a webhook and by mail.
     pub alerts: AlertsConfig,
 }
 
+impl Default for CallbackConfig {
+    fn default() -> Self {
+        CallbackConfig {
+            allow_private_networks: false,
+            max_per_host: MAX_PER_HOST,
+            max_in_flight: MAX_IN_FLIGHT,
+            alerts: AlertsConfig::default(),
+        }
+    }
+}
+
 impl CallbackConfig {
     /// Every rule, as problems named `callbacks.*`.
     pub fn problems(&self) -> Vec<String> {
-        self.alerts.problems()
+        let mut out = Vec::new();
+        if !(1..=10_000).contains(&self.max_per_host) {
+            out.push(format!(
+                "callbacks.max_per_host: must be 1 to 10000, got {}",
+                self.max_per_host
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_in_flight) {
+            out.push(format!(
+                "callbacks.max_in_flight: must be 1 to 100000, got {}",
+                self.max_in_flight
+            ));
+        }
+        out.extend(self.alerts.problems());
+        out
     }
 
     /// The address classes callbacks may reach beyond public addresses.
@@ -52,6 +88,21 @@ mod tests {
         assert!(open.allowed().contains(&Class::Loopback));
         assert!(!open.allowed().contains(&Class::Metadata));
         assert!(toml::from_str::<CallbackConfig>("allow_private = true").is_err());
+    }
+
+    #[test]
+    fn limits_have_defaults_and_bounds() {
+        let c = CallbackConfig::default();
+        assert_eq!(
+            (c.max_per_host, c.max_in_flight),
+            (MAX_PER_HOST, MAX_IN_FLIGHT)
+        );
+        let bad: CallbackConfig =
+            toml::from_str("max_per_host = 0\nmax_in_flight = 1000000").unwrap();
+        let p = bad.problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("callbacks.max_per_host: "), "{p:?}");
+        assert!(p[1].starts_with("callbacks.max_in_flight: "), "{p:?}");
     }
 
     #[test]

@@ -111,7 +111,7 @@ use super::timing::now_ms;
 use crate::callback::client::Client;
 use crate::callback::topic::Topic;
 use crate::link::Link;
-use crate::schedule::sender::{CALL_QUEUE, CallQueue, MAX_IN_FLIGHT, Sender as CallSender};
+use crate::schedule::sender::{CALL_QUEUE, CallQueue, Sender as CallSender};
 
 /// How long the firer waits after a store error before trying again.
 const STORE_RETRY: Duration = Duration::from_millis(200);
@@ -143,6 +143,8 @@ pub(crate) struct Firer {
     pub(crate) callback_defaults: Arc<Topic>,
     /// The sender's queue, while the firer runs.
     pub(crate) calls: Option<CallQueue>,
+    /// Callbacks made at once, at most.
+    pub(crate) max_in_flight: usize,
     /// The process's alerts: the sender raises dead letters.
     pub(crate) alerts: crate::callback::alert::Alerts,
 }
@@ -222,7 +224,7 @@ impl Firer {
                 metrics: self.metrics.clone(),
                 hint: self.hint.clone(),
                 horizon_ms: self.config.horizon_ms,
-                max_in_flight: MAX_IN_FLIGHT,
+                max_in_flight: self.max_in_flight,
                 alerts: self.alerts.clone(),
             }
             .run(queue),

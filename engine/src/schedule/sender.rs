@@ -6,7 +6,8 @@
 //! out), and by the firer directly for callback-only notifications and for
 //! entries claimed for their callback alone (a retry, a replayed dead
 //! letter). Each group's entries are marked with the step they start at
-//! (`rechecking` or `calling`, [`Store::mark_step`]), then each call runs
+//! (`rechecking` or `calling`, [`Store::mark_step`], written beside the
+//! calls, skipped while the previous mark is being written), then each call runs
 //! as a task of its own ([`exchange::run`]: the signed recheck, then the
 //! signed call). Their outcomes are recorded in batches
 //! ([`record::Recorder`]): `retry_wait` at the time the retry policy says,
@@ -17,10 +18,10 @@
 //! # Bounds
 //! - At most [`CALL_QUEUE`] groups wait to be taken (policy: backpressure:
 //!   the confirmer, then the firer, wait for room).
-//! - At most `max_in_flight` calls run at once, and no more than that many
+//! - At most `max_in_flight` calls (`[callbacks] max_in_flight`) run at once, and no more than that many
 //!   wait to start (policy: backpressure: the queue is not read while they
-//!   do). Each destination host has its own concurrency limit and breaker
-//!   in the [`Client`].
+//!   do). Each destination host has its own concurrency limit
+//!   (`[callbacks] max_per_host`) and breaker in the [`Client`].
 //! - A call is started only if its claim's lease leaves room for its
 //!   requests' timeouts ([`Call::needs_ms`]); otherwise it is put back
 //!   (`retry_wait` due now, no attempt used), so that no other firer claims
@@ -37,7 +38,7 @@ use std::sync::Arc;
 
 use herald_protocol::envelope::{Notification, Scope};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 pub(crate) use self::record::failed_attempt;
 use self::record::{Done, Recorder};
@@ -54,9 +55,6 @@ use crate::callback::step::Next;
 
 /// Groups of calls waiting for the sender, at most.
 pub(crate) const CALL_QUEUE: usize = 16;
-
-/// Calls running at once, at most (and as many waiting to start).
-pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
 /// Room kept in a lease beyond a call's timeouts: a tenth of the lease,
 /// at most 1 s.
@@ -164,6 +162,7 @@ impl Sender {
         let mut waiting: VecDeque<Call> = VecDeque::new();
         let mut running: JoinSet<Done> = JoinSet::new();
         let mut open = true;
+        let mut marking: Option<JoinHandle<()>> = None;
         loop {
             while running.len() < max {
                 let Some(call) = waiting.pop_front() else {
@@ -190,7 +189,13 @@ impl Sender {
                 },
                 group = queue.recv(), if open && waiting.len() < max => match group {
                     Some(group) => {
-                        self.mark(&group).await;
+                        self.metrics
+                            .callbacks
+                            .in_flight
+                            .inc_by(i64::try_from(group.len()).unwrap_or(i64::MAX));
+                        if marking.as_ref().is_none_or(JoinHandle::is_finished) {
+                            marking = Some(self.mark(&group));
+                        }
                         waiting.extend(group);
                     }
                     None => {
@@ -208,26 +213,37 @@ impl Sender {
     }
 
     /// Mark a group's entries with the step they start at (shown in their
-    /// status). A failure is counted and logged; the calls go on.
-    async fn mark(&self, group: &[Call]) {
-        self.metrics
-            .callbacks
-            .in_flight
-            .inc_by(i64::try_from(group.len()).unwrap_or(i64::MAX));
-        for step in [Step::Rechecking, Step::Calling] {
-            let ids: Vec<String> = group
-                .iter()
-                .filter(|c| c.first_step() == step)
-                .map(|c| c.id().to_owned())
-                .collect();
-            if ids.is_empty() {
-                continue;
+    /// status), beside the calls: they do not wait for the write (a
+    /// durable commit). A failure is counted and logged; the calls go on.
+    /// The step is for display: a mark that lands after its call was
+    /// recorded changes nothing (the entry is no longer firing), and while
+    /// one mark is being written the next groups go unmarked (policy: skip
+    /// when busy), so marks never queue up behind a slow store.
+    fn mark(&self, group: &[Call]) -> JoinHandle<()> {
+        let by_step: Vec<(Step, Vec<String>)> = [Step::Rechecking, Step::Calling]
+            .into_iter()
+            .map(|step| {
+                let ids = group
+                    .iter()
+                    .filter(|c| c.first_step() == step)
+                    .map(|c| c.id().to_owned())
+                    .collect();
+                (step, ids)
+            })
+            .collect();
+        let store = Arc::clone(&self.store);
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            for (step, ids) in by_step {
+                if ids.is_empty() {
+                    continue;
+                }
+                if let Err(e) = store.mark_step(ids, step, now_ms()).await {
+                    metrics.store_error("mark_step");
+                    tracing::warn!(error = %e, %step, "marking callbacks' step failed");
+                }
             }
-            if let Err(e) = self.store.mark_step(ids, step, now_ms()).await {
-                self.metrics.store_error("mark_step");
-                tracing::warn!(error = %e, %step, "marking callbacks' step failed");
-            }
-        }
+        })
     }
 
     /// Start `call` in a task of its own, unless its lease is too short

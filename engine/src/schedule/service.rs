@@ -56,6 +56,17 @@ struct Inner {
     alerts: Alerts,
     /// Whether the store is down, from the maintenance rounds.
     outage: parking_lot::Mutex<Outage>,
+    /// How many callbacks go out at once (`[callbacks]`), read when the
+    /// firer starts.
+    sending: parking_lot::Mutex<Sending>,
+}
+
+/// How many callbacks go out at once: `[callbacks] max_per_host` and
+/// `max_in_flight`.
+#[derive(Debug, Clone, Copy)]
+struct Sending {
+    per_host: usize,
+    in_flight: usize,
 }
 
 struct Receivers {
@@ -152,9 +163,23 @@ impl Delayed {
                     online: online_rx,
                 })),
                 outage: parking_lot::Mutex::new(Outage::new(alerts.store_unavailable_after_ms())),
+                sending: parking_lot::Mutex::new(Sending {
+                    per_host: crate::callback::config::MAX_PER_HOST,
+                    in_flight: crate::callback::config::MAX_IN_FLIGHT,
+                }),
                 alerts,
             }),
         }
+    }
+
+    /// How many callbacks go out at once, from `[callbacks]`
+    /// (`max_per_host`, `max_in_flight`): in force for the firer
+    /// [`Delayed::scheduling`] starts after this.
+    pub fn send_callbacks(&self, config: &crate::callback::config::CallbackConfig) {
+        *self.inner.sending.lock() = Sending {
+            per_host: config.max_per_host,
+            in_flight: config.max_in_flight,
+        };
     }
 
     /// The settings.
@@ -191,9 +216,12 @@ impl Delayed {
         link: Arc<dyn Link>,
         presence: Arc<dyn Presence>,
     ) -> Option<Scheduling> {
+        let sending = *self.inner.sending.lock();
         let client = match Client::new(
             ClientConfig {
                 allowed: self.inner.topics.allowed().to_vec(),
+                per_host: sending.per_host,
+                idle_per_host: sending.per_host,
                 ..ClientConfig::default()
             },
             Arc::new(self.inner.metrics.callbacks.clone()),
@@ -219,6 +247,7 @@ impl Delayed {
             client,
             callback_defaults: crate::schedule::sender::defaults(),
             calls: None,
+            max_in_flight: sending.in_flight,
             alerts: self.inner.alerts.clone(),
         };
         Some(Scheduling {
