@@ -7,7 +7,9 @@ by the `uid` query parameter. `Deployment` reads what deploy/up wrote in its
 state directory (deployment.env, secrets/, run/*.pid; layout in deploy/lib.sh)
 and drives it: publish with pika, connect stomp.py through HAProxy, find which
 edge a session landed on, read delayed notifications' status from the
-routers, take dead letters, stop and start root nodes, kill edges.
+routers, take dead letters, stop and start root nodes, kill edges, routers
+and Redis, tell which router holds a connection (which one makes a
+callback), read the routers' TOML.
 
 Every wait polls a condition or a queue with a deadline; nothing sleeps to
 synchronise.
