@@ -12,7 +12,9 @@
 # (--port-offset, default 2000: AMQP 7681/7682, Redis 8390, HAProxy 10000 ...).
 # Checks: --dry-run changes nothing; up starts everything and is healthy;
 # secrets are 0600; Redis listens on loopback only, with AOF; up again starts
-# nothing; a killed edge is restarted alone; down stops every process and
+# nothing; a killed edge is restarted alone; --router-config reaches a router
+# started after it (a copy under the state dir, kept for later runs) and not
+# one already running; down stops every process and
 # frees every port; down again is harmless; up on the kept state works again
 # and Redis still has what was written before down; down --purge deletes it.
 # Needs what deploy/up needs (it installs haproxy, rabbitmq-server and
@@ -139,6 +141,27 @@ while kill -0 "$victim" 2>/dev/null; do sleep 0.05; done
 check "up after a killed edge restarts it alone" grep -q "started edge2" "$out"
 check "... and nothing else" [ "$(grep -c "^    started" "$out")" = 1 ]
 
+# --router-config: a router started from now on runs with a copy of the file,
+# one already running is left alone (and said so).
+runs_with_config() { # runs_with_config NAME: its command line has --config <its router.toml>
+    tr '\0' '\n' <"/proc/$(cat "$STATE/run/$1.pid")/cmdline" \
+        | grep -A1 -x -- --config | grep -qx -- "$STATE/routers/$1/router.toml"
+}
+rconf=$(mktemp)
+printf '[callbacks]\nallow_private_networks = true\n' >"$rconf"
+victim=$(cat "$STATE/run/router1.pid")
+kill -KILL "$victim"
+while kill -0 "$victim" 2>/dev/null; do sleep 0.05; done
+"${UP[@]}" --router-config "$rconf" >"$out" 2>&1 || { fail "up --router-config"; cat "$out"; }
+check "up --router-config restarts the killed router1" grep -q "started router1" "$out"
+check "... with a copy of the file in routers/router1/router.toml" \
+    cmp -s "$rconf" "$STATE/routers/router1/router.toml"
+check "... which it runs with (--config)" runs_with_config router1
+check "... and leaves router2 running as it was, saying so" \
+    grep -q "router2 is already running with the configuration it was started with" "$out"
+check "... (router2 has no router.toml)" [ ! -e "$STATE/routers/router2/router.toml" ]
+rm -f "$rconf"
+
 if [ "$REAL" = 1 ]; then
     if python3 "$HERE/smoke" --state-dir "$STATE"; then ok "deploy/smoke"; else fail "deploy/smoke"; fi
 fi
@@ -157,6 +180,9 @@ if "${UP[@]}" >"$out" 2>&1; then ok "up again on the kept state (brokers restart
 fi
 check "the secrets survived" [ "$(cat "$STATE/secrets/jwt-secret")" = "$secret" ]
 check "Redis kept its data across down and up (AOF)" [ "$(redis get "$probe")" = kept ]
+check "router1 runs with its recorded router.toml again, without --router-config" \
+    runs_with_config router1
+if runs_with_config router2; then fail "router2 runs with the defaults"; else ok "router2 runs with the defaults"; fi
 "${DOWN[@]}" --purge >"$out" 2>&1 || { fail "down --purge"; cat "$out"; }
 check "down --purge deletes the state dir" [ ! -e "$STATE" ]
 check "down --purge leaves no process" [ -z "$(tagged_processes)" ]

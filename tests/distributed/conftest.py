@@ -3,7 +3,9 @@
 One deployment per session, brought up by `deploy/up` on loopback with a
 fresh state directory (two RabbitMQ roots, the routers' Redis, two routers,
 three edges, HAProxy)
-from binaries that are already built, and torn down with
+from binaries that are already built, the routers configured by
+router.toml beside this file (`deploy/up --router-config`: callbacks may
+reach 127.0.0.1, a short claim lease), and torn down with
 `deploy/down --purge`. Tests that stop or kill something put it back before
 they end; before every test `wait_ready` checks that every edge is healthy
 and UP in HAProxy and that every router and edge consumes on every root.
@@ -21,7 +23,9 @@ Environment:
   HERALD_DIST_STATE    use the deployment already running from this state
                        directory (deploy/up --state-dir DIR) instead of
                        starting one; it is left running (for iterating on
-                       a test: tests that stop or kill something restore it)
+                       a test: tests that stop or kill something restore it).
+                       Start it with --router-config tests/distributed/router.toml
+                       for the callback tests.
 Logs of every process are copied next to pytest's temporary directory when a
 test failed (the path is printed at the end).
 """
@@ -38,9 +42,11 @@ from pathlib import Path
 
 import pytest
 
-from herald_dist import REPO, Deployment, wait_until
+from herald_dist import REPO, Deployment, parse_env_file, wait_until
 
 DEPLOY = REPO / "deploy"
+# The routers' TOML (deploy/up --router-config).
+ROUTER_CONFIG = Path(__file__).resolve().parent / "router.toml"
 
 # pika logs every refused connection at ERROR with a traceback; the tests
 # refuse connections on purpose (a root down) and report real failures
@@ -124,7 +130,14 @@ def deployment(request, tmp_path_factory):
     existing = os.environ.get("HERALD_DIST_STATE")
     if existing:
         state = Path(existing).resolve()
-        dep = Deployment.from_state(state, ["--state-dir", str(state), "--bin-dir", str(bins)])
+        # deploy/up again (a test restoring what it killed) must start it on
+        # the ports and with the edges it runs with, read back from
+        # deployment.env (router1 listens on 9201 + the offset).
+        env = parse_env_file(state / "deployment.env")
+        offset = int(env["ADDR_router1"].rpartition(":")[2]) - 9201
+        dep = Deployment.from_state(state, ["--state-dir", str(state), "--bin-dir", str(bins),
+                                            "--port-offset", str(offset),
+                                            "--edges", str(len(env["EDGES"].split()))])
         dep.wait_ready()
         yield dep
         return
@@ -136,7 +149,7 @@ def deployment(request, tmp_path_factory):
     top = Path(tempfile.mkdtemp(prefix="herald-dist-"))
     state = top / "state"
     up_args = ["--state-dir", str(state), "--bin-dir", str(bins), "--timeout", "60",
-               "--port-offset", str(port_offset())]
+               "--port-offset", str(port_offset()), "--router-config", str(ROUTER_CONFIG)]
     down = [str(DEPLOY / "down"), "--state-dir", str(state), "--timeout", "20"]
     keep = os.environ.get("HERALD_DIST_KEEP") == "1"
     try:

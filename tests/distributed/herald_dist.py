@@ -7,7 +7,9 @@ by the `uid` query parameter. `Deployment` reads what deploy/up wrote in its
 state directory (deployment.env, secrets/, run/*.pid; layout in deploy/lib.sh)
 and drives it: publish with pika, connect stomp.py through HAProxy, find which
 edge a session landed on, read delayed notifications' status from the
-routers, take dead letters, stop and start root nodes, kill edges.
+routers, take dead letters, stop and start root nodes, kill edges, routers
+and Redis, tell which router holds a connection (which one makes a
+callback), read the routers' TOML.
 
 Every wait polls a condition or a queue with a deadline; nothing sleeps to
 synchronise.
@@ -25,6 +27,7 @@ import signal
 import subprocess
 import threading
 import time
+import tomllib
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -397,29 +400,83 @@ class Deployment:
         assert r.status_code == expect, f"{r.status_code} {r.text}"
         return r.json()
 
-    def status(self, nid: str) -> dict | None:
+    def status(self, nid: str, router: str | None = None) -> dict | None:
         """GET /v1/notifications/{id} through HAProxy (a router, round robin;
-        they share Redis): a delayed notification's status, None if unknown."""
-        r = requests.get(f"{self.proxy_url}/v1/notifications/{nid}",
+        they share Redis), or from `router` itself: a delayed notification's
+        status, None if unknown."""
+        base = f"http://{self.routers[router]}" if router else self.proxy_url
+        r = requests.get(f"{base}/v1/notifications/{nid}",
                          headers={"Authorization": f"Bearer {self.api_key}"}, timeout=TIMEOUT)
         if r.status_code == 404:
             return None
         assert r.status_code == 200, f"{r.status_code} {r.text}"
         return r.json()
 
-    def wait_state(self, nid: str, *states: str, timeout: float = TIMEOUT) -> dict:
-        """Poll the status of `nid` until its state is one of `states`;
-        return that status."""
+    def wait_state(self, nid: str, *states: str, timeout: float = TIMEOUT,
+                   router: str | None = None) -> dict:
+        """Poll the status of `nid` (through HAProxy, or from `router`: while
+        the other is down, before HAProxy has noticed) until its state is
+        one of `states`; return that status."""
         last: list = [None]
 
         def reached():
-            s = last[0] = self.status(nid)
+            s = last[0] = self.status(nid, router)
             return s if s is not None and s["state"] in states else None
 
         try:
             return wait_until(f"{nid} to be {' or '.join(states)}", reached, timeout)
         except AssertionError as e:
             raise AssertionError(f"{e}; its last status: {last[0]}") from None
+
+    def router_config(self, router: str) -> dict:
+        """The TOML `router` runs with (deploy/up --router-config copies it
+        to routers/<router>/router.toml); {} when it runs with the
+        defaults."""
+        path = self.state / "routers" / router / "router.toml"
+        if not path.is_file():
+            return {}
+        return tomllib.loads(path.read_text())
+
+    def router_ready(self, router: str) -> bool:
+        """Whether `router`'s /readyz answers 200 (its broker and Redis)."""
+        try:
+            return requests.get(f"http://{self.routers[router]}/readyz",
+                                timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def connection_owner(self, port: int, peer_port: int) -> str | None:
+        """Which router holds the TCP connection from 127.0.0.1:`port` to
+        127.0.0.1:`peer_port` (the client end of a request a test's server
+        is handling), by the socket's inode in /proc/net/tcp and the
+        routers' open descriptors; None if no live router does."""
+        want = f"0100007F:{port:04X} 0100007F:{peer_port:04X}"
+        inodes = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            cols = line.split()
+            if f"{cols[1]} {cols[2]}" == want:
+                inodes.add(f"socket:[{cols[9]}]")
+        for name in self.routers:
+            try:
+                fds = Path(f"/proc/{self.pid(name)}/fd")
+                for fd in fds.iterdir():
+                    try:
+                        if os.readlink(fd) in inodes:
+                            return name
+                    except OSError:
+                        continue  # closed meanwhile
+            except (OSError, ValueError, AssertionError):
+                continue  # not running (killed by the test)
+        return None
+
+    def redis(self, *args: str) -> str:
+        """redis-cli against the routers' Redis (REDIS_ADDR); its output."""
+        host, _, port = self.env["REDIS_ADDR"].rpartition(":")
+        cli = "/usr/bin/redis-cli" if os.access("/usr/bin/redis-cli", os.X_OK) else "redis-cli"
+        res = subprocess.run([cli, "-h", host, "-p", port, *args], capture_output=True,
+                             text=True, timeout=TIMEOUT)
+        assert res.returncode == 0, f"redis-cli {' '.join(args)}: {res.stdout}{res.stderr}"
+        return res.stdout
 
     def router_metric(self, name: str) -> float:
         """Sum of metric `name` over every router."""

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 name = os.path.basename(sys.argv[0])
 if "--help" in sys.argv:
     if name == "herald-router":
-        print("--listen --amqp-url --api-key [env: HERALD_ROUTER_API_KEYS] --redis-url")
+        print("--config --listen --amqp-url --api-key [env: HERALD_ROUTER_API_KEYS] --redis-url")
     else:
         print("--listen --edge-id --root --data-dir [env: HERALD_JWT_SECRET] [env: HERALD_API_KEYS]")
     sys.exit(0)
@@ -48,6 +48,9 @@ if name == "herald-router":
         problems.append(f"Redis at {redis} does not answer")
     if not os.environ.get("HERALD_ROUTER_API_KEYS"):
         problems.append("no HERALD_ROUTER_API_KEYS")
+    config = flag("--config")
+    if config is not None and not os.path.isfile(config):
+        problems.append(f"--config {config} is not a file")
 else:
     if args.count("--root") != 2 or not flag("--edge-id"):
         problems.append("edge mode needs --edge-id and two --root")
