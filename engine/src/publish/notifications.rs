@@ -188,7 +188,11 @@ pub(crate) async fn status(
     let answer = async {
         let (_, delayed) = guard(&api, &headers, Operation::Status)?;
         check_name("id", &id)?;
-        let (status, log) = tokio::join!(delayed.status(&id), delayed.attempts(&id));
+        // The status first, then the log: a callback that ends in between
+        // shows as still firing with its last attempt logged, never as
+        // ended with the attempt missing (the store writes both at once).
+        let status = delayed.status(&id).await;
+        let log = delayed.attempts(&id).await;
         match status.map_err(unavailable)? {
             Some(s) => {
                 let body = StatusWithLog {
