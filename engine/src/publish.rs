@@ -378,6 +378,15 @@ impl PublishApi {
             )?]
         };
         let batch = publications.len() > 1;
+        if let Some(d) = self.delayed() {
+            // A topic registered through another router a moment ago.
+            d.know_topics(
+                publications
+                    .iter()
+                    .filter_map(|p| p.notification.topic.as_deref()),
+            )
+            .await;
+        }
         let mut targets = Vec::with_capacity(publications.len());
         for (i, p) in publications.iter_mut().enumerate() {
             validate(&mut p.notification, &config.limits, batch.then_some(i))?;

@@ -323,17 +323,12 @@ def test_redis_killed_and_restarted_while_a_retry_waits_loses_nothing(dep, topic
     dep.wait_ready(RECOVERY)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug: a topic registered through one router is in force in the other only after "
-    "the other's next maintenance round (schedule.maintenance_every_ms, 5 s); meanwhile an "
-    "immediate publication the other accepts is not stored (Topics::calls_back, read by "
-    "engine/src/publish.rs check_target and router/src/ingest/plan.rs, is false) and its "
-    "topic's callback is never made. Not strict: that round may fall between the PUT and "
-    "the publish"))
 def test_a_topic_registered_through_one_router_calls_back_for_the_other_at_once(dep, topic):
     """A backend registers a topic and publishes under it right away; through
     HAProxy the two requests may reach different routers (here each is sent
-    to one router directly, so they do)."""
+    to one router directly, so they do). The router that takes the
+    publication does not know the topic yet and reads the topics again
+    before it decides (Delayed::know_topics)."""
     receiver = Receiver(dep)
     try:
         r = requests.put(f"http://{dep.routers['router1']}/v1/topics/{topic}",

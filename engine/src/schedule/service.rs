@@ -118,10 +118,15 @@ impl Task for Scheduling {
                 tracing::warn!(error = %e, "reading the registered topics failed; the maintenance round tries again");
             }
             let firer = tokio::spawn(firer.run(shutdown.clone()).in_current_span());
+            let watch = {
+                let (delayed, shutdown) = (delayed.clone(), shutdown.clone());
+                tokio::spawn(async move { delayed.watch_topics(shutdown).await }.in_current_span())
+            };
             let maintenance =
                 tokio::spawn(async move { delayed.maintain(shutdown).await }.in_current_span());
             let _ = firer.await;
             let _ = maintenance.await;
+            let _ = watch.await;
             if let Some(alerts) = alerts {
                 let _ = alerts.await;
             }

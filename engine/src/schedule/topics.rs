@@ -7,9 +7,10 @@
 //! Readers take a [`Snapshot`] (a pointer copy) and look topics up in it
 //! without a lock. A change made here takes effect at once in this
 //! process; a change made by another process sharing the store takes
-//! effect at this process's next [`Topics::refresh`] (the maintenance
-//! round, every `schedule.maintenance_every_ms`), which reads the topics
-//! again only when the store's topics version moved.
+//! effect at this process's next [`Topics::refresh`] (every 0.5 s, and
+//! before an HTTP publication naming a topic not known here is checked:
+//! `Delayed::watch_topics`, `Delayed::know_topics`), which reads the
+//! topics again only when the store's topics version moved.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -226,6 +227,11 @@ impl Snapshot {
             registered,
             ..Snapshot::default()
         }
+    }
+
+    /// Whether `topic` is in force here: registered, or configured.
+    pub fn knows(&self, topic: &str) -> bool {
+        self.policies.contains_key(topic)
     }
 
     /// Whether `topic` is registered with a `callback_url` (see

@@ -9,7 +9,47 @@ use crate::callback::topic::{Topic, TopicError};
 use crate::schedule::entry::Millis;
 use crate::schedule::store::{PutTopic, StoreError, StoredTopic};
 
+/// How often the registered topics' version is read between maintenance
+/// rounds: a topic registered through another router is in force here
+/// within this long (one small store read each time).
+pub(super) const TOPICS_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Delayed {
+    /// Make sure the topics that `named` names are in force here as the
+    /// store has them: when one is not known to this process (another
+    /// router may have registered it a moment ago), read the topics again
+    /// (one version read; the list only when it moved). A failure is
+    /// counted and logged, and the topics known here are used.
+    pub async fn know_topics<'a>(&self, mut named: impl Iterator<Item = &'a str>) {
+        let snapshot = self.inner.topics.snapshot();
+        if !named.any(|t| !snapshot.knows(t)) {
+            return;
+        }
+        if let Err(e) = self.inner.topics.refresh(&*self.inner.store).await {
+            self.inner.metrics.store_error("topics");
+            tracing::warn!(error = %e, "reading the registered topics failed; the topics known here are used");
+        }
+    }
+
+    /// Read the topics' version every [`TOPICS_WATCH`] until `shutdown`,
+    /// and the topics when it moved: registrations through another
+    /// router take effect here within that time, also for what comes in
+    /// over AMQP.
+    pub(super) async fn watch_topics(&self, shutdown: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(TOPICS_WATCH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.inner.topics.refresh(&*self.inner.store).await {
+                self.inner.metrics.store_error("topics");
+                tracing::debug!(error = %e, "reading the topics' version failed; the next tick tries again");
+            }
+        }
+    }
+
     /// `topic`, if one attempt of its callback (a recheck and a call, each
     /// up to `timeout_ms`) fits in a claim's lease: the lease is what keeps
     /// another firer from making the same call while it is on its way.
