@@ -63,8 +63,8 @@ ensure_apt_packages() {
     [ ${#missing[@]} -eq 0 ] && return 0
     command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
     step "installing Debian packages: ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 }
 
 ensure_rust() {
