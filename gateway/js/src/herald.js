@@ -23,10 +23,11 @@
  * SUBSCRIBE `/user/notifications` (optional `events` filter) with a receipt:
  * the client is `connected` once the receipt arrives; it carries `last-seq` +
  * `epoch` when they differ from the CONNECT's (a position restored from
- * storage once CONNECTED's `user-name` showed whose session it is). MESSAGE frames carry
- * `message-id`, `seq`, `epoch`, `event`, `scope`, `content-type`; a MESSAGE
- * with `event:herald.gap` means the replay could not cover the reconnect: the
- * app reloads its state, and the stream goes on from the marker's `seq`.
+ * storage once CONNECTED's `user-name` showed whose session it is). MESSAGE
+ * frames carry `message-id`, `seq`, `epoch`, `event`, `scope`,
+ * `content-type`; a MESSAGE with `event:herald.gap` means the replay could
+ * not cover the reconnect: the app reloads its state, and the stream goes on
+ * from the marker's `seq`.
  * Over SockJS (text only) a binary payload comes base64-encoded with
  * `content-transfer-encoding: base64`; `msg.bytes` is always the original.
  *
