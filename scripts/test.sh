@@ -4,7 +4,9 @@
 # herald-gateway binary), the distributed end-to-end tests
 # (tests/distributed: a whole deployment from deploy/up, driven with pika and
 # stomp.py through HAProxy), then the JavaScript client's unit and type tests
-# (gateway/js) and the real-browser tests (tests/browser: chromium), and the
+# (gateway/js, and its npm package: scripts/js-pack-check.sh packs it,
+# installs it offline into a scratch project, imports and typechecks it) and
+# the real-browser tests (tests/browser: chromium), and the
 # WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
 # 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
@@ -316,6 +318,15 @@ js_tests() {
     local types=ok f
     for f in "${FAILED[@]}"; do [[ $f == js-types* ]] && types="failed, see above"; done
     SUMMARY+=("js client types (tsc --noEmit): $types")
+    js_pack_test
+}
+
+# @herald/client as npm ships it: packed, installed offline into a scratch
+# project, imported by name from Node, its types found by tsc there.
+js_pack_test() {
+    run_stage js-pack scripts/js-pack-check.sh
+    SUMMARY+=("js client package (npm pack, install, import, tsc): $(awk '/^js-pack: /{ l = substr($0, 10) }
+        END { print (l != "" ? l : "no result, see above") }' "$LOGDIR/js-pack.log")")
 }
 
 browser_tests() {

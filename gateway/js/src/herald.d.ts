@@ -54,6 +54,44 @@ export interface SocketLike {
   close(code?: number, reason?: string): void;
 }
 
+/** The part of the Web Storage API (`sessionStorage`) the client uses. */
+export interface StorageLike {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+}
+
+/**
+ * Resume after a page reload. The client stores where the user's stream was
+ * left off (the user id the gateway authenticated, the mailbox epoch, the
+ * last sequence) after every message and gap marker, and on the next page
+ * load resumes from it: the mailbox replays what was missed, nothing is
+ * shown twice. A position is only used for the user it was stored for: a
+ * token of another user starts live.
+ */
+export interface ResumeOptions {
+  /**
+   * Where the position is kept: `'session'` for `sessionStorage` (per tab,
+   * survives reloads, ends with the tab: the right scope, since every tab
+   * has its own stream position), or any object with `getItem`/`setItem`.
+   */
+  storage: 'session' | StorageLike;
+  /**
+   * Names the stored entry (`herald.resume:<key>:<events filter>`): give
+   * each client on one page its own. 1 to 64 characters. Default `'default'`.
+   */
+  key?: string;
+}
+
+/** A stored position. */
+export interface Position {
+  /** The user id the gateway authenticated (CONNECTED `user-name`). */
+  user: string;
+  /** The mailbox epoch, a u64 in decimal. */
+  epoch: string;
+  /** The last sequence seen. */
+  seq: number;
+}
+
 export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => SocketLike;
 export type SockJSConstructor = new (url: string, reserved?: null, options?: Record<string, unknown>) => SocketLike;
 
@@ -92,6 +130,8 @@ export interface ConnectOptions {
   };
   /** Uniform random in [0, 1) (tests). */
   random?: () => number;
+  /** Opt-in: keep the position in storage and resume from it after a page reload. Default off. */
+  resume?: ResumeOptions | null | false;
 }
 
 /** A notification as handlers receive it. */
@@ -209,3 +249,7 @@ export declare function withUserHint(url: string, user: string | null | undefine
 export declare function rawWebSocketUrl(url: string): string;
 /** Whether an ERROR message means the token was refused. */
 export declare function isAuthError(message: string): boolean;
+/** The storage key of a position: `herald.resume:<key>:<sorted events, or *>`. */
+export declare function positionKey(key: string, events?: string[] | null): string;
+/** A stored position's text, or null for anything that is not a valid one (never throws). */
+export declare function parsePosition(text: unknown): Position | null;

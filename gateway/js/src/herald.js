@@ -10,6 +10,9 @@
  * - Pure helpers: {@link matchEvent} (`*` wildcards, the gateway's rule),
  *   {@link backoffDelay} (exponential backoff with full jitter),
  *   {@link withUserHint} (`?uid=` on every request URL), {@link isAuthError}.
+ * - Resume after a page reload (opt-in, the `resume` option): the position
+ *   (user, epoch, last seq) kept in sessionStorage or a given storage,
+ *   {@link positionKey}, {@link parsePosition} (bounded, validated).
  * - {@link HeraldClient}, made by {@link connect}: one STOMP session over a
  *   raw WebSocket or a SockJS object, one subscription to the user's stream,
  *   reconnect with backoff, resume from the last seen `seq` + `epoch`.
@@ -18,10 +21,13 @@
  * CONNECT carries `passcode` (the JWT), `heart-beat`, and on every reconnect
  * `last-seq` + `epoch`; CONNECTED answers with the mailbox `epoch` and `seq`.
  * SUBSCRIBE `/user/notifications` (optional `events` filter) with a receipt:
- * the client is `connected` once the receipt arrives. MESSAGE frames carry
- * `message-id`, `seq`, `epoch`, `event`, `scope`, `content-type`; a MESSAGE
- * with `event:herald.gap` means the replay could not cover the reconnect: the
- * app reloads its state, and the stream goes on from the marker's `seq`.
+ * the client is `connected` once the receipt arrives; it carries `last-seq` +
+ * `epoch` when they differ from the CONNECT's (a position restored from
+ * storage once CONNECTED's `user-name` showed whose session it is). MESSAGE
+ * frames carry `message-id`, `seq`, `epoch`, `event`, `scope`,
+ * `content-type`; a MESSAGE with `event:herald.gap` means the replay could
+ * not cover the reconnect: the app reloads its state, and the stream goes on
+ * from the marker's `seq`.
  * Over SockJS (text only) a binary payload comes base64-encoded with
  * `content-transfer-encoding: base64`; `msg.bytes` is always the original.
  *
@@ -361,6 +367,102 @@ export function isAuthError(message) {
 }
 
 // ---------------------------------------------------------------------------
+// Resume after a page reload (opt-in: the `resume` option)
+// ---------------------------------------------------------------------------
+
+/** Longest stored position read back, in characters (a user id is at most 256 bytes). */
+const MAX_POSITION_CHARS = 2048;
+/** Longest user id (the gateway's `sub` limit), in UTF-8 bytes. */
+const MAX_USER_BYTES = 256;
+/** Longest `resume.key`. */
+const MAX_RESUME_KEY_CHARS = 64;
+const U64_MAX = (1n << 64n) - 1n;
+
+/**
+ * @typedef {object} Position where a user's stream was left off
+ * @property {string} user the user id the gateway authenticated (CONNECTED `user-name`)
+ * @property {string} epoch the mailbox epoch, a u64 in decimal
+ * @property {number} seq the last sequence seen
+ */
+
+/**
+ * The storage key of a position: one entry per `key` and event filter (a
+ * filtered subscription sees part of the stream, so its position is its
+ * own). The user is inside the entry, not in its key: a tab keeps one entry
+ * per client configuration however many users sign in.
+ *
+ * @param {string} key `resume.key`
+ * @param {string[] | null | undefined} events the `events` filter
+ */
+export function positionKey(key, events) {
+  const filter = events && events.length ? [...events].sort().join(',') : '*';
+  return `herald.resume:${key}:${filter}`;
+}
+
+/**
+ * A stored position's text, or null for anything that is not one: absent,
+ * longer than 2048 characters, not JSON, another format version, a user id
+ * that is empty or over 256 bytes, an epoch that is not a u64 in decimal, a
+ * seq that is not a non-negative safe integer. Never throws.
+ *
+ * @param {unknown} text
+ * @returns {Position | null}
+ */
+export function parsePosition(text) {
+  if (typeof text !== 'string' || text.length > MAX_POSITION_CHARS) return null;
+  let v;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (v === null || typeof v !== 'object' || v.v !== 1) return null;
+  const { user, epoch, seq } = v;
+  if (typeof user !== 'string' || user === '' || encoder.encode(user).length > MAX_USER_BYTES) return null;
+  if (typeof epoch !== 'string' || !/^\d{1,20}$/.test(epoch) || BigInt(epoch) > U64_MAX) return null;
+  if (!Number.isSafeInteger(seq) || seq < 0) return null;
+  return { user, epoch, seq };
+}
+
+/** @param {Position} p */
+function encodePosition({ user, epoch, seq }) {
+  return JSON.stringify({ v: 1, user, epoch, seq });
+}
+
+/**
+ * The `resume` option, checked: null when off, else the storage key and a
+ * function returning the storage (`sessionStorage` is looked up when used:
+ * reading it can throw where storage is blocked).
+ *
+ * @param {unknown} resume
+ * @param {string[] | null} events
+ * @returns {{ key: string, storage: () => StorageLike } | null}
+ */
+function resumeOption(resume, events) {
+  if (resume === undefined || resume === null || resume === false) return null;
+  const usage = "resume: give { storage: 'session' } or { storage: <an object with getItem and setItem> }";
+  if (typeof resume !== 'object') throw new TypeError(usage);
+  const { storage, key = 'default' } = /** @type {{storage?: unknown, key?: unknown}} */ (resume);
+  if (typeof key !== 'string' || key === '' || key.length > MAX_RESUME_KEY_CHARS) {
+    throw new TypeError(`resume.key must be a non-empty string of at most ${MAX_RESUME_KEY_CHARS} characters`);
+  }
+  if (storage === 'session') {
+    return { key: positionKey(key, events), storage: () => globalThis.sessionStorage };
+  }
+  const s = /** @type {any} */ (storage);
+  if (s && typeof s.getItem === 'function' && typeof s.setItem === 'function') {
+    return { key: positionKey(key, events), storage: () => s };
+  }
+  throw new TypeError(usage);
+}
+
+/**
+ * @typedef {object} StorageLike the part of the Web Storage API the client uses
+ * @property {(key: string) => string | null} getItem
+ * @property {(key: string, value: string) => void} setItem
+ */
+
+// ---------------------------------------------------------------------------
 // The client
 // ---------------------------------------------------------------------------
 
@@ -389,6 +491,8 @@ const RESERVED = new Set(['state', 'gap', 'error']);
  * @property {number} [maxFrameBytes] decoder limit
  * @property {{now?: () => number, setTimeout?: Function, clearTimeout?: Function}} [clock] for tests
  * @property {() => number} [random] uniform [0, 1), for tests
+ * @property {{storage: 'session' | StorageLike, key?: string} | null | false} [resume]
+ *   keep the position in storage and resume from it after a page reload
  */
 
 /**
@@ -448,6 +552,7 @@ export class HeraldClient {
       maxFrameBytes: o.maxFrameBytes ?? DEFAULTS.maxFrameBytes,
       events: o.events ? [...o.events] : null,
     };
+    this._resume = resumeOption(o.resume, this.options.events);
     this._token = o.token ?? null;
     this._getToken = o.getToken ?? null;
     const transports = o.transports;
@@ -487,6 +592,9 @@ export class HeraldClient {
     this._epoch = null;
     /** @type {string | null} */
     this._userName = null;
+    /** @type {string | null} whose position _epoch/_lastSeq are (CONNECTED `user-name`) */
+    this._positionUser = null;
+    this._storageFailed = false;
     /** Counters for tests and debugging (every transport so far). */
     this._stats = { heartbeatsReceived: 0, heartbeatsSent: 0, connects: 0 };
     this._attempt = 0;
@@ -738,16 +846,13 @@ export class HeraldClient {
       case 'CONNECTED': {
         s.stomp = true;
         this._stats.connects++;
-        if (h['user-name'] !== undefined) this._userName = h['user-name'];
-        if (this._epoch === null && h.epoch !== undefined && h.seq !== undefined) {
-          // First session: live from the mailbox head. Later sessions resume
-          // from what we saw; a changed epoch arrives as a gap marker.
-          this._epoch = h.epoch;
-          this._lastSeq = Number(h.seq);
-        }
-        this._startHeartbeats(h['heart-beat'], s);
+        const user = h['user-name'];
+        if (user !== undefined) this._userName = user;
+        /** @type {Record<string, string | number>} */
         const sub = { id: SUBSCRIPTION_ID, destination: DESTINATION, ack: 'auto', receipt: s.receipt };
         if (this.options.events && this.options.events.length) sub.events = this.options.events.join(',');
+        this._startPosition(user, h, sub);
+        this._startHeartbeats(h['heart-beat'], s);
         this._send(encodeFrame('SUBSCRIBE', sub));
         break;
       }
@@ -791,6 +896,9 @@ export class HeraldClient {
     if (h.event === GAP_EVENT) {
       if (h.epoch !== undefined) this._epoch = h.epoch;
       if (seq !== null) this._lastSeq = seq;
+      // Stored before the app hears of it: a gap handler that reloads the
+      // page must not meet the same gap again.
+      this._savePosition();
       this._emit('gap', { reason: h.reason ?? 'unknown', seq, epoch: this._epoch, headers: h });
       return;
     }
@@ -804,6 +912,85 @@ export class HeraldClient {
       if (RESERVED.has(pattern) || !matchEvent(pattern, msg.event)) continue;
       for (const fn of [...set]) callSafely(fn, msg);
     }
+    this._savePosition();
+  }
+
+  /**
+   * At CONNECTED: where this session's stream starts, setting the SUBSCRIBE's
+   * resume headers when they differ from the CONNECT's.
+   * - A reconnect of the same user resumes from the position in memory (the
+   *   CONNECT carried it).
+   * - A first session, or one whose token is now another user's (a getToken
+   *   that switched users), takes the position stored for this very user
+   *   (`resume` option), checked against the mailbox: a stored seq past the
+   *   head of the same epoch is not one this mailbox gave, and is ignored.
+   *   Without one it starts live at the head the CONNECTED gives. A changed
+   *   epoch is left to the gateway, which answers with an epoch-changed gap.
+   *
+   * @param {string | undefined} user CONNECTED `user-name`
+   * @param {Record<string, string>} h CONNECTED headers
+   * @param {Record<string, string | number>} sub the SUBSCRIBE's headers, amended
+   */
+  _startPosition(user, h, sub) {
+    const switched = this._epoch !== null && user !== undefined && this._positionUser !== null && user !== this._positionUser;
+    if (switched) {
+      // The CONNECT carried the previous user's position: never resume it.
+      this._epoch = null;
+      this._lastSeq = null;
+      this._positionUser = null;
+    }
+    if (this._epoch !== null) return;
+    const head = h.epoch !== undefined && /^\d+$/.test(h.seq ?? '') ? { epoch: h.epoch, seq: Number(h.seq) } : null;
+    if (head === null) return; // not a Herald mailbox: nothing to resume from
+    const stored = user !== undefined ? this._storedPosition(user) : null;
+    const usable = stored !== null && !(stored.epoch === head.epoch && stored.seq > head.seq);
+    const from = usable ? stored : head;
+    this._epoch = from.epoch;
+    this._lastSeq = from.seq;
+    this._positionUser = user ?? null;
+    if (usable || switched) {
+      sub['last-seq'] = from.seq;
+      sub.epoch = from.epoch;
+    }
+    this._savePosition();
+  }
+
+  /**
+   * The position stored for `user`, or null (no `resume` option, nothing
+   * stored, not a position, another user's).
+   *
+   * @param {string} user
+   * @returns {Position | null}
+   */
+  _storedPosition(user) {
+    if (!this._resume) return null;
+    let text;
+    try {
+      text = this._resume.storage().getItem(this._resume.key);
+    } catch (e) {
+      this._storageError(e);
+      return null;
+    }
+    const p = parsePosition(text);
+    return p !== null && p.user === user ? p : null;
+  }
+
+  /** Store the current position (with `resume`), for the next page load. */
+  _savePosition() {
+    if (!this._resume || this._positionUser === null || this._epoch === null || this._lastSeq === null) return;
+    const text = encodePosition({ user: this._positionUser, epoch: this._epoch, seq: this._lastSeq });
+    try {
+      this._resume.storage().setItem(this._resume.key, text);
+    } catch (e) {
+      this._storageError(e);
+    }
+  }
+
+  /** Storage blocked or full: said once; the client goes on, resuming from memory only. */
+  _storageError(e) {
+    if (this._storageFailed) return;
+    this._storageFailed = true;
+    this._error('resume storage unavailable: ' + (e && e.message ? e.message : String(e)), { cause: e });
   }
 
   _startHeartbeats(header, s) {

@@ -1,6 +1,6 @@
 // Shared by test/*.test.js; lives outside test/ so that `node --test test/` does not run it as a test file.
 // Test doubles for the client: a socket the test drives by hand, a server
-// side that decodes what the client sent, and a manual clock.
+// side that decodes what the client sent, a manual clock, and a Web Storage.
 
 import { encodeFrame, FrameDecoder } from '../src/herald.js';
 
@@ -138,11 +138,11 @@ export class FakeSocket {
    * Open, answer CONNECT with CONNECTED (epoch/seq), answer the SUBSCRIBE's
    * receipt. Returns the CONNECT frame the client sent.
    */
-  handshake({ epoch = '77', seq = '0', heartBeat = '0,0' } = {}) {
+  handshake({ epoch = '77', seq = '0', heartBeat = '0,0', user = 'alice' } = {}) {
     this.open();
     const [connect] = this.sentFrames('CONNECT');
     if (!connect) throw new Error('client sent no CONNECT');
-    this.frame('CONNECTED', { version: '1.2', 'heart-beat': heartBeat, epoch, seq, 'user-name': 'alice' });
+    this.frame('CONNECTED', { version: '1.2', 'heart-beat': heartBeat, epoch, seq, 'user-name': user });
     const [sub] = this.sentFrames('SUBSCRIBE');
     if (!sub) throw new Error('client sent no SUBSCRIBE');
     this.frame('RECEIPT', { 'receipt-id': sub.headers.receipt });
@@ -161,5 +161,27 @@ export class FakeSocket {
       'content-type': 'application/json',
       ...rest,
     }, body);
+  }
+}
+
+/** An in-memory Web Storage (what `sessionStorage` offers the client). */
+export class FakeStorage {
+  /** @param {Record<string, string>} [entries] */
+  constructor(entries = {}) {
+    this.map = new Map(Object.entries(entries));
+    this.writes = 0;
+  }
+
+  getItem(key) {
+    return this.map.has(key) ? this.map.get(key) : null;
+  }
+
+  setItem(key, value) {
+    this.writes++;
+    this.map.set(key, String(value));
+  }
+
+  removeItem(key) {
+    this.map.delete(key);
   }
 }

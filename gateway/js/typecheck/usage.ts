@@ -7,11 +7,16 @@ import connect, {
   HeraldClient,
   HeraldMessage,
   matchEvent,
+  parsePosition,
+  positionKey,
   withUserHint,
   type ConnectOptions,
   type GapInfo,
   type HeraldError,
+  type Position,
+  type ResumeOptions,
   type State,
+  type StorageLike,
 } from '../src/herald.js';
 
 declare const SockJS: new (url: string, reserved?: null, options?: object) => WebSocket;
@@ -24,7 +29,17 @@ const options: ConnectOptions = {
   events: ['chat.*'],
   backoff: { initialMs: 500 },
   heartbeatMs: 10000,
+  resume: { storage: 'session' },
 };
+const memory = new Map<string, string>();
+const storage: StorageLike = {
+  getItem: (k) => memory.get(k) ?? null,
+  setItem: (k, v) => void memory.set(k, v),
+};
+const resume: ResumeOptions = { storage, key: 'inbox' };
+const stored: Position | null = parsePosition(memory.get(positionKey('inbox', ['chat.*'])));
+void [stored?.user, stored?.epoch, stored?.seq];
+connect('wss://example.test/ws', { token: 'jwt', resume });
 const h: HeraldClient = connect('https://example.test/sockjs', options);
 const raw = connect('wss://example.test/ws', { token: 'jwt', transports: 'websocket-raw' });
 
