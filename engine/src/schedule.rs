@@ -18,6 +18,8 @@
 //! - [`presence`]: who is online for `when-online` entries, and the edges'
 //!   presence reports ([`presence::PresenceReport`]).
 //! - [`timing`]: the due time of a publication, fixed at acceptance.
+//! - `outcomes` (private): recording what came of callbacks, for the
+//!   service and the firer's sender alike.
 //! - [`config`], [`metrics`]: `[schedule]` and `herald_delayed_*`.
 //!
 //! # Data flow
@@ -43,6 +45,7 @@ pub mod entry;
 pub mod error;
 mod firer;
 pub mod metrics;
+mod outcomes;
 mod pace;
 pub mod presence;
 mod ready;

@@ -133,6 +133,8 @@ pub(crate) struct Firer {
     pub(crate) hints: mpsc::Receiver<(Millis, String)>,
     /// The sending end of `hints`, for entries the confirmer releases.
     pub(crate) hint: mpsc::Sender<(Millis, String)>,
+    /// Where callback outcomes (and dead letters) are recorded.
+    pub(crate) outcomes: super::outcomes::Outcomes,
     /// Users who came online.
     pub(crate) online: mpsc::Receiver<String>,
     /// Last `when-online` send per user (for the minimum interval).
@@ -222,8 +224,7 @@ impl Firer {
                 client: self.client.clone(),
                 store: Arc::clone(&self.store),
                 metrics: self.metrics.clone(),
-                hint: self.hint.clone(),
-                horizon_ms: self.config.horizon_ms,
+                outcomes: self.outcomes.clone(),
                 max_in_flight: self.max_in_flight,
                 alerts: self.alerts.clone(),
             }

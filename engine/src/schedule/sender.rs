@@ -139,10 +139,9 @@ pub(crate) struct Sender {
     pub(crate) client: Client,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) metrics: DelayedMetrics,
-    /// Where retries due soon go back to the firer's scheduler.
-    pub(crate) hint: mpsc::Sender<(Millis, String)>,
-    /// Retries due within this many ms are hinted.
-    pub(crate) horizon_ms: u64,
+    /// Where outcomes are recorded (retries due soon go back to the
+    /// firer's window from there).
+    pub(crate) outcomes: super::outcomes::Outcomes,
     pub(crate) max_in_flight: usize,
     /// Where dead letters are raised.
     pub(crate) alerts: Alerts,
@@ -153,10 +152,8 @@ impl Sender {
     pub(crate) async fn run(self, mut queue: mpsc::Receiver<Vec<Call>>) {
         let max = self.max_in_flight.max(1);
         let mut recorder = Recorder::new(
-            Arc::clone(&self.store),
+            self.outcomes.clone(),
             self.metrics.clone(),
-            self.hint.clone(),
-            self.horizon_ms,
             self.alerts.clone(),
         );
         let mut waiting: VecDeque<Call> = VecDeque::new();

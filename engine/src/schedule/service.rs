@@ -21,6 +21,7 @@ mod topics;
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis, Status};
 use super::firer::Firer;
+use super::outcomes::Outcomes;
 use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels};
 use super::presence::Presence;
 use super::store::{
@@ -51,6 +52,8 @@ struct Inner {
     topics: Topics,
     metrics: DelayedMetrics,
     hints: mpsc::Sender<(Millis, String)>,
+    /// Where callback outcomes are recorded.
+    outcomes: Outcomes,
     online: mpsc::Sender<String>,
     receivers: parking_lot::Mutex<Option<Receivers>>,
     alerts: Alerts,
@@ -155,6 +158,12 @@ impl Delayed {
     ) -> Self {
         let (hints_tx, hints_rx) = mpsc::channel(config.hint_queue);
         let (online_tx, online_rx) = mpsc::channel(config.online_queue);
+        let outcomes = Outcomes::new(
+            Arc::clone(&store),
+            metrics.clone(),
+            hints_tx.clone(),
+            config.horizon_ms,
+        );
         Delayed {
             inner: Arc::new(Inner {
                 config: Arc::new(config),
@@ -162,6 +171,7 @@ impl Delayed {
                 topics,
                 metrics,
                 hints: hints_tx,
+                outcomes,
                 online: online_tx,
                 receivers: parking_lot::Mutex::new(Some(Receivers {
                     hints: hints_rx,
@@ -247,6 +257,7 @@ impl Delayed {
             metrics: self.inner.metrics.clone(),
             hints: receivers.hints,
             hint: self.inner.hints.clone(),
+            outcomes: self.inner.outcomes.clone(),
             online: receivers.online,
             last_send: HashMap::new(),
             client,
@@ -351,49 +362,13 @@ impl Delayed {
     /// at once, as accepted entries do; attempt records dropped by the
     /// log's bound are counted.
     pub async fn retry_wait(&self, items: Vec<RetryWait>) -> Result<Settled, StoreError> {
-        let now = now_ms();
-        let horizon = now.saturating_add(self.inner.config.horizon_ms);
-        let soon: Vec<(Millis, String)> = items
-            .iter()
-            .filter(|i| i.at_ms <= horizon)
-            .map(|i| (i.at_ms, i.id.clone()))
-            .collect();
-        let settled = self
-            .inner
-            .store
-            .retry_wait(items, now)
-            .await
-            .inspect_err(|_| {
-                self.inner.metrics.store_error("retry_wait");
-            })?;
-        self.inner
-            .metrics
-            .attempt_log_trimmed
-            .inc_by(settled.trimmed);
-        for hint in soon {
-            if self.inner.hints.try_send(hint).is_err() {
-                self.inner.metrics.hints_dropped.inc();
-            }
-        }
-        Ok(settled)
+        self.inner.outcomes.retry_wait(items, now_ms()).await
     }
 
     /// Firing callbacks that end ([`Store::finish`], at the wall clock);
     /// attempt records dropped by the log's bound are counted.
     pub async fn finish(&self, items: Vec<Finish>) -> Result<Settled, StoreError> {
-        let settled = self
-            .inner
-            .store
-            .finish(items, now_ms())
-            .await
-            .inspect_err(|_| {
-                self.inner.metrics.store_error("finish");
-            })?;
-        self.inner
-            .metrics
-            .attempt_log_trimmed
-            .inc_by(settled.trimmed);
-        Ok(settled)
+        self.inner.outcomes.finish(items, now_ms()).await
     }
 
     /// Send a dead letter again: it is due now, and its callback is made

@@ -130,8 +130,7 @@ impl Firer {
             })
             .collect();
         let n = finish.len();
-        if let Err(e) = self.store.finish(finish, now).await {
-            self.metrics.store_error("finish");
+        if let Err(e) = self.outcomes.finish(finish, now).await {
             tracing::warn!(error = %e, entries = n, "recording dead letters failed; they fire again after their lease");
         }
     }

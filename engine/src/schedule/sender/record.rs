@@ -7,10 +7,8 @@
 //! and are claimed again when their lease ends (the call is repeated, with
 //! the same `webhook-id`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Call, put_back};
@@ -20,7 +18,8 @@ use crate::callback::exchange::Outcome;
 use crate::callback::step::Next;
 use crate::schedule::entry::Millis;
 use crate::schedule::metrics::DelayedMetrics;
-use crate::schedule::store::{Ending, Finish, RetryWait, Store};
+use crate::schedule::outcomes::Outcomes;
+use crate::schedule::store::{Ending, Finish, RetryWait};
 use crate::schedule::timing::now_ms;
 
 /// Outcomes recorded in one go, at most.
@@ -38,10 +37,8 @@ pub(super) struct Done {
 
 /// Outcomes waiting to be recorded.
 pub(super) struct Recorder {
-    store: Arc<dyn Store>,
+    outcomes: Outcomes,
     metrics: DelayedMetrics,
-    hint: mpsc::Sender<(Millis, String)>,
-    horizon_ms: u64,
     alerts: Alerts,
     waits: Vec<RetryWait>,
     finishes: Vec<Finish>,
@@ -51,17 +48,13 @@ pub(super) struct Recorder {
 
 impl Recorder {
     pub(super) fn new(
-        store: Arc<dyn Store>,
+        outcomes: Outcomes,
         metrics: DelayedMetrics,
-        hint: mpsc::Sender<(Millis, String)>,
-        horizon_ms: u64,
         alerts: Alerts,
     ) -> Recorder {
         Recorder {
-            store,
+            outcomes,
             metrics,
-            hint,
-            horizon_ms,
             alerts,
             waits: Vec::new(),
             finishes: Vec::new(),
@@ -184,40 +177,23 @@ impl Recorder {
         let now = now_ms();
         let waits = std::mem::take(&mut self.waits);
         if !waits.is_empty() {
-            let horizon = now.saturating_add(self.horizon_ms);
-            let soon: Vec<(Millis, String)> = waits
-                .iter()
-                .filter(|w| w.at_ms <= horizon)
-                .map(|w| (w.at_ms, w.id.clone()))
-                .collect();
             let count = waits.len();
-            match self.store.retry_wait(waits, now).await {
-                Ok(settled) => {
-                    self.metrics.attempt_log_trimmed.inc_by(settled.trimmed);
-                    for hint in soon {
-                        if self.hint.try_send(hint).is_err() {
-                            self.metrics.hints_dropped.inc();
-                        }
-                    }
-                }
-                Err(e) => self.failed("retry_wait", count, &e),
+            if let Err(e) = self.outcomes.retry_wait(waits, now).await {
+                self.failed(count, &e);
             }
         }
         let finishes = std::mem::take(&mut self.finishes);
         if !finishes.is_empty() {
             let count = finishes.len();
-            match self.store.finish(finishes, now).await {
-                Ok(settled) => {
-                    self.metrics.attempt_log_trimmed.inc_by(settled.trimmed);
-                }
-                Err(e) => self.failed("finish", count, &e),
+            if let Err(e) = self.outcomes.finish(finishes, now).await {
+                self.failed(count, &e);
             }
         }
         self.metrics.callbacks.in_flight.dec_by(n);
     }
 
-    fn failed(&self, op: &'static str, entries: usize, e: &dyn std::fmt::Display) {
-        self.metrics.store_error(op);
+    /// A store call that failed (counted as a store error already).
+    fn failed(&self, entries: usize, e: &dyn std::fmt::Display) {
         self.metrics.callbacks.record_failures.inc();
         tracing::warn!(error = %e, entries, "recording callback outcomes failed; they are called again after their lease");
     }
