@@ -69,7 +69,7 @@ def test_publisher_publishes_schedules_and_cancels(distributed, lib):
 def test_a_cancel_published_right_behind_its_notification_cancels_it(distributed):
     """What router/AMQP.md's snippets do: publish a delayed notification and,
     on the same channel, its cancel at once (both confirmed by the broker)."""
-    ids = [unique("behind") for _ in range(50)]
+    ids = [unique("behind") for _ in range(200)]
     dead_before = distributed.dead_letters()
     with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as conn:
         ch = conn.channel()
@@ -81,7 +81,7 @@ def test_a_cancel_published_right_behind_its_notification_cancels_it(distributed
             ch.basic_publish(distributed.exchange, "cancel", b"", pika.BasicProperties(
                 message_id=nid, type="herald.cancel", delivery_mode=2))
 
-    # Each cancel is applied or dead-lettered; wait until all 50 are one or the other.
+    # Each cancel is applied or dead-lettered; wait until all are one or the other.
     def settled():
         states = [distributed.status(nid)["state"] for nid in ids]
         refused = distributed.dead_letters() - dead_before
