@@ -3,18 +3,18 @@
 # independent-client tests (tests/python: stomp.py against the real
 # herald-gateway binary), the distributed end-to-end tests
 # (tests/distributed: a whole deployment from deploy/up, driven with pika and
-# stomp.py through HAProxy), the backend examples (tests/examples: each of
-# examples/ run against a real gateway, or a router and an edge), then the
-# JavaScript client's unit and type tests (gateway/js) and the real-browser
-# tests (tests/browser: chromium), and the WebSocket conformance run
-# (scripts/autobahn.sh: Autobahn|Testsuite cases 1-10 against the debug
-# gateway, diffed with scripts/autobahn/expected.json)
+# stomp.py through HAProxy), then the JavaScript client's unit and type tests
+# (gateway/js) and the real-browser tests (tests/browser: chromium), and the
+# WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
+# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
 # the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
-# does not pay for the sanitizer builds.
+# does not pay for the sanitizer builds. The backend examples (tests/examples:
+# each of examples/ run against a real gateway, or a router and an edge) run
+# after the router's pika tests.
 #
 #   scripts/test.sh
 #
