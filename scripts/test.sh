@@ -14,7 +14,9 @@
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
-# does not pay for the sanitizer builds.
+# does not pay for the sanitizer builds. The backend examples (tests/examples:
+# each of examples/ run against a real gateway, or a router and an edge) run
+# after the router's pika tests.
 #
 #   scripts/test.sh
 #
@@ -22,7 +24,9 @@
 # whatever else is missing is installed here: the Python virtualenv at .venv
 # and its pinned packages, Debian's haproxy, rabbitmq-server and redis-server (for
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
-# the pinned npm packages of gateway/js and tests/browser (npm ci), and the
+# the pinned npm packages of gateway/js, tests/browser and the Node examples
+# (npm ci), Debian's golang-go, php-cli, php-curl and default-jdk-headless
+# for the Go, PHP and Java examples, and the
 # Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
 # 2.7.x must exist). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
@@ -36,8 +40,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 VENV="$ROOT/.venv"
-# tests/distributed's file includes tests/python's (-r) and adds pika.
-REQUIREMENTS=("$ROOT/tests/python/requirements.txt" "$ROOT/tests/distributed/requirements.txt")
+# tests/distributed's file includes tests/python's (-r) and adds pika; the
+# Python examples' files pin the same versions of what they share.
+REQUIREMENTS=("$ROOT/tests/python/requirements.txt" "$ROOT/tests/distributed/requirements.txt"
+              "$ROOT/examples/python/requirements.txt" "$ROOT/examples/pika/requirements.txt")
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONDONTWRITEBYTECODE=1
@@ -91,7 +97,7 @@ ensure_python_requirements() {
     local stamp="$VENV/.requirements.sha256" want f args=()
     want=$(cat "${REQUIREMENTS[@]}" | sha256sum | cut -d' ' -f1)
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-        step "installing tests/python and tests/distributed requirements into .venv"
+        step "installing the tests' and the Python examples' requirements into .venv"
         for f in "${REQUIREMENTS[@]}"; do args+=(-r "$f"); done
         "$VENV/bin/pip" install -q "${args[@]}"
         echo "$want" >"$stamp"
@@ -267,7 +273,7 @@ distributed_tests() {
 # (tests/browser: Debian chromium driven by playwright-core; no browser is
 # ever downloaded).
 
-JS_DIRS=(gateway/js tests/browser)
+JS_DIRS=(gateway/js tests/browser examples/node examples/amqplib)
 
 ensure_node() {
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
@@ -337,6 +343,32 @@ browser_tests() {
     SUMMARY+=("browser (chromium, node --test): $(sum_node_results "$LOGDIR/browser.log")")
 }
 
+# ---- The backend examples (examples/, docs/examples.md): the HTTP ones
+# (Python, Node, Go, PHP, Java) against a standalone gateway, the AMQP
+# publishers (pika, amqplib) against a router and an edge on the RabbitMQ and
+# Redis started above; stomp.py checks what each one did.
+
+ensure_example_tools() {
+    # Go builds its example from the standard library (no module is
+    # downloaded); PHP needs its curl extension; `java Example.java` a JDK.
+    local pkgs=()
+    command -v go >/dev/null || pkgs+=(golang-go)
+    command -v php >/dev/null || pkgs+=(php-cli)
+    { command -v php >/dev/null && php -m | grep -qx curl; } || pkgs+=(php-curl)
+    command -v javac >/dev/null || pkgs+=(default-jdk-headless)
+    [ ${#pkgs[@]} -eq 0 ] || ensure_apt_packages "${pkgs[@]}"
+}
+
+examples_tests() {
+    local dir
+    dir="$(target_dir)/debug"
+    [ -x "$dir/herald-router" ] && [ -x "$dir/herald-gateway" ] \
+        || die "$dir/herald-router and herald-gateway were not built"
+    HERALD_GATEWAY_BIN="$dir/herald-gateway" HERALD_ROUTER_BIN="$dir/herald-router" \
+        run_stage examples "$VENV/bin/python" -m pytest tests/examples
+    SUMMARY+=("backend examples (pytest): $(sum_pytest_results "$LOGDIR/examples.log")")
+}
+
 main() {
     ensure_rust
     ensure_python_venv
@@ -347,6 +379,7 @@ main() {
     ensure_node
     ensure_chromium
     ensure_node_deps
+    ensure_example_tools
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -357,6 +390,7 @@ main() {
     autobahn_tests
     sockjs_conformance_tests
     router_pika_tests
+    examples_tests
     haproxy_tests
     distributed_tests
     js_tests
