@@ -57,8 +57,8 @@ channel.publish(exchange, 'meeting.reminder', Buffer.from(JSON.stringify({ meeti
 });
 await channel.waitForConfirms();
 console.log('schedule confirmed', reminder);
-// A cancel that overtook its publication would be dead-lettered (unknown id):
-// wait until the router has stored it.
+// The broker's confirm says the broker has it; the router's status says the
+// router accepted it (a refused one would be dead-lettered instead).
 await waitStatus(reminder, 'scheduled');
 
 // Cancel: type herald.cancel, messageId the notification's; the body is ignored.

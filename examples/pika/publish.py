@@ -62,8 +62,8 @@ channel.basic_publish(
         message_id=reminder, content_type="application/json", delivery_mode=2,
         headers={"users": [USER], "event": "meeting.reminder", "delay-ms": 600_000}))
 print("schedule confirmed", reminder)
-# A cancel that overtook its publication would be dead-lettered (unknown id):
-# wait until the router has stored it.
+# The broker's confirm says the broker has it; the router's status says the
+# router accepted it (a refused one would be dead-lettered instead).
 wait_status(reminder, "scheduled")
 
 # Cancel: type herald.cancel, message_id the notification's; the body is ignored.

@@ -12,7 +12,8 @@
 //!   store it in the delayed store ([`Delayed::accept`]), and once it is
 //!   durable, ack;
 //! - a cancel (`type` = `herald.cancel`): cancel in the delayed store, ack;
-//!   an unknown id is dead-lettered.
+//!   an unknown id is dead-lettered. A cancel of a publication still being
+//!   stored (delivered just before it) waits for that store first.
 //!
 //! While the delayed store is unreachable, a delayed publication ends the
 //! session like a failed forward: it goes back to the queue, and the intake
@@ -56,12 +57,15 @@
 //! - `ingest/in_flight.rs`: the forwards in flight (`InFlight`), settled
 //!   when taken back (counted, logged) and acked;
 //! - `ingest/ordered.rs`: `Ordered`, the queue that gives forwards back in
-//!   delivery order.
+//!   delivery order;
+//! - `ingest/storing.rs`: `Storing`, the stores in flight by id, so that a
+//!   cancel right behind its publication waits for its store.
 
 mod in_flight;
 mod ordered;
 mod plan;
 mod session;
+mod storing;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -109,6 +113,8 @@ struct Inner {
     publish_metrics: PublishMetrics,
     amqp_metrics: AmqpMetrics,
     delayed: Option<Delayed>,
+    /// Delayed publications being stored: a cancel waits for its own.
+    storing: storing::Storing,
 }
 
 /// A forward on its way: its publish, then the broker's confirm.
@@ -165,6 +171,7 @@ impl Ingest {
                 publish_metrics,
                 amqp_metrics,
                 delayed,
+                storing: storing::Storing::default(),
             }),
         }
     }

@@ -59,13 +59,6 @@ def test_publisher_publishes_schedules_and_cancels(distributed, lib):
     watcher.close()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug: the router's intake stores a delayed publication and applies the next "
-    "delivery's cancel concurrently (router/src/ingest/plan.rs: Plan::Store and Plan::Cancel "
-    "futures in flight together), so a cancel published right behind its notification can "
-    "reach the store first: it is dead-lettered as an unknown id and the notification stays "
-    "scheduled. The examples wait for `scheduled` before cancelling. Not strict: on a quiet "
-    "machine every cancel may happen to come second"))
 def test_a_cancel_published_right_behind_its_notification_cancels_it(distributed):
     """What router/AMQP.md's snippets do: publish a delayed notification and,
     on the same channel, its cancel at once (both confirmed by the broker)."""

@@ -21,8 +21,8 @@ mod topics;
 use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis, Status};
 use super::firer::Firer;
-use super::outcomes::Outcomes;
 use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels};
+use super::outcomes::Outcomes;
 use super::presence::Presence;
 use super::store::{
     Cancel, Cursor, Finish, Insert, ListFilter, Page, Replay, RetryWait, Settled, Store, StoreError,

@@ -52,30 +52,36 @@ impl Ingest {
                     }
                 })
             }
-            Plan::Store(delayed, entry) => Box::pin(async move {
-                let id = entry.id().to_owned();
-                let due_ms = entry.due_ms;
-                let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
-                    Ok(out) => (
-                        Ok(Forwarded::Routed),
-                        matches!(out.first(), Some(Insert::Duplicate(_))),
-                    ),
-                    Err(e) => (Err(ForwardError::Store(e.to_string())), false),
-                };
-                Confirmed {
-                    delivery_tag,
-                    outcome,
-                    sent: Sent::Stored {
-                        id,
-                        due_ms,
-                        duplicate,
-                    },
-                }
-            }),
+            Plan::Store(delayed, entry) => {
+                let stored = self.inner.storing.start(entry.id());
+                Box::pin(async move {
+                    let _stored = stored;
+                    let id = entry.id().to_owned();
+                    let due_ms = entry.due_ms;
+                    let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
+                        Ok(out) => (
+                            Ok(Forwarded::Routed),
+                            matches!(out.first(), Some(Insert::Duplicate(_))),
+                        ),
+                        Err(e) => (Err(ForwardError::Store(e.to_string())), false),
+                    };
+                    Confirmed {
+                        delivery_tag,
+                        outcome,
+                        sent: Sent::Stored {
+                            id,
+                            due_ms,
+                            duplicate,
+                        },
+                    }
+                })
+            }
             Plan::Cancel(delayed, id) => {
                 let exchange = short(&self.inner.config.topology.dead_exchange);
                 let publisher = publisher.clone();
+                let stored = self.inner.storing.finished(&id);
                 Box::pin(async move {
+                    stored.await;
                     let too_late = match delayed.cancel(&id).await {
                         Ok(Cancel::Cancelled(_)) => false,
                         Ok(Cancel::TooLate(_)) => true,

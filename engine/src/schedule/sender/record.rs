@@ -47,11 +47,7 @@ pub(super) struct Recorder {
 }
 
 impl Recorder {
-    pub(super) fn new(
-        outcomes: Outcomes,
-        metrics: DelayedMetrics,
-        alerts: Alerts,
-    ) -> Recorder {
+    pub(super) fn new(outcomes: Outcomes, metrics: DelayedMetrics, alerts: Alerts) -> Recorder {
         Recorder {
             outcomes,
             metrics,
