@@ -41,7 +41,7 @@ mod settings;
 
 pub(crate) use self::args::CallbacksArgs;
 
-use self::report::{CallbacksReport, HERALD_PER_HOST, figure_name, summarize};
+use self::report::{CallbacksReport, figure_name, summarize};
 use self::settings::{Settings, Side};
 use crate::harness::cpu;
 use crate::harness::outcome::{BenchError, Outcome};
@@ -101,7 +101,8 @@ pub(crate) async fn run(args: CallbacksArgs) -> Result<Outcome, BenchError> {
         count: s.count,
         receiver_delay_ms: s.receiver_delay.as_millis() as u64,
         payload_bytes: s.payload_bytes,
-        herald_per_host_concurrency: HERALD_PER_HOST,
+        herald_per_host_concurrency: s.per_host,
+        herald_browsers: s.browsers,
         bullmq_concurrency: s.concurrency,
         bullmq_version,
         figure: figure_name(s.scenario),

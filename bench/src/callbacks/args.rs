@@ -71,9 +71,20 @@ pub(crate) struct CallbacksArgs {
     #[arg(long, default_value_t = 1)]
     pub(crate) receiver_delay_ms: u64,
 
-    /// BullMQ Worker concurrency [default: Herald's concurrency per destination host, 32].
-    #[arg(long, default_value_t = 32)]
-    pub(crate) concurrency: usize,
+    /// Herald's calls at once to one destination host (`[callbacks] max_per_host`; Herald's
+    /// default is 64).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) per_host: usize,
+
+    /// BullMQ Worker concurrency [default: --per-host, like for like].
+    #[arg(long)]
+    pub(crate) concurrency: Option<usize>,
+
+    /// Also deliver each notification to the browsers (its user has no session, so to a
+    /// mailbox); by default the notifications are callback-only (`browsers: false`), as the
+    /// field reports' delay services use them and as BullMQ's jobs are.
+    #[arg(long)]
+    pub(crate) with_browsers: bool,
 
     /// Size of each callback's JSON body.
     #[arg(long, default_value_t = 200)]

@@ -78,6 +78,7 @@ async fn measure(
         payload_bytes: s.payload_bytes,
         keep_dues: true,
         topic: Some(TOPIC.to_owned()),
+        callback_only: !s.browsers,
     };
     let before = usage.read();
     let ingested = ingest::publish(

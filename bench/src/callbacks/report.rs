@@ -15,10 +15,6 @@ use super::settings::{
 use crate::harness::report::{grouped, maybe};
 use crate::harness::stats::human_ms;
 
-/// Herald's concurrency towards one destination host (`ClientConfig::per_host` in
-/// `engine/src/callback/client.rs`, not configurable): the BullMQ Worker's default.
-pub(crate) const HERALD_PER_HOST: usize = 32;
-
 /// A goal of the issue, and whether the runs met it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Goal {
@@ -95,6 +91,8 @@ pub(crate) struct CallbacksReport {
     pub(crate) receiver_delay_ms: u64,
     pub(crate) payload_bytes: usize,
     pub(crate) herald_per_host_concurrency: usize,
+    /// Whether Herald also delivered each to the browsers (`--with-browsers`).
+    pub(crate) herald_browsers: bool,
     pub(crate) bullmq_concurrency: usize,
     pub(crate) bullmq_version: Option<String>,
     pub(crate) figure: &'static str,
@@ -248,8 +246,13 @@ impl CallbacksReport {
         );
         let _ = writeln!(
             s,
-            "peers         Herald ({} calls at once per host); BullMQ {} (Worker concurrency {}), same Redis",
+            "peers         Herald ({} calls at once per host, {}); BullMQ {} (Worker concurrency {}), same Redis",
             self.herald_per_host_concurrency,
+            if self.herald_browsers {
+                "browsers too"
+            } else {
+                "callback-only"
+            },
             self.bullmq_version.as_deref().unwrap_or("-"),
             self.bullmq_concurrency
         );

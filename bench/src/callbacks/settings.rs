@@ -42,6 +42,17 @@ impl Side {
     }
 }
 
+/// Herald's `[callbacks]`: the receiver is on loopback, and `per_host` calls at once to it.
+fn callbacks_section(per_host: usize) -> toml::Table {
+    let mut t = toml::Table::new();
+    t.insert("allow_private_networks".into(), true.into());
+    t.insert(
+        "max_per_host".into(),
+        i64::try_from(per_host).unwrap_or(i64::MAX).into(),
+    );
+    t
+}
+
 /// The arguments with every default resolved and checked.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -54,6 +65,10 @@ pub(crate) struct Settings {
     pub(crate) lead_ms: u64,
     pub(crate) receiver_delay: Duration,
     pub(crate) concurrency: usize,
+    /// Herald's `[callbacks] max_per_host`.
+    pub(crate) per_host: usize,
+    /// Whether Herald also delivers each to the browsers (`--with-browsers`).
+    pub(crate) browsers: bool,
     pub(crate) payload_bytes: usize,
     pub(crate) batch: u64,
     pub(crate) connections: usize,
@@ -96,7 +111,11 @@ impl Settings {
         if a.connections == 0 || a.connections > 64 {
             return Err("--connections must be between 1 and 64".into());
         }
-        if a.concurrency == 0 || a.concurrency > 10_000 {
+        if a.per_host == 0 || a.per_host > 4_096 {
+            return Err("--per-host must be between 1 and 4096 (Herald's max_per_host)".into());
+        }
+        let concurrency = a.concurrency.unwrap_or(a.per_host);
+        if concurrency == 0 || concurrency > 10_000 {
             return Err("--concurrency must be between 1 and 10000".into());
         }
         if a.payload_bytes < 32 || a.payload_bytes > 64 * 1024 {
@@ -128,7 +147,7 @@ impl Settings {
                 redis_url: a.redis_url.clone(),
                 schedule: crate::harness::configs::parse_settings(&a.schedule)
                     .map_err(|e| format!("--schedule {e}"))?,
-                private_callbacks: true,
+                callbacks: callbacks_section(a.per_host),
                 startup_timeout: a.startup_timeout,
                 router_log: a.router_log.clone(),
                 gateway_log: a.gateway_log.clone(),
@@ -137,7 +156,9 @@ impl Settings {
             rate: a.rate,
             lead_ms,
             receiver_delay: Duration::from_millis(a.receiver_delay_ms),
-            concurrency: a.concurrency,
+            concurrency,
+            per_host: a.per_host,
+            browsers: a.with_browsers,
             payload_bytes: a.payload_bytes,
             batch: a.batch,
             connections: a.connections,
@@ -221,12 +242,20 @@ mod tests {
         let s = args(&["--scenario", "throughput"]).unwrap();
         assert_eq!((s.count, s.lead_ms, s.runs), (50_000, 15_000, 3));
         assert_eq!(s.system.target, Target::Standalone);
-        assert!(s.system.private_callbacks, "the receiver is on loopback");
+        assert_eq!(
+            s.system.callbacks.get("allow_private_networks"),
+            Some(&toml::Value::Boolean(true)),
+            "the receiver is on loopback"
+        );
+        assert_eq!(
+            s.concurrency, s.per_host,
+            "BullMQ runs as many at once as Herald"
+        );
         let s = args(&["--scenario", "herd"]).unwrap();
         assert_eq!((s.count, s.lead_ms), (100_000, 25_000));
         assert_eq!(s.herd_goal_ms(), Some(5_000));
         let s = args(&["--scenario", "lateness"]).unwrap();
-        assert_eq!((s.count, s.rate, s.concurrency), (50_000, 5_000, 32));
+        assert_eq!((s.count, s.rate, s.concurrency), (50_000, 5_000, 64));
         assert_eq!(s.herd_goal_ms(), None);
     }
 

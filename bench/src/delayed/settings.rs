@@ -88,7 +88,7 @@ impl Settings {
                 redis_url: a.redis_url.clone(),
                 schedule: crate::harness::configs::parse_settings(&a.schedule)
                     .map_err(|e| format!("--schedule {e}"))?,
-                private_callbacks: false,
+                callbacks: toml::Table::new(),
                 startup_timeout: a.startup_timeout,
                 router_log: a.router_log.clone(),
                 gateway_log: a.gateway_log.clone(),

@@ -39,6 +39,7 @@ pub(super) async fn publish(
         payload_bytes: s.payload_bytes,
         keep_dues,
         topic: None,
+        callback_only: false,
     };
     let progress = Arc::new(Progress::default());
     let mut task = tokio::spawn({

@@ -71,23 +71,9 @@ pub(crate) struct RouterSettings {
     pub(crate) redis: Option<RedisSettings>,
     /// `[schedule]` keys to set (empty: the router's defaults).
     pub(crate) schedule: toml::Table,
-    /// `[callbacks] allow_private_networks = true` (the bench's callback receiver is on
-    /// loopback).
-    pub(crate) private_callbacks: bool,
-}
-
-/// `[callbacks]`, written only to let callbacks reach private addresses.
-#[derive(Serialize)]
-struct CallbacksFile {
-    allow_private_networks: bool,
-}
-
-impl CallbacksFile {
-    fn when(private: bool) -> Option<Self> {
-        private.then_some(CallbacksFile {
-            allow_private_networks: true,
-        })
-    }
+    /// `[callbacks]` keys to set (empty: the router's defaults; the callback benchmark sets
+    /// `allow_private_networks`, its receiver being on loopback).
+    pub(crate) callbacks: toml::Table,
 }
 
 /// The router's `[redis]` section.
@@ -115,8 +101,8 @@ struct RouterFile<'a> {
     redis: Option<&'a RedisSettings>,
     #[serde(skip_serializing_if = "toml::Table::is_empty")]
     schedule: &'a toml::Table,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    callbacks: Option<CallbacksFile>,
+    #[serde(skip_serializing_if = "toml::Table::is_empty")]
+    callbacks: &'a toml::Table,
 }
 
 #[derive(Serialize)]
@@ -141,7 +127,7 @@ pub(crate) fn router_toml(s: &RouterSettings) -> String {
         },
         redis: s.redis.as_ref(),
         schedule: &s.schedule,
-        callbacks: CallbacksFile::when(s.private_callbacks),
+        callbacks: &s.callbacks,
     };
     toml_text(&file)
 }
@@ -215,8 +201,8 @@ pub(crate) struct StandaloneSettings {
     pub(crate) jwt_secret: String,
     /// `[schedule]` keys to set (empty: the gateway's defaults).
     pub(crate) schedule: toml::Table,
-    /// `[callbacks] allow_private_networks = true`.
-    pub(crate) private_callbacks: bool,
+    /// `[callbacks]` keys to set (empty: the gateway's defaults).
+    pub(crate) callbacks: toml::Table,
 }
 
 #[derive(Serialize)]
@@ -227,8 +213,8 @@ struct StandaloneFile<'a> {
     auth: GatewayAuth<'a>,
     #[serde(skip_serializing_if = "toml::Table::is_empty")]
     schedule: &'a toml::Table,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    callbacks: Option<CallbacksFile>,
+    #[serde(skip_serializing_if = "toml::Table::is_empty")]
+    callbacks: &'a toml::Table,
 }
 
 /// The standalone gateway's configuration file.
@@ -241,7 +227,7 @@ pub(crate) fn gateway_standalone_toml(s: &StandaloneSettings) -> String {
             jwt_secret: &s.jwt_secret,
         },
         schedule: &s.schedule,
-        callbacks: CallbacksFile::when(s.private_callbacks),
+        callbacks: &s.callbacks,
     };
     toml_text(&file)
 }
@@ -335,7 +321,7 @@ mod tests {
             prefetch: Some(512),
             redis: None,
             schedule: toml::Table::new(),
-            private_callbacks: false,
+            callbacks: toml::Table::new(),
         }
     }
 
@@ -402,10 +388,11 @@ mod tests {
         assert!(!c.redis.enabled(), "no [redis] unless asked");
         assert!(!c.callbacks.allow_private_networks);
         let mut s = router_settings();
-        s.private_callbacks = true;
+        s.callbacks = private_callbacks();
         let c = Config::from_toml(&router_toml(&s), Path::new("router.toml")).unwrap();
         c.validate().unwrap();
         assert!(c.callbacks.allow_private_networks);
+        assert_eq!(c.callbacks.max_per_host, 128);
     }
 
     /// With `[redis]`, delayed notifications are on, under the run's own prefix.
@@ -483,7 +470,7 @@ mod tests {
             api_key: "k3y".into(),
             jwt_secret: "s".repeat(32),
             schedule: toml::Table::new(),
-            private_callbacks: false,
+            callbacks: toml::Table::new(),
         };
         let c = Config::from_toml(&gateway_standalone_toml(&s), Path::new("gateway.toml")).unwrap();
         c.validate().unwrap();
@@ -494,13 +481,21 @@ mod tests {
         assert_eq!(c.api_keys, ["k3y"]);
         assert!(!c.callbacks.allow_private_networks);
         let open = StandaloneSettings {
-            private_callbacks: true,
+            callbacks: private_callbacks(),
             ..s
         };
         let c =
             Config::from_toml(&gateway_standalone_toml(&open), Path::new("gateway.toml")).unwrap();
         c.validate().unwrap();
         assert!(c.callbacks.allow_private_networks);
+        assert_eq!(c.callbacks.max_per_host, 128);
+    }
+
+    fn private_callbacks() -> toml::Table {
+        let mut t = toml::Table::new();
+        t.insert("allow_private_networks".into(), true.into());
+        t.insert("max_per_host".into(), 128.into());
+        t
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl Run {
             prefetch,
             None,
             toml::Table::new(),
-            false,
+            toml::Table::new(),
             &random_token(32),
             log,
             startup_timeout,
@@ -90,7 +90,7 @@ impl Run {
     }
 
     /// [`Run::start_router`] with `[redis]` (delayed notifications on) when given, `[schedule]`
-    /// settings, callbacks to private addresses allowed or not, and the API key the caller will
+    /// settings, `[callbacks]` settings, and the API key the caller will
     /// publish with.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start_router_with(
@@ -99,7 +99,7 @@ impl Run {
         prefetch: Option<u16>,
         redis: Option<RedisSettings>,
         schedule: toml::Table,
-        private_callbacks: bool,
+        callbacks: toml::Table,
         api_key: &str,
         log: Option<&Path>,
         startup_timeout: Duration,
@@ -114,7 +114,7 @@ impl Run {
             topology: self.topology.clone(),
             redis,
             schedule,
-            private_callbacks,
+            callbacks,
         };
         let path = self
             .dir

@@ -39,7 +39,7 @@ impl Gateway {
             api_key: random_token(32),
             jwt_secret: random_token(48),
             schedule: toml::Table::new(),
-            private_callbacks: false,
+            callbacks: toml::Table::new(),
         };
         let started = async {
             let path = dir

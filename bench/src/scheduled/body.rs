@@ -25,6 +25,7 @@ pub(crate) fn batch(
     users: &Users,
     payload_bytes: usize,
     topic: Option<&str>,
+    callback_only: bool,
 ) -> Vec<u8> {
     let per = payload_bytes + 120;
     let mut out = Vec::with_capacity(per * seqs.clone().count() + 2);
@@ -42,6 +43,9 @@ pub(crate) fn batch(
         );
         if let Some(topic) = topic {
             let _ = write!(out, r#""topic":"{topic}","#);
+        }
+        if callback_only {
+            out.extend_from_slice(br#""browsers":false,"#);
         }
         out.extend_from_slice(br#""payload":"#);
         out.extend_from_slice(&crate::harness::amqp::payload(seq, payload_bytes));
@@ -135,7 +139,7 @@ mod tests {
     #[test]
     fn batches_are_json_arrays_of_delayed_notifications() {
         let users = Users::of_workers(&[2]);
-        let body = batch(&plan(), 10..13, &users, 200, None);
+        let body = batch(&plan(), 10..13, &users, 200, None, false);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let items = v.as_array().unwrap();
         assert_eq!(items.len(), 3);
@@ -147,11 +151,13 @@ mod tests {
         assert_eq!(items[0]["payload"]["seq"], 10);
         let payload = serde_json::to_vec(&items[0]["payload"]).unwrap();
         assert_eq!(payload.len(), 200);
-        assert_eq!(batch(&plan(), 10..10, &users, 200, None), b"[]");
+        assert_eq!(batch(&plan(), 10..10, &users, 200, None, false), b"[]");
         assert!(items[0].get("topic").is_none());
-        let body = batch(&plan(), 10..12, &users, 20, Some("bench.calls"));
+        assert!(items[0].get("browsers").is_none());
+        let body = batch(&plan(), 10..12, &users, 20, Some("bench.calls"), true);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v[1]["topic"], "bench.calls");
+        assert_eq!(v[1]["browsers"], false, "callback-only");
         assert_eq!(v[1]["payload"]["seq"], 11);
     }
 
@@ -159,7 +165,7 @@ mod tests {
     #[test]
     fn herald_validates_the_notifications() {
         let users = Users::of_workers(&[2]);
-        let body = batch(&plan(), 10..11, &users, 200, Some("bench.calls"));
+        let body = batch(&plan(), 10..11, &users, 200, Some("bench.calls"), true);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let one = &v[0];
         let n = herald_protocol::envelope::Notification {

@@ -42,6 +42,8 @@ pub(crate) struct Settings {
     pub(crate) keep_dues: bool,
     /// The topic every notification names (`None`: no topic).
     pub(crate) topic: Option<String>,
+    /// `browsers: false` on every notification (callback-only: needs a topic that calls back).
+    pub(crate) callback_only: bool,
 }
 
 /// Counts shared with the caller while publishing (for progress lines).
@@ -127,6 +129,7 @@ pub(crate) async fn publish(
                     &users,
                     settings.payload_bytes,
                     settings.topic.as_deref(),
+                    settings.callback_only,
                 );
                 send(&mut conn, &plan, seqs, &body, &settings, &mut share).await;
                 progress.answered.fetch_add(n, Ordering::Relaxed);

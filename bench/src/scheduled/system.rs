@@ -53,9 +53,9 @@ pub(crate) struct SystemSettings {
     pub(crate) redis_url: String,
     /// `[schedule]` settings (empty: Herald's defaults).
     pub(crate) schedule: toml::Table,
-    /// `[callbacks] allow_private_networks = true`: callbacks may reach the bench's receiver
-    /// on loopback.
-    pub(crate) private_callbacks: bool,
+    /// `[callbacks]` keys to set (the callback benchmark: `allow_private_networks`, its
+    /// receiver being on loopback, and `max_per_host`).
+    pub(crate) callbacks: toml::Table,
     /// Seconds to wait for each process's `/readyz` (and the edge's queue).
     pub(crate) startup_timeout: u64,
     pub(crate) router_log: Option<PathBuf>,
@@ -170,7 +170,7 @@ impl System {
                         None,
                         Some(redis),
                         s.schedule.clone(),
-                        s.private_callbacks,
+                        s.callbacks.clone(),
                         &self.api_key,
                         s.router_log.as_deref(),
                         timeout,
@@ -217,7 +217,7 @@ impl System {
                     api_key: self.api_key.clone(),
                     jwt_secret: self.jwt_secret.clone(),
                     schedule: s.schedule.clone(),
-                    private_callbacks: s.private_callbacks,
+                    callbacks: s.callbacks.clone(),
                 };
                 let path = dir
                     .write("gateway.toml", &configs::gateway_standalone_toml(&settings))
