@@ -13,8 +13,10 @@
 //!   direct connection (the proxy's health checks, a local probe).
 //! - From any other peer a header is refused: nobody else may say who the
 //!   client is.
-//! - A malformed header, one over [`MAX_HEADER`] bytes, or one not whole by
-//!   the deadline, is refused.
+//! - A malformed header, one over [`MAX_HEADER`] bytes, or one begun but
+//!   not whole by the deadline, is refused. (A connection that sends
+//!   nothing by then is closed and counted as `header_timeout`, as the
+//!   native path counts a request head that never came.)
 //!
 //! A refused connection is closed without an answer, logged with the peer
 //! and the reason, and counted in `herald_connections_refused_total`
@@ -36,6 +38,10 @@ use crate::sockjs::sniff::peek_until;
 /// buffer a connection holds while its header arrives is this size.
 pub const MAX_HEADER: usize = 1024;
 
+/// Bytes that always tell a header from anything else ([`proxy::detect`]
+/// decides within the v2 signature's 12).
+const DETECT_LEN: usize = 16;
+
 /// Why a connection was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
@@ -48,6 +54,11 @@ pub enum Refusal {
     /// The header was not whole by the deadline.
     #[error("PROXY header not whole within session.header_timeout_ms")]
     Timeout,
+    /// Nothing at all arrived by the deadline: no PROXY header was begun,
+    /// so this is the request head's timeout, counted as the native path
+    /// counts it (`header_timeout`).
+    #[error("nothing sent within session.header_timeout_ms")]
+    Silent,
     /// The peer closed, or the socket failed, before a header was whole:
     /// nothing to answer, not counted.
     #[error("connection ended before its PROXY header was whole")]
@@ -61,6 +72,7 @@ impl Refusal {
             Refusal::Untrusted => Some(RefuseReason::ProxyUntrusted),
             Refusal::Malformed(_) => Some(RefuseReason::ProxyMalformed),
             Refusal::Timeout => Some(RefuseReason::ProxyTimeout),
+            Refusal::Silent => Some(RefuseReason::HeaderTimeout),
             Refusal::Ended => None,
         }
     }
@@ -82,8 +94,14 @@ pub async fn read(
     trusted: bool,
     deadline: Instant,
 ) -> Result<SocketAddr, Refusal> {
-    let mut buf = vec![0u8; MAX_HEADER];
+    // An untrusted peer's first bytes only need telling apart from a
+    // header (12 bytes decide); a trusted one's may be a whole header.
+    let mut buf = vec![0u8; if trusted { MAX_HEADER } else { DETECT_LEN }];
+    // Whether anything arrived: a connection that sends nothing by the
+    // deadline (a speculative browser connection) is no slow header.
+    let started = std::sync::atomic::AtomicBool::new(false);
     let decide = |bytes: &[u8]| -> Option<Result<Seen, Refusal>> {
+        started.store(true, std::sync::atomic::Ordering::Relaxed);
         match proxy::detect(bytes) {
             Detected::NeedMore => return None,
             Detected::NotProxy => return Some(Ok(Seen::Direct)),
@@ -98,7 +116,10 @@ pub async fn read(
         }
     };
     let seen = match timeout_at(deadline, peek_until(stream, &mut buf, decide)).await {
-        Err(_) => return Err(Refusal::Timeout),
+        Err(_) if started.load(std::sync::atomic::Ordering::Relaxed) => {
+            return Err(Refusal::Timeout);
+        }
+        Err(_) => return Err(Refusal::Silent),
         Ok(Err(_)) | Ok(Ok(None)) => return Err(Refusal::Ended),
         Ok(Ok(Some(decided))) => decided?,
     };
@@ -211,5 +232,11 @@ mod tests {
         drop(client);
         let r = read(&mut server, peer, true, soon()).await;
         assert!(matches!(r, Err(Refusal::Ended)), "{r:?}");
+
+        let (mut server, peer, _silent) = pair().await;
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let r = read(&mut server, peer, true, deadline).await;
+        assert!(matches!(r, Err(Refusal::Silent)), "{r:?}");
+        assert_eq!(r.unwrap_err().reason(), Some(RefuseReason::HeaderTimeout));
     }
 }

@@ -108,9 +108,16 @@ pub async fn serve(
                     Err(refusal) => {
                         if let Some(reason) = refusal.reason() {
                             accepting.metrics.refuse(reason);
-                            tracing::info!(peer = %peer, reason = %refusal, "connection refused: PROXY header");
-                        } else {
-                            tracing::debug!(peer = %peer, reason = %refusal, "connection ended");
+                        }
+                        match refusal {
+                            proxy_header::Refusal::Untrusted
+                            | proxy_header::Refusal::Malformed(_)
+                            | proxy_header::Refusal::Timeout => {
+                                tracing::info!(peer = %peer, reason = %refusal, "connection refused: PROXY header");
+                            }
+                            proxy_header::Refusal::Silent | proxy_header::Refusal::Ended => {
+                                tracing::debug!(peer = %peer, reason = %refusal, "connection closed before its request");
+                            }
                         }
                         return;
                     }
