@@ -21,6 +21,11 @@
 #   - a second HAProxy generated with a per-address connection limit answers
 #     new connections over it 429 with Retry-After (WebSocket upgrades too),
 #     but not /v1/ and not another address, and counts them as denied.
+#   - edges get each browser's address in a PROXY v2 header (send-proxy-v2),
+#     routers and health checks get none;
+#   - a third HAProxy generated with --tls-cert (a certificate openssl makes
+#     here, never kept) and --http-bind serves https:// and wss:// verified
+#     against it, redirects plain HTTP with 308, and adds X-Forwarded-Proto.
 # The checks themselves are in deploy/testing/haproxy_test.py. Exits non-zero
 # on any failure and stops every process it started.
 set -euo pipefail
@@ -32,6 +37,7 @@ die() { printf 'test-haproxy: %s\n' "$*" >&2; exit 2; }
 HAPROXY=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
 [ -x "$HAPROXY" ] || die "haproxy not found: apt-get install haproxy (or set HAPROXY=/path/to/haproxy)"
 command -v python3 >/dev/null || die "python3 not found"
+command -v openssl >/dev/null || die "openssl not found: apt-get install openssl"
 
 echo "==> $("$HAPROXY" -v | head -1)"
 exec python3 "$HERE/testing/haproxy_test.py" --haproxy "$HAPROXY" "$@"

@@ -111,6 +111,9 @@ ensure_deploy_tools() {
     [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null \
         || pkgs+=(rabbitmq-server)
     command -v curl >/dev/null || pkgs+=(curl)
+    # The TLS tests (HAProxy's, the Python and browser ones through it) make
+    # their certificate at test time with openssl.
+    command -v openssl >/dev/null || pkgs+=(openssl)
     # The delayed store's tests and deploy/up run redis-server (and the
     # Redis Cluster test starts several).
     command -v redis-server >/dev/null || pkgs+=(redis-server)

@@ -7,8 +7,10 @@ library only). Starts, on loopback ports picked at random:
     `haproxy_test.py serve NAME PORT`) that answer /healthz (liveness) with
     200, /readyz (readiness) with 200 or, once told so by a POST to
     /_test/ready with body 0, with 503 as an edge with no root link does,
-    and everything else with JSON naming themselves and the source address
-    the request came from; they also speak just enough WebSocket upgrade and
+    and everything else with JSON naming themselves, the source address
+    the request came from and the client a PROXY v2 header named (HAProxy's
+    send-proxy-v2; connections without one are served too, as the edges
+    serve HAProxy's health checks); they also speak just enough WebSocket upgrade and
     chunked streaming to exercise HAProxy's tunnel and no-delay paths;
   - haproxy with a configuration from haproxy/generate (3 source addresses).
 Then checks hashing, stickiness, spreading, failover, per-transport counts.
@@ -27,6 +29,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -44,6 +47,30 @@ HOST = "127.0.0.1"
 
 # ---------------------------------------------------------------------------
 # The fake edge / router (a child process).
+
+PROXY_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+# The client a connection's PROXY v2 header named, per handler thread.
+CONN = threading.local()
+
+
+def read_proxy_v2(sock):
+    """The client address of a PROXY v2 header at the start of sock (consumed),
+    None without one (nothing consumed). Enough of the protocol for HAProxy's
+    send-proxy-v2 over IPv4; the gateway's own parser is herald_protocol::proxy."""
+    head = sock.recv(16, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if len(head) < 16 or not head.startswith(PROXY_V2_SIGNATURE):
+        return None
+    length = int.from_bytes(head[14:16], "big")
+    header = b""
+    while len(header) < 16 + length:
+        chunk = sock.recv(16 + length - len(header))
+        if not chunk:
+            return None
+        header += chunk
+    if header[12] == 0x21 and header[13] == 0x11:
+        return socket.inet_ntoa(header[16:20])
+    return "local"
+
 
 def serve(name, port):
     # /readyz answers 200 while this is True (POST /_test/ready: 1 or 0).
@@ -68,8 +95,10 @@ def serve(name, port):
 
         def describe(self):
             u = urllib.parse.urlsplit(self.path)
-            return {"edge": name, "src": self.client_address[0], "method": self.command,
-                    "path": u.path, "query": urllib.parse.parse_qs(u.query)}
+            return {"edge": name, "src": self.client_address[0], "client": CONN.client,
+                    "method": self.command, "path": u.path,
+                    "query": urllib.parse.parse_qs(u.query),
+                    "proto": self.headers.get("X-Forwarded-Proto")}
 
         def websocket(self):
             key = self.headers.get("Sec-WebSocket-Key", "")
@@ -135,6 +164,11 @@ def serve(name, port):
         daemon_threads = True
         allow_reuse_address = True
         request_queue_size = 128
+
+        def finish_request(self, request, client_address):
+            # In the connection's own thread (ThreadingMixIn).
+            CONN.client = read_proxy_v2(request)
+            super().finish_request(request, client_address)
 
     srv = Server((HOST, port), Handler)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
@@ -343,6 +377,10 @@ class Harness:
             "the same edge twice": ["--edges", "127.0.0.1:1,127.0.0.1:1", "--routers", "127.0.0.1:2"],
             "a malformed timeout": ["--edges", "127.0.0.1:1", "--routers", "127.0.0.1:2",
                                     "--timeout-tunnel", "one hour"],
+            "--http-bind without --tls-cert": ["--edges", "127.0.0.1:1", "--routers", "127.0.0.1:2",
+                                               "--http-bind", "127.0.0.1:3"],
+            "a --tls-cert that is no file": ["--edges", "127.0.0.1:1", "--routers", "127.0.0.1:2",
+                                             "--tls-cert", "/nonexistent/herald.pem"],
         }
         for what, extra in bad.items():
             res = subprocess.run([sys.executable, GENERATE, *extra], capture_output=True, text=True)
@@ -396,6 +434,122 @@ class Harness:
         want = {f"127.0.0.{i}" for i in range(1, self.args.sources + 1)}
         self.check(f"edges see connections from every source address {sorted(want)}",
                    srcs == want, f"seen {sorted(srcs)}")
+
+    def test_proxy_protocol(self):
+        # The edges get the browser's address in a PROXY v2 header (the
+        # edges' [proxy] protocol = true reads it); the routers and the
+        # health checks get none.
+        with open(self.cfg) as f:
+            text = f.read()
+        lines = [l.strip() for l in text.splitlines() if l.strip().startswith("server ")]
+        edge_lines = [l for l in lines if "track edges/" in l]
+        plain = [l for l in lines if "track edges/" not in l]
+        self.check("every edge server line sends PROXY v2; check and router lines do not",
+                   edge_lines and all("send-proxy-v2" in l for l in edge_lines)
+                   and plain and not any("send-proxy" in l for l in plain), "\n".join(lines[:6]))
+        seen = {}
+        for src in ("127.0.0.2", "127.0.0.3"):
+            for path in ("/ws?uid=pp", "/sockjs/000/ppsess/xhr_streaming?uid=pp", "/js/herald.js?uid=pp"):
+                status, _, body = request(self.proxy_port, path, source=src)
+                seen[(src, path)] = (status, json.loads(body).get("client") if status == 200 else None)
+        self.check("edges learn each browser's own address (127.0.0.2, 127.0.0.3) from the PROXY header",
+                   all(st == 200 and client == src for (src, _), (st, client) in seen.items()),
+                   str(seen))
+        status, _, body = request(self.proxy_port, "/v1/notifications", method="POST", body=b"{}",
+                                  headers={"Content-Type": "application/json"}, source="127.0.0.2")
+        self.check("routers get no PROXY header (they read X-Forwarded-For)",
+                   status == 202 and json.loads(body)["client"] is None, body[:200])
+
+    def test_tls(self):
+        # A third HAProxy terminating TLS with a certificate made here by
+        # openssl (self-signed, for 127.0.0.1; never kept), with a plain
+        # port that redirects to it.
+        openssl = shutil.which("openssl")
+        if not openssl:
+            raise Failed("openssl not found (apt-get install openssl)")
+        key, cert, pem = (os.path.join(self.tmp, n) for n in ("tls.key", "tls.crt", "tls.pem"))
+        res = subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                              "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=herald-test",
+                              "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise Failed(f"openssl req failed: {res.stderr}")
+        with open(pem, "w") as out:
+            for part in (cert, key):
+                with open(part) as f:
+                    out.write(f.read())
+        port, plain, stats = free_port(), free_port(), free_port()
+        cfg = os.path.join(self.tmp, "haproxy-tls.cfg")
+        self.generate(cfg, port, stats, ["--src-conn-rate", "0", "--tls-cert", pem,
+                                         "--http-bind", f"{HOST}:{plain}"])
+        with open(cfg) as f:
+            text = f.read()
+        self.check("with --tls-cert the bind line terminates TLS; --http-bind adds a plain one",
+                   f"bind {HOST}:{port} ssl crt {pem} alpn http/1.1" in text
+                   and f"bind {HOST}:{plain}\n" in text and "option http-no-delay" in text)
+        log = open(os.path.join(self.tmp, "haproxy-tls.log"), "ab")
+        self.procs["haproxy-tls"] = subprocess.Popen(
+            [self.args.haproxy, "-db", "-f", cfg],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        ctx = ssl.create_default_context(cafile=cert)
+
+        def https(path, **kw):
+            conn = http.client.HTTPSConnection(HOST, port, timeout=5, context=ctx)
+            try:
+                conn.request(kw.get("method", "GET"), path, body=kw.get("body"),
+                             headers=kw.get("headers", {}))
+                resp = conn.getresponse()
+                return resp.status, dict(resp.getheaders()), resp.read()
+            finally:
+                conn.close()
+
+        wait_until("the TLS haproxy /healthz over https", lambda: https("/healthz")[0] == 200, 10)
+        wait_until("every edge UP in the TLS haproxy", lambda: all(
+            row["status"].startswith("UP") for row in self.stats(stats)
+            if row["pxname"] == "edges" and row["svname"] in self.edge_ports), 10)
+        status, _, body = https("/sockjs/info?uid=tls")
+        info = json.loads(body) if status == 200 else {}
+        self.check("https:// through HAProxy (verified against the generated certificate) reaches"
+                   " the user's edge, which learns the scheme (X-Forwarded-Proto: https)",
+                   status == 200 and info.get("edge") == self.edge_of("/sockjs/info?uid=tls")
+                   and info.get("proto") == "https", f"{status} {body[:200]!r}")
+        status, headers, _ = request(plain, "/ws?uid=tls&token=t", headers={"Host": f"{HOST}:{plain}"})
+        location = {k.lower(): v for k, v in headers.items()}.get("location")
+        self.check("plain HTTP on --http-bind is a 308 redirect to the https:// port",
+                   status == 308 and location == f"https://{HOST}:{port}/ws?uid=tls&token=t",
+                   f"{status} {location}")
+        raw = socket.create_connection((HOST, port), timeout=5)
+        s = ctx.wrap_socket(raw, server_hostname=HOST)
+        try:
+            key = base64.b64encode(os.urandom(16)).decode()
+            s.sendall((f"GET /ws?uid=tls&token=t HTTP/1.1\r\nHost: herald\r\n"
+                       f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                       f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            s.sendall(b"ping")
+            got = s.recv(4096)
+        finally:
+            s.close()
+        expect = self.edge_of("/ws?uid=tls")
+        self.check("a wss:// upgrade through the TLS frontend becomes a tunnel to the user's edge",
+                   head.startswith(b"HTTP/1.1 101") and got == expect.encode() + b":ping",
+                   f"{head[:40]!r} {got!r}")
+        try:
+            https_untrusted = http.client.HTTPSConnection(HOST, port, timeout=5,
+                                                          context=ssl.create_default_context())
+            https_untrusted.request("GET", "/healthz")
+            https_untrusted.getresponse()
+            verified = True
+        except ssl.SSLCertVerificationError:
+            verified = False
+        self.check("a client that does not trust the generated certificate refuses it",
+                   not verified)
+        self.stop("haproxy-tls")
 
     def test_sockjs_session_without_query_noise(self):
         # A SockJS session: info, then the receiver and sends, with the
@@ -631,11 +785,13 @@ class Harness:
         self.test_sockjs_session_without_query_noise()
         self.test_no_uid_falls_back_to_source()
         self.test_sources()
+        self.test_proxy_protocol()
         self.test_api_routes()
         self.test_websocket_tunnel()
         self.test_streaming_no_delay()
         self.test_stats_page()
         self.test_src_conn_rate()
+        self.test_tls()
         placed = self.test_spread()
         self.test_failover(placed)
         self.test_unready_edge(placed)

@@ -6,6 +6,7 @@
 
 mod auth;
 mod cli;
+mod proxy;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use herald_engine::api_key::{ApiKeyConfig, KeySet};
 pub use herald_engine::config::{ConfigError, PublishConfig};
 use herald_engine::config::{Renamed, parse_toml, read_toml_renamed, renamed_keys};
 use herald_engine::schedule::config::ScheduleConfig;
+pub use proxy::{Cidr, ProxyConfig};
 
 /// What happens to a session that has fallen so far behind that its
 /// mailbox evicts a message it has not been sent. (A full session queue
@@ -322,6 +324,8 @@ pub struct Config {
     pub session: SessionConfig,
     /// New connections per source address.
     pub connection_rate: ConnectionRateConfig,
+    /// The client's address behind proxies.
+    pub proxy: ProxyConfig,
     /// Mailboxes.
     pub mailbox: MailboxConfig,
     /// SockJS.
@@ -361,6 +365,7 @@ impl Default for Config {
             },
             session: SessionConfig::default(),
             connection_rate: ConnectionRateConfig::default(),
+            proxy: ProxyConfig::default(),
             mailbox: MailboxConfig::default(),
             sockjs: SockjsConfig::default(),
             edge: EdgeConfig::default(),
@@ -493,6 +498,7 @@ impl Config {
             p.extend(self.edge.reconnect().problems("edge"));
         }
         p.extend(self.publish.problems());
+        p.extend(self.proxy.problems());
         p.extend(self.schedule.problems());
         p.extend(self.callbacks.problems());
         let rate = &self.connection_rate;
@@ -752,6 +758,28 @@ burst = 0
             Config::default().connection_rate.rate().is_none(),
             "off by default"
         );
+    }
+
+    #[test]
+    fn the_proxy_section_parses_cidrs_and_needs_trusted_peers() {
+        let text =
+            "api_keys = [\"k\"]\n[proxy]\nprotocol = true\ntrusted = [\"10.0.0.0/8\", \"::1\"]\n";
+        let c = Config::from_toml(text, Path::new("x.toml")).unwrap();
+        c.validate().unwrap();
+        assert!(c.proxy.is_trusted("10.9.8.7".parse().unwrap()));
+        assert!(c.proxy.is_trusted("::1".parse().unwrap()));
+        assert!(!c.proxy.is_trusted("192.0.2.1".parse().unwrap()));
+        let bad = Config::from_toml(
+            "[proxy]\ntrusted = [\"10.0.0.0/40\"]\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("prefix length must be 0 to 32"), "{bad}");
+        let mut c = c;
+        c.proxy.trusted.clear();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("proxy.protocol needs proxy.trusted"), "{err}");
     }
 
     #[test]

@@ -14,6 +14,9 @@
 //!   back when dropped.
 //! - [`conn_rate`]: new connections per source address
 //!   (`[connection_rate]`, off by default): over it, 429 and close.
+//! - [`client_addr`], [`proxy_header`]: the client's address behind
+//!   trusted proxies (`[proxy]`): a PROXY protocol header read at accept, or
+//!   `X-Forwarded-For` per request; what logs and the connection rate use.
 //! - [`session`]: STOMP over WebSocket: sans-I/O state machine, the bytes it
 //!   writes, the async shell.
 //! - [`sockjs`]: SockJS 0.3 under `/sockjs` (and the test-suite services).
@@ -70,6 +73,7 @@ pub const VERSION: &str = concat!(
 
 pub mod app;
 pub mod auth;
+pub mod client_addr;
 pub mod config;
 pub mod conn_rate;
 pub mod dedup;
@@ -84,6 +88,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod permit;
 pub mod presence;
+pub mod proxy_header;
 pub mod server;
 pub mod session;
 pub mod sockjs;
@@ -314,13 +319,17 @@ impl Gateway {
         let accepting = server::Accepting {
             native,
             header_timeout: Duration::from_millis(cfg.session.header_timeout_ms),
-            connection_rate: cfg.connection_rate.rate().map(|rate| {
-                Arc::new(conn_rate::ConnectionRate::new(
-                    rate,
-                    cfg.connection_rate.max_addresses,
-                    Arc::clone(&shared.metrics),
-                ))
-            }),
+            clients: Arc::new(client_addr::ClientAddrs::new(
+                cfg.proxy.clone(),
+                cfg.connection_rate.rate().map(|rate| {
+                    Arc::new(conn_rate::ConnectionRate::new(
+                        rate,
+                        cfg.connection_rate.max_addresses,
+                        Arc::clone(&shared.metrics),
+                    ))
+                }),
+            )),
+            metrics: Arc::clone(&shared.metrics),
         };
         server::serve(
             listener,

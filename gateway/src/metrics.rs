@@ -63,6 +63,9 @@ label_value!(RefuseReason {
     BodyTooLarge => "body_too_large",
     RateLimited => "rate_limited",
     UserSessionLimit => "user_session_limit",
+    ProxyUntrusted => "proxy_untrusted",
+    ProxyMalformed => "proxy_malformed",
+    ProxyTimeout => "proxy_timeout",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -116,6 +119,13 @@ pub enum RefuseReason {
     /// The user already had `session.max_per_user` sessions here: ERROR
     /// "too many sessions for this user", close 1008.
     UserSessionLimit,
+    /// A PROXY protocol header from a peer not in `proxy.trusted`: closed.
+    ProxyUntrusted,
+    /// A malformed PROXY header, or one over 1 KiB: closed.
+    ProxyMalformed,
+    /// A PROXY header not whole within `session.header_timeout_ms` of
+    /// accept: closed.
+    ProxyTimeout,
 }
 
 /// Label: reason for a refusal.

@@ -16,7 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::conn_rate::ConnectionRate;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::client_addr::ClientAddrs;
+use crate::metrics::Metrics;
+use crate::proxy_header;
 use crate::sockjs::native::Native;
 
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
@@ -44,14 +48,18 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct Accepting {
     /// The native streaming path that sniffs new connections first.
     pub native: Option<Arc<Native>>,
-    /// `session.header_timeout_ms`: from accept to a whole request head,
-    /// whether the native path or hyper reads it. The native path counts
-    /// its timeouts; hyper's are not counted, because hyper ends an idle
-    /// keep-alive connection with the same error, which is no refusal.
+    /// `session.header_timeout_ms`: from accept to a whole request head
+    /// (and a PROXY header before it), whether the native path or hyper
+    /// reads it. The native path counts its timeouts; hyper's are not
+    /// counted, because hyper ends an idle keep-alive connection with the
+    /// same error, which is no refusal.
     pub header_timeout: Duration,
-    /// New connections per source address (`[connection_rate]`), when on:
-    /// a connection over it is answered 429 and closed.
-    pub connection_rate: Option<Arc<ConnectionRate>>,
+    /// The client's address behind trusted proxies (`[proxy]`) and new
+    /// connections per client address (`[connection_rate]`, when on: a
+    /// connection over it is answered 429 and closed).
+    pub clients: Arc<ClientAddrs>,
+    /// Where refusals are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
@@ -83,25 +91,50 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "set_nodelay failed");
         }
-        if let Some(limit) = &accepting.connection_rate
-            && let Err(retry_after) = limit.admit(peer.ip(), std::time::Instant::now())
-        {
-            tracing::debug!(peer = %peer, retry_after, "connection over the per-address rate; answered 429");
-            tracker.spawn(refuse_rate_limited(
-                stream,
-                retry_after,
-                accepting.header_timeout,
-            ));
-            continue;
-        }
         let router = router.clone();
         let shutdown = shutdown.clone();
         let accepting = accepting.clone();
         tracker.spawn(async move {
             // One header deadline per connection, counted from accept.
             let deadline = tokio::time::Instant::now() + accepting.header_timeout;
+            let clients = &accepting.clients;
+            let mut stream = stream;
+            // The client: what a trusted proxy's PROXY header says, or the
+            // connection's own address.
+            let client = if clients.proxy_protocol() {
+                let trusted = clients.is_trusted(peer.ip());
+                match proxy_header::read(&mut stream, peer, trusted, deadline).await {
+                    Ok(client) => client,
+                    Err(refusal) => {
+                        if let Some(reason) = refusal.reason() {
+                            accepting.metrics.refuse(reason);
+                        }
+                        match refusal {
+                            proxy_header::Refusal::Untrusted
+                            | proxy_header::Refusal::Malformed(_)
+                            | proxy_header::Refusal::Timeout => {
+                                tracing::info!(peer = %peer, reason = %refusal, "connection refused: PROXY header");
+                            }
+                            proxy_header::Refusal::Silent | proxy_header::Refusal::Ended => {
+                                tracing::debug!(peer = %peer, reason = %refusal, "connection closed before its request");
+                            }
+                        }
+                        return;
+                    }
+                }
+            } else {
+                peer
+            };
+            // Requests from a trusted proxy name their client in
+            // X-Forwarded-For: the rate applies to the first request's.
+            let per_request = clients.uses_forwarded_for(peer);
+            if !per_request && let Err(retry_after) = clients.admit(client.ip()) {
+                tracing::debug!(client = %client, peer = %peer, retry_after, "connection over the per-address rate; answered 429");
+                refuse_rate_limited(stream, retry_after, accepting.header_timeout).await;
+                return;
+            }
             let stream = match &accepting.native {
-                Some(native) => match native.try_serve(stream, deadline).await {
+                Some(native) => match native.try_serve(stream, peer, client, clients, deadline).await {
                     Some(stream) => stream,
                     None => return,
                 },
@@ -113,11 +146,29 @@ pub async fn serve(
                 .saturating_duration_since(tokio::time::Instant::now())
                 .max(Duration::from_millis(1));
             let ended = |e: hyper::Error| {
-                tracing::debug!(peer = %peer, error = %e, "http connection ended");
+                tracing::debug!(client = %client, peer = %peer, error = %e, "http connection ended");
             };
+            let first = AtomicBool::new(per_request && clients.rate_limited());
+            let service_clients = Arc::clone(clients);
             let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-                router.clone().oneshot(req.map(axum::body::Body::new))
+                let client = if per_request {
+                    let values = req.headers().get_all(X_FORWARDED_FOR).iter().map(|v| v.as_bytes());
+                    service_clients.forwarded_for(peer, values)
+                } else {
+                    client
+                };
+                if first.swap(false, Ordering::Relaxed)
+                    && let Err(retry_after) = service_clients.admit(client.ip())
+                {
+                    tracing::debug!(client = %client, peer = %peer, retry_after, "connection over the per-address rate; answered 429");
+                    let refused = too_many(retry_after, true).map(axum::body::Body::new);
+                    return futures_util::future::Either::Left(std::future::ready(Ok::<
+                        _,
+                        std::convert::Infallible,
+                    >(refused)));
+                }
+                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(client));
+                futures_util::future::Either::Right(router.clone().oneshot(req.map(axum::body::Body::new)))
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -143,6 +194,25 @@ pub async fn serve(
     tracing::info!("stopped accepting connections");
 }
 
+/// `X-Forwarded-For`, as trusted proxies name a request's client.
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// The 429 answer to a connection over its address's rate, with
+/// `Connection: close` when the connection ends after it.
+fn too_many(retry_after: u64, close: bool) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    let body = format!("too many new connections from this address: retry after {retry_after} s\n");
+    let mut response = http::Response::builder()
+        .status(http::StatusCode::TOO_MANY_REQUESTS)
+        .header(http::header::RETRY_AFTER, retry_after)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8");
+    if close {
+        response = response.header(http::header::CONNECTION, "close");
+    }
+    response
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap_or_default()
+}
+
 /// Answer a connection over its address's rate: read its request head (up
 /// to `header_timeout`), answer 429 with `Retry-After`, close. Whatever it
 /// asked (a WebSocket upgrade, a SockJS stream, the API) is not served.
@@ -151,14 +221,11 @@ async fn refuse_rate_limited(
     retry_after: u64,
     header_timeout: Duration,
 ) {
-    let body = format!("too many new connections from this address: retry after {retry_after} s\n");
     let service = hyper::service::service_fn(move |_req: http::Request<Incoming>| {
-        let response = http::Response::builder()
-            .status(http::StatusCode::TOO_MANY_REQUESTS)
-            .header(http::header::RETRY_AFTER, retry_after)
-            .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())));
-        std::future::ready(response)
+        std::future::ready(Ok::<_, std::convert::Infallible>(too_many(
+            retry_after,
+            false,
+        )))
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())

@@ -37,7 +37,7 @@ pub mod native;
 pub mod pending;
 pub mod routes;
 pub mod session;
-mod sniff;
+pub(crate) mod sniff;
 pub mod test_apps;
 
 /// What a SockJS service runs on its sessions.

@@ -180,3 +180,43 @@ pub(crate) fn utf8_stream(data: &[u8]) {
         && stream.finish().is_ok();
     assert_eq!(streamed, validate(rest).is_ok());
 }
+
+/// Arbitrary bytes given to the PROXY header parser never make it panic;
+/// it never asks for more bytes than its limit; a header it accepts fits
+/// the limit and the bytes, parses the same from exactly its own bytes, and
+/// a TCP header's addresses survive a v2 re-encoding.
+///
+/// The first input byte picks the limit (16 to 16 + 255 * 4 bytes).
+pub(crate) fn proxy_header(data: &[u8]) {
+    use herald_protocol::proxy::{Addresses, encode_v2, parse};
+    let Some((&control, rest)) = data.split_first() else {
+        return;
+    };
+    let max = 16 + usize::from(control) * 4;
+    match parse(rest, max) {
+        Ok(None) => assert!(rest.len() < max, "asked for more than {max} bytes"),
+        Ok(Some(header)) => {
+            assert!(header.len <= max && header.len <= rest.len());
+            assert_eq!(parse(&rest[..header.len], max), Ok(Some(header)));
+            if let Addresses::Tcp {
+                source,
+                destination,
+            } = header.addresses
+            {
+                let again = encode_v2(source, destination);
+                let reparsed = parse(&again, again.len()).unwrap().unwrap();
+                match reparsed.addresses {
+                    Addresses::Tcp {
+                        source: s,
+                        destination: d,
+                    } if source.is_ipv4() == destination.is_ipv4() => {
+                        assert_eq!((s, d), (source, destination));
+                    }
+                    Addresses::Tcp { .. } => {}
+                    Addresses::Unknown => panic!("a TCP header re-encoded as unknown"),
+                }
+            }
+        }
+        Err(_) => {}
+    }
+}

@@ -19,6 +19,8 @@
 //!   WebSocket: the `o`, `h`, `a[...]` and `c[...]` frames, JSON string
 //!   escaping with the characters SockJS requires escaped (byte level, so a
 //!   body escaped once is shared), and decoding of what clients send.
+//! - [`proxy`]: the PROXY protocol header (v1 text, v2 binary) a proxy such
+//!   as HAProxy writes before a connection's first byte to name its client.
 //!
 //! # Decoder contract
 //! Every decoder takes a `BytesMut` of received bytes and returns `Ok(None)`
@@ -29,11 +31,14 @@
 //! non-final fragments into its partial message before returning `Ok(None)`;
 //! it never consumes part of a frame. [`sockjs::decode_messages`] is not
 //! incremental: SockJS messages arrive whole (an `xhr_send` body, one
-//! WebSocket message), bounded by the transport's own limit.
+//! WebSocket message), bounded by the transport's own limit. Nor does
+//! [`proxy::parse`] take a buffer: it reads a slice the gateway peeked at
+//! and returns the header's length for the caller to consume.
 
 pub mod binary;
 pub mod bundle;
 pub mod envelope;
+pub mod proxy;
 pub mod sockjs;
 pub mod stomp;
 pub mod utf8;

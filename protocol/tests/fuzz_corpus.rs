@@ -52,3 +52,8 @@ fn bundle_decode_corpus() {
 fn utf8_stream_corpus() {
     replay("utf8_stream", checks::utf8_stream);
 }
+
+#[test]
+fn proxy_header_corpus() {
+    replay("proxy_header", checks::proxy_header);
+}

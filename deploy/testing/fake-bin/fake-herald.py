@@ -2,7 +2,10 @@
 """Stand-in for herald-router and herald-gateway (via the symlinks beside it),
 for deploy/test-deploy.sh: checks the flags deploy/up passes (the router,
 like the real one, also that its Redis answers), then answers /healthz, /readyz
-(and everything else) with 200 until SIGTERM."""
+(and everything else) with 200 until SIGTERM. The gateway stand-in also wants
+the edge configuration deploy/up writes ([proxy] protocol = true, as HAProxy
+sends the edges a PROXY v2 header) and consumes that header on connections
+that carry one."""
 import json
 import os
 import signal
@@ -56,6 +59,14 @@ else:
         problems.append("edge mode needs --edge-id and two --root")
     if len(os.environ.get("HERALD_JWT_SECRET", "")) < 32:
         problems.append("no HERALD_JWT_SECRET of 32+ bytes")
+    config = flag("--config")
+    if config is None or not os.path.isfile(config):
+        problems.append("no --config FILE (the edge's gateway.toml)")
+    else:
+        with open(config) as f:
+            text = f.read()
+        if "[proxy]" not in text or "protocol = true" not in text or "127.0.0.1/32" not in text:
+            problems.append(f"{config}: no [proxy] protocol = true trusting 127.0.0.1/32")
 if problems:
     print(f"{name}: configuration error: {problems}", file=sys.stderr)
     sys.exit(78)
@@ -77,6 +88,27 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+PROXY_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def finish_request(self, request, client_address):
+        # A PROXY v2 header (HAProxy's send-proxy-v2) before the request:
+        # consume it; connections without one (health checks) are served as is.
+        head = request.recv(16, socket.MSG_PEEK | socket.MSG_WAITALL)
+        if len(head) == 16 and head.startswith(PROXY_V2_SIGNATURE):
+            want = 16 + int.from_bytes(head[14:16], "big")
+            got = 0
+            while got < want:
+                chunk = request.recv(want - got)
+                if not chunk:
+                    return
+                got += len(chunk)
+        super().finish_request(request, client_address)
+
+
 signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
 print(f"{name} listening on {host}:{port}", flush=True)
-ThreadingHTTPServer((host, int(port)), Handler).serve_forever()
+Server((host, int(port)), Handler).serve_forever()

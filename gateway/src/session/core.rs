@@ -144,6 +144,9 @@ pub struct StompCore {
     /// While something waits for the client: when it last took bytes (or
     /// when the wait began). None while nothing waits.
     waiting_since: Option<Instant>,
+    /// The client's address (behind a trusted proxy, the one it named),
+    /// for the log lines of the session's start and end.
+    client: Option<std::net::SocketAddr>,
 }
 
 impl StompCore {
@@ -180,8 +183,15 @@ impl StompCore {
             recv_within: None,
             close: None,
             waiting_since: None,
+            client: None,
             host,
         }
+    }
+
+    /// The client's address, for the session's log lines.
+    pub fn with_client(mut self, client: std::net::SocketAddr) -> Self {
+        self.client = Some(client);
+        self
     }
 
     /// The session's outbox (to wait on its notifications).
@@ -295,7 +305,7 @@ impl StompCore {
             }
             Err(e) => {
                 self.host.metrics().refuse(RefuseReason::Auth);
-                tracing::debug!(error = %e, "CONNECT refused");
+                tracing::debug!(error = %e, client = self.client.map(tracing::field::display), "CONNECT refused");
                 self.fail(
                     Failure {
                         message: e.to_string(),
@@ -312,7 +322,7 @@ impl StompCore {
             Ok(attached) => attached,
             Err(too_many) => {
                 self.host.metrics().refuse(RefuseReason::UserSessionLimit);
-                tracing::debug!(user = %who.user, max = too_many.max, "CONNECT refused: too many sessions for this user");
+                tracing::debug!(user = %who.user, client = self.client.map(tracing::field::display), max = too_many.max, "CONNECT refused: too many sessions for this user");
                 self.fail(
                     Failure {
                         message: format!(
@@ -371,7 +381,7 @@ impl StompCore {
             epoch: attached.epoch,
             last_seq: attached.head,
         }));
-        tracing::debug!(user = %who.user, version = c.version.as_str(), "session open");
+        tracing::debug!(user = %who.user, client = self.client.map(tracing::field::display), version = c.version.as_str(), "session open");
         let labels = TransportLabels {
             transport: self.transport,
         };
@@ -633,6 +643,7 @@ impl StompCore {
     /// Leave the mailbox (the shell's permit gives the slot back).
     pub fn finish(mut self) {
         if let Some(a) = self.attachment.take() {
+            tracing::debug!(user = %a.who.user, client = self.client.map(tracing::field::display), close = ?self.close, "session closed");
             let went_offline = self.host.detach(&a.who, &self.outbox, Instant::now());
             if went_offline {
                 self.host.user_offline(&a.who.user);

@@ -51,7 +51,8 @@ pub struct Upgraded {
     pub leftover: Bytes,
     /// A token from `?token=` or the upgrade request's `Authorization`.
     pub http_token: Option<String>,
-    /// Peer address, for the span.
+    /// The client's address (behind a trusted proxy, the one it named),
+    /// for the span and the session's log lines.
     pub peer: std::net::SocketAddr,
     /// The framing.
     pub framing: Framing,
@@ -84,7 +85,8 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
         Framing::Raw => Transport::Websocket,
         Framing::Sockjs => Transport::SockjsWebsocket,
     };
-    let span = tracing::debug_span!("session", peer = %up.peer, transport = transport.as_str());
+    let span = tracing::debug_span!("session", client = %up.peer, transport = transport.as_str());
+    let client = up.peer;
     async move {
         let Upgraded {
             stream,
@@ -108,7 +110,8 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
                 transport,
                 http_token,
                 now,
-            ),
+            )
+            .with_client(client),
             shared,
             stream,
             inbuf,

@@ -56,13 +56,21 @@ pub trait Application: Send {
 
 /// Herald's application for a new session: STOMP, with the token the
 /// request carried (if any).
-pub fn stomp(shared: &Arc<Shared>, kind: Kind, http_token: Option<String>) -> Box<dyn Application> {
-    Box::new(StompCore::new(
-        Arc::clone(shared) as Arc<dyn Host>,
-        kind.transport(),
-        http_token,
-        Instant::now(),
-    ))
+pub fn stomp(
+    shared: &Arc<Shared>,
+    kind: Kind,
+    http_token: Option<String>,
+    client: std::net::SocketAddr,
+) -> Box<dyn Application> {
+    Box::new(
+        StompCore::new(
+            Arc::clone(shared) as Arc<dyn Host>,
+            kind.transport(),
+            http_token,
+            Instant::now(),
+        )
+        .with_client(client),
+    )
 }
 
 impl Application for StompCore {

@@ -23,6 +23,7 @@
 //! without an answer, counted as `header_timeout`. A body over
 //! [`MAX_DISCARD`] is answered 413 (counted as `body_too_large`).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +37,7 @@ use super::Service;
 use super::session::{Attach, Kind, Registry};
 use super::sniff::{SniffPermit, SniffSlots, peek_until};
 use crate::app::Shared;
+use crate::client_addr::ClientAddrs;
 use crate::metrics::RefuseReason;
 
 /// The longest request line and head this path reads itself.
@@ -68,7 +70,16 @@ enum Sniffed {
     Stream(Kind, String, usize),
 }
 
+/// The connection a streaming request came on.
+struct Conn {
+    peer: SocketAddr,
+    client: SocketAddr,
+    clients: Arc<ClientAddrs>,
+}
+
 struct Head {
+    /// Every `X-Forwarded-For` value, in order.
+    forwarded_for: Vec<Vec<u8>>,
     origin: Option<String>,
     request_headers: Option<String>,
     cookie: Option<String>,
@@ -102,9 +113,16 @@ impl Native {
     /// its own, so it does not carry the (larger) connection task's state.
     /// None when the connection was refused, timed out at `deadline`, or
     /// closed by its peer before its head was whole.
+    /// `client` is the connection's client (`peer` itself, or what its
+    /// PROXY header said); a request from a trusted proxy without the
+    /// PROXY protocol names its client in `X-Forwarded-For` instead, and
+    /// is counted against the connection rate here.
     pub async fn try_serve(
         self: &Arc<Self>,
         stream: TcpStream,
+        peer: SocketAddr,
+        client: SocketAddr,
+        clients: &Arc<ClientAddrs>,
         deadline: Instant,
     ) -> Option<TcpStream> {
         let Some(permit) = self.slots.try_acquire() else {
@@ -139,8 +157,13 @@ impl Native {
             Sniffed::Hyper => Some(stream),
             Sniffed::Stream(kind, session, head_len) => {
                 let this = Arc::clone(self);
+                let conn = Conn {
+                    peer,
+                    client,
+                    clients: Arc::clone(clients),
+                };
                 self.shared.tracker.spawn(async move {
-                    this.serve(stream, permit, deadline, kind, session, head_len)
+                    this.serve(stream, conn, permit, deadline, kind, session, head_len)
                         .await;
                 });
                 None
@@ -201,9 +224,11 @@ impl Native {
 
     /// Consume the head and any body (by `deadline`, holding `permit`
     /// meanwhile), then answer and stream.
+    #[allow(clippy::too_many_arguments)]
     async fn serve(
         &self,
         mut stream: TcpStream,
+        conn: Conn,
         permit: SniffPermit,
         deadline: Instant,
         kind: Kind,
@@ -221,6 +246,26 @@ impl Native {
                 tracing::debug!("streaming request head timed out; connection closed");
                 return;
             }
+        };
+        let client = if conn.clients.uses_forwarded_for(conn.peer) {
+            let client = conn
+                .clients
+                .forwarded_for(conn.peer, head.forwarded_for.iter().map(Vec::as_slice));
+            if let Err(retry_after) = conn.clients.admit(client.ip()) {
+                tracing::debug!(client = %client, peer = %conn.peer, retry_after, "connection over the per-address rate; answered 429");
+                let body = format!(
+                    "too many new connections from this address: retry after {retry_after} s\n"
+                );
+                let answer = format!(
+                    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: {retry_after}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                return;
+            }
+            client
+        } else {
+            conn.client
         };
         if head.content_length > MAX_DISCARD {
             self.shared.metrics.refuse(RefuseReason::BodyTooLarge);
@@ -250,7 +295,7 @@ impl Native {
         // The request is read: from here on it is a session's receiver.
         drop(permit);
         // Only the STOMP service is served natively.
-        let app = || super::application::stomp(&self.shared, kind, head.token.clone());
+        let app = || super::application::stomp(&self.shared, kind, head.token.clone(), client);
         let Some(sess) = self
             .registry
             .get_or_create(&session, self.service, &self.shared, app)
@@ -419,7 +464,14 @@ async fn read_head(stream: &mut TcpStream, head_len: usize) -> std::io::Result<H
             .find(|(k, _)| k == "token")
             .map(|(_, v)| v.into_owned())
     });
+    let forwarded_for = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+        .map(|h| h.value.to_vec())
+        .collect();
     let head = Head {
+        forwarded_for,
         origin: find("origin"),
         request_headers: find("access-control-request-headers"),
         cookie: find("cookie"),

@@ -257,8 +257,14 @@ fn query_token(req: &Request) -> Option<String> {
 fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
     let headers = req.headers().clone();
     let token = query_token(&req);
+    // The client, as the accept loop resolved it (`server`).
+    let client = req
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0)
+        .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
     let app = || match s.service.app {
-        App::Stomp => super::application::stomp(&s.shared, kind, token),
+        App::Stomp => super::application::stomp(&s.shared, kind, token, client),
         App::Echo => Box::new(test_apps::Echo),
         App::Close => Box::new(test_apps::Close),
     };

@@ -66,7 +66,7 @@ impl Drop for SniffPermit {
 /// arrived so far; `decide` must decide once `buf` is full. Returns None
 /// when the peer closed or reset before a decision. Wakes only when the
 /// socket has news (see the module docs); the caller bounds the time.
-pub(super) async fn peek_until<T>(
+pub(crate) async fn peek_until<T>(
     stream: &TcpStream,
     buf: &mut [u8],
     mut decide: impl FnMut(&[u8]) -> Option<T>,

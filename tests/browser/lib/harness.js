@@ -246,6 +246,9 @@ export async function startPageServer() {
   };
 }
 
-export async function launchBrowser() {
-  return chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+/** Chromium; `args` are extra command-line switches. */
+export async function launchBrowser(args = []) {
+  return chromium.launch({ executablePath: CHROMIUM, args: [...CHROMIUM_ARGS, ...args], headless: true });
 }
+
+export { freePort };
