@@ -1,4 +1,16 @@
 //! Prometheus metrics of the gateway (served at `GET /metrics`).
+//!
+//! - [`latency`]: a histogram that takes no lock, for the delivery path.
+//! - [`traffic`]: bytes and delivery latency by transport, counted by the
+//!   sessions as they write.
+//!
+//! The process metrics (`process_*`) and `herald_build_info` come from
+//! `herald_engine`, as for the router.
+
+pub mod latency;
+pub mod traffic;
+
+pub use traffic::{Traffic, TransportMeter};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -238,6 +250,8 @@ pub struct Metrics {
     /// Addresses the connection rate forgot while they still owed tokens,
     /// to stay within `connection_rate.max_addresses` (evict-oldest).
     pub connection_rate_evicted: Counter,
+    /// Bytes each way and delivery latency, by transport.
+    pub traffic: Traffic,
 }
 
 impl Metrics {
@@ -375,6 +389,7 @@ impl Metrics {
             "Protocol errors answered with ERROR or a close, by kind",
             self.errors.clone(),
         );
+        self.traffic.register(registry);
     }
 
     /// Create every labelled series at zero so dashboards see them before
