@@ -155,6 +155,7 @@ impl Gateway {
             env!("CARGO_PKG_VERSION"),
             env!("HERALD_COMMIT"),
         );
+        herald_engine::process::metrics::register(&mut registry);
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));

@@ -76,6 +76,7 @@ pub async fn run(
         env!("CARGO_PKG_VERSION"),
         env!("HERALD_COMMIT"),
     );
+    herald_engine::process::metrics::register(&mut registry);
     let publish_metrics = PublishMetrics::default();
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
