@@ -158,6 +158,9 @@ impl Gateway {
         herald_engine::process::metrics::register(&mut registry);
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
+        if !config.edge_mode() {
+            publish_metrics.precreate(&["http"]);
+        }
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
         // One filter for whatever feeds the hub, so an id is an idempotency
         // key in both modes.

@@ -80,6 +80,7 @@ pub async fn run(
     let publish_metrics = PublishMetrics::default();
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
+    publish_metrics.precreate(&["http", "amqp"]);
     api_keys.register(&mut registry);
     amqp_metrics.register(&mut registry);
 
