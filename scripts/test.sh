@@ -22,7 +22,8 @@
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js and tests/browser (npm ci), and the
 # Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
-# 2.7.x must exist). Honours
+# 2.7.x must exist), and Debian's prometheus (for promtool: the monitoring
+# stage checks deploy/monitoring's alert rules and dashboard). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -143,6 +144,19 @@ ensure_rabbitmq() {
 haproxy_tests() {
     run_stage haproxy bash deploy/test-haproxy.sh
     SUMMARY+=("haproxy config: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGDIR/haproxy.log" | tail -n1)")
+}
+
+ensure_promtool() {
+    # Debian's prometheus package carries promtool.
+    command -v promtool >/dev/null || ensure_apt_packages prometheus
+}
+
+# deploy/monitoring: the alert rules pass promtool's check and their unit
+# tests, and every metric they and the dashboard use is in a real scrape of
+# the debug gateway and router.
+monitoring_tests() {
+    run_stage monitoring scripts/check-monitoring.sh --bin-dir "$(target_dir)/debug"
+    SUMMARY+=("monitoring (promtool, metric names vs scrapes): $(grep -E '^monitoring: [0-9]+ passed' "$LOGDIR/monitoring.log" | tail -n1 | sed 's/^monitoring: //')")
 }
 
 # Where cargo puts its output: CARGO_TARGET_DIR, build.target-dir, or ./target.
@@ -336,6 +350,7 @@ main() {
     ensure_node
     ensure_chromium
     ensure_node_deps
+    ensure_promtool
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -347,6 +362,7 @@ main() {
     sockjs_conformance_tests
     router_pika_tests
     haproxy_tests
+    monitoring_tests
     distributed_tests
     js_tests
     browser_tests
