@@ -148,6 +148,9 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::default());
+        metrics
+            .root_links_configured
+            .set(config.edge.roots.len() as i64);
         let publish_metrics = PublishMetrics::default();
         let mut registry = Registry::default();
         herald_engine::metrics::register_build_info(

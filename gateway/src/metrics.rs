@@ -220,6 +220,9 @@ pub struct Metrics {
     pub sessions_behind: Counter,
     /// Edge mode: root links currently connected.
     pub root_links: Gauge,
+    /// Root brokers configured (`edge.roots`): 0 on a standalone gateway,
+    /// what `root_links` should read on a healthy edge.
+    pub root_links_configured: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
     pub root_reconnects: Counter,
     /// Edge mode: notifications received from roots (a bundle counts each
@@ -308,6 +311,11 @@ impl Metrics {
             "herald_root_links",
             "Root broker links connected (edge mode)",
             self.root_links.clone(),
+        );
+        registry.register(
+            "herald_root_links_configured",
+            "Root brokers configured (edge.roots): 0 standalone; herald_root_links below it means a lost link",
+            self.root_links_configured.clone(),
         );
         registry.register(
             "herald_root_reconnects",

@@ -241,13 +241,17 @@ async fn notifications_from_a_root_reach_sessions_once() {
     gw.until_metric("herald_duplicates_total", 1.0).await;
     // Without `x-herald-accepted-us` (an older router): delivered, not
     // measured.
+    let m = gw.metrics().await;
     assert_eq!(
         sample(
-            &gw.metrics().await,
+            &m,
             "herald_delivery_latency_seconds_count{transport=\"websocket\"}"
         ),
         Some(0.0)
     );
+    // One root configured, one linked: what the alert rules compare.
+    assert_eq!(sample(&m, "herald_root_links_configured"), Some(1.0));
+    assert_eq!(sample(&m, "herald_root_links"), Some(1.0));
 
     // The publish API is a router's job in a distributed deployment.
     let (status, _) = gw

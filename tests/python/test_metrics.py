@@ -69,6 +69,12 @@ def test_build_info_names_the_version_and_commit(gateway):
     assert 'commit=""' not in info[0], info
 
 
+def test_a_standalone_gateway_has_no_root_link_to_lose(gateway):
+    m = series(gateway)
+    assert m["herald_root_links_configured"] == 0
+    assert m["herald_root_links"] == 0
+
+
 def test_bytes_and_latency_move_with_each_delivered_frame(gateway):
     alice = subscribed(gateway, "alice")
     before = series(gateway)
