@@ -28,7 +28,8 @@
 # (npm ci), Debian's golang-go, php-cli, php-curl and default-jdk-headless
 # for the Go, PHP and Java examples, and the
 # Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
-# 2.7.x must exist). Honours
+# 2.7.x must exist), and Debian's prometheus (for promtool: the monitoring
+# stage checks deploy/monitoring's alert rules and dashboard). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -154,6 +155,19 @@ ensure_rabbitmq() {
 haproxy_tests() {
     run_stage haproxy bash deploy/test-haproxy.sh
     SUMMARY+=("haproxy config: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGDIR/haproxy.log" | tail -n1)")
+}
+
+ensure_promtool() {
+    # Debian's prometheus package carries promtool.
+    command -v promtool >/dev/null || ensure_apt_packages prometheus
+}
+
+# deploy/monitoring: the alert rules pass promtool's check and their unit
+# tests, and every metric they and the dashboard use is in a real scrape of
+# the debug gateway and router.
+monitoring_tests() {
+    run_stage monitoring scripts/check-monitoring.sh --bin-dir "$(target_dir)/debug"
+    SUMMARY+=("monitoring (promtool, metric names vs scrapes): $(grep -E '^monitoring: [0-9]+ passed' "$LOGDIR/monitoring.log" | tail -n1 | sed 's/^monitoring: //')")
 }
 
 # Where cargo puts its output: CARGO_TARGET_DIR, build.target-dir, or ./target.
@@ -383,6 +397,7 @@ main() {
     ensure_chromium
     ensure_node_deps
     ensure_example_tools
+    ensure_promtool
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -395,6 +410,7 @@ main() {
     router_pika_tests
     examples_tests
     haproxy_tests
+    monitoring_tests
     distributed_tests
     js_tests
     browser_tests

@@ -31,7 +31,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_protocol::envelope::{Limits, Notification, Scope, names};
+use herald_protocol::envelope::{Accepted, Limits, Notification, Scope, names};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 
@@ -74,6 +74,14 @@ pub mod headers {
     pub const CONTENT_TYPE_PROPERTY: &str = "content_type";
     /// Field name for the message body.
     pub const BODY: &str = "body";
+    /// Router to edges: when the router accepted the notification (or the
+    /// delayed one fired), microseconds after the Unix epoch: an integer
+    /// on a single notification, the table of
+    /// [`herald_protocol::bundle::encode_accepted`] (a byte array) on a
+    /// bundle. Edges measure delivery latency from it; one without it
+    /// (an older router) delivers the same, unmeasured, and an older edge
+    /// ignores it.
+    pub const ACCEPTED: &str = "x-herald-accepted-us";
 }
 
 /// Reason given for the timing headers by a router without a delayed store.
@@ -198,6 +206,7 @@ pub fn from_amqp_bytes(
         payload_is_utf8: false,
         ttl,
         encodings: Default::default(),
+        accepted: Default::default(),
     };
     n.validate(limits).map_err(|e| {
         let field = match e.field {
@@ -396,6 +405,10 @@ pub fn to_amqp(n: &Notification) -> (BasicProperties, Bytes) {
         let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         table.insert(names::TTL_MS.into(), AMQPValue::LongLongInt(ms));
     }
+    if let Some(at) = n.accepted.unix_micros() {
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        table.insert(headers::ACCEPTED.into(), AMQPValue::LongLongInt(at));
+    }
     // Validated: the id and the content type are at most 200 ASCII bytes,
     // within a short string's 255.
     let properties = BasicProperties::default()
@@ -417,11 +430,44 @@ pub const BUNDLE_TYPE: &str = "herald.bundle";
 /// [`BUNDLE_TYPE`].
 pub fn bundle_to_amqp(batch: &[std::sync::Arc<Notification>]) -> (BasicProperties, Bytes) {
     let body = herald_protocol::bundle::encode(batch.iter().map(|n| &**n));
-    let properties = BasicProperties::default()
+    let mut properties = BasicProperties::default()
         .with_content_type(short(herald_protocol::bundle::CONTENT_TYPE))
         .with_type(short(BUNDLE_TYPE))
         .with_delivery_mode(PERSISTENT);
+    if let Some(table) = herald_protocol::bundle::encode_accepted(batch.iter().map(|n| &**n)) {
+        let mut fields = FieldTable::default();
+        fields.insert(
+            headers::ACCEPTED.into(),
+            AMQPValue::ByteArray(table.as_ref().into()),
+        );
+        properties = properties.with_headers(fields);
+    }
     (properties, body)
+}
+
+/// When a router accepted the notification a message to the edges carries
+/// ([`headers::ACCEPTED`], an integer); unknown when absent or not one.
+pub fn accepted_from_amqp(properties: &BasicProperties) -> Accepted {
+    properties
+        .headers()
+        .as_ref()
+        .and_then(|t| t.inner().get(headers::ACCEPTED))
+        .and_then(integer)
+        .and_then(|us| u64::try_from(us).ok())
+        .map_or(Accepted::UNKNOWN, Accepted::from_unix_micros)
+}
+
+/// The acceptance table of a bundle message ([`headers::ACCEPTED`], a byte
+/// array), for [`herald_protocol::bundle::apply_accepted`].
+pub fn bundle_accepted(properties: &BasicProperties) -> Option<&[u8]> {
+    match properties
+        .headers()
+        .as_ref()
+        .and_then(|t| t.inner().get(headers::ACCEPTED))
+    {
+        Some(AMQPValue::ByteArray(b)) => Some(b.as_slice()),
+        _ => None,
+    }
 }
 
 /// The properties of a dead letter: the publication's own, plus

@@ -94,6 +94,7 @@ fn entry(i: usize, payload: &Bytes) -> Entry {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         },
         due_ms: T0 + (i % 60_000) as u64,
         accepted_ms: T0,

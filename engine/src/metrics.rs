@@ -34,6 +34,19 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
+    /// Every reason, to create the series at zero.
+    pub const ALL: [RejectReason; 9] = [
+        RejectReason::Unauthorized,
+        RejectReason::MalformedJson,
+        RejectReason::InvalidField,
+        RejectReason::TooLarge,
+        RejectReason::UnsupportedMediaType,
+        RejectReason::Unavailable,
+        RejectReason::Unsupported,
+        RejectReason::Forbidden,
+        RejectReason::RateLimited,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -156,6 +169,20 @@ impl PublishMetrics {
             "Notifications accepted over HTTP, by the name of the API key that published them",
             self.key_notifications.clone(),
         );
+    }
+
+    /// Create the accepted and rejected series of each intake path in
+    /// `sources` (`http`, `amqp`) at zero, so a rate or an alert's
+    /// `increase` sees the first one.
+    pub fn precreate(&self, sources: &[&'static str]) {
+        for &source in sources {
+            let _ = self.accepted.get_or_create(&SourceLabels { source });
+            for reason in RejectReason::ALL {
+                let _ = self
+                    .rejected
+                    .get_or_create(&RejectLabels { source, reason });
+            }
+        }
     }
 
     /// Count a request refused for its key.

@@ -1,6 +1,8 @@
 //! Process plumbing shared by Herald's binaries (`herald-router`,
 //! `herald-gateway`): exit codes, logging set-up, the shutdown signal, the
-//! reload signal.
+//! reload signal, and the process metrics ([`metrics`]).
+
+pub mod metrics;
 
 /// sysexits.h EX_CONFIG: the configuration is unusable.
 pub const EX_CONFIG: u8 = 78;

@@ -377,6 +377,12 @@ impl PublishApi {
                 &mut new_id,
             )?]
         };
+        // Delivery latency is measured from here (a delayed one: from its
+        // firing, which stamps it again).
+        let accepted = herald_protocol::envelope::Accepted::at(std::time::SystemTime::now());
+        for p in publications.iter_mut() {
+            p.notification.accepted = accepted;
+        }
         let batch = publications.len() > 1;
         if let Some(d) = self.delayed() {
             // A topic registered through another router a moment ago.

@@ -50,6 +50,7 @@ fn entry(id: &str, due_ms: u64) -> Entry {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         },
         due_ms,
         accepted_ms: now_ms(),

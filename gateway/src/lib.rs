@@ -153,6 +153,9 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         let config = Arc::new(config);
         let metrics = Arc::new(Metrics::default());
+        metrics
+            .root_links_configured
+            .set(config.edge.roots.len() as i64);
         let publish_metrics = PublishMetrics::default();
         let mut registry = Registry::default();
         herald_engine::metrics::register_build_info(
@@ -160,8 +163,12 @@ impl Gateway {
             env!("CARGO_PKG_VERSION"),
             env!("HERALD_COMMIT"),
         );
+        herald_engine::process::metrics::register(&mut registry);
         metrics.register(&mut registry);
         publish_metrics.register(&mut registry);
+        if !config.edge_mode() {
+            publish_metrics.precreate(&["http"]);
+        }
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
         // One filter for whatever feeds the hub, so an id is an idempotency
         // key in both modes.

@@ -1,4 +1,16 @@
 //! Prometheus metrics of the gateway (served at `GET /metrics`).
+//!
+//! - [`latency`]: a histogram that takes no lock, for the delivery path.
+//! - [`traffic`]: bytes and delivery latency by transport, counted by the
+//!   sessions as they write.
+//!
+//! The process metrics (`process_*`) and `herald_build_info` come from
+//! `herald_engine`, as for the router.
+
+pub mod latency;
+pub mod traffic;
+
+pub use traffic::{Traffic, TransportMeter};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -218,6 +230,9 @@ pub struct Metrics {
     pub sessions_behind: Counter,
     /// Edge mode: root links currently connected.
     pub root_links: Gauge,
+    /// Root brokers configured (`edge.roots`): 0 on a standalone gateway,
+    /// what `root_links` should read on a healthy edge.
+    pub root_links_configured: Gauge,
     /// Edge mode: root link failures (each followed by a reconnect).
     pub root_reconnects: Counter,
     /// Edge mode: notifications received from roots (a bundle counts each
@@ -248,6 +263,8 @@ pub struct Metrics {
     /// Addresses the connection rate forgot while they still owed tokens,
     /// to stay within `connection_rate.max_addresses` (evict-oldest).
     pub connection_rate_evicted: Counter,
+    /// Bytes each way and delivery latency, by transport.
+    pub traffic: Traffic,
 }
 
 impl Metrics {
@@ -304,6 +321,11 @@ impl Metrics {
             "herald_root_links",
             "Root broker links connected (edge mode)",
             self.root_links.clone(),
+        );
+        registry.register(
+            "herald_root_links_configured",
+            "Root brokers configured (edge.roots): 0 standalone; herald_root_links below it means a lost link",
+            self.root_links_configured.clone(),
         );
         registry.register(
             "herald_root_reconnects",
@@ -385,6 +407,7 @@ impl Metrics {
             "Protocol errors answered with ERROR or a close, by kind",
             self.errors.clone(),
         );
+        self.traffic.register(registry);
     }
 
     /// Create every labelled series at zero so dashboards see them before

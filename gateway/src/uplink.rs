@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
-use herald_amqp::envelope::{BUNDLE_TYPE, body_bytes, from_amqp_bytes};
+use herald_amqp::envelope::{
+    BUNDLE_TYPE, accepted_from_amqp, body_bytes, bundle_accepted, from_amqp_bytes,
+};
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use herald_amqp::topology::{durable_exchange, durable_queue_bound};
 use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
@@ -264,7 +266,7 @@ impl Uplink {
             .as_ref()
             .is_some_and(|k| k.as_str() == BUNDLE_TYPE)
         {
-            self.route_bundle(body);
+            self.route_bundle(properties, body);
             return;
         }
         self.metrics.uplink_received.inc();
@@ -274,7 +276,10 @@ impl Uplink {
             &self.limits,
             herald_engine::publish::new_id,
         ) {
-            Ok(n) => n,
+            Ok(mut n) => {
+                n.accepted = accepted_from_amqp(properties);
+                n
+            }
             Err(e) => {
                 // Routers validate before forwarding; a delivery that fails
                 // here came from elsewhere. It is acknowledged (redelivering
@@ -290,10 +295,17 @@ impl Uplink {
     /// Route each notification of a bundle, in order. One that fails
     /// validation is dropped alone; a bundle that cannot be read is
     /// dropped whole (acknowledged: it would fail the same way again).
-    fn route_bundle(&self, body: Bytes) {
+    fn route_bundle(&self, properties: &lapin::BasicProperties, body: Bytes) {
         self.metrics.uplink_bundles.inc();
         let batch = match bundle::decode(body) {
-            Ok(batch) => batch,
+            Ok(mut batch) => {
+                // Without a table (an older router) or with one that does
+                // not fit, the notifications go unmeasured.
+                if let Some(table) = bundle_accepted(properties) {
+                    bundle::apply_accepted(table, &mut batch);
+                }
+                batch
+            }
             Err(e) => {
                 self.metrics.uplink_rejected.inc();
                 tracing::warn!(reason = %e, "unreadable bundle from a root dropped");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use herald_protocol::envelope::{Notification, Scope};
+use herald_protocol::envelope::{Accepted, Notification, Scope};
 use lapin::options::BasicPublishOptions;
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Connection, ConnectionProperties};
@@ -29,6 +29,7 @@ fn note(id: &str, user: &str, event: &str) -> Notification {
         payload_is_utf8: true,
         ttl: None,
         encodings: Default::default(),
+        accepted: Default::default(),
     }
 }
 
@@ -238,6 +239,19 @@ async fn notifications_from_a_root_reach_sessions_once() {
     assert_eq!(m.header("seq"), Some("2"));
     assert_eq!(&m.body[..], b"{\"via\":\"amqp\"}");
     gw.until_metric("herald_duplicates_total", 1.0).await;
+    // Without `x-herald-accepted-us` (an older router): delivered, not
+    // measured.
+    let m = gw.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            "herald_delivery_latency_seconds_count{transport=\"websocket\"}"
+        ),
+        Some(0.0)
+    );
+    // One root configured, one linked: what the alert rules compare.
+    assert_eq!(sample(&m, "herald_root_links_configured"), Some(1.0));
+    assert_eq!(sample(&m, "herald_root_links"), Some(1.0));
 
     // The publish API is a router's job in a distributed deployment.
     let (status, _) = gw
@@ -293,23 +307,29 @@ async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
     let mut erin = gw.session(&token("erin", None, None)).await;
 
     // Exactly what a router sends for a batch: one message, several
-    // notifications, one of them invalid (no users for scope user).
+    // notifications, one of them invalid (no users for scope user), each
+    // accepted by the router 200 ms ago.
+    let accepted = Accepted::at(std::time::SystemTime::now() - Duration::from_millis(200));
+    let stamped = |mut n: Notification| {
+        n.accepted = accepted;
+        n
+    };
     let mut invalid = note("bad", "dana", "b");
     invalid.users.clear();
     let batch: Vec<std::sync::Arc<Notification>> = vec![
-        note("d-1", "dana", "b").into(),
-        note("e-1", "erin", "b").into(),
-        invalid.into(),
-        note("d-2", "dana", "b").into(),
+        stamped(note("d-1", "dana", "b")).into(),
+        stamped(note("e-1", "erin", "b")).into(),
+        stamped(invalid).into(),
+        stamped(note("d-2", "dana", "b")).into(),
         // Already seen in this bundle: dropped as a duplicate.
-        note("d-1", "dana", "b").into(),
+        stamped(note("d-1", "dana", "b")).into(),
     ];
     let (properties, body) = herald_amqp::envelope::bundle_to_amqp(&batch);
     root.forward_raw(properties.clone(), &body).await;
     // A bundle that cannot be read is dropped whole; the link goes on.
     root.forward_raw(properties, b"\x01\x05\x00\x00\x00garbage")
         .await;
-    root.forward(&note("d-3", "dana", "single")).await;
+    root.forward(&stamped(note("d-3", "dana", "single"))).await;
 
     for (id, seq) in [("d-1", "1"), ("d-2", "2"), ("d-3", "3")] {
         let m = dana.message().await;
@@ -323,6 +343,25 @@ async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
     assert_eq!(sample(&metrics, "herald_uplink_bundles_total"), Some(2.0));
     assert_eq!(sample(&metrics, "herald_uplink_rejected_total"), Some(2.0));
     assert_eq!(sample(&metrics, "herald_duplicates_total"), Some(1.0));
+    // The four delivered were measured from the router's acceptance, which
+    // the bundle's table and the single message's header carried: 200 ms
+    // and more, not the moments they reached the edge.
+    gw.until_metric(
+        "herald_delivery_latency_seconds_count{transport=\"websocket\"}",
+        4.0,
+    )
+    .await;
+    let metrics = gw.metrics().await;
+    let bucket = |le: &str| {
+        sample(
+            &metrics,
+            &format!(
+                "herald_delivery_latency_seconds_bucket{{le=\"{le}\",transport=\"websocket\"}}"
+            ),
+        )
+    };
+    assert_eq!(bucket("0.1"), Some(0.0), "{metrics}");
+    assert_eq!(bucket("60.0"), Some(4.0), "{metrics}");
     root.cleanup().await;
 }
 

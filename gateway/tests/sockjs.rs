@@ -603,15 +603,30 @@ async fn stomp_over_each_http_transport() {
         assert_eq!(frames[2].header("event"), Some("over.sockjs"));
         assert_eq!(&frames[2].body[..], br#"{"n":1}"#);
     }
+    // One MESSAGE each: one latency observation each, and the bytes each
+    // way at least what the test saw go by.
+    for t in ["xhr_polling", "xhr_streaming", "eventsource"] {
+        gw.until_metric(
+            &format!("herald_delivery_latency_seconds_count{{transport=\"{t}\"}}"),
+            1.0,
+        )
+        .await;
+    }
     let m = gw.metrics().await;
     for t in ["xhr_polling", "xhr_streaming", "eventsource"] {
+        let series = |name: &str| sample(&m, &format!("{name}{{transport=\"{t}\"}}"));
         assert_eq!(
-            sample(
-                &m,
-                &format!("herald_sessions_opened_total{{transport=\"{t}\"}}")
-            ),
+            series("herald_sessions_opened_total"),
             Some(1.0),
             "{t}\n{m}"
+        );
+        assert!(
+            series("herald_bytes_sent_total").unwrap() >= 100.0,
+            "CONNECTED, RECEIPT and a MESSAGE: {t}\n{m}"
+        );
+        assert!(
+            series("herald_bytes_received_total").unwrap() >= 100.0,
+            "CONNECT with a token and SUBSCRIBE: {t}\n{m}"
         );
     }
 }
@@ -658,6 +673,19 @@ async fn stomp_over_sockjs_websocket() {
     }
     let frames = decode_all(&received);
     assert_eq!(frames[2].header("event"), Some("over.ws"));
+    gw.until_metric(
+        "herald_delivery_latency_seconds_count{transport=\"sockjs_websocket\"}",
+        1.0,
+    )
+    .await;
+    let m = gw.metrics().await;
+    let wire = received.iter().map(String::len).sum::<usize>() as f64;
+    let sent = sample(
+        &m,
+        "herald_bytes_sent_total{transport=\"sockjs_websocket\"}",
+    )
+    .unwrap();
+    assert!(sent >= wire, "{sent} < {wire}: every frame is counted");
     // A STOMP error inside SockJS: ERROR in a[...], then c[...] and close.
     ws.send(Message::text(r#"["SEND\ndestination:/x\n\n\u0000"]"#))
         .await

@@ -157,6 +157,7 @@ pub fn get(r: &mut Bytes) -> Result<(Notification, u8), DecodeError> {
         payload_is_utf8: flags & UTF8 != 0,
         ttl,
         encodings: Default::default(),
+        accepted: Default::default(),
     };
     Ok((notification, flags & CALLER_FLAG))
 }
@@ -219,6 +220,7 @@ mod tests {
             payload_is_utf8: false,
             ttl: ttl.map(Duration::from_millis),
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 

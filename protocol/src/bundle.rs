@@ -12,11 +12,21 @@
 //! A bundle travels with content type [`CONTENT_TYPE`]; its notifications
 //! arrive in order and are validated one by one by the receiver, as any
 //! publication is.
+//!
+//! When its notifications were accepted ([`Accepted`]) travels beside the
+//! bundle, not in it, so the layout above (and every edge that reads it)
+//! stays as it is; [`encode_accepted`] makes the table, 8 bytes plus 4 a
+//! notification:
+//!
+//! ```text
+//! u64 base: microseconds after the Unix epoch (the earliest time known)
+//! count × u32: microseconds after base, in bundle order (u32::MAX: unknown)
+//! ```
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::binary::{self, DecodeError};
-use crate::envelope::Notification;
+use crate::envelope::{Accepted, Notification};
 
 /// The content type of a bundle message.
 pub const CONTENT_TYPE: &str = "application/vnd.herald.bundle";
@@ -83,6 +93,57 @@ pub fn decode(mut body: Bytes) -> Result<Vec<Notification>, DecodeError> {
     Ok(out)
 }
 
+/// An offset in the acceptance table meaning "not known".
+const UNKNOWN_OFFSET: u32 = u32::MAX;
+
+/// The acceptance table of `notifications` (see the module docs); `None`
+/// when no time is known (nothing to carry).
+pub fn encode_accepted<'a, I>(notifications: I) -> Option<Bytes>
+where
+    I: IntoIterator<Item = &'a Notification>,
+    I::IntoIter: Clone,
+{
+    let iter = notifications.into_iter();
+    let base = iter
+        .clone()
+        .filter_map(|n| n.accepted.unix_micros())
+        .min()?;
+    let mut out = BytesMut::with_capacity(8 + 4 * iter.clone().count());
+    out.put_u64_le(base);
+    for n in iter {
+        // An offset past u32 (71 minutes after the earliest) is not a
+        // bundle's spread; it is said as unknown rather than wrong.
+        let offset = n
+            .accepted
+            .unix_micros()
+            .and_then(|at| u32::try_from(at - base).ok())
+            .filter(|&o| o != UNKNOWN_OFFSET)
+            .unwrap_or(UNKNOWN_OFFSET);
+        out.put_u32_le(offset);
+    }
+    Some(out.freeze())
+}
+
+/// Set the acceptance times of `batch` (a decoded bundle) from `table`
+/// (made by [`encode_accepted`] for the same bundle). A table that does
+/// not fit the batch sets nothing and returns false: the notifications are
+/// delivered all the same, only not measured.
+pub fn apply_accepted(table: &[u8], batch: &mut [Notification]) -> bool {
+    if table.len() != 8 + 4 * batch.len() {
+        return false;
+    }
+    let (base, offsets) = table.split_at(8);
+    let base = u64::from_le_bytes(base.try_into().unwrap_or_default());
+    for (n, o) in batch.iter_mut().zip(offsets.chunks_exact(4)) {
+        let offset = u32::from_le_bytes([o[0], o[1], o[2], o[3]]);
+        n.accepted = match offset {
+            UNKNOWN_OFFSET => Accepted::UNKNOWN,
+            _ => Accepted::from_unix_micros(base.saturating_add(u64::from(offset))),
+        };
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +164,7 @@ mod tests {
             payload_is_utf8: true,
             ttl: i.is_multiple_of(3).then(|| Duration::from_secs(60)),
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 
@@ -157,5 +219,25 @@ mod tests {
     fn a_huge_count_does_not_allocate_for_it() {
         let raw = Bytes::from_static(&[VERSION, 0xff, 0xff, 0xff, 0xff]);
         assert_eq!(decode(raw), Err(DecodeError::Truncated("flags")));
+    }
+
+    #[test]
+    fn acceptance_times_travel_beside_the_bundle() {
+        let mut batch: Vec<Notification> = (0..4).map(sample).collect();
+        batch[0].accepted = Accepted::from_unix_micros(1_000_000);
+        batch[1].accepted = Accepted::from_unix_micros(999_000);
+        batch[3].accepted = Accepted::from_unix_micros(999_000 + (1 << 33));
+        let table = encode_accepted(&batch).unwrap();
+        assert_eq!(table.len(), 8 + 4 * 4);
+        let body = encode(&batch);
+        let mut back = decode(body).unwrap();
+        assert!(apply_accepted(&table, &mut back));
+        let times: Vec<_> = back.iter().map(|n| n.accepted.unix_micros()).collect();
+        assert_eq!(times, vec![Some(1_000_000), Some(999_000), None, None]);
+        assert!(
+            !apply_accepted(&table, &mut back[..3]),
+            "a table of another size"
+        );
+        assert!(encode_accepted(&[sample(1)]).is_none(), "nothing known");
     }
 }

@@ -117,7 +117,63 @@ pub struct Notification {
     /// Encodings of the payload made once per framing and shared by every
     /// recipient (see [`Encodings`]).
     pub encodings: Encodings,
+    /// When Herald accepted it (see [`Accepted`]); takes no part in
+    /// equality.
+    pub accepted: Accepted,
 }
+
+/// When Herald accepted a notification: the moment a gateway or router took
+/// it from a backend (HTTP or AMQP), or, for a delayed notification, the
+/// moment it fired. Microseconds after the Unix epoch on the wall clock of
+/// the process that accepted it (so a latency measured on another host
+/// includes the clock offset between the two); [`Accepted::UNKNOWN`] when
+/// nobody said (a notification read back from a store or from a router
+/// that does not send it).
+///
+/// The delivery-latency histogram measures from here to the moment the
+/// frame is handed to the socket. Like [`Encodings`], it takes no part in
+/// equality: two notifications that say the same thing are equal whenever
+/// they were accepted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Accepted(u64);
+
+impl Accepted {
+    /// Not known: not measured.
+    pub const UNKNOWN: Accepted = Accepted(0);
+
+    /// At `micros` after the Unix epoch (0 is [`Accepted::UNKNOWN`]).
+    pub const fn from_unix_micros(micros: u64) -> Self {
+        Accepted(micros)
+    }
+
+    /// At `t` (before the epoch: unknown).
+    pub fn at(t: std::time::SystemTime) -> Self {
+        let micros = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        Accepted(micros)
+    }
+
+    /// Microseconds after the Unix epoch, when known.
+    pub fn unix_micros(self) -> Option<u64> {
+        (self.0 != 0).then_some(self.0)
+    }
+
+    /// How long before `now_micros` (microseconds after the Unix epoch) it
+    /// was accepted, when known; zero when `now_micros` is earlier (a clock
+    /// that stepped back, or another host's clock ahead of this one).
+    pub fn micros_before(self, now_micros: u64) -> Option<u64> {
+        self.unix_micros().map(|at| now_micros.saturating_sub(at))
+    }
+}
+
+impl PartialEq for Accepted {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Accepted {}
 
 /// Lazily computed encodings of a notification's payload, one per framing.
 ///
@@ -351,6 +407,7 @@ mod tests {
             payload_is_utf8: false,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 
@@ -424,5 +481,19 @@ mod tests {
         let mut n = sample();
         n.ttl = Some(Duration::ZERO);
         assert_eq!(n.validate(&Limits::default()).unwrap_err().field, "ttl_ms");
+    }
+
+    #[test]
+    fn acceptance_is_known_measured_and_not_compared() {
+        let t = std::time::UNIX_EPOCH + Duration::from_micros(1_000_500);
+        let at = Accepted::at(t);
+        assert_eq!(at.unix_micros(), Some(1_000_500));
+        assert_eq!(at.micros_before(1_250_500), Some(250_000));
+        assert_eq!(at.micros_before(1_000_000), Some(0), "a clock behind");
+        assert_eq!(Accepted::UNKNOWN.unix_micros(), None);
+        assert_eq!(Accepted::UNKNOWN.micros_before(5), None);
+        let mut later = sample();
+        later.accepted = at;
+        assert_eq!(later, sample());
     }
 }

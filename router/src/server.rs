@@ -76,9 +76,11 @@ pub async fn run(
         env!("CARGO_PKG_VERSION"),
         env!("HERALD_COMMIT"),
     );
+    herald_engine::process::metrics::register(&mut registry);
     let publish_metrics = PublishMetrics::default();
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
+    publish_metrics.precreate(&["http", "amqp"]);
     api_keys.register(&mut registry);
     amqp_metrics.register(&mut registry);
 

@@ -50,6 +50,7 @@ async fn a_valid_publication_reaches_the_edges_and_is_acked() {
     full.insert("topic".into(), text("ops"));
     full.insert("ttl-ms".into(), AMQPValue::LongLongInt(60_000));
     let body = br#"{"reload":true,"text":"caf\u00e9 \u00e9t\u00e9"}"#;
+    let before = accepted_now();
     assert!(
         broker
             .publish("ops.deploy", publication("n-full", full.clone()), body)
@@ -67,9 +68,32 @@ async fn a_valid_publication_reaches_the_edges_and_is_acked() {
     let got = broker
         .take(&broker.edge_queue, 2, Duration::from_secs(10))
         .await;
+    let after = accepted_now();
     let first = &got[0];
     assert_eq!(first.data, body);
-    assert_eq!(first.properties.headers().as_ref(), Some(&full));
+    // Plus when the router accepted it, for the edges' latency histogram.
+    let at = herald_amqp::envelope::accepted_from_amqp(&first.properties)
+        .unix_micros()
+        .expect("x-herald-accepted-us");
+    assert!(
+        (before..=after).contains(&at),
+        "{before} <= {at} <= {after}"
+    );
+    let mut forwarded_headers = first.properties.headers().clone().unwrap();
+    assert!(
+        forwarded_headers
+            .inner()
+            .contains_key("x-herald-accepted-us")
+    );
+    forwarded_headers = FieldTable::from(
+        forwarded_headers
+            .inner()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "x-herald-accepted-us")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    );
+    assert_eq!(forwarded_headers, full);
     assert_eq!(
         first.properties.message_id().as_ref().unwrap().as_str(),
         "n-full"
@@ -711,4 +735,11 @@ async fn publications_survive_the_router_losing_its_connection() {
     );
     let _ = edge_channel.close(200, "OK".into()).await;
     broker.cleanup().await;
+}
+
+/// The wall clock as the router stamps acceptance.
+fn accepted_now() -> u64 {
+    herald_protocol::envelope::Accepted::at(std::time::SystemTime::now())
+        .unix_micros()
+        .unwrap()
 }

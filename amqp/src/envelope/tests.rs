@@ -426,3 +426,32 @@ fn short_strings_never_panic() {
     assert!(s.as_str().len() <= 255);
     assert!(long.starts_with(s.as_str()));
 }
+
+#[test]
+fn acceptance_travels_to_the_edges_and_not_from_backends() {
+    let mut original = parse(&props(base()), b"{}").unwrap();
+    assert_eq!(
+        original.accepted.unix_micros(),
+        None,
+        "a backend's header is not read"
+    );
+    original.accepted = Accepted::from_unix_micros(1_700_000_000_123_456);
+    let (p, _) = to_amqp(&original);
+    assert_eq!(
+        accepted_from_amqp(&p).unix_micros(),
+        Some(1_700_000_000_123_456)
+    );
+    assert_eq!(accepted_from_amqp(&props(base())).unix_micros(), None);
+
+    let mut later = original.clone();
+    later.accepted = Accepted::from_unix_micros(1_700_000_000_124_456);
+    let batch = vec![std::sync::Arc::new(original), std::sync::Arc::new(later)];
+    let (p, body) = bundle_to_amqp(&batch);
+    let mut back = herald_protocol::bundle::decode(body).unwrap();
+    let table = bundle_accepted(&p).expect("a bundle carries its table");
+    assert!(herald_protocol::bundle::apply_accepted(table, &mut back));
+    assert_eq!(back[1].accepted.unix_micros(), Some(1_700_000_000_124_456));
+    // Nothing known: no header at all, as an older router sends.
+    let unknown = vec![std::sync::Arc::new(parse(&props(base()), b"{}").unwrap())];
+    assert!(bundle_accepted(&bundle_to_amqp(&unknown).0).is_none());
+}

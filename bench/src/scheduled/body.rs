@@ -181,6 +181,7 @@ mod tests {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         };
         let mut n = n;
         n.validate(&herald_protocol::envelope::Limits::default())

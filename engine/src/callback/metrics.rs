@@ -36,6 +36,9 @@ pub struct RequestLabels {
     pub class: &'static str,
 }
 
+/// Every value of [`OutcomeLabels::outcome`].
+pub const OUTCOMES: [&str; 6] = ["delivered", "declined", "retry", "dead", "paused", "late"];
+
 /// Label of `herald_callback_outcomes_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -108,8 +111,12 @@ impl Default for CallbackMetrics {
 }
 
 impl CallbackMetrics {
-    /// Register everything under `herald_callback_*`.
+    /// Register everything under `herald_callback_*`, with every outcome
+    /// at zero (an alert's `increase` then sees the first dead letter).
     pub fn register(&self, registry: &mut Registry) {
+        for outcome in OUTCOMES {
+            let _ = self.outcomes.get_or_create(&OutcomeLabels { outcome });
+        }
         let r = registry.sub_registry_with_prefix("herald_callback");
         r.register(
             "requests",

@@ -140,6 +140,7 @@ fn from_json(
         payload_is_utf8: true,
         ttl: ttl(p.ttl_ms),
         encodings: Default::default(),
+        accepted: Default::default(),
     };
     Ok(Publication {
         notification,
@@ -290,6 +291,7 @@ pub(crate) fn parse_raw(
         payload_is_utf8: false,
         ttl: ttl(params.ttl_ms),
         encodings: Default::default(),
+        accepted: Default::default(),
     };
     Ok(Publication {
         notification,

@@ -23,6 +23,35 @@ pub struct DueLabels {
     pub due: &'static str,
 }
 
+/// The store operations whose failures the stores count (the `op` of
+/// `herald_delayed_store_errors_total`), created at zero by
+/// [`DelayedMetrics::precreate`]. An operation missing here is still
+/// counted, from its first failure.
+pub const STORE_OPS: &[&str] = &[
+    "attempts",
+    "cancel",
+    "claim_due",
+    "claim_held",
+    "counts",
+    "delete_topic",
+    "delivered",
+    "expire",
+    "finish",
+    "hold",
+    "insert",
+    "list",
+    "mark_step",
+    "purge",
+    "put_topic",
+    "release",
+    "replay",
+    "retry_wait",
+    "status",
+    "topic",
+    "topics",
+    "upcoming",
+];
+
 /// Label of `herald_delayed_store_errors_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabels {
@@ -164,6 +193,7 @@ impl Default for DelayedMetrics {
 impl DelayedMetrics {
     /// Register everything under `herald_delayed_*`.
     pub fn register(&self, registry: &mut Registry) {
+        self.precreate();
         self.callbacks.register(registry);
         let r = registry.sub_registry_with_prefix("herald_delayed");
         r.register(
@@ -312,6 +342,14 @@ impl DelayedMetrics {
             "Users not tracked for the minimum interval (table full)",
             self.untracked_users.clone(),
         );
+    }
+
+    /// Create the store-error series of every operation the stores report
+    /// at zero, so an alert's `rate` sees the first failure.
+    pub fn precreate(&self) {
+        for &op in STORE_OPS {
+            let _ = self.store_errors.get_or_create(&OpLabels { op });
+        }
     }
 
     /// Count a failed store operation.

@@ -106,6 +106,7 @@ mod tests {
                 payload_is_utf8: true,
                 ttl: None,
                 encodings: Default::default(),
+                accepted: Default::default(),
             },
             due_ms: due,
             accepted_ms: 0,

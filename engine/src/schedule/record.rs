@@ -199,6 +199,7 @@ mod tests {
                 payload_is_utf8: false,
                 ttl: ttl.map(Duration::from_millis),
                 encodings: Default::default(),
+                accepted: Default::default(),
             },
             due_ms: 1_700_000_000_123,
             accepted_ms: 1_700_000_000_000,

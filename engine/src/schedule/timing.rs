@@ -165,6 +165,7 @@ mod tests {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 

@@ -49,6 +49,7 @@ pub fn entry(id: &str, due_ms: Millis, topic: Option<&str>, user: &str) -> Entry
             payload_is_utf8: true,
             ttl: Some(Duration::from_secs(60)),
             encodings: Default::default(),
+            accepted: Default::default(),
         },
         due_ms,
         accepted_ms: T0,

@@ -223,6 +223,7 @@ mod tests {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         };
         Retained::pack(&n, expires)
     }

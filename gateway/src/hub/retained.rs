@@ -180,6 +180,7 @@ impl Retained {
                 .expires()
                 .map(|e| Duration::from_nanos(e.saturating_sub(now).max(0) as u64)),
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 
@@ -229,6 +230,7 @@ mod tests {
             payload_is_utf8: true,
             ttl,
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 

@@ -57,6 +57,7 @@ fn note(scope: Scope, users: &[&str], clients: &[&str], sites: &[&str]) -> Arc<N
         payload_is_utf8: true,
         ttl: None,
         encodings: Default::default(),
+        accepted: Default::default(),
     })
 }
 

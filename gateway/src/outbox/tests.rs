@@ -19,6 +19,7 @@ fn note(event: &str, size: usize) -> Arc<Notification> {
         payload_is_utf8: true,
         ttl: None,
         encodings: Default::default(),
+        accepted: Default::default(),
     })
 }
 

@@ -105,6 +105,7 @@ impl Sink for WsSockjs<'_> {
         let pieces = array(&message(subscription, seq, epoch, n, v));
         self.0
             .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+        self.0.mark_delivery(n.accepted);
     }
 
     fn heartbeat(&mut self) {
@@ -154,6 +155,7 @@ mod tests {
             payload_is_utf8: utf8,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         }
     }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use herald_protocol::sockjs;
 use herald_protocol::websocket::{self, Message, OpCode, WsError};
+use prometheus_client::metrics::counter::Counter;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -72,6 +73,8 @@ struct Session {
     closing: Option<Instant>,
     /// Control bytes of `out` last added to the gateway's gauge.
     reported: i64,
+    /// Bytes read from the client, this transport's counter.
+    received: Counter,
 }
 
 enum Stop {
@@ -99,6 +102,8 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
         // `Bytes` may pin hyper's whole read buffer for the session's life.
         let inbuf = BytesMut::from(&leftover[..]);
         drop(leftover);
+        let meter = shared.metrics.traffic.meter(transport).clone();
+        meter.bytes_received.inc_by(inbuf.len() as u64);
         let now = Instant::now();
         let max_frame = shared.config.session.max_frame_bytes;
         let queue_bytes = shared.config.session.queue_bytes;
@@ -116,7 +121,8 @@ pub async fn run(shared: Arc<Shared>, up: Upgraded) {
             stream,
             inbuf,
             ws: websocket::Decoder::new(max_frame),
-            out: WriteQueue::new(queue_bytes),
+            received: meter.bytes_received.clone(),
+            out: WriteQueue::new(queue_bytes).with_meter(meter),
             framing,
             sockjs_heartbeat,
             closing: None,
@@ -310,6 +316,7 @@ impl Session {
             match self.stream.try_read(&mut chunk) {
                 Ok(0) => return Err(Stop::Eof),
                 Ok(n) => {
+                    self.received.inc_by(n as u64);
                     self.core.received(now);
                     self.inbuf.extend_from_slice(&chunk[..n]);
                     self.process_input(now)?;

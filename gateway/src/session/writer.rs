@@ -43,12 +43,14 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
 use bytes::{Buf, Bytes, BytesMut};
-use herald_protocol::envelope::Notification;
+use herald_protocol::envelope::{Accepted, Notification};
 use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
 
 use super::core::{Sink, message_headers};
 use crate::config::SessionConfig;
+use crate::metrics::TransportMeter;
+use crate::metrics::traffic::now_micros;
 
 const NUL: Bytes = Bytes::from_static(b"\0");
 /// A STOMP heart-beat (one EOL) in a WebSocket text frame.
@@ -67,6 +69,10 @@ struct Chunk {
     data: Bytes,
     /// Made by the gateway (charged against the bound), not a MESSAGE part.
     control: bool,
+    /// The last chunk of a MESSAGE frame: when its notification was
+    /// accepted, observed as delivery latency once the socket took the
+    /// whole chunk.
+    accepted: Accepted,
 }
 
 impl std::ops::Deref for Chunk {
@@ -155,6 +161,11 @@ pub struct WriteQueue {
     /// Chunks popped so far: the absolute index of the front chunk.
     popped: u64,
     budget: Budget,
+    /// Where written bytes and delivered frames are counted (none in unit
+    /// tests of the framing).
+    meter: Option<TransportMeter>,
+    /// The clock as read once for the current [`WriteQueue::write_to`].
+    now_micros: Option<u64>,
 }
 
 impl Default for WriteQueue {
@@ -176,7 +187,15 @@ impl WriteQueue {
             pong: None,
             popped: 0,
             budget: Budget::new(limit),
+            meter: None,
+            now_micros: None,
         }
+    }
+
+    /// Count written bytes and delivered frames on `meter`.
+    pub fn with_meter(mut self, meter: TransportMeter) -> Self {
+        self.meter = Some(meter);
+        self
     }
 
     /// Whether nothing waits.
@@ -221,6 +240,7 @@ impl WriteQueue {
             self.chunks.push_back(Chunk {
                 data,
                 control: true,
+                accepted: Accepted::UNKNOWN,
             });
         }
     }
@@ -233,7 +253,16 @@ impl WriteQueue {
             self.chunks.push_back(Chunk {
                 data: b,
                 control: false,
+                accepted: Accepted::UNKNOWN,
             });
+        }
+    }
+
+    /// The MESSAGE frame just queued carries a notification accepted
+    /// `accepted`: its last chunk is observed when written.
+    pub(super) fn mark_delivery(&mut self, accepted: Accepted) {
+        if let Some(last) = self.chunks.back_mut().filter(|c| !c.control) {
+            last.accepted = accepted;
         }
     }
 
@@ -252,6 +281,7 @@ impl WriteQueue {
     /// at `WouldBlock` (returning what was written so far).
     pub fn write_to(&mut self, stream: &tokio::net::TcpStream) -> io::Result<usize> {
         self.seal();
+        self.now_micros = None;
         let mut written = 0;
         while !self.chunks.is_empty() {
             let iov: Vec<IoSlice<'_>> = self
@@ -264,6 +294,9 @@ impl WriteQueue {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     written += n;
+                    if let Some(meter) = &self.meter {
+                        meter.bytes_sent.inc_by(n as u64);
+                    }
                     self.advance(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -295,12 +328,25 @@ impl WriteQueue {
             }
             n -= taken;
             if taken == front.data.len() {
+                let accepted = front.accepted;
                 self.chunks.pop_front();
                 self.popped += 1;
+                self.delivered(accepted);
             } else {
                 front.data.advance(taken);
             }
         }
+    }
+
+    /// A MESSAGE frame's last chunk went out: observe its latency, reading
+    /// the clock at most once per write.
+    fn delivered(&mut self, accepted: Accepted) {
+        let Some(meter) = &self.meter else { return };
+        if accepted.unix_micros().is_none() {
+            return;
+        }
+        let now = *self.now_micros.get_or_insert_with(now_micros);
+        meter.delivered(accepted, now);
     }
 
     /// Every queued byte, concatenated (tests).
@@ -368,6 +414,7 @@ impl WriteQueue {
         self.chunks.push_back(Chunk {
             data: new,
             control: true,
+            accepted: Accepted::UNKNOWN,
         });
     }
 }
@@ -395,6 +442,7 @@ impl Sink for RawStomp<'_> {
             OpCode::Binary
         };
         self.0.ws_frame(opcode, &[&head.freeze(), &n.payload, &NUL]);
+        self.0.mark_delivery(n.accepted);
     }
 
     fn heartbeat(&mut self) {
@@ -454,6 +502,7 @@ mod tests {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         };
         let mut q = WriteQueue::default();
         RawStomp(&mut q).message("sub:0", 7, 99, &n, Version::V1_2);
@@ -496,6 +545,7 @@ mod tests {
             payload_is_utf8: false,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         };
         let mut q = WriteQueue::default();
         RawStomp(&mut q).message("s", 1, 1, &n, Version::V1_2);
@@ -659,6 +709,7 @@ mod tests {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         };
         let mut q = WriteQueue::new(100);
         RawStomp(&mut q).message("s", 1, 1, &n, Version::V1_2);

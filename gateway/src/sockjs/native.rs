@@ -296,9 +296,9 @@ impl Native {
         drop(permit);
         // Only the STOMP service is served natively.
         let app = || super::application::stomp(&self.shared, kind, head.token.clone(), client);
-        let Some(sess) = self
-            .registry
-            .get_or_create(&session, self.service, &self.shared, app)
+        let Some(sess) =
+            self.registry
+                .get_or_create(&session, kind, self.service, &self.shared, app)
         else {
             self.shared.metrics.refuse(RefuseReason::SessionLimit);
             let _ = stream

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::envelope::Notification;
+use herald_protocol::envelope::{Accepted, Notification};
 use herald_protocol::sockjs;
 use herald_protocol::stomp::{Command, Version};
 
@@ -69,6 +69,10 @@ pub struct Pending {
     /// Bytes of messages the gateway made (charged).
     control: usize,
     budget: Budget,
+    /// When the notifications of the MESSAGE frames in `messages` were
+    /// accepted (the known ones), observed as delivery latency when the
+    /// driver hands the frame to a receiver.
+    pub(super) accepted: Vec<Accepted>,
 }
 
 impl Default for Pending {
@@ -86,6 +90,7 @@ impl Pending {
             bytes: 0,
             control: 0,
             budget: Budget::new(limit),
+            accepted: Vec::new(),
         }
     }
 
@@ -141,6 +146,9 @@ impl Sink for Pending {
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
         self.push(sockjs_frame::message(subscription, seq, epoch, n, v).to_vec());
+        if n.accepted.unix_micros().is_some() {
+            self.accepted.push(n.accepted);
+        }
     }
 
     fn heartbeat(&mut self) {

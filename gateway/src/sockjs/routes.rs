@@ -268,7 +268,10 @@ fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response 
         App::Echo => Box::new(test_apps::Echo),
         App::Close => Box::new(test_apps::Close),
     };
-    let Some(sess) = s.registry.get_or_create(session, s.service, &s.shared, app) else {
+    let Some(sess) = s
+        .registry
+        .get_or_create(session, kind, s.service, &s.shared, app)
+    else {
         s.shared.metrics.refuse(RefuseReason::SessionLimit);
         return plain(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -343,6 +346,14 @@ async fn xhr_send(s: SockjsState, session: &str, req: Request) -> Response {
         }
         Err(_) => return plain(StatusCode::BAD_REQUEST, "Broken request body."),
     };
+    if let Some(transport) = sess.transport() {
+        s.shared
+            .metrics
+            .traffic
+            .meter(transport)
+            .bytes_received
+            .inc_by(body.len() as u64);
+    }
     let messages = match sockjs::decode_messages(&body, false) {
         Ok(m) => m,
         Err(sockjs::DecodeError::Empty) => {

@@ -23,6 +23,8 @@ use tokio::time::Instant;
 use super::application::Application;
 pub use super::pending::{Kind, Pending};
 use crate::app::Shared;
+use crate::metrics::Transport;
+use crate::metrics::traffic::now_micros;
 use crate::permit::SessionPermit;
 use crate::session::websocket::PULL_UNTIL;
 
@@ -61,6 +63,9 @@ struct Inbox {
     interrupted: bool,
     /// The driver ended: new receivers get this close frame.
     closed: Option<(u16, &'static str)>,
+    /// The transport of the latest receiver, or of the request that made
+    /// the session (what `xhr_send` bytes are counted under).
+    last_kind: Option<Kind>,
 }
 
 /// One SockJS session of the HTTP transports.
@@ -147,6 +152,12 @@ impl HttpSession {
         true
     }
 
+    /// The transport the session receives with (its latest receiver's, or
+    /// the one it was made by).
+    pub fn transport(&self) -> Option<Transport> {
+        self.inbox.lock().last_kind.map(Kind::transport)
+    }
+
     /// Take the receiver slot.
     pub fn attach(self: &Arc<Self>, kind: Kind) -> Attach {
         let mut inbox = self.inbox.lock();
@@ -163,6 +174,7 @@ impl HttpSession {
         }
         inbox.generation += 1;
         let generation = inbox.generation;
+        inbox.last_kind = Some(kind);
         inbox.receiver = Some(Receiver {
             generation,
             kind,
@@ -191,11 +203,13 @@ impl Registry {
         self.sessions.lock().get(id).cloned()
     }
 
-    /// The session `id`, created if new: its driver runs what `app` makes.
-    /// None when the gateway is at `session.max_sessions`.
+    /// The session `id`, created if new by a receiving request of `kind`:
+    /// its driver runs what `app` makes. None when the gateway is at
+    /// `session.max_sessions`.
     pub fn get_or_create(
         self: &Arc<Self>,
         id: &str,
+        kind: Kind,
         service: super::Service,
         shared: &Arc<Shared>,
         app: impl FnOnce() -> Box<dyn Application>,
@@ -206,7 +220,10 @@ impl Registry {
         }
         let permit = shared.acquire_session()?;
         let session = Arc::new(HttpSession {
-            inbox: Mutex::new(Inbox::default()),
+            inbox: Mutex::new(Inbox {
+                last_kind: Some(kind),
+                ..Inbox::default()
+            }),
             wake: Notify::new(),
             out: Notify::new(),
         });
@@ -394,7 +411,16 @@ impl Driver {
             }
         }
         if let Some(frame) = self.pending.take_frame() {
-            self.send_to_receiver(frame, now, limit);
+            let accepted = std::mem::take(&mut self.pending.accepted);
+            if let Some(transport) = self.send_to_receiver(frame, now, limit)
+                && !accepted.is_empty()
+            {
+                let meter = self.shared.metrics.traffic.meter(transport);
+                let handed = now_micros();
+                for a in accepted {
+                    meter.delivered(a, handed);
+                }
+            }
         }
         if let Some((code, reason)) = self.close
             && self.pending.messages.is_empty()
@@ -415,20 +441,37 @@ impl Driver {
     }
 
     /// Send one SockJS frame; polling receivers and streams past their
-    /// byte limit are released afterwards.
-    fn send_to_receiver(&mut self, frame: Vec<Bytes>, now: Instant, limit: usize) {
-        let (frame, release) = {
+    /// byte limit are released afterwards. The transport of the receiver
+    /// it was handed to (counted there), if there was one.
+    fn send_to_receiver(
+        &mut self,
+        frame: Vec<Bytes>,
+        now: Instant,
+        limit: usize,
+    ) -> Option<Transport> {
+        let (frame, release, transport) = {
             let mut inbox = self.session.inbox.lock();
-            let Some(r) = inbox.receiver.as_mut().filter(|r| !r.released) else {
-                return;
-            };
+            let r = inbox.receiver.as_mut().filter(|r| !r.released)?;
             let frame = r.kind.wrap(frame);
-            r.sent += frame.iter().map(Bytes::len).sum::<usize>();
-            (frame, r.kind == Kind::XhrPolling || r.sent >= limit)
+            let len = frame.iter().map(Bytes::len).sum::<usize>();
+            r.sent += len;
+            let transport = r.kind.transport();
+            self.shared
+                .metrics
+                .traffic
+                .meter(transport)
+                .bytes_sent
+                .inc_by(len as u64);
+            (
+                frame,
+                r.kind == Kind::XhrPolling || r.sent >= limit,
+                transport,
+            )
         };
         self.queue(frame, release);
         self.last_send = now;
         self.app.sent(now);
+        Some(transport)
     }
 
     /// Queue a wrapped frame for the receiver; when its queue is full, hold

@@ -2,8 +2,10 @@
 //! the edges, store, cancel or dead-letter), and the forward that carries
 //! it out, up to the broker's confirm (or the store's answer).
 
+use std::time::SystemTime;
+
 use bytes::Bytes;
-use herald_protocol::envelope::Notification;
+use herald_protocol::envelope::{Accepted, Notification};
 use lapin::message::Delivery;
 use lapin::types::{DeliveryTag, ShortString};
 
@@ -146,7 +148,12 @@ impl Ingest {
         }
         let limits = &self.inner.config.limits;
         let n = match from_amqp_bytes(properties, body, limits, herald_engine::publish::new_id) {
-            Ok(n) => n,
+            Ok(mut n) => {
+                // Delivery latency is measured from here (a delayed one:
+                // from its firing, which stamps it again).
+                n.accepted = Accepted::at(SystemTime::now());
+                n
+            }
             Err(rejection) => return Plan::Dead(rejection),
         };
         let timing = match delay_from_amqp(properties) {

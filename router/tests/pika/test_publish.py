@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pika
 
@@ -21,10 +22,16 @@ def props(message_id: str, headers: dict, content_type: str = "application/json"
 def test_a_publication_reaches_the_edges_with_its_headers(router):
     body = json.dumps({"room": 7, "text": "héllo"}).encode()
     headers = {"users": ["alice", "bob"], "event": "chat.message", "ttl-ms": 60000, "topic": "chat"}
+    before = time.time_ns() // 1000
     router.publish(body, props("chat-7-1", headers), routing_key="chat.message")
     router.publish(b"{}", props("reload-1", {"scope": "client", "clients": ["acme"], "sites": ["eu"], "event": "deploy.reload"}))
 
     (_, first, first_body), (_, second, _) = router.take(router.names.edge_queue, 2)
+    after = time.time_ns() // 1000
+    # Plus when the router accepted each (microseconds after the epoch),
+    # for the edges' delivery-latency histogram.
+    for p in (first, second):
+        assert before <= p.headers.pop("x-herald-accepted-us") <= after
     assert first_body == body
     assert first.message_id == "chat-7-1"
     assert first.content_type == "application/json"

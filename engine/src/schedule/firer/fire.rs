@@ -255,7 +255,8 @@ impl Firer {
         lease_until: Millis,
         confirm: &Sender,
     ) {
-        let mut round = Round::new(send, from_hold, self.link.batch_limit(), lease_until);
+        let fired = herald_protocol::envelope::Accepted::at(std::time::SystemTime::now());
+        let mut round = Round::new(send, from_hold, self.link.batch_limit(), lease_until, fired);
         while !round.is_done() {
             let batch = round.batch(now_ms());
             // A batch the link refuses at once goes the way of one it does

@@ -119,6 +119,7 @@ fn merged(group: Vec<Entry>) -> Entry {
     first.notification = Notification {
         payload: payload.freeze(),
         encodings: Default::default(),
+        accepted: Default::default(),
         ..first.notification
     };
     first

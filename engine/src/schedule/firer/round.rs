@@ -16,7 +16,7 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use herald_protocol::envelope::{Notification, Scope};
+use herald_protocol::envelope::{Accepted, Notification, Scope};
 
 use super::merge::ToSend;
 use crate::schedule::entry::Millis;
@@ -64,16 +64,18 @@ pub(super) struct Round {
 impl Round {
     /// The round of `send` (released by an online event when `from_hold`),
     /// for a link taking at most `limit` per batch; the claims of its
-    /// entries last until `lease_until` at least.
+    /// entries last until `lease_until` at least. Its notifications fired
+    /// `fired`: what their delivery latency is measured from.
     pub(super) fn new(
         send: Vec<ToSend>,
         from_hold: bool,
         limit: usize,
         lease_until: Millis,
+        fired: Accepted,
     ) -> Round {
         let limit = limit.max(1);
         Round {
-            outs: outs(send, from_hold, limit).into_iter().peekable(),
+            outs: outs(send, from_hold, limit, fired).into_iter().peekable(),
             limit,
             lease_until,
         }
@@ -109,21 +111,24 @@ impl Round {
 
 /// The sends of a round in the order they go: grouped by recipient when
 /// there are more than `limit`.
-fn outs(send: Vec<ToSend>, from_hold: bool, limit: usize) -> Vec<Out> {
+fn outs(send: Vec<ToSend>, from_hold: bool, limit: usize, fired: Accepted) -> Vec<Out> {
     let herd = send.len() > limit;
     let mut out: Vec<Out> = send
         .into_iter()
         .map(
             |ToSend {
-                 entry: e,
+                 entry: mut e,
                  ids,
                  call,
-             }| Out {
-                recipient: if herd { recipient(&e.notification) } else { 0 },
-                first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
-                call: call.map(|c| (c, e.calls)),
-                notification: Arc::new(e.notification),
-                ids,
+             }| {
+                e.notification.accepted = fired;
+                Out {
+                    recipient: if herd { recipient(&e.notification) } else { 0 },
+                    first_due: (e.attempts == 1 && !from_hold).then_some(e.due_ms),
+                    call: call.map(|c| (c, e.calls)),
+                    notification: Arc::new(e.notification),
+                    ids,
+                }
             },
         )
         .collect();
@@ -168,7 +173,7 @@ mod tests {
             entry("b2", "bob", 1),
             entry("a3", "alice", 1),
         ];
-        let out = outs(round, false, 4);
+        let out = outs(round, false, 4, Accepted::UNKNOWN);
         let got = ids(&out);
         // Each recipient's sends are adjacent and keep their order.
         for user in ["a", "b", "c"] {
@@ -198,7 +203,7 @@ mod tests {
             entry("b1", "bob", 1),
             entry("a2", "alice", 1),
         ];
-        let out = outs(round, true, 4);
+        let out = outs(round, true, 4, Accepted::UNKNOWN);
         assert_eq!(ids(&out), ["a1", "b1", "a2"]);
         assert!(out.iter().all(|o| o.first_due.is_none()));
     }
@@ -213,9 +218,17 @@ mod tests {
             false,
             2,
             u64::MAX,
+            Accepted::from_unix_micros(7),
         );
         let first = round.batch(1_250);
         assert!(!round.is_done());
+        assert!(
+            first
+                .notifications
+                .iter()
+                .all(|n| n.accepted.unix_micros() == Some(7)),
+            "a fired notification is measured from its firing"
+        );
         let second = round.batch(1_400);
         assert!(round.is_done());
         assert_eq!(first.notifications.len(), 2);

@@ -22,6 +22,7 @@ pub(crate) fn entry(id: &str, user: &str, attempts: u32) -> Entry {
             payload_is_utf8: true,
             ttl: None,
             encodings: Encodings::default(),
+            accepted: Default::default(),
         },
         due_ms: 1_000,
         accepted_ms: 0,

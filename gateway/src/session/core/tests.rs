@@ -86,6 +86,7 @@ impl TestHost {
             payload_is_utf8: true,
             ttl: None,
             encodings: Default::default(),
+            accepted: Default::default(),
         });
         self.hub.deliver(&n, Instant::now());
     }

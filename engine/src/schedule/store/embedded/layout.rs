@@ -509,6 +509,7 @@ mod tests {
                 payload_is_utf8: true,
                 ttl: None,
                 encodings: Default::default(),
+                accepted: Default::default(),
             },
             due_ms: 50,
             accepted_ms: 10,

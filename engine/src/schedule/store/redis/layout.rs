@@ -384,6 +384,7 @@ mod tests {
                 payload_is_utf8: true,
                 ttl: Some(Duration::from_secs(3)),
                 encodings: Default::default(),
+                accepted: Default::default(),
             },
             due_ms: 1_800_000_000_500,
             accepted_ms: 1_800_000_000_000,
