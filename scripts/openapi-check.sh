@@ -28,8 +28,9 @@
 #
 # Needs RabbitMQ on 127.0.0.1:5672 (guest/guest) and Redis on 127.0.0.1:6379
 # (scripts/test.sh starts both); the router uses exchanges and queues named
-# herald*.openapi-check and Redis keys under herald-openapi-check:, both
-# removed or emptied at the end. Callbacks cannot leave the machine: both
+# herald*.openapi-check and Redis keys under herald-openapi-check:; its
+# queues and keys are deleted at the end (the exchanges, always the same
+# names, stay for the next run). Callbacks cannot leave the machine: both
 # processes get a proxy on a closed loopback port for every outgoing request,
 # so a callback URL schemathesis makes up fails at once on 127.0.0.1.
 #
