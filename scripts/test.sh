@@ -8,7 +8,9 @@
 # installs it offline into a scratch project, imports and typechecks it) and
 # the real-browser tests (tests/browser: chromium), and the
 # WebSocket conformance run (scripts/autobahn.sh: Autobahn|Testsuite cases
-# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
+# 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json),
+# the OpenAPI check (scripts/openapi-check.sh: schemathesis against a
+# standalone gateway and a router, from engine/openapi.json)
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
 # the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
@@ -22,7 +24,7 @@
 #
 # Needs a Debian-like machine with Rust (rustup) and Python 3 installed;
 # whatever else is missing is installed here: the Python virtualenv at .venv
-# and its pinned packages, Debian's haproxy, rabbitmq-server and redis-server (for
+# and its pinned packages (stomp.py, pika, schemathesis), Debian's haproxy, rabbitmq-server and redis-server (for
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js, tests/browser and the Node examples
 # (npm ci), Debian's golang-go, php-cli, php-curl and default-jdk-headless
@@ -42,9 +44,11 @@ cd "$ROOT"
 
 VENV="$ROOT/.venv"
 # tests/distributed's file includes tests/python's (-r) and adds pika; the
-# Python examples' files pin the same versions of what they share.
+# Python examples' files pin the same versions of what they share;
+# tests/openapi's is schemathesis.
 REQUIREMENTS=("$ROOT/tests/python/requirements.txt" "$ROOT/tests/distributed/requirements.txt"
-              "$ROOT/examples/python/requirements.txt" "$ROOT/examples/pika/requirements.txt")
+              "$ROOT/examples/python/requirements.txt" "$ROOT/examples/pika/requirements.txt"
+              "$ROOT/tests/openapi/requirements.txt")
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONDONTWRITEBYTECODE=1
@@ -98,7 +102,7 @@ ensure_python_requirements() {
     local stamp="$VENV/.requirements.sha256" want f args=()
     want=$(cat "${REQUIREMENTS[@]}" | sha256sum | cut -d' ' -f1)
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-        step "installing the tests' and the Python examples' requirements into .venv"
+        step "installing the tests' (schemathesis included) and the Python examples' requirements into .venv"
         for f in "${REQUIREMENTS[@]}"; do args+=(-r "$f"); done
         "$VENV/bin/pip" install -q "${args[@]}"
         echo "$want" >"$stamp"
@@ -274,6 +278,14 @@ router_pika_tests() {
     SUMMARY+=("router (pika, pytest): $(sum_pytest_results "$LOGDIR/router-pika.log")")
 }
 
+# The OpenAPI contract (engine/openapi.json) against a running standalone
+# gateway and router (RabbitMQ and Redis on their loopback ports), with
+# schemathesis: no 5xx, documented statuses, bodies and headers.
+openapi_tests() {
+    run_stage openapi scripts/openapi-check.sh --bin-dir "$(target_dir)/debug" --python "$VENV/bin/python"
+    SUMMARY+=("openapi (schemathesis): $(grep -E '^openapi: ' "$LOGDIR/openapi.log" | tail -n1 | sed 's/^openapi: //')")
+}
+
 distributed_tests() {
     # A whole deployment (deploy/up: two RabbitMQ roots, two routers, three
     # edges, HAProxy; on its own --port-offset) from the debug binaries just
@@ -409,6 +421,7 @@ main() {
     sockjs_conformance_tests
     router_pika_tests
     examples_tests
+    openapi_tests
     haproxy_tests
     monitoring_tests
     distributed_tests

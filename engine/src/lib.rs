@@ -22,6 +22,10 @@
 //!   reloadable.
 //! - [`rate_limit`]: token buckets (pure, they take `now`) and a bounded
 //!   map of them keyed by address or user.
+//! - [`openapi`]: the OpenAPI 3.1 document of every HTTP endpoint
+//!   (`engine/openapi.json`, written by hand), cut down to what a process
+//!   serves and served at `GET /v1/openapi.json`; its drift check against
+//!   the routes each crate registers.
 //! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
 //!   (readiness), the same in both binaries.
 //! - [`callback`]: the pure parts of callbacks (HTTP calls when a
@@ -53,6 +57,7 @@ pub mod config;
 pub mod health;
 pub mod link;
 pub mod metrics;
+pub mod openapi;
 pub mod process;
 pub mod publish;
 pub mod rate_limit;

@@ -8,6 +8,7 @@
 //! | `GET /readyz` | readiness: 200 when taking new sessions, else 503 with reasons ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /v1/stats` | live counts as JSON, cacheable for 15 s |
+//! | `GET /v1/openapi.json` | the OpenAPI document of what this gateway serves ([`herald_engine::openapi`]) |
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
 //! | `GET /js/herald.js` | the browser client module |
 //! | `GET /` | the demo page (dev mode only) |
@@ -21,7 +22,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
-use crate::app::Shared;
+use crate::app::{Mode, Shared};
 use crate::sockjs::native::Native;
 use crate::sockjs::session::Registry;
 
@@ -42,7 +43,11 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Nativ
         router = router.route("/", get(demo));
     }
     let services = crate::sockjs::routes::services(&shared.config.sockjs);
-    let mut router = router.with_state(Arc::clone(&shared)).merge(publish);
+    let openapi = herald_engine::openapi::routes(surface(&shared));
+    let mut router = router
+        .with_state(Arc::clone(&shared))
+        .merge(publish)
+        .merge(openapi);
     let mut native = None;
     for (prefix, service) in services {
         let registry = Arc::new(Registry::default());
@@ -65,6 +70,20 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Nativ
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     (router, native)
+}
+
+/// What this gateway serves, for its OpenAPI document: the publish API,
+/// delayed notifications and topics standalone; the demo page in dev mode.
+/// (The SockJS test services of `sockjs.test_endpoints` are for the SockJS
+/// suite only and are not documented.)
+fn surface(shared: &Shared) -> herald_engine::openapi::Surface {
+    let standalone = matches!(shared.mode, Mode::Standalone { .. });
+    herald_engine::openapi::Surface {
+        publish: standalone,
+        delayed: standalone,
+        gateway: true,
+        demo: shared.dev.is_some(),
+    }
 }
 
 async fn method_not_allowed() -> Response {
@@ -145,4 +164,49 @@ async fn not_found() -> Response {
         axum::Json(json!({"error": {"code": "not_found", "message": "no such endpoint"}})),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use herald_engine::openapi::{PATH, drift, whole};
+
+    /// Every route this file and the SockJS service register is in
+    /// engine/openapi.json under a tag a gateway serves, and every such
+    /// operation has its route (the publish API's are checked in the
+    /// engine).
+    #[test]
+    fn the_gateway_registers_what_its_openapi_document_says() {
+        let mut routes = drift::registered(include_str!("http.rs"));
+        // The SockJS service is nested under /sockjs.
+        for (path, methods) in drift::registered(include_str!("sockjs/routes.rs")) {
+            let full = match path.as_str() {
+                "/" => "/sockjs".to_owned(),
+                p => format!("/sockjs{p}"),
+            };
+            routes.entry(full).or_default().extend(methods);
+        }
+        // Registered from variables, which `registered` does not read: the
+        // greeting with a trailing slash (`{prefix}/`), and the document
+        // itself (merged from herald_engine::openapi::routes).
+        routes
+            .entry("/sockjs/".to_owned())
+            .or_default()
+            .insert("GET".to_owned());
+        routes
+            .entry(PATH.to_owned())
+            .or_default()
+            .insert("GET".to_owned());
+        let documented = drift::documented(
+            &whole(),
+            &[
+                "operations",
+                "gateway",
+                "sockjs",
+                "sockjs-transport",
+                "demo",
+            ],
+        );
+        let problems = drift::compare(&routes, &documented);
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
 }

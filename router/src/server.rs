@@ -7,6 +7,7 @@
 //! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
 //! | `GET /readyz` | readiness: 200 when connected to the broker (topology declared) and, with `[redis]`, Redis answers; else 503 naming why ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
+//! | `GET /v1/openapi.json` | the OpenAPI document of what this router serves ([`herald_engine::openapi`]) |
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
 //! With `[redis]`, the router also runs the firer of delayed notifications
@@ -126,12 +127,20 @@ pub async fn run(
         delayed.as_ref().map(|(d, _)| d.clone()),
     );
     let health = Health::new(slot.clone(), shutdown.clone(), store);
+    let openapi = herald_engine::openapi::routes(herald_engine::openapi::Surface {
+        publish: true,
+        delayed: delayed.is_some(),
+        gateway: false,
+        demo: false,
+    });
     let routes = Router::new()
         .route("/metrics", get(metrics))
         .with_state(registry)
         .merge(health.routes())
         .merge(api.routes())
-        .fallback(not_found);
+        .merge(openapi)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed);
 
     let ingest = Ingest::new(
         config.ingest(),
@@ -221,10 +230,42 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
         .into_response()
 }
 
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(json!({"error": {
+            "code": "method_not_allowed",
+            "message": "this endpoint does not take that method"
+        }})),
+    )
+        .into_response()
+}
+
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         axum::Json(json!({"error": {"code": "not_found", "message": "no such endpoint"}})),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use herald_engine::openapi::{PATH, drift, whole};
+
+    /// Every route the router registers itself is in engine/openapi.json
+    /// under the `operations` tag and the other way round (the publish
+    /// API's are checked in the engine).
+    #[test]
+    fn the_router_registers_what_its_openapi_document_says() {
+        let mut routes = drift::registered(include_str!("server.rs"));
+        routes.extend(drift::registered(include_str!("health.rs")));
+        // Merged from herald_engine::openapi::routes.
+        routes
+            .entry(PATH.to_owned())
+            .or_default()
+            .insert("GET".to_owned());
+        let problems = drift::compare(&routes, &drift::documented(&whole(), &["operations"]));
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
 }

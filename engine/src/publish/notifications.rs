@@ -24,6 +24,7 @@
 //! id and are not limited to the key's sites.
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -167,6 +168,21 @@ pub(super) fn guard<'a>(
     Ok((caller, delayed))
 }
 
+/// A path parameter as text, or a 422 naming it: axum's own answer to a
+/// parameter that is not UTF-8 once percent-decoded (`%C0%80`) is a
+/// plain-text 400 naming nothing.
+pub(super) fn path_param(
+    field: &str,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<String, ApiError> {
+    path.map(|Path(value)| value).map_err(|e| {
+        ApiError::invalid(
+            field,
+            format!("must be UTF-8 once percent-decoded ({})", e.body_text()),
+        )
+    })
+}
+
 /// `value` is a valid Herald name (ids, topics), or a 422 naming `field`.
 fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if herald_protocol::envelope::is_valid_name(value) {
@@ -183,10 +199,11 @@ fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
 pub(crate) async fn status(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
         let (_, delayed) = guard(&api, &headers, Operation::Status)?;
+        let id = path_param("id", id)?;
         check_name("id", &id)?;
         // The status first, then the log: a callback that ends in between
         // shows as still firing with its last attempt logged, never as
@@ -217,10 +234,11 @@ pub(crate) async fn status(
 pub(crate) async fn cancel(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Cancel)?;
+        let id = path_param("id", id)?;
         check_name("id", &id)?;
         match delayed.cancel(&id).await.map_err(unavailable)? {
             Cancel::Cancelled(s) => {
@@ -246,10 +264,11 @@ pub(crate) async fn cancel(
 pub(crate) async fn retry(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Admin)?;
+        let id = path_param("id", id)?;
         check_name("id", &id)?;
         match delayed.replay(&id).await.map_err(unavailable)? {
             Replay::Replayed(s) => {
@@ -332,10 +351,11 @@ fn parse_cursor(c: &str) -> Result<Cursor, ApiError> {
 pub(crate) async fn user_online(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(uid): Path<String>,
+    uid: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
         let (_, delayed) = guard(&api, &headers, Operation::Publish)?;
+        let uid = path_param("uid", uid)?;
         if uid.is_empty() || uid.len() > 256 || uid.chars().any(char::is_control) {
             return Err(ApiError::invalid(
                 "uid",

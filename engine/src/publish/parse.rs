@@ -165,9 +165,9 @@ fn json_error(err: serde_path_to_error::Error<serde_json::Error>, batch: bool) -
                 field.trim_start_matches('.').to_owned()
             };
             let message = inner.to_string();
-            // serde names the missing field only in the message.
+            // serde names a missing or repeated field only in the message.
             let field = if field.is_empty() || field.ends_with(']') {
-                missing_field(&message)
+                field_in_message(&message)
                     .map(|m| format!("{field}{}{m}", if field.is_empty() { "" } else { "." }))
                     .unwrap_or(field)
             } else {
@@ -179,8 +179,12 @@ fn json_error(err: serde_path_to_error::Error<serde_json::Error>, batch: bool) -
     }
 }
 
-fn missing_field(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("missing field `")?;
+/// The field serde names in the text of a "missing field" or "duplicate
+/// field" error (its path stops at the object holding it).
+fn field_in_message(message: &str) -> Option<&str> {
+    let rest = ["missing field `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))?;
     rest.split('`').next()
 }
 
@@ -248,11 +252,13 @@ pub(crate) fn query_params<T: serde::de::DeserializeOwned + Default>(
     };
     let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
     serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
-        ApiError::invalid(
-            field.trim_start_matches('.').to_owned(),
-            format!("bad query string: {}", e.into_inner()),
-        )
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let field = match path.trim_start_matches('.') {
+            "" => field_in_message(&message).unwrap_or_default().to_owned(),
+            named => named.to_owned(),
+        };
+        ApiError::invalid(field, format!("bad query string: {message}"))
     })
 }
 
@@ -342,6 +348,29 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("event"), "{err:?}");
         let err = parse_json(br#"[{"users":["a"]}]"#, 10, &mut ids()).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("[0].event"), "{err:?}");
+    }
+
+    /// Found by schemathesis-style probing: a field given twice was
+    /// refused with `"field": ""` (or `"[1]"` in a batch), naming nothing.
+    #[test]
+    fn a_repeated_field_is_named() {
+        let err = parse_json(br#"{"event":"a","event":"b"}"#, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("event"), "{err:?}");
+        let body = br#"[{"users":["a"],"event":"e"},{"event":"a","event":"b"}]"#;
+        let err = parse_json(body, 10, &mut ids()).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("[1].event"), "{err:?}");
+        let err = parse_raw(
+            Some("event=e&users=a&users=b"),
+            "text/plain",
+            Bytes::new(),
+            &mut ids(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (err.status, err.field.as_deref()),
+            (http::StatusCode::UNPROCESSABLE_ENTITY, Some("users")),
+            "{err:?}"
+        );
     }
 
     #[test]

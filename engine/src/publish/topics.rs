@@ -22,6 +22,7 @@
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -92,11 +93,12 @@ fn configured_view(name: &str, policy: &TopicPolicy) -> Value {
 pub(crate) async fn put(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Response {
     let answer = async {
         let delayed = guard(&api, &headers)?;
+        let name = notifications::path_param("name", name)?;
         name_ok(&name)?;
         let declared = headers
             .get(header::CONTENT_LENGTH)
@@ -148,10 +150,11 @@ pub(crate) async fn put(
 pub(crate) async fn get(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
         let delayed = guard(&api, &headers)?;
+        let name = notifications::path_param("name", name)?;
         name_ok(&name)?;
         if let Some(stored) = delayed.topic(&name).await.map_err(unavailable)? {
             let topic = delayed.topics().parse(&stored).map_err(|e| {
@@ -171,10 +174,11 @@ pub(crate) async fn get(
 pub(crate) async fn delete(
     State(api): State<PublishApi>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
         let delayed = guard(&api, &headers)?;
+        let name = notifications::path_param("name", name)?;
         name_ok(&name)?;
         if delayed.delete_topic(&name).await.map_err(unavailable)? {
             tracing::info!(topic = %name, "topic unregistered");
