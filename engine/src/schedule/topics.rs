@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
@@ -39,6 +40,10 @@ struct Inner {
     /// Address classes callbacks may reach (for reading stored topics).
     allowed: Vec<Class>,
     current: RwLock<Arc<Snapshot>>,
+    /// Changes made here ([`Topics::set`], [`Topics::remove`]), counted
+    /// under `current`'s write lock: a read of the store that began before
+    /// one may miss it, and is not installed over it.
+    changes: AtomicU64,
     /// Held while the store is read, so two refreshes do not interleave.
     refreshing: tokio::sync::Mutex<()>,
 }
@@ -76,10 +81,12 @@ impl Topics {
                 merge: config.merge,
                 allowed,
                 current: RwLock::new(Arc::default()),
+                changes: AtomicU64::new(0),
                 refreshing: tokio::sync::Mutex::new(()),
             }),
         };
-        topics.install(None, HashMap::new());
+        let empty = topics.snapshot_of(None, HashMap::new());
+        *topics.inner.current.write() = Arc::new(empty);
         topics
     }
 
@@ -122,21 +129,25 @@ impl Topics {
 
     /// Put `name` into force in this process at once (after the store took
     /// it).
+    /// The snapshot keeps the version it was read at, older than the
+    /// store's now, so the next refresh reads the topics again.
     pub fn set(&self, name: &str, topic: Topic) {
-        let s = self.snapshot();
-        let mut registered = s.registered.clone();
+        let mut current = self.inner.current.write();
+        let mut registered = current.registered.clone();
         registered.insert(name.to_owned(), Arc::new(topic));
-        self.install(s.version, registered);
+        *current = Arc::new(self.snapshot_of(current.version, registered));
+        self.inner.changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Take `name` out of force in this process at once (after the store
     /// removed it).
     pub fn remove(&self, name: &str) {
-        let s = self.snapshot();
-        if s.registered.contains_key(name) {
-            let mut registered = s.registered.clone();
+        let mut current = self.inner.current.write();
+        if current.registered.contains_key(name) {
+            let mut registered = current.registered.clone();
             registered.remove(name);
-            self.install(s.version, registered);
+            *current = Arc::new(self.snapshot_of(current.version, registered));
+            self.inner.changes.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -150,6 +161,14 @@ impl Topics {
             return Ok(false);
         }
         let _one = self.inner.refreshing.lock().await;
+        let read = self.read(store, version).await?;
+        Ok(self.install(read))
+    }
+
+    /// The registered topics as the store has them at `version` or later,
+    /// with the count of changes made here before the read began.
+    async fn read(&self, store: &dyn Store, version: u64) -> Result<Read, StoreError> {
+        let changes = self.inner.changes.load(Ordering::SeqCst);
         let mut registered = HashMap::new();
         let mut after: Option<String> = None;
         loop {
@@ -172,8 +191,26 @@ impl Topics {
                 break;
             }
         }
-        self.install(Some(version), registered);
-        Ok(true)
+        Ok(Read {
+            version,
+            changes,
+            registered,
+        })
+    }
+
+    /// Put `read` in force, unless a change was made here since it began:
+    /// it may lack that change (a topic registered here a moment ago would
+    /// be forgotten, and its notifications would fire without their
+    /// callback), so it is dropped; the snapshot's version is older than
+    /// the store's, so the next refresh reads again. Whether it was
+    /// installed.
+    fn install(&self, read: Read) -> bool {
+        let mut current = self.inner.current.write();
+        if self.inner.changes.load(Ordering::SeqCst) != read.changes {
+            return false;
+        }
+        *current = Arc::new(self.snapshot_of(Some(read.version), read.registered));
+        true
     }
 
     /// A stored topic's settings, checked as at registration.
@@ -188,7 +225,13 @@ impl Topics {
         &self.inner.allowed
     }
 
-    fn install(&self, version: Option<u64>, registered: HashMap<String, Arc<Topic>>) {
+    /// The snapshot of `registered` (with the configured topics) at
+    /// `version`.
+    fn snapshot_of(
+        &self,
+        version: Option<u64>,
+        registered: HashMap<String, Arc<Topic>>,
+    ) -> Snapshot {
         let mut policies: HashMap<String, TopicPolicy> = self
             .inner
             .configured
@@ -210,13 +253,21 @@ impl Topics {
             .filter_map(|p| p.min_interval_ms)
             .max()
             .unwrap_or(0);
-        *self.inner.current.write() = Arc::new(Snapshot {
+        Snapshot {
             version,
             registered,
             policies,
             longest_min_interval_ms,
-        });
+        }
     }
+}
+
+/// What one read of the store's topics found.
+struct Read {
+    version: u64,
+    /// [`Inner::changes`] when the read began.
+    changes: u64,
+    registered: HashMap<String, Arc<Topic>>,
 }
 
 impl Snapshot {
@@ -265,6 +316,35 @@ mod tests {
 
     fn topic(body: serde_json::Value) -> Topic {
         Topic::from_json(&body, &[]).unwrap()
+    }
+
+    /// A topic registered here while the store's list was being read is
+    /// not forgotten when that read (which may lack it) comes back.
+    #[tokio::test]
+    async fn a_read_that_began_before_a_registration_here_does_not_undo_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::schedule::store::embedded::EmbeddedStore::open(dir.path()).unwrap();
+        let t = Topics::new(&config(), vec![]);
+        let version = store.topics_version().await.unwrap();
+        let read = t.read(&store, version).await.unwrap();
+        assert!(read.registered.is_empty());
+        let body = json!({"callback_url": "https://example.com/hook"});
+        store
+            .put_topic("billing", body.to_string().into(), 100, 1)
+            .await
+            .unwrap();
+        t.set("billing", topic(body));
+        assert!(!t.install(read), "the stale read is dropped");
+        assert!(t.calls_back(Some("billing")), "still in force");
+        assert!(
+            t.refresh(&store).await.unwrap(),
+            "the next refresh reads again"
+        );
+        assert!(t.calls_back(Some("billing")));
+        assert_eq!(
+            t.snapshot().version,
+            Some(store.topics_version().await.unwrap())
+        );
     }
 
     #[test]
