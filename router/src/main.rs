@@ -20,6 +20,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
+    if cli.print_config {
+        return print_config(&config);
+    }
     if cli.check_config {
         println!(
             "herald-router {}: configuration OK (listen {}, delayed notifications {})",
@@ -87,6 +90,24 @@ fn main() -> ExitCode {
         reloads.abort();
         ExitCode::SUCCESS
     })
+}
+
+/// `--print-config`: the configuration in force as TOML, secrets redacted.
+fn print_config(config: &Config) -> ExitCode {
+    match config.to_redacted_toml() {
+        Ok(text) => {
+            println!(
+                "# herald-router {}: the configuration in force (defaults < file < \
+                 environment < flags), secrets \"<redacted>\"\n\n{text}",
+                herald_router::VERSION
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald-router: cannot print the configuration: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Read the configuration again (file, environment, flags) and use the API
