@@ -9,6 +9,8 @@
 # 1-10 against the debug gateway, diffed with scripts/autobahn/expected.json)
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
 # the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
+# the Debian packages and release tarballs (scripts/package.sh from the debug
+# build, checked by scripts/check-packages.py: extracted and run, lintian),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
@@ -22,7 +24,8 @@
 # deploy/up), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js and tests/browser (npm ci), and the
 # Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
-# 2.7.x must exist). Honours
+# 2.7.x must exist), Debian's lintian, and (by scripts/package.sh) cargo-deb
+# from crates.io and Debian's help2man and dpkg-dev. Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -249,6 +252,25 @@ router_pika_tests() {
     SUMMARY+=("router (pika, pytest): $(sum_pytest_results "$LOGDIR/router-pika.log")")
 }
 
+# The Debian packages and release tarballs of scripts/package.sh, made from
+# the debug build above (`--profile dev --no-build --fast`: checking the
+# packaging costs no second, optimized build; release packages use the
+# release profile, see deploy/README.md), then checked by
+# scripts/check-packages.py: extracted with dpkg-deb -x, the binaries run
+# from the extracted tree (--version, start, /healthz, SIGTERM; the router
+# on the RabbitMQ and Redis started above), lintian, sha256sum -c.
+ensure_packaging_tools() {
+    # scripts/package.sh installs cargo-deb (pinned) and its own Debian tools.
+    command -v lintian >/dev/null || ensure_apt_packages lintian
+}
+
+package_tests() {
+    local dist="$LOGDIR/dist" started=$SECONDS
+    run_stage packages bash -c 'scripts/package.sh --profile dev --no-build --fast --out "$1" \
+        && "$2" scripts/check-packages.py --dist "$1"' _ "$dist" "$VENV/bin/python"
+    SUMMARY+=("packages (cargo-deb, dpkg-deb -x, lintian, $((SECONDS - started)) s): $(grep -E '^packages: [0-9]+ passed' "$LOGDIR/packages.log" | tail -n1 | sed -E 's/^packages: //; s/ \([0-9]+ s\)$//')")
+}
+
 distributed_tests() {
     # A whole deployment (deploy/up: two RabbitMQ roots, two routers, three
     # edges, HAProxy; on its own --port-offset) from the debug binaries just
@@ -336,6 +358,7 @@ main() {
     ensure_node
     ensure_chromium
     ensure_node_deps
+    ensure_packaging_tools
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -346,6 +369,7 @@ main() {
     autobahn_tests
     sockjs_conformance_tests
     router_pika_tests
+    package_tests
     haproxy_tests
     distributed_tests
     js_tests
