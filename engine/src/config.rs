@@ -90,37 +90,15 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Read and parse the TOML file at `path`, or the defaults when there is none.
-pub fn read_toml<T: serde::de::DeserializeOwned + Default>(
-    path: Option<&Path>,
-) -> Result<T, ConfigError> {
-    read_toml_renamed(path, &[]).map(|(config, _)| config)
-}
-
 /// A configuration key that was renamed. The old name keeps working (the
-/// field carries `#[serde(alias = "...")]`); [`read_toml_renamed`] warns
-/// when a file still uses it.
+/// field carries `#[serde(alias = "...")]`); [`load`] warns when a file
+/// still uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Renamed {
     /// The old dotted path, e.g. `edge.reconnect_min_ms`.
     pub old: &'static str,
     /// The new dotted path.
     pub new: &'static str,
-}
-
-/// [`read_toml`], and one warning for every key of `renamed` the file uses
-/// under its old name (a binary logs them once logging is up).
-pub fn read_toml_renamed<T: serde::de::DeserializeOwned + Default>(
-    path: Option<&Path>,
-    renamed: &[Renamed],
-) -> Result<(T, Vec<String>), ConfigError> {
-    let Some(path) = path else {
-        return Ok((T::default(), Vec::new()));
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?;
-    let config = parse_toml(&text, path)?;
-    Ok((config, renamed_keys(&text, renamed)))
 }
 
 /// Load a binary's configuration: its defaults, the TOML file at `path`

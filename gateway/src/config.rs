@@ -19,7 +19,8 @@ pub use auth::{ALGORITHMS, AuthConfig, KeyConfig, MIN_SECRET_BYTES};
 pub use cli::Cli;
 use herald_amqp::Reconnect;
 use herald_engine::api_key::{ApiKeyConfig, KeySet};
-use herald_engine::config::env::{Env, process_env};
+use herald_engine::config::env::{Env, process_env, unknown_variables};
+use herald_engine::config::table::KEYS;
 use herald_engine::config::{Binary, Renamed, load, parse_toml, redacted_toml, renamed_keys};
 pub use herald_engine::config::{ConfigError, PublishConfig};
 use herald_engine::schedule::config::ScheduleConfig;
@@ -388,7 +389,12 @@ impl Config {
     /// environment (every key's `HERALD_*` variable, docs/configuration.md),
     /// then flags. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
-        Config::load_with(cli, &process_env)
+        let mut config = Config::load_with(cli, &process_env)?;
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        config
+            .warnings
+            .extend(unknown_variables(names, KEYS, Binary::Gateway));
+        Ok(config)
     }
 
     /// [`Config::load`] with the variables read from `env`.

@@ -94,11 +94,17 @@ fn print_config_shows_the_environment_without_its_secrets() {
         )
         .env("HERALD_API_KEYS", "api-key-from-the-environment")
         .env("HERALD_SESSION__MAX_PER_USER", "7")
+        .env("HERALD_SESION__MAX_SESSIONS", "9")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("max_per_user = 7"), "{text}");
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warned.contains("HERALD_SESION__MAX_SESSIONS names no configuration key"),
+        "a misspelt variable is not silently ignored: {warned}"
+    );
     assert!(text.contains("jwt_secret = \"<redacted>\""), "{text}");
     assert!(!text.contains("from-the-environment"), "{text}");
     let bad = Command::new(BIN)

@@ -20,7 +20,8 @@ pub use cli::Cli;
 
 use herald_amqp::{Reconnect, SupervisorConfig, Topology};
 use herald_engine::api_key::{ApiKeyConfig, ApiKeys, KeySet};
-use herald_engine::config::env::{Env, process_env};
+use herald_engine::config::env::{Env, process_env, unknown_variables};
+use herald_engine::config::table::KEYS;
 use herald_engine::config::{Binary, load, parse_toml, redacted_toml};
 pub use herald_engine::config::{ConfigError, PublishConfig};
 
@@ -202,6 +203,10 @@ pub struct Config {
     pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
+    /// Warnings from loading (variables that name no key), for `main` to
+    /// log once logging is up.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -217,6 +222,7 @@ impl Default for Config {
             schedule: herald_engine::schedule::config::ScheduleConfig::default(),
             callbacks: Default::default(),
             redis: RedisSection::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -231,7 +237,10 @@ impl Config {
     /// environment (every key's `HERALD_ROUTER_*` variable,
     /// docs/configuration.md), then flags. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
-        Config::load_with(cli, &process_env)
+        let mut config = Config::load_with(cli, &process_env)?;
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        config.warnings = unknown_variables(names, KEYS, Binary::Router);
+        Ok(config)
     }
 
     /// [`Config::load`] with the variables read from `env`.

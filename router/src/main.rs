@@ -24,6 +24,9 @@ fn main() -> ExitCode {
         return print_config(&config);
     }
     if cli.check_config {
+        for warning in &config.warnings {
+            eprintln!("herald-router: warning: {warning}");
+        }
         println!(
             "herald-router {}: configuration OK (listen {}, delayed notifications {})",
             herald_router::VERSION,
@@ -38,6 +41,9 @@ fn main() -> ExitCode {
     }
     init_tracing(config.log_format == LogFormat::Json);
     tracing::info!(version = herald_router::VERSION, "herald-router starting");
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let api_keys = match config.api_key_set() {
         Ok(set) => ApiKeys::from_set(set),
         Err(e) => {
@@ -94,6 +100,9 @@ fn main() -> ExitCode {
 
 /// `--print-config`: the configuration in force as TOML, secrets redacted.
 fn print_config(config: &Config) -> ExitCode {
+    for warning in &config.warnings {
+        eprintln!("herald-router: warning: {warning}");
+    }
     match config.to_redacted_toml() {
         Ok(text) => {
             println!(

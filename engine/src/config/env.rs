@@ -60,6 +60,36 @@ pub fn overlay<T: DeserializeOwned>(
     }
 }
 
+/// One warning for each of `names` (the environment's variable names) that
+/// looks like a configuration variable of `binary` (its prefix, and `__`
+/// between sections) but names no key: a typo would otherwise be ignored.
+/// The gateway leaves the router's variables (`HERALD_ROUTER_…`) alone.
+pub fn unknown_variables(
+    names: impl IntoIterator<Item = String>,
+    keys: &'static [Key],
+    binary: Binary,
+) -> Vec<String> {
+    let known: Vec<String> = keys_of(keys, binary)
+        .flat_map(|k| {
+            std::iter::once(k.env_var(binary)).chain(k.aliases_for(binary).map(str::to_owned))
+        })
+        .collect();
+    let mut out: Vec<String> = names
+        .into_iter()
+        .filter(|n| n.starts_with(binary.prefix()) && n.contains("__"))
+        .filter(|n| binary == Binary::Router || !n.starts_with(Binary::Router.prefix()))
+        .filter(|n| !known.contains(n))
+        .map(|n| {
+            format!(
+                "the environment variable {n} names no configuration key of {} (docs/configuration.md lists them): ignored",
+                binary.name()
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The variable that sets `key`, and its value: the key's own name, or an
 /// older one. Both set to different values is a problem.
 fn lookup(
@@ -271,6 +301,25 @@ mod tests {
             err[0].starts_with("HERALD_SECTION__LIMIT (section.limit): \"70000\": "),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn unknown_variables_that_look_like_keys_are_named() {
+        let names = [
+            "HERALD_SECTION__LIMIT",
+            "HERALD_SECTON__LIMIT",
+            "HERALD_TAG_LIST",
+            "HERALD_ROUTER_AMQP__URL",
+            "HERALD_COMMIT",
+            "PATH",
+        ]
+        .map(String::from);
+        let w = unknown_variables(names.clone(), DEMO, Binary::Gateway);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("HERALD_SECTON__LIMIT names no configuration key"));
+        let w = unknown_variables(names, DEMO, Binary::Router);
+        assert_eq!(w.len(), 1, "the router's own prefix: {w:?}");
+        assert!(w[0].contains("HERALD_ROUTER_AMQP__URL"));
     }
 
     #[test]
