@@ -13,6 +13,8 @@
 # standalone gateway and a router, from engine/openapi.json)
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
 # the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
+# the Debian packages and release tarballs (scripts/package.sh from the debug
+# build, checked by scripts/check-packages.py: extracted and run, lintian),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
@@ -30,8 +32,10 @@
 # (npm ci), Debian's golang-go, php-cli, php-curl and default-jdk-headless
 # for the Go, PHP and Java examples, and the
 # Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
-# 2.7.x must exist), and Debian's prometheus (for promtool: the monitoring
-# stage checks deploy/monitoring's alert rules and dashboard). Honours
+# 2.7.x must exist), Debian's prometheus (for promtool: the monitoring
+# stage checks deploy/monitoring's alert rules and dashboard), Debian's
+# lintian, and (by scripts/package.sh) cargo-deb from crates.io and Debian's
+# help2man and dpkg-dev. Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -286,6 +290,25 @@ openapi_tests() {
     SUMMARY+=("openapi (schemathesis): $(grep -E '^openapi: ' "$LOGDIR/openapi.log" | tail -n1 | sed 's/^openapi: //')")
 }
 
+# The Debian packages and release tarballs of scripts/package.sh, made from
+# the debug build above (`--profile dev --no-build --fast`: checking the
+# packaging costs no second, optimized build; release packages use the
+# release profile, see deploy/README.md), then checked by
+# scripts/check-packages.py: extracted with dpkg-deb -x, the binaries run
+# from the extracted tree (--version, start, /healthz, SIGTERM; the router
+# on the RabbitMQ and Redis started above), lintian, sha256sum -c.
+ensure_packaging_tools() {
+    # scripts/package.sh installs cargo-deb (pinned) and its own Debian tools.
+    command -v lintian >/dev/null || ensure_apt_packages lintian
+}
+
+package_tests() {
+    local dist="$LOGDIR/dist" started=$SECONDS
+    run_stage packages bash -c 'scripts/package.sh --profile dev --no-build --fast --out "$1" \
+        && "$2" scripts/check-packages.py --dist "$1"' _ "$dist" "$VENV/bin/python"
+    SUMMARY+=("packages (cargo-deb, dpkg-deb -x, lintian, $((SECONDS - started)) s): $(grep -E '^packages: [0-9]+ passed' "$LOGDIR/packages.log" | tail -n1 | sed -E 's/^packages: //; s/ \([0-9]+ s\)$//')")
+}
+
 distributed_tests() {
     # A whole deployment (deploy/up: two RabbitMQ roots, two routers, three
     # edges, HAProxy; on its own --port-offset) from the debug binaries just
@@ -410,6 +433,7 @@ main() {
     ensure_node_deps
     ensure_example_tools
     ensure_promtool
+    ensure_packaging_tools
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -422,6 +446,7 @@ main() {
     router_pika_tests
     examples_tests
     openapi_tests
+    package_tests
     haproxy_tests
     monitoring_tests
     distributed_tests

@@ -24,7 +24,7 @@ use lapin::{Channel, ExchangeKind};
 
 /// The names the router declares and uses. Every one is configurable, so
 /// tests (and several Herald installations on one broker) do not collide.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Topology {
     /// Topic exchange backends publish to.

@@ -40,7 +40,7 @@ pub use metrics::{KeyMetrics, ReloadLabels, ReloadResult};
 use crate::rate_limit::{Rate, Refusal, TokenBucket};
 
 /// What a key may do; each HTTP endpoint needs one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Operation {
     /// `POST /v1/notifications`, `POST /v1/users/{uid}/online`.

@@ -1,14 +1,29 @@
 //! Configuration helpers shared by Herald's binaries: reading TOML, the
 //! error that lists every problem at once, and the publication limits both
 //! binaries take (`[publish]`).
+//!
+//! Every key of both binaries is a row of one table ([`table::KEYS`]): its
+//! environment variable, read over the file by [`load`] ([`env`]), the
+//! redaction of `--print-config` ([`redact`]), the page
+//! docs/configuration.md ([`page`]) and the check that the table covers
+//! each binary's configuration ([`coverage`]) all come from it.
+
+pub mod coverage;
+pub mod env;
+pub mod key;
+pub mod page;
+pub mod redact;
+pub mod table;
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use key::Binary;
+
 /// Publication limits (HTTP and AMQP alike).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PublishConfig {
     /// Largest payload.
@@ -75,16 +90,9 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Read and parse the TOML file at `path`, or the defaults when there is none.
-pub fn read_toml<T: serde::de::DeserializeOwned + Default>(
-    path: Option<&Path>,
-) -> Result<T, ConfigError> {
-    read_toml_renamed(path, &[]).map(|(config, _)| config)
-}
-
 /// A configuration key that was renamed. The old name keeps working (the
-/// field carries `#[serde(alias = "...")]`); [`read_toml_renamed`] warns
-/// when a file still uses it.
+/// field carries `#[serde(alias = "...")]`); [`load`] warns when a file
+/// still uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Renamed {
     /// The old dotted path, e.g. `edge.reconnect_min_ms`.
@@ -93,19 +101,55 @@ pub struct Renamed {
     pub new: &'static str,
 }
 
-/// [`read_toml`], and one warning for every key of `renamed` the file uses
-/// under its old name (a binary logs them once logging is up).
-pub fn read_toml_renamed<T: serde::de::DeserializeOwned + Default>(
+/// Load a binary's configuration: its defaults, the TOML file at `path`
+/// (if any; its errors name the file and the spot), then the variables of
+/// its keys from `env` ([`env::overlay`]; each problem names the variable
+/// and the key). Returns the configuration, not yet validated, and one
+/// warning for each key of `renamed` the file uses under its old name.
+pub fn load<T: serde::de::DeserializeOwned + Default>(
     path: Option<&Path>,
     renamed: &[Renamed],
+    binary: Binary,
+    env: env::Env<'_>,
 ) -> Result<(T, Vec<String>), ConfigError> {
-    let Some(path) = path else {
-        return Ok((T::default(), Vec::new()));
+    let (text, origin) = match path {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?,
+            path,
+        ),
+        None => (String::new(), Path::new("(defaults)")),
     };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::one(format!("cannot read {}: {e}", path.display())))?;
-    let config = parse_toml(&text, path)?;
-    Ok((config, renamed_keys(&text, renamed)))
+    let from_file: T = parse_toml(&text, origin)?;
+    let warnings = renamed_keys(&text, renamed);
+    let mut doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::one(format!("{}: {e}", origin.display())))?;
+    let applied = env::overlay::<T>(&mut doc, table::KEYS, binary, env)
+        .map_err(|problems| ConfigError { problems })?;
+    if applied == 0 {
+        return Ok((from_file, warnings));
+    }
+    let config = toml::Value::Table(doc).try_into().map_err(|e| {
+        ConfigError::one(format!(
+            "{} with the environment's {}_* variables: {}",
+            origin.display(),
+            binary.prefix().trim_end_matches('_'),
+            e.to_string().trim_end()
+        ))
+    })?;
+    Ok((config, warnings))
+}
+
+/// `config` as TOML, every secret of `binary`'s keys `"<redacted>"`: what
+/// `--print-config` prints.
+pub fn redacted_toml<T: serde::Serialize>(config: &T, binary: Binary) -> Result<String, String> {
+    let toml::Value::Table(mut doc) = toml::Value::try_from(config).map_err(|e| e.to_string())?
+    else {
+        return Err("the configuration is not a table".to_owned());
+    };
+    redact::redact(&mut doc, table::KEYS, binary);
+    toml::to_string_pretty(&doc).map_err(|e| e.to_string())
 }
 
 /// One warning for each key of `renamed` that `text` (a TOML document

@@ -1,5 +1,6 @@
-//! Configuration: defaults, then a TOML file, then environment variables and
-//! command-line flags (clap reads both; flags win over the environment).
+//! Configuration: defaults, then a TOML file, then environment variables
+//! (one per key, from the table of `herald_engine::config::table`), then
+//! command-line flags.
 //!
 //! Every bound Herald enforces has a key here. [`Config::validate`] lists
 //! every problem at once, so a bad configuration is fixed in one go.
@@ -7,6 +8,8 @@
 mod auth;
 mod cli;
 mod proxy;
+#[cfg(test)]
+mod table_tests;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +20,10 @@ pub use auth::{ALGORITHMS, AuthConfig, KeyConfig, MIN_SECRET_BYTES};
 pub use cli::Cli;
 use herald_amqp::Reconnect;
 use herald_engine::api_key::{ApiKeyConfig, KeySet};
+use herald_engine::config::env::{Env, process_env, unknown_variables};
+use herald_engine::config::table::KEYS;
+use herald_engine::config::{Binary, Renamed, load, parse_toml, redacted_toml, renamed_keys};
 pub use herald_engine::config::{ConfigError, PublishConfig};
-use herald_engine::config::{Renamed, parse_toml, read_toml_renamed, renamed_keys};
 use herald_engine::schedule::config::ScheduleConfig;
 pub use proxy::{Cidr, ProxyConfig};
 
@@ -26,7 +31,7 @@ pub use proxy::{Cidr, ProxyConfig};
 /// mailbox evicts a message it has not been sent. (A full session queue
 /// alone cuts nobody: the session reads on from the mailbox's buffer; see
 /// [`crate::outbox`].)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum WhenFull {
     /// Close the session with an ERROR "slow consumer" frame (the default):
@@ -40,7 +45,7 @@ pub enum WhenFull {
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -50,7 +55,7 @@ pub enum LogFormat {
 }
 
 /// Browser session settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionConfig {
     /// Most concurrent sessions; the next upgrade gets 503.
@@ -124,7 +129,7 @@ impl Default for SessionConfig {
 /// connection comes from HAProxy's own addresses (limit there instead, with
 /// the template's stick table), and many users behind one NAT share an
 /// address.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionRateConfig {
     /// New connections a second per source address, on average; 0 turns
@@ -158,7 +163,7 @@ impl ConnectionRateConfig {
 }
 
 /// Mailbox settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MailboxConfig {
     /// How long a mailbox outlives its user's last session.
@@ -187,7 +192,7 @@ impl Default for MailboxConfig {
 }
 
 /// SockJS settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SockjsConfig {
     /// Interval of SockJS `h` frames when nothing else is sent.
@@ -224,7 +229,7 @@ impl Default for SockjsConfig {
 }
 
 /// Edge mode: consume from root brokers instead of running standalone.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EdgeConfig {
     /// This edge's stable id: its queue on every root is `herald.edge.<id>`,
@@ -301,7 +306,7 @@ impl Default for EdgeConfig {
 }
 
 /// The whole gateway configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address to serve on.
@@ -385,15 +390,32 @@ impl Config {
         Ok(config)
     }
 
-    /// Load: defaults, the file named by `--config` (if any), then flags and
-    /// environment. Validated.
+    /// Load: defaults, the file named by `--config` (if any), the
+    /// environment (every key's `HERALD_*` variable, docs/configuration.md),
+    /// then flags. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let mut config = Config::load_with(cli, &process_env)?;
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        config
+            .warnings
+            .extend(unknown_variables(names, KEYS, Binary::Gateway));
+        Ok(config)
+    }
+
+    /// [`Config::load`] with the variables read from `env`.
+    pub fn load_with(cli: &Cli, env: Env<'_>) -> Result<Config, ConfigError> {
         let (mut config, warnings): (Config, _) =
-            read_toml_renamed(cli.config.as_deref(), RENAMED)?;
+            load(cli.config.as_deref(), RENAMED, Binary::Gateway, env)?;
         config.warnings = warnings;
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
+    }
+
+    /// This configuration as TOML with every secret `"<redacted>"`
+    /// (`--print-config`).
+    pub fn to_redacted_toml(&self) -> Result<String, String> {
+        redacted_toml(self, Binary::Gateway)
     }
 
     /// Whether root brokers are configured: this gateway is an edge.

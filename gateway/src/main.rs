@@ -23,6 +23,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
+    if cli.print_config {
+        return print_config(&config);
+    }
     if !cli.check_config {
         init_tracing(config.log_format == LogFormat::Json);
     }
@@ -125,6 +128,28 @@ fn main() -> ExitCode {
         reloads.abort();
         ExitCode::SUCCESS
     })
+}
+
+/// `--print-config`: the configuration in force as TOML, secrets redacted,
+/// warnings (deprecated keys) on stderr.
+fn print_config(config: &Config) -> ExitCode {
+    for warning in &config.warnings {
+        eprintln!("herald-gateway: warning: {warning}");
+    }
+    match config.to_redacted_toml() {
+        Ok(text) => {
+            println!(
+                "# herald-gateway {}: the configuration in force (defaults < file < \
+                 environment < flags), secrets \"<redacted>\"\n\n{text}",
+                herald_gateway::VERSION
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald-gateway: cannot print the configuration: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Read the configuration again (file, environment, flags) and use the

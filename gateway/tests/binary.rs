@@ -82,3 +82,41 @@ fn text_logs_to_a_pipe_carry_no_colour_codes() {
     assert!(text.contains("herald-gateway starting"), "{text}");
     assert!(!text.contains('\u{1b}'), "escape codes in: {text:?}");
 }
+
+#[test]
+fn print_config_shows_the_environment_without_its_secrets() {
+    let out = Command::new(BIN)
+        .arg("--print-config")
+        .env_clear()
+        .env(
+            "HERALD_AUTH__JWT_SECRET",
+            "jwt-secret-from-the-environment-0123",
+        )
+        .env("HERALD_API_KEYS", "api-key-from-the-environment")
+        .env("HERALD_SESSION__MAX_PER_USER", "7")
+        .env("HERALD_SESION__MAX_SESSIONS", "9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("max_per_user = 7"), "{text}");
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warned.contains("HERALD_SESION__MAX_SESSIONS names no configuration key"),
+        "a misspelt variable is not silently ignored: {warned}"
+    );
+    assert!(text.contains("jwt_secret = \"<redacted>\""), "{text}");
+    assert!(!text.contains("from-the-environment"), "{text}");
+    let bad = Command::new(BIN)
+        .arg("--print-config")
+        .env_clear()
+        .env("HERALD_SESSION__MAX_PER_USER", "many")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(78), "{bad:?}");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("HERALD_SESSION__MAX_PER_USER (session.max_per_user)"),
+        "{err}"
+    );
+}

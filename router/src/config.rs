@@ -1,12 +1,14 @@
 //! Configuration of `herald-router`: defaults, then a TOML file, then
-//! environment variables (`HERALD_ROUTER_*`) and flags (clap reads both;
-//! flags win over the environment).
+//! environment variables (`HERALD_ROUTER_*`, one per key, from the table of
+//! `herald_engine::config::table`), then flags.
 //!
 //! Every bound has a key here. [`Config::validate`] lists every problem at
 //! once, so a bad configuration is fixed in one go. `router.example.toml`
 //! next to this crate's `Cargo.toml` has every key with its default.
 
 mod cli;
+#[cfg(test)]
+mod table_tests;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,13 +20,15 @@ pub use cli::Cli;
 
 use herald_amqp::{Reconnect, SupervisorConfig, Topology};
 use herald_engine::api_key::{ApiKeyConfig, ApiKeys, KeySet};
+use herald_engine::config::env::{Env, process_env, unknown_variables};
+use herald_engine::config::table::KEYS;
+use herald_engine::config::{Binary, load, parse_toml, redacted_toml};
 pub use herald_engine::config::{ConfigError, PublishConfig};
-use herald_engine::config::{parse_toml, read_toml};
 
 use crate::ingest::IngestConfig;
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -34,7 +38,7 @@ pub enum LogFormat {
 }
 
 /// The broker connection and the intake.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AmqpConfig {
     /// Broker URL, `amqp://user:pass@host:port/vhost` or `amqps://…`.
@@ -95,7 +99,7 @@ impl Default for AmqpConfig {
 /// `[redis]`: the delayed-notification store (and presence) of the
 /// distributed routers. Delayed notifications are enabled when `url` or
 /// `cluster` is set.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisSection {
     /// One Redis server: `redis://host:port/db` (`rediss://` for TLS).
@@ -175,7 +179,7 @@ impl RedisSection {
 }
 
 /// The whole router configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address of the HTTP API (`/v1/notifications`, `/healthz`, `/metrics`).
@@ -199,6 +203,10 @@ pub struct Config {
     pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
+    /// Warnings from loading (variables that name no key), for `main` to
+    /// log once logging is up.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -214,6 +222,7 @@ impl Default for Config {
             schedule: herald_engine::schedule::config::ScheduleConfig::default(),
             callbacks: Default::default(),
             redis: RedisSection::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -224,13 +233,28 @@ impl Config {
         parse_toml(text, origin)
     }
 
-    /// Load: defaults, the file named by `--config` (if any), then flags and
-    /// environment. Validated.
+    /// Load: defaults, the file named by `--config` (if any), the
+    /// environment (every key's `HERALD_ROUTER_*` variable,
+    /// docs/configuration.md), then flags. Validated.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
-        let mut config: Config = read_toml(cli.config.as_deref())?;
+        let mut config = Config::load_with(cli, &process_env)?;
+        let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+        config.warnings = unknown_variables(names, KEYS, Binary::Router);
+        Ok(config)
+    }
+
+    /// [`Config::load`] with the variables read from `env`.
+    pub fn load_with(cli: &Cli, env: Env<'_>) -> Result<Config, ConfigError> {
+        let (mut config, _): (Config, _) = load(cli.config.as_deref(), &[], Binary::Router, env)?;
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
+    }
+
+    /// This configuration as TOML with every secret `"<redacted>"`
+    /// (`--print-config`).
+    pub fn to_redacted_toml(&self) -> Result<String, String> {
+        redacted_toml(self, Binary::Router)
     }
 
     /// Check every rule; report all violations.

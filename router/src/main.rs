@@ -20,7 +20,13 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
+    if cli.print_config {
+        return print_config(&config);
+    }
     if cli.check_config {
+        for warning in &config.warnings {
+            eprintln!("herald-router: warning: {warning}");
+        }
         println!(
             "herald-router {}: configuration OK (listen {}, delayed notifications {})",
             herald_router::VERSION,
@@ -35,6 +41,9 @@ fn main() -> ExitCode {
     }
     init_tracing(config.log_format == LogFormat::Json);
     tracing::info!(version = herald_router::VERSION, "herald-router starting");
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let api_keys = match config.api_key_set() {
         Ok(set) => ApiKeys::from_set(set),
         Err(e) => {
@@ -87,6 +96,27 @@ fn main() -> ExitCode {
         reloads.abort();
         ExitCode::SUCCESS
     })
+}
+
+/// `--print-config`: the configuration in force as TOML, secrets redacted.
+fn print_config(config: &Config) -> ExitCode {
+    for warning in &config.warnings {
+        eprintln!("herald-router: warning: {warning}");
+    }
+    match config.to_redacted_toml() {
+        Ok(text) => {
+            println!(
+                "# herald-router {}: the configuration in force (defaults < file < \
+                 environment < flags), secrets \"<redacted>\"\n\n{text}",
+                herald_router::VERSION
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald-router: cannot print the configuration: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Read the configuration again (file, environment, flags) and use the API

@@ -165,3 +165,26 @@ fn cleanup(t: &herald_amqp::Topology) {
         let _ = c.close(200, "OK".into()).await;
     });
 }
+
+#[test]
+fn print_config_shows_the_environment_without_its_secrets() {
+    let out = Command::new(BIN)
+        .arg("--print-config")
+        .env_clear()
+        .env("HERALD_ROUTER_API_KEYS", "api-key-from-the-environment")
+        .env(
+            "HERALD_ROUTER_AMQP__URL",
+            "amqp://herald:password-from-the-environment@127.0.0.1:5672/%2f",
+        )
+        .env("HERALD_ROUTER_AMQP__PREFETCH", "32")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("prefetch = 32"), "{text}");
+    assert!(
+        text.contains("amqp://herald:<redacted>@127.0.0.1:5672/%2f"),
+        "{text}"
+    );
+    assert!(!text.contains("from-the-environment"), "{text}");
+}

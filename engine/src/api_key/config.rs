@@ -25,7 +25,7 @@ use crate::rate_limit::{Rate, TokenBucket};
 /// rate_per_sec = 50                # default: no limit
 /// burst = 100                      # default: one second's worth
 /// ```
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
     /// The key's name: 1 to 200 of `A-Z a-z 0-9 . _ ~ @ / + = -`, unique.

@@ -12,7 +12,7 @@ pub const MAX_PER_HOST: usize = 64;
 pub const MAX_IN_FLIGHT: usize = 1024;
 
 /// Settings of callbacks.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CallbackConfig {
     /// Let callbacks reach loopback, private (RFC 1918, ULA), link-local and

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::scheduler::SchedulerConfig;
 
 /// Per-topic policies (`[schedule.topics.NAME]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopicPolicy {
     /// Spread due times over `[due, due + jitter_ms]` (a same-second herd
@@ -23,7 +23,7 @@ pub struct TopicPolicy {
 }
 
 /// Settings of delayed notifications.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ScheduleConfig {
     /// Longest `delay_ms` (and furthest `deliver_at`) accepted.

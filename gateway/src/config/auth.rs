@@ -21,7 +21,7 @@ pub const ALGORITHMS: &[&str] = &[
 pub const MIN_SECRET_BYTES: usize = 32;
 
 /// JWT verification settings. No key set anywhere means dev mode.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// HS256 shared secret (at least 32 bytes): the default key.
@@ -50,7 +50,7 @@ pub struct AuthConfig {
 }
 
 /// One key of `[[auth.keys]]`.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeyConfig {
     /// The `kid` tokens name it by.

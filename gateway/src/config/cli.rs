@@ -1,4 +1,7 @@
-//! Command-line flags and environment variables.
+//! Command-line flags. Every configuration key also has an environment
+//! variable (`HERALD_*`, read by `Config::load` from the table in
+//! `herald_engine::config::table`, the older names of the flags' variables
+//! included); flags win over it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,76 +19,70 @@ use super::{Config, LogFormat, WhenFull};
 /// runs in dev mode: it makes a secret and an API key, prints a demo token
 /// and URL, and serves a demo page at /.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(name = "herald-gateway", version = crate::VERSION)]
+#[command(
+    name = "herald-gateway",
+    version = crate::VERSION,
+    after_help = "Every configuration key has an environment variable: HERALD_ and its path in \
+                  upper case, sections joined by __ (session.max_sessions: \
+                  HERALD_SESSION__MAX_SESSIONS); docs/configuration.md lists them all. \
+                  --print-config shows what is in force."
+)]
 pub struct Cli {
     /// TOML configuration file (see deploy/gateway.example.toml).
     #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Data directory (dev credentials, the delayed-notification store) [default: herald-data].
-    #[arg(long, env = "HERALD_DATA_DIR", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// HS256 secret for browser JWTs (at least 32 bytes).
-    #[arg(
-        long,
-        env = "HERALD_JWT_SECRET",
-        value_name = "SECRET",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "SECRET")]
     pub jwt_secret: Option<String>,
     /// PEM public key for RS256/ES256 browser JWTs.
-    #[arg(long, env = "HERALD_JWT_PUBLIC_KEY_FILE", value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub jwt_public_key_file: Option<PathBuf>,
     /// JWT algorithm: HS256, RS256 or ES256.
-    #[arg(long, env = "HERALD_JWT_ALGORITHM", value_name = "ALG")]
+    #[arg(long, value_name = "ALG")]
     pub jwt_algorithm: Option<String>,
     /// API key for the publish API; repeat the flag or separate with commas.
-    #[arg(
-        long = "api-key",
-        env = "HERALD_API_KEYS",
-        value_name = "KEY",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
+    #[arg(long = "api-key", value_name = "KEY", value_delimiter = ',')]
     pub api_keys: Vec<String>,
     /// How long a mailbox outlives its user's last session, in seconds [default: 300].
-    #[arg(long, env = "HERALD_MAILBOX_TTL_SECS", value_name = "SECS")]
+    #[arg(long, value_name = "SECS")]
     pub mailbox_ttl_secs: Option<u64>,
     /// Most concurrent sessions [default: 100000].
-    #[arg(long, env = "HERALD_MAX_SESSIONS", value_name = "N")]
+    #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
     /// What a session that fell behind further than its mailbox holds gets: cut or gaps [default: disconnect].
-    #[arg(long, env = "HERALD_WHEN_FULL", value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY")]
     pub when_full: Option<WhenFull>,
     /// Edge mode: this edge's stable id (names its queue on every root).
-    #[arg(long, env = "HERALD_EDGE_ID", value_name = "ID")]
+    #[arg(long, value_name = "ID")]
     pub edge_id: Option<String>,
     /// Edge mode: a root broker's AMQP URL; repeat for every root (or comma-separate).
-    #[arg(
-        long = "root",
-        env = "HERALD_ROOTS",
-        value_name = "AMQP_URL",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
+    #[arg(long = "root", value_name = "AMQP_URL", value_delimiter = ',')]
     pub roots: Vec<String>,
     /// Mount the SockJS protocol test suite's services (/echo, /close, ...). Tests only.
-    #[arg(long, env = "HERALD_SOCKJS_TEST_ENDPOINTS")]
+    #[arg(long)]
     pub sockjs_test_endpoints: bool,
     /// Check the configuration (file, environment and flags, and the keys
     /// they name) and exit: 0 when it is valid, 78 with every problem.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "print_config")]
     pub check_config: bool,
+    /// Print the configuration in force (defaults, file, environment and
+    /// flags) as TOML, every secret "<redacted>", and exit: 0, or 78 with
+    /// every problem when it is not valid.
+    #[arg(long)]
+    pub print_config: bool,
     /// Log format [default: text]. Log levels come from RUST_LOG.
-    #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
 }
 
 impl Cli {
-    /// Lay the flags (and the environment, which clap has already read) over
-    /// `config`.
+    /// Lay the flags over `config` (file and environment already in it).
     pub fn apply(&self, config: &mut Config) {
         if let Some(v) = self.listen {
             config.listen = v;

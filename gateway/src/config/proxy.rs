@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use serde::Deserialize;
 
 /// `[proxy]`: the client's address behind a proxy.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyConfig {
     /// Read a PROXY protocol header (v1 or v2, HAProxy's `send-proxy` /
@@ -103,6 +103,13 @@ impl<'de> Deserialize<'de> for Cidr {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Written as it is read: `10.0.0.0/8` (`--print-config`).
+impl serde::Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

@@ -1,4 +1,7 @@
-//! Command-line flags and environment variables.
+//! Command-line flags. Every configuration key also has an environment
+//! variable (`HERALD_ROUTER_*`, read by `Config::load` from the table in
+//! `herald_engine::config::table`, the older names of the flags' variables
+//! included); flags win over it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,68 +18,66 @@ use super::{Config, LogFormat};
 /// Settings come from defaults, then the TOML file given by --config, then
 /// environment variables, then flags.
 #[derive(Debug, Clone, Default, Parser)]
-#[command(name = "herald-router", version = crate::VERSION)]
+#[command(
+    name = "herald-router",
+    version = crate::VERSION,
+    after_help = "Every configuration key has an environment variable: HERALD_ROUTER_ and its \
+                  path in upper case, sections joined by __ (amqp.prefetch: \
+                  HERALD_ROUTER_AMQP__PREFETCH); docs/configuration.md lists them all. \
+                  --print-config shows what is in force."
+)]
 pub struct Cli {
     /// TOML configuration file (see router/router.example.toml).
     #[arg(long, env = "HERALD_ROUTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address of the HTTP API [default: 127.0.0.1:8090].
-    #[arg(long, env = "HERALD_ROUTER_LISTEN", value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Broker URL (`amqp://` or `amqps://`).
     #[arg(
         long,
         help = "Broker URL [default: amqp://guest:guest@127.0.0.1:5672/%2f]",
-        env = "HERALD_ROUTER_AMQP_URL",
-        value_name = "URL",
-        hide_env_values = true
+        value_name = "URL"
     )]
     pub amqp_url: Option<String>,
     /// API key for the HTTP publish API; repeat the flag or separate with commas.
-    #[arg(
-        long = "api-key",
-        env = "HERALD_ROUTER_API_KEYS",
-        value_name = "KEY",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
+    #[arg(long = "api-key", value_name = "KEY", value_delimiter = ',')]
     pub api_keys: Vec<String>,
     /// Most unacknowledged AMQP publications in flight [default: 256].
-    #[arg(long, env = "HERALD_ROUTER_PREFETCH", value_name = "N")]
+    #[arg(long, value_name = "N")]
     pub prefetch: Option<u16>,
     /// First reconnect delay in ms; doubles per failure, with jitter [default: 100].
-    #[arg(long, env = "HERALD_ROUTER_RECONNECT_INITIAL_MS", value_name = "MS")]
+    #[arg(long, value_name = "MS")]
     pub reconnect_initial_ms: Option<u64>,
     /// Longest reconnect delay in ms [default: 10000].
-    #[arg(long, env = "HERALD_ROUTER_RECONNECT_MAX_MS", value_name = "MS")]
+    #[arg(long, value_name = "MS")]
     pub reconnect_max_ms: Option<u64>,
     /// Largest payload in bytes [default: 1048576].
-    #[arg(long, env = "HERALD_ROUTER_MAX_PAYLOAD_BYTES", value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES")]
     pub max_payload_bytes: Option<usize>,
     /// Most users (and clients, and sites) per publication [default: 50].
     #[arg(long, env = "HERALD_ROUTER_MAX_RECIPIENTS", value_name = "N")]
     pub max_recipients: Option<usize>,
     /// Redis for delayed notifications and presence (`redis://host:port/db`);
     /// without it (or `[redis]`), delayed publications are refused.
-    #[arg(
-        long,
-        env = "HERALD_ROUTER_REDIS_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
     /// Check the configuration (file, environment and flags, and the keys
     /// they name) and exit: 0 when it is valid, 78 with every problem.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "print_config")]
     pub check_config: bool,
+    /// Print the configuration in force (defaults, file, environment and
+    /// flags) as TOML, every secret "<redacted>", and exit: 0, or 78 with
+    /// every problem when it is not valid.
+    #[arg(long)]
+    pub print_config: bool,
     /// Log format [default: text]. Log levels come from RUST_LOG.
-    #[arg(long, env = "HERALD_ROUTER_LOG_FORMAT", value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
 }
 
 impl Cli {
-    /// Lay the flags (and the environment, which clap has already read) over
-    /// `config`.
+    /// Lay the flags over `config` (file and environment already in it).
     pub fn apply(&self, config: &mut Config) {
         if let Some(v) = self.listen {
             config.listen = v;

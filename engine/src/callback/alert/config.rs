@@ -12,7 +12,7 @@ pub const MIN_INTERVAL_FLOOR_MS: u64 = 1_000;
 
 /// Settings of alerts. With neither `webhook_url` nor `smtp_host`, alerts
 /// are log lines and metrics only.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertsConfig {
     /// A Slack-compatible incoming webhook: alerts are POSTed to it as JSON
@@ -60,7 +60,7 @@ impl Default for AlertsConfig {
 }
 
 /// How the SMTP connection is protected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SmtpTls {
     /// Plain connection upgraded with `STARTTLS`, which is required.

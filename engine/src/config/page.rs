@@ -1,0 +1,135 @@
+//! docs/configuration.md, made from [`super::table::KEYS`]: for each binary,
+//! one table per section of the file (key, variable, type, default,
+//! meaning), between markers the binary's tests compare and, asked to,
+//! rewrite.
+
+use std::fmt::Write;
+
+use super::key::{Binary, Key, keys_of};
+
+/// The line before a binary's generated part.
+pub fn begin_marker(binary: Binary) -> String {
+    format!(
+        "<!-- {} keys: generated from engine/src/config/table.rs, do not edit -->",
+        binary.name()
+    )
+}
+
+/// The line after it.
+pub fn end_marker(binary: Binary) -> String {
+    format!("<!-- end of {} keys -->", binary.name())
+}
+
+/// The Markdown of `binary`'s keys, each default read from `defaults` (its
+/// default configuration serialized to JSON, `null` for unset).
+pub fn render(keys: &'static [Key], binary: Binary, defaults: &serde_json::Value) -> String {
+    let mut out = String::new();
+    let mut section = None;
+    for key in keys_of(keys, binary) {
+        let this = key.path.rsplit_once('.').map(|(s, _)| s);
+        if section != Some(this) {
+            section = Some(this);
+            let title = match this {
+                None => "Top level".to_owned(),
+                Some(s) => format!("`[{s}]`"),
+            };
+            let _ = writeln!(out, "\n#### {title}\n");
+            out.push_str("| key | variable | type | default | meaning |\n");
+            out.push_str("|---|---|---|---|---|\n");
+        }
+        let name = key.path.rsplit('.').next().unwrap_or(key.path);
+        let mut variable = format!("`{}`", key.env_var(binary));
+        for alias in key.aliases_for(binary) {
+            let _ = write!(variable, " (or `{alias}`)");
+        }
+        let secret = if key.secret == super::key::Secret::No {
+            ""
+        } else {
+            " **Secret**: redacted by `--print-config`."
+        };
+        let _ = writeln!(
+            out,
+            "| `{name}` | {variable} | {} | {} | {}{secret} |",
+            key.kind.describe(),
+            default(lookup(defaults, key.path)),
+            key.doc
+        );
+    }
+    out
+}
+
+fn lookup<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    path.split('.').try_fold(value, |v, part| v.get(part))
+}
+
+fn default(value: Option<&serde_json::Value>) -> String {
+    use serde_json::Value;
+    match value {
+        None | Some(Value::Null) => "unset".to_owned(),
+        Some(Value::String(s)) if s.is_empty() => "`\"\"`".to_owned(),
+        Some(Value::String(s)) => format!("`{s}`"),
+        Some(other) => format!("`{other}`"),
+    }
+}
+
+/// `page` with `binary`'s generated part replaced by `generated`; `None`
+/// when the page lacks the markers.
+pub fn splice(page: &str, binary: Binary, generated: &str) -> Option<String> {
+    let begin = begin_marker(binary);
+    let end = end_marker(binary);
+    let start = page.find(&begin)? + begin.len();
+    let stop = start + page[start..].find(&end)?;
+    Some(format!(
+        "{}\n{}\n{}",
+        &page[..start],
+        generated.trim(),
+        &page[stop..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::key::{BOTH, GATEWAY, Kind, ROUTER, Secret, key};
+
+    const KEYS: &[Key] = &[
+        key("listen", BOTH, Kind::Str, "Where."),
+        key("a.b", GATEWAY, Kind::Int, "B.").aliases(&["HERALD_B", "HERALD_ROUTER_B"]),
+        key("a.c", GATEWAY, Kind::List, "C.").secret(Secret::Yes),
+        key("r.x", ROUTER, Kind::Bool, "X."),
+    ];
+
+    #[test]
+    fn each_section_is_a_table_with_defaults() {
+        let defaults = serde_json::json!({"listen": "127.0.0.1:1", "a": {"b": 5, "c": []}});
+        let md = render(KEYS, Binary::Gateway, &defaults);
+        assert!(md.contains("#### Top level"), "{md}");
+        assert!(md.contains("#### `[a]`"), "{md}");
+        assert!(!md.contains("r.x") && !md.contains("HERALD_R__X"), "{md}");
+        assert!(
+            md.contains("| `b` | `HERALD_A__B` (or `HERALD_B`) | integer | `5` | B. |"),
+            "{md}"
+        );
+        assert!(md.contains("| `listen` | `HERALD_LISTEN` | string | `127.0.0.1:1` |"));
+        assert!(md.contains("| `c` | `HERALD_A__C` | list | `[]` | C. **Secret**"));
+    }
+
+    #[test]
+    fn the_generated_part_is_replaced_between_the_markers() {
+        let page = format!(
+            "# T\n{}\nold\n{}\nrest\n",
+            begin_marker(Binary::Router),
+            end_marker(Binary::Router)
+        );
+        let new = splice(&page, Binary::Router, "new").unwrap();
+        assert_eq!(
+            new,
+            format!(
+                "# T\n{}\nnew\n{}\nrest\n",
+                begin_marker(Binary::Router),
+                end_marker(Binary::Router)
+            )
+        );
+        assert!(splice(&page, Binary::Gateway, "x").is_none());
+    }
+}
