@@ -44,7 +44,8 @@ pub fn problems(keys: &'static [Key], binary: Binary, defaults: &serde_json::Val
 /// Every key of `binary` whose variable does not set it: for each key, a
 /// value other than its default is put in its variable alone, the
 /// configuration `T` loaded ([`super::load`], no file), and the key read
-/// back. Arrays and tables of tables ([`Kind::Toml`]) are set to an empty
+/// back; a key with an [`Key::example`] (a list or a string) is set to
+/// it. Arrays and tables of tables ([`Kind::Toml`]) are set to an empty
 /// one. One line per failure; empty when every variable works.
 pub fn env_problems<T: DeserializeOwned + Default + Serialize>(
     keys: &'static [Key],
@@ -54,7 +55,14 @@ pub fn env_problems<T: DeserializeOwned + Default + Serialize>(
     let mut out = Vec::new();
     for key in keys_of(keys, binary) {
         let default = lookup(&defaults, key.path);
-        let (text, want) = sample(key.kind, default);
+        let (text, want) = match (key.example, key.kind) {
+            (Some(e), Kind::List) => (
+                e.to_owned(),
+                e.split(',').map(|s| serde_json::json!(s.trim())).collect(),
+            ),
+            (Some(e), Kind::Str) => (e.to_owned(), serde_json::json!(e)),
+            _ => sample(key.kind, default),
+        };
         let name = key.env_var(binary);
         let env = |n: &str| (n == name).then(|| text.clone());
         let got = match super::load::<T>(None, &[], binary, &env) {

@@ -105,6 +105,9 @@ pub struct Key {
     pub aliases: &'static [&'static str],
     /// What it does, one or two sentences of Markdown.
     pub doc: &'static str,
+    /// A value its variable takes, for keys whose values have a form of
+    /// their own (the tests set each variable to one).
+    pub example: Option<&'static str>,
 }
 
 /// A key that is no secret and has no older variable names; see
@@ -122,6 +125,7 @@ pub const fn key(
         secret: Secret::No,
         aliases: &[],
         doc,
+        example: None,
     }
 }
 
@@ -135,6 +139,12 @@ impl Key {
     /// This key, with older variable names that still work.
     pub const fn aliases(mut self, aliases: &'static [&'static str]) -> Key {
         self.aliases = aliases;
+        self
+    }
+
+    /// This key, with a value of the form it takes (e.g. CIDRs).
+    pub const fn example(mut self, example: &'static str) -> Key {
+        self.example = Some(example);
         self
     }
 
