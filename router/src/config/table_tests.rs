@@ -39,19 +39,8 @@ fn every_key_has_a_variable_that_sets_it() {
 #[test]
 fn docs_configuration_md_is_current() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let generated = page::render(KEYS, Binary::Router, &defaults());
-    let want = page::splice(&text, Binary::Router, &generated)
-        .expect("docs/configuration.md has the herald-router markers");
-    if want != text {
-        if std::env::var_os("HERALD_BLESS").is_some() {
-            std::fs::write(&path, want).unwrap();
-            return;
-        }
-        panic!(
-            "docs/configuration.md is out of date for herald-router: regenerate it with \
-             HERALD_BLESS=1 cargo test -p herald-router --lib docs_configuration_md_is_current"
-        );
+    if let Err(e) = page::check_current(&path, KEYS, Binary::Router, &defaults()) {
+        panic!("{e}");
     }
 }
 
