@@ -87,6 +87,34 @@ pub fn splice(page: &str, binary: Binary, generated: &str) -> Option<String> {
     ))
 }
 
+/// Whether the page at `path` (docs/configuration.md) has `binary`'s part
+/// as the table makes it now. With `HERALD_BLESS` set in the environment a
+/// stale part is rewritten instead. The error says what is wrong and how
+/// to regenerate it. For each binary's tests.
+pub fn check_current(
+    path: &std::path::Path,
+    keys: &'static [Key],
+    binary: Binary,
+    defaults: &serde_json::Value,
+) -> Result<(), String> {
+    let name = binary.name();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let generated = render(keys, binary, defaults);
+    let want = splice(&text, binary, &generated)
+        .ok_or_else(|| format!("{} has no {name} markers", path.display()))?;
+    if want == text {
+        return Ok(());
+    }
+    if std::env::var_os("HERALD_BLESS").is_some() {
+        return std::fs::write(path, want).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    Err(format!(
+        "{} is out of date for {name}: regenerate it with \
+         HERALD_BLESS=1 cargo test -p {name} --lib docs_configuration_md_is_current",
+        path.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,32 +160,4 @@ mod tests {
         );
         assert!(splice(&page, Binary::Gateway, "x").is_none());
     }
-}
-
-/// Whether the page at `path` (docs/configuration.md) has `binary`'s part
-/// as the table makes it now. With `HERALD_BLESS` set in the environment a
-/// stale part is rewritten instead. The error says what is wrong and how
-/// to regenerate it. For each binary's tests.
-pub fn check_current(
-    path: &std::path::Path,
-    keys: &'static [Key],
-    binary: Binary,
-    defaults: &serde_json::Value,
-) -> Result<(), String> {
-    let name = binary.name();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let generated = render(keys, binary, defaults);
-    let want = splice(&text, binary, &generated)
-        .ok_or_else(|| format!("{} has no {name} markers", path.display()))?;
-    if want == text {
-        return Ok(());
-    }
-    if std::env::var_os("HERALD_BLESS").is_some() {
-        return std::fs::write(path, want).map_err(|e| format!("{}: {e}", path.display()));
-    }
-    Err(format!(
-        "{} is out of date for {name}: regenerate it with \
-         HERALD_BLESS=1 cargo test -p {name} --lib docs_configuration_md_is_current",
-        path.display()
-    ))
 }
