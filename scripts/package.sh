@@ -48,6 +48,8 @@ OUT="$ROOT/dist"
 
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf 'package.sh: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=lib/apt.sh
+. "$ROOT/scripts/lib/apt.sh"
 usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 while [ $# -gt 0 ]; do
@@ -69,23 +71,6 @@ case $PROFILE in
 esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
-
-ensure_apt_packages() {
-    local missing=() pkg
-    for pkg in "$@"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-            || missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
-    step "installing Debian packages: ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-}
 
 ensure_cargo_deb() {
     local have

@@ -65,24 +65,8 @@ trap 'rm -rf "$LOGDIR"' EXIT
 
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
-
-# Install Debian packages that are not installed yet (no-op when all are).
-ensure_apt_packages() {
-    local missing=() pkg
-    for pkg in "$@"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-            || missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
-    step "installing Debian packages: ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
-}
+# shellcheck source=lib/apt.sh
+. "$ROOT/scripts/lib/apt.sh"
 
 ensure_rust() {
     command -v cargo >/dev/null \
