@@ -326,7 +326,7 @@ impl Native {
         drop(response);
         drop(head);
         drop(session);
-        match sess.attach(kind) {
+        match sess.attach(kind).await {
             Attach::Refused(close) => {
                 let frame: Vec<Bytes> = match kind {
                     Kind::Eventsource => vec![

@@ -76,9 +76,9 @@ async fn dispatch(
             }
             accept_websocket(s, peer, req, Framing::Sockjs)
         }
-        ("xhr", Method::POST) => receive(s, &session, req, Kind::XhrPolling),
-        ("xhr_streaming", Method::POST) => receive(s, &session, req, Kind::XhrStreaming),
-        ("eventsource", Method::GET) => receive(s, &session, req, Kind::Eventsource),
+        ("xhr", Method::POST) => receive(s, &session, req, Kind::XhrPolling).await,
+        ("xhr_streaming", Method::POST) => receive(s, &session, req, Kind::XhrStreaming).await,
+        ("eventsource", Method::GET) => receive(s, &session, req, Kind::Eventsource).await,
         ("xhr_send", Method::POST) => xhr_send(s, &session, req).await,
         ("xhr" | "xhr_streaming" | "xhr_send", Method::OPTIONS) => {
             let headers = req.headers().clone();
@@ -254,7 +254,7 @@ fn query_token(req: &Request) -> Option<String> {
 }
 
 /// A receiving request: take the session's receiver slot and stream.
-fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
+async fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
     let headers = req.headers().clone();
     let token = query_token(&req);
     // The client, as the accept loop resolved it (`server`).
@@ -287,7 +287,7 @@ fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response 
         Kind::Eventsource => Some(Bytes::from_static(b"\r\n")),
         Kind::XhrPolling => None,
     };
-    let frames = match sess.attach(kind) {
+    let frames = match sess.attach(kind).await {
         // One HTTP chunk per SockJS frame: clients (and the protocol suite)
         // read a chunk as a frame. This copies a frame's pieces together;
         // the native path (`super::native`) writes them without a copy.

@@ -8,7 +8,13 @@
 //! receiver holds the slot: a streaming response (xhr-streaming,
 //! EventSource, closed after `sockjs.streaming_limit_bytes`) or a polling
 //! response (one frame, then done). A second receiver while one is active
-//! gets `c[2010,"Another connection still open"]`.
+//! gets `c[2010,"Another connection still open"]`, after waiting up to
+//! [`HOLDER_GRACE`] for the holder to go away: a client that aborts a
+//! pending poll and polls again at once (as the SockJS protocol suite's
+//! `test_abort_xhr_polling` does) has closed the first connection before
+//! it opened the second, but the end of the first is noticed by hyper on
+//! another worker thread, and may be noticed after the second request
+//! arrived.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -35,6 +41,9 @@ pub const MAX_INBOUND_MESSAGES: usize = 1024;
 /// `herald_connections_refused_total{reason="inbound_full"}`). One request
 /// (at most `sockjs.max_send_bytes`) is always taken into an empty queue.
 pub const MAX_INBOUND_BYTES: usize = 1024 * 1024;
+/// How long a receiving request that finds the slot held waits for the
+/// holder to leave before it is answered `c[2010,…]`.
+pub const HOLDER_GRACE: Duration = Duration::from_millis(250);
 /// SockJS frames queued for a receiver; the driver keeps one more and waits
 /// for room (backpressure from a slow receiver).
 const RECEIVER_QUEUE: usize = 4;
@@ -75,6 +84,8 @@ pub struct HttpSession {
     wake: Notify,
     /// Wakes the receiver: frames queued or released.
     out: Notify,
+    /// Wakes receiving requests waiting for the slot: it was vacated.
+    vacated: Notify,
 }
 
 /// A receiving request's hold on the slot. Dropping it before the stream
@@ -103,6 +114,7 @@ impl ReceiverHandle {
                     inbox.receiver = None;
                     drop(inbox);
                     self.session.wake.notify_one();
+                    self.session.vacated.notify_waiters();
                     return None;
                 }
             }
@@ -121,8 +133,13 @@ impl Drop for ReceiverHandle {
         {
             inbox.receiver = None;
             inbox.interrupted = true;
+            // Closed from now on, before the driver hears of it: a
+            // receiver that comes in between gets the close frame, not a
+            // slot the driver is about to take back.
+            inbox.closed.get_or_insert(sockjs::close::INTERRUPTED);
             drop(inbox);
             self.session.wake.notify_one();
+            self.session.vacated.notify_waiters();
         }
     }
 }
@@ -136,6 +153,19 @@ pub enum Attach {
 }
 
 impl HttpSession {
+    /// A session made by a receiving request of `kind`.
+    fn new(kind: Kind) -> Self {
+        HttpSession {
+            inbox: Mutex::new(Inbox {
+                last_kind: Some(kind),
+                ..Inbox::default()
+            }),
+            wake: Notify::new(),
+            out: Notify::new(),
+            vacated: Notify::new(),
+        }
+    }
+
     /// Queue messages from `xhr_send`; false when the inbox is full.
     pub fn send(&self, messages: Vec<String>) -> bool {
         let mut inbox = self.inbox.lock();
@@ -158,19 +188,40 @@ impl HttpSession {
         self.inbox.lock().last_kind.map(Kind::transport)
     }
 
-    /// Take the receiver slot.
-    pub fn attach(self: &Arc<Self>, kind: Kind) -> Attach {
+    /// Take the receiver slot, waiting up to [`HOLDER_GRACE`] for a holder
+    /// to leave.
+    pub async fn attach(self: &Arc<Self>, kind: Kind) -> Attach {
+        let deadline = Instant::now() + HOLDER_GRACE;
+        loop {
+            // Registered before the slot is looked at, so a holder that
+            // leaves in between still wakes this request.
+            let vacated = self.vacated.notified();
+            let mut vacated = std::pin::pin!(vacated);
+            vacated.as_mut().enable();
+            match self.try_attach(kind) {
+                Some(attach) => return attach,
+                None => {
+                    if tokio::time::timeout_at(deadline, vacated).await.is_err() {
+                        let (code, reason) = sockjs::close::ANOTHER_CONNECTION;
+                        let mut c = BytesMut::new();
+                        sockjs::encode_close(code, reason, &mut c);
+                        return Attach::Refused(c.freeze());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Take the receiver slot now; None while another receiver holds it.
+    fn try_attach(self: &Arc<Self>, kind: Kind) -> Option<Attach> {
         let mut inbox = self.inbox.lock();
         if let Some((code, reason)) = inbox.closed {
             let mut c = BytesMut::new();
             sockjs::encode_close(code, reason, &mut c);
-            return Attach::Refused(c.freeze());
+            return Some(Attach::Refused(c.freeze()));
         }
         if inbox.receiver.is_some() {
-            let (code, reason) = sockjs::close::ANOTHER_CONNECTION;
-            let mut c = BytesMut::new();
-            sockjs::encode_close(code, reason, &mut c);
-            return Attach::Refused(c.freeze());
+            return None;
         }
         inbox.generation += 1;
         let generation = inbox.generation;
@@ -184,10 +235,10 @@ impl HttpSession {
         });
         drop(inbox);
         self.wake.notify_one();
-        Attach::Stream(ReceiverHandle {
+        Some(Attach::Stream(ReceiverHandle {
             session: Arc::clone(self),
             generation,
-        })
+        }))
     }
 }
 
@@ -219,14 +270,7 @@ impl Registry {
             return Some(Arc::clone(s));
         }
         let permit = shared.acquire_session()?;
-        let session = Arc::new(HttpSession {
-            inbox: Mutex::new(Inbox {
-                last_kind: Some(kind),
-                ..Inbox::default()
-            }),
-            wake: Notify::new(),
-            out: Notify::new(),
-        });
+        let session = Arc::new(HttpSession::new(kind));
         let id: Arc<str> = id.into();
         map.insert(Arc::clone(&id), Arc::clone(&session));
         drop(map);
@@ -502,6 +546,7 @@ impl Driver {
         inbox.interrupted = false;
         inbox.closed.get_or_insert(close);
         drop(inbox);
+        self.session.vacated.notify_waiters();
         self.held = None;
         self.pending = Pending::new(self.shared.config.session.queue_bytes);
         if self.close.is_none() {
@@ -518,5 +563,49 @@ impl Driver {
         }
         self.session.out.notify_one();
         self.app.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(attach: Attach) -> Bytes {
+        match attach {
+            Attach::Refused(frame) => frame,
+            Attach::Stream(_) => panic!("expected a refusal, got the slot"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_receiver_gone_while_another_waits_closes_the_session_as_interrupted() {
+        let session = Arc::new(HttpSession::new(Kind::XhrPolling));
+        let Attach::Stream(first) = session.attach(Kind::XhrPolling).await else {
+            panic!("the slot was free");
+        };
+        let second = tokio::spawn({
+            let session = Arc::clone(&session);
+            async move { session.attach(Kind::XhrPolling).await }
+        });
+        // The client aborted the first poll: its handle goes away whether
+        // the second request is already waiting or not yet looking.
+        drop(first);
+        let frame = refused(second.await.unwrap());
+        assert_eq!(&frame[..], b"c[1002,\"Connection interrupted\"]");
+        // And so does every later receiver: the session is over.
+        let later = refused(session.attach(Kind::XhrStreaming).await);
+        assert_eq!(&later[..], b"c[1002,\"Connection interrupted\"]");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_stays_gets_the_next_receiver_refused_after_the_grace() {
+        let session = Arc::new(HttpSession::new(Kind::XhrPolling));
+        let Attach::Stream(_first) = session.attach(Kind::XhrPolling).await else {
+            panic!("the slot was free");
+        };
+        let started = Instant::now();
+        let frame = refused(session.attach(Kind::XhrPolling).await);
+        assert_eq!(&frame[..], b"c[2010,\"Another connection still open\"]");
+        assert!(started.elapsed() >= HOLDER_GRACE);
     }
 }
