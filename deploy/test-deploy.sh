@@ -11,6 +11,8 @@
 # Runs beside any other deployment: its own temporary state dir and ports
 # (--port-offset, default 2000: AMQP 7681/7682, Redis 8390, HAProxy 10000 ...).
 # Checks: --dry-run changes nothing; up starts everything and is healthy;
+# Varnish fronts the routers (its VCL and backends under the state dir, a
+# second GET /v1/stats is a hit);
 # secrets are 0600; Redis listens on loopback only, with AOF; up again starts
 # nothing; a killed edge is restarted alone; --router-config reaches a router
 # started after it (a copy under the state dir, kept for later runs) and not
@@ -63,7 +65,7 @@ trap 'exit 130' INT TERM
 pids() { cat "$STATE"/run/*.pid 2>/dev/null | sort; }
 port() { echo $(($1 + OFFSET)); }
 ports=("$(port 5681)" "$(port 5682)" "$(port 25681)" "$(port 25682)" "$(port 6390)" "$(port 9101)"
-    "$(port 9102)" "$(port 9103)" "$(port 9201)" "$(port 9202)" "$(port 8000)" "$(port 8404)")
+    "$(port 9102)" "$(port 9103)" "$(port 9201)" "$(port 9202)" "$(port 8000)" "$(port 8404)" "$(port 8100)")
 redis() { redis-cli -h 127.0.0.1 -p "$(port 6390)" "$@"; }
 any_port_open() {
     local p
@@ -86,10 +88,11 @@ out=$(mktemp)
 "${UP[@]}" --dry-run >"$out" 2>&1 && rc=0 || rc=$?
 check "--dry-run exits 0" [ "$rc" = 0 ]
 check "--dry-run creates no state dir" [ ! -e "$STATE" ]
-check "--dry-run prints the rabbitmq, redis, router, gateway and haproxy commands" \
+check "--dry-run prints the rabbitmq, redis, router, gateway, haproxy and varnishd commands" \
     grep -q "rabbitmq-server" "$out"
 for c in "redis-server --bind 127.0.0.1 --port $(port 6390)" "herald-router --listen" \
-    "--redis-url redis://127.0.0.1:$(port 6390)/0" "herald-gateway --listen" "haproxy -db -f"; do
+    "--redis-url redis://127.0.0.1:$(port 6390)/0" "herald-gateway --listen" "haproxy -db -f" \
+    "varnishd -F -j none -n $STATE/varnish/work -a 127.0.0.1:$(port 8100)"; do
     grep -q -- "$c" "$out" || fail "--dry-run output misses '$c'"
 done
 
@@ -97,10 +100,11 @@ if "${UP[@]}" >"$out" 2>&1; then ok "up starts the deployment"; else
     fail "up starts the deployment"; cat "$out"; exit 1
 fi
 first=$(pids)
-check "up recorded 2 roots, redis, 2 routers, 3 edges and haproxy" \
+check "up recorded 2 roots, redis, 2 routers, 3 edges, haproxy and varnish" \
     test -s "$STATE/run/root1.pid" -a -s "$STATE/run/root2.pid" -a -s "$STATE/run/redis.pid" \
     -a -s "$STATE/run/router1.pid" -a -s "$STATE/run/router2.pid" -a -s "$STATE/run/edge1.pid" \
-    -a -s "$STATE/run/edge2.pid" -a -s "$STATE/run/edge3.pid" -a -s "$STATE/run/haproxy.pid"
+    -a -s "$STATE/run/edge2.pid" -a -s "$STATE/run/edge3.pid" -a -s "$STATE/run/haproxy.pid" \
+    -a -s "$STATE/run/varnish.pid"
 check "deployment.env records the routers' Redis" \
     grep -qx "REDIS_URL=redis://127.0.0.1:$(port 6390)/0" "$STATE/deployment.env"
 check "Redis answers, bound to loopback only" [ "$(redis config get bind | tail -n1)" = 127.0.0.1 ]
@@ -118,6 +122,13 @@ reaches_router() { # a router answers (401 without a key is an answer); HAProxy'
     case "$code" in 200 | 202 | 401) return 0 ;; *) echo "     got HTTP $code"; return 1 ;; esac
 }
 check "the publish API reaches a router through HAProxy" reaches_router
+check "Varnish runs the VCL copied into the state dir" cmp -s "$HERE/varnish/herald.vcl" "$STATE/varnish/herald.vcl"
+check "... in front of both routers" grep -q "\.port = \"$(port 9202)\"" "$STATE/varnish/herald-backends.vcl"
+check "Varnish passes /healthz to a router" curl -fsS -o /dev/null "http://127.0.0.1:$(port 8100)/healthz"
+x_cache() { curl -fsS -o /dev/null -D - "http://127.0.0.1:$(port 8100)$1" | tr -d '\r' | sed -n 's/^[Xx]-[Cc]ache: //p'; }
+check "GET /v1/stats through Varnish: a miss, then a hit" \
+    [ "$(x_cache /v1/stats?test-deploy),$(x_cache /v1/stats?test-deploy)" = MISS,HIT ]
+check "... and the publish API is passed" [ "$(x_cache /v1/notifications/x)" = PASS ]
 check "secrets are mode 0600" \
     [ "$(stat -c %a "$STATE/secrets/jwt-secret" "$STATE/secrets/api-key" | sort -u)" = 600 ]
 RABBITMQCTL=/usr/lib/rabbitmq/bin/rabbitmqctl

@@ -26,8 +26,8 @@
 #
 # Needs a Debian-like machine with Rust (rustup) and Python 3 installed;
 # whatever else is missing is installed here: the Python virtualenv at .venv
-# and its pinned packages (stomp.py, pika, schemathesis), Debian's haproxy, rabbitmq-server and redis-server (for
-# deploy/up), node and npm (node >= 20), Debian's chromium, and
+# and its pinned packages (stomp.py, pika, schemathesis), Debian's haproxy, rabbitmq-server, redis-server and varnish (for
+# deploy/up; tests/python/test_varnish.py runs varnishd too), node and npm (node >= 20), Debian's chromium, and
 # the pinned npm packages of gateway/js, tests/browser and the Node examples
 # (npm ci), Debian's golang-go, php-cli, php-curl and default-jdk-headless
 # for the Go, PHP and Java examples, and the
@@ -111,7 +111,15 @@ ensure_deploy_tools() {
     # Redis Cluster test starts several).
     command -v redis-server >/dev/null || pkgs+=(redis-server)
     command -v redis-cli >/dev/null || pkgs+=(redis-tools)
+    # tests/python/test_varnish.py and deploy/up run Debian's varnishd.
+    command -v varnishd >/dev/null || [ -x /usr/sbin/varnishd ] || pkgs+=(varnish)
     [ ${#pkgs[@]} -eq 0 ] || ensure_apt_packages "${pkgs[@]}"
+    # The package enables and starts its own varnish.service (port 6081) on
+    # a systemd host; the tests start their own varnishd, so stop it again.
+    case " ${pkgs[*]} " in
+        *" varnish "*) [ ! -d /run/systemd/system ] \
+            || as_root systemctl disable --now varnish.service varnishncsa.service || true ;;
+    esac
 }
 
 ensure_redis() {
