@@ -284,10 +284,11 @@ async fn a_steady_stream_is_claimed_and_settled_in_slices() {
 
 #[tokio::test]
 async fn a_pile_is_claimed_ahead_of_the_usual_claim_ahead() {
-    // 20,000 due in one instant 10 s from now (accepting them takes a
-    // while on a busy machine), claims of 1,000: at the planned pace (38 µs
-    // per entry before any is measured) its claims start about 0.76 s
-    // before it is due, not claim_ahead_ms (10 ms) before.
+    // 20,000 due in one instant 20 s from now (accepting them took nearly
+    // 10 s in a debug build on a machine running four builds besides the
+    // tests), claims of 1,000: at the planned pace (38 µs per entry before
+    // any is measured) its claims start about 0.76 s before it is due, not
+    // claim_ahead_ms (10 ms) before.
     let mut r = start_with(ScheduleConfig {
         claim_ahead_ms: 10,
         claim_ahead_max_ms: Some(2_000),
@@ -295,7 +296,7 @@ async fn a_pile_is_claimed_ahead_of_the_usual_claim_ahead() {
         ..ScheduleConfig::default()
     })
     .await;
-    let due = now_ms() + 10_000;
+    let due = now_ms() + 20_000;
     let entries = (0..20_000)
         .map(|i| entry(&format!("p{i:05}"), due))
         .collect();
@@ -304,7 +305,7 @@ async fn a_pile_is_claimed_ahead_of_the_usual_claim_ahead() {
     // the last one is done by the due time depends on how busy the
     // machine is: the benchmarks show that). Nothing else is stored, so
     // nothing else is claimed.
-    let claimed_at = r.first_claim(WAIT + Duration::from_secs(10)).await;
+    let claimed_at = r.first_claim(WAIT + Duration::from_secs(20)).await;
     assert!(
         claimed_at + 300 < due,
         "the pile's first claim started {} ms before due",
@@ -325,12 +326,12 @@ async fn a_pile_is_claimed_as_soon_as_it_comes_into_view() {
     // 20,000 due in one instant need about 0.75 s of claims at the planned
     // pace, more than claim_ahead_max_ms (400 ms): claims start as soon as
     // the pile is within 400 ms, not at the next refill (refills are 5 s
-    // apart here) or the usual claim-ahead (10 ms). Due 8 s ahead:
-    // accepting them took nearly 4 s in a debug build on a slow machine
-    // running the other tests. The pile reaches the window either with the
-    // accept (when it ends within the 5 s horizon of the due time) or with
-    // the refill at 5 s; either way it comes into view at 7.6 s, between
-    // two refills.
+    // apart here) or the usual claim-ahead (10 ms). Due 18 s ahead:
+    // accepting them took nearly 10 s in a debug build on a machine running
+    // four builds besides the tests. The pile reaches the window either
+    // with the accept (when it ends within the 5 s horizon of the due time)
+    // or with the refill at 15 s; either way it comes into view at 17.6 s,
+    // between two refills (15 s and 20 s).
     let mut r = start_with(ScheduleConfig {
         claim_ahead_ms: 10,
         claim_ahead_max_ms: Some(400),
@@ -339,12 +340,12 @@ async fn a_pile_is_claimed_as_soon_as_it_comes_into_view() {
         ..ScheduleConfig::default()
     })
     .await;
-    let due = now_ms() + 8_000;
+    let due = now_ms() + 18_000;
     let entries = (0..20_000)
         .map(|i| entry(&format!("v{i:05}"), due))
         .collect();
     r.delayed.accept(entries).await.unwrap();
-    let claimed_at = r.first_claim(WAIT).await;
+    let claimed_at = r.first_claim(WAIT + Duration::from_secs(10)).await;
     assert!(
         claimed_at + 200 < due,
         "the pile's first claim started {} ms before due",

@@ -35,7 +35,11 @@ impl Gateway {
         let config = data.join("gateway.toml");
         std::fs::write(
             &config,
-            format!("[session]\nqueue_messages = 50000\n[schedule]\n{schedule}"),
+            format!(
+                "[session]\nqueue_messages = 50000\nqueue_bytes = 67108864\n\
+                 [mailbox]\nbuffer_messages = 50000\nbuffer_bytes = 67108864\n\
+                 [schedule]\n{schedule}"
+            ),
         )
         .unwrap();
         let (child, addr) = spawn_gateway_binary(&[
@@ -134,7 +138,13 @@ async fn receive(
             .header("message-id")
             .unwrap_or_else(|| panic!("a frame without a message-id: {f:?}"))
             .to_owned();
-        let due_at = due[&id];
+        assert!(
+            !id.starts_with("gap-"),
+            "a gap notice: the session fell behind its queue ({f:?})"
+        );
+        let due_at = *due
+            .get(&id)
+            .unwrap_or_else(|| panic!("{id} was never published here"));
         assert!(
             at >= due_at,
             "{id} arrived at {at}, before its due time {due_at}"
