@@ -20,6 +20,10 @@
 //! - [`publish`]: the HTTP publish API (`POST /v1/notifications`, status,
 //!   cancel, list, `online`): parsing, API-key authentication, validation,
 //!   JSON errors.
+//! - [`presence`]: who is online (sessions by transport, edges, since
+//!   when) and counts per client company, behind one view the hub
+//!   (standalone) and the routers' Redis (distributed) implement; served
+//!   by [`publish`] at `GET /v1/presence/...`.
 //! - [`api_key`]: API keys: named, each with the operations it may perform,
 //!   optionally its sites and publish rate; compared in constant time,
 //!   reloadable.
@@ -61,6 +65,7 @@ pub mod health;
 pub mod link;
 pub mod metrics;
 pub mod openapi;
+pub mod presence;
 pub mod process;
 pub mod publish;
 pub mod rate_limit;

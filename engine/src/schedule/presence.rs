@@ -15,6 +15,12 @@ pub struct PresenceReport {
     pub online: Vec<String>,
     /// Users whose last session on this edge ended.
     pub offline: Vec<String>,
+    /// The sessions of every user whose sessions changed on this edge
+    /// (came, went, or changed transport), as they stand when the report
+    /// is made; a user without a live session here has no mailboxes. Empty
+    /// from an edge of an older version, which reports only `online` and
+    /// `offline`.
+    pub detail: Vec<crate::presence::UserSessions>,
 }
 
 /// A future returned by [`Presence::online`].

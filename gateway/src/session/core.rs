@@ -170,7 +170,8 @@ impl StompCore {
                 messages: cfg.queue_messages,
                 bytes: cfg.queue_bytes,
                 when_full: cfg.when_full,
-            })),
+            })
+            .over(transport)),
             connect_deadline: Some(now + Duration::from_millis(cfg.connect_timeout_ms)),
             token_deadline: None,
             transport,
