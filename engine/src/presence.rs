@@ -32,16 +32,18 @@ pub const MAX_TRANSPORT_NAME: usize = 32;
 pub const UNKNOWN_TRANSPORT: &str = "unknown";
 
 /// A user's live sessions at one site on one edge.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MailboxSessions {
     /// The site (empty when the token named none).
     pub site: String,
     /// The client company of the user's token, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
     /// When the first of these sessions began (wall clock, ms since the
     /// Unix epoch); 0 when unknown.
     pub since_ms: u64,
     /// Live sessions by transport name (`websocket`, `xhr_streaming`...).
+    #[serde(rename = "sessions")]
     pub by_transport: BTreeMap<String, u32>,
 }
 
