@@ -312,7 +312,15 @@ mod tests {
             ..Default::default()
         };
         assert!(old.body().is_empty());
-        assert!(old.to_amqp().headers().as_ref().unwrap().inner().get(headers::DETAIL).is_none());
+        assert!(
+            old.to_amqp()
+                .headers()
+                .as_ref()
+                .unwrap()
+                .inner()
+                .get(headers::DETAIL)
+                .is_none()
+        );
         // Whatever an older edge's body held, without `detail` it is not read.
         let read = PresenceReport::from_amqp(&old.to_amqp(), b"not json").unwrap();
         assert_eq!(read, old);
@@ -332,7 +340,10 @@ mod tests {
             br#"[{"user":"","mailboxes":[]}]"#,
             br#"[{"user":"a","mailboxes":[{"site":"","since_ms":0,"sessions":{"Web Socket":1}}]}]"#,
         ] {
-            assert_eq!(PresenceReport::from_amqp(&props, body).unwrap_err().field, "body");
+            assert_eq!(
+                PresenceReport::from_amqp(&props, body).unwrap_err().field,
+                "body"
+            );
         }
     }
 

@@ -245,8 +245,7 @@ pub fn summarize(
             }
             on_edge += total;
             for (transport, n) in &m.by_transport {
-                *out
-                    .sessions
+                *out.sessions
                     .by_transport
                     .entry(transport.clone())
                     .or_default() += u64::from(*n);

@@ -17,13 +17,15 @@ from herald_dist import RECOVERY, TIMEOUT, Client, _Listener, unique, wait_until
 
 
 def direct(dep, edge: str, uid: str, client: str | None = None) -> Client:
-    """A subscribed stomp.py session on `edge` itself."""
+    """A subscribed stomp.py session on `edge` itself. It asks for the
+    server's heart-beats: stomp.py's socket times out after TIMEOUT without
+    a byte, and these sessions outlive that (an edge's liveness window)."""
     c = Client(dep, uid, dep.token(uid, client=client))
     host, _, port = dep.edges[edge].rpartition(":")
     c.conn = stomp.WSConnection(
         [(host, int(port))], ws_path="/ws",
         header={"Sec-WebSocket-Protocol": "v12.stomp"},
-        reconnect_attempts_max=1, timeout=TIMEOUT, heartbeats=(0, 0))
+        reconnect_attempts_max=1, timeout=TIMEOUT, heartbeats=(0, 1000))
     c.conn.set_listener("herald-dist", _Listener(c._sink))
     c.edge = edge
     dep.sessions.append(c)

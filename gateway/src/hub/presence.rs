@@ -81,13 +81,13 @@ impl Hub {
             Some(a) => Bound::Excluded(a),
             None => Bound::Unbounded,
         };
-        let mut rest = all
-            .range::<str, _>((start, Bound::Unbounded))
-            .map(|(client, &(users, sessions))| ClientCount {
-                client: client.to_string(),
-                users,
-                sessions,
-            });
+        let mut rest =
+            all.range::<str, _>((start, Bound::Unbounded))
+                .map(|(client, &(users, sessions))| ClientCount {
+                    client: client.to_string(),
+                    users,
+                    sessions,
+                });
         let items: Vec<ClientCount> = rest.by_ref().take(limit).collect();
         let next = match rest.next() {
             Some(_) => items.last().map(|c| c.client.clone()),

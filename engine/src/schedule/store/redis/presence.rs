@@ -205,7 +205,10 @@ impl RedisPresence {
             .ignore();
         for user in &report.offline {
             p.cmd("SREM").arg(self.user_key(user)).arg(&member).ignore();
-            p.cmd("HDEL").arg(self.detail_key(user)).arg(&member).ignore();
+            p.cmd("HDEL")
+                .arg(self.detail_key(user))
+                .arg(&member)
+                .ignore();
             for client in before.get(user.as_str()).into_iter().flatten() {
                 self.client_put(&mut p, client, &format!("{member}\n{user}"), 0);
             }
@@ -264,7 +267,9 @@ impl RedisPresence {
         let alive = self
             .alive(
                 &mut conn,
-                members.iter().filter_map(|m| m.split_once(':').map(|(e, _)| e)),
+                members
+                    .iter()
+                    .filter_map(|m| m.split_once(':').map(|(e, _)| e)),
             )
             .await?;
         let mut edges: Vec<(String, Vec<MailboxSessions>)> = Vec::new();
@@ -375,7 +380,9 @@ impl RedisPresence {
             .arg(limit)
             .query_async(&mut conn)
             .await?;
-        let next = (names.len() == limit).then(|| names.last().cloned()).flatten();
+        let next = (names.len() == limit)
+            .then(|| names.last().cloned())
+            .flatten();
         let items = self
             .read_clients(&mut conn, &names)
             .await?
