@@ -20,10 +20,6 @@
 //! - [`publish`]: the HTTP publish API (`POST /v1/notifications`, status,
 //!   cancel, list, `online`): parsing, API-key authentication, validation,
 //!   JSON errors.
-//! - [`presence`]: who is online (sessions by transport, edges, since
-//!   when) and counts per client company, behind one view the hub
-//!   (standalone) and the routers' Redis (distributed) implement; served
-//!   by [`publish`] at `GET /v1/presence/...`.
 //! - [`api_key`]: API keys: named, each with the operations it may perform,
 //!   optionally its sites and publish rate; compared in constant time,
 //!   reloadable.
@@ -50,6 +46,11 @@
 //!   durable stores behind one trait: `embedded` (feature `embedded`, redb;
 //!   standalone) and `redis` (feature `redis`; the routers). The gateway
 //!   builds without `redis`, so an edge does not link the Redis client.
+//!   `schedule::presence` also holds who is online for operators
+//!   (`schedule::presence::view`: sessions by transport, edges, since when,
+//!   counts per client company), which the hub (standalone) and the
+//!   routers' Redis implement and [`publish`] serves at
+//!   `GET /v1/presence/...`.
 //!
 //! # Contract
 //! A publication is parsed into a [`herald_protocol::envelope::Notification`],
@@ -65,7 +66,6 @@ pub mod health;
 pub mod link;
 pub mod metrics;
 pub mod openapi;
-pub mod presence;
 pub mod process;
 pub mod publish;
 pub mod rate_limit;

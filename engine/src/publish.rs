@@ -83,8 +83,8 @@ impl Default for PublishConfig {
 pub struct PublishApi {
     inner: Arc<Inner>,
     /// Where `GET /v1/presence/...` reads ([`PublishApi::with_presence`]).
-    presence: Option<Arc<dyn crate::presence::PresenceView>>,
-    presence_metrics: crate::presence::PresenceMetrics,
+    presence: Option<Arc<dyn crate::schedule::presence::view::PresenceView>>,
+    presence_metrics: crate::schedule::presence::view::PresenceMetrics,
 }
 
 impl std::fmt::Debug for PublishApi {
@@ -148,7 +148,7 @@ impl PublishApi {
                 delayed,
             }),
             presence: None,
-            presence_metrics: crate::presence::PresenceMetrics::default(),
+            presence_metrics: crate::schedule::presence::view::PresenceMetrics::default(),
         }
     }
 
@@ -157,8 +157,8 @@ impl PublishApi {
     /// `view`, counted in `metrics`.
     pub fn with_presence(
         mut self,
-        view: Arc<dyn crate::presence::PresenceView>,
-        metrics: crate::presence::PresenceMetrics,
+        view: Arc<dyn crate::schedule::presence::view::PresenceView>,
+        metrics: crate::schedule::presence::view::PresenceMetrics,
     ) -> Self {
         self.presence = Some(view);
         self.presence_metrics = metrics;

@@ -204,7 +204,8 @@ impl Gateway {
             alert_metrics.register(&mut registry);
             let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
             let delayed = delayed::open(&config, delayed_metrics, alerts)?;
-            let presence_metrics = herald_engine::presence::PresenceMetrics::default();
+            let presence_metrics =
+                herald_engine::schedule::presence::view::PresenceMetrics::default();
             presence_metrics.register(&mut registry);
             let publish = PublishApi::with_delayed(
                 PublishConfig {

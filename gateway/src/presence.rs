@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_amqp::presence::{MAX_REPORT_USERS, PresenceReport};
-use herald_engine::presence::{MailboxSessions, UserSessions};
+use herald_engine::schedule::presence::view::{MailboxSessions, UserSessions};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 

@@ -119,7 +119,7 @@ pub async fn run(
         delayed.send_callbacks(&config.callbacks);
         (delayed, presence)
     });
-    let presence_metrics = herald_engine::presence::PresenceMetrics::default();
+    let presence_metrics = herald_engine::schedule::presence::view::PresenceMetrics::default();
     if delayed.is_some() {
         presence_metrics.register(&mut registry);
     }

@@ -1,4 +1,4 @@
-//! The presence endpoints ([`crate::presence`]), served beside the publish
+//! The presence endpoints ([`crate::schedule::presence::view`]), served beside the publish
 //! API wherever a presence source is configured (standalone: the hub;
 //! distributed: the routers' Redis):
 //!
@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use super::notifications::path_param;
 use super::{ApiError, PublishApi};
 use crate::api_key::Operation;
-use crate::presence::{ClientCount, Endpoint, Outcome, PresenceView, Sessions, UserPresence};
+use crate::schedule::presence::view::{
+    ClientCount, Endpoint, Outcome, PresenceView, Sessions, UserPresence,
+};
 use crate::schedule::timing::rfc3339;
 
 /// Default and largest page of `GET /v1/presence/clients`.

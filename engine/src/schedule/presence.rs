@@ -1,5 +1,8 @@
 //! Who is online, for `when-online` notifications, and the reports edges
 //! send about it ([`PresenceReport`]; its AMQP form lives in `herald-amqp`).
+//! [`view`]: the same for operators and backends (the presence API).
+
+pub mod view;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +23,7 @@ pub struct PresenceReport {
     /// is made; a user without a live session here has no mailboxes. Empty
     /// from an edge of an older version, which reports only `online` and
     /// `offline`.
-    pub detail: Vec<crate::presence::UserSessions>,
+    pub detail: Vec<crate::schedule::presence::view::UserSessions>,
 }
 
 /// A future returned by [`Presence::online`].

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use herald_engine::presence::{ClientCount, ClientPage, MAX_SITES_PER_USER, MailboxSessions};
+use herald_engine::schedule::presence::view::{
+    ClientCount, ClientPage, MAX_SITES_PER_USER, MailboxSessions,
+};
 
 use super::{Hub, Shard, shard_of};
 

@@ -43,11 +43,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::conn::{Conn, unavailable};
-use crate::presence::{
+use crate::schedule::presence::PresenceReport;
+use crate::schedule::presence::view::{
     ClientCount, ClientPage, MailboxSessions, PresenceView, UNKNOWN_TRANSPORT, UserPresence,
     ViewFuture, summarize,
 };
-use crate::schedule::presence::PresenceReport;
 use crate::schedule::presence::{Asked, Presence, PresenceBook, PresenceFuture, RecordFuture};
 use crate::schedule::store::StoreError;
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::schedule::store::StoreError;
+use crate::schedule::error::StoreError;
 
 /// Most sites (mailboxes) reported for one user on one edge; a user with
 /// more is reported with the sites holding the most sessions (the rest
