@@ -15,12 +15,38 @@
 //! | header `boot` | string | random per edge process start |
 //! | header `online` | array of strings | users whose first session started |
 //! | header `offline` | array of strings | users whose last session ended |
-//! | body | empty | |
+//! | header `detail` | string `json-v1`, optional | the body holds the sessions of the users whose sessions changed |
+//! | body | empty, or with `detail` the JSON below | |
+//!
+//! The detail (since this version) says, for every user whose sessions on
+//! the edge changed during the batch, the sessions they have there as the
+//! report is made, one entry per site:
+//!
+//! ```json
+//! [{"user":"alice","mailboxes":[{"site":"","client":"acme",
+//!   "since_ms":1764162000123,"sessions":{"websocket":2,"xhr_streaming":1}}]}]
+//! ```
+//!
+//! (`mailboxes` empty: no session left there.) It travels in the body, not
+//! in a header, because a content header must fit one AMQP frame
+//! (`frame_max`, 128 KiB on RabbitMQ by default) while a body spans
+//! frames; it is bounded by [`MAX_DETAIL_BYTES`], [`MAX_REPORT_USERS`]
+//! entries, `MAX_SITES_PER_USER` sites per user and `MAX_TRANSPORTS`
+//! transport names per site. Compatibility both ways: a router of an older
+//! version reads the headers and ignores the body; a report without
+//! `detail` (an older edge) is read with an empty detail, its `online`
+//! users counting with one session of transport `unknown`.
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 
+use std::collections::BTreeMap;
+
 pub use herald_engine::schedule::presence::PresenceReport;
+use herald_engine::schedule::presence::view::{
+    MAX_SITES_PER_USER, MAX_TRANSPORTS, MailboxSessions, UserSessions, is_transport_name,
+};
+use serde::{Deserialize, Serialize};
 
 use crate::envelope::Rejection;
 
@@ -28,8 +54,14 @@ use crate::envelope::Rejection;
 pub const PRESENCE_TYPE: &str = "herald.presence";
 /// Default name of the presence exchange (fanout) on every root.
 pub const PRESENCE_EXCHANGE: &str = "herald.presence";
-/// Most users in one report (each of `online`, `offline`).
+/// Most users in one report (each of `online`, `offline`, and the detail).
 pub const MAX_REPORT_USERS: usize = 10_000;
+/// Largest detail body.
+pub const MAX_DETAIL_BYTES: usize = 8 * 1024 * 1024;
+/// The value of the `detail` header this version writes and reads.
+pub const DETAIL_JSON_V1: &str = "json-v1";
+/// Longest user, site or client id in the detail (bytes).
+const MAX_ID: usize = 256;
 
 /// Header names.
 pub mod headers {
@@ -41,16 +73,37 @@ pub mod headers {
     pub const ONLINE: &str = "online";
     /// Users who went offline.
     pub const OFFLINE: &str = "offline";
+    /// The body's format, when it carries the detail.
+    pub const DETAIL: &str = "detail";
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireUser {
+    user: String,
+    mailboxes: Vec<WireMailbox>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMailbox {
+    site: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client: Option<String>,
+    since_ms: u64,
+    sessions: BTreeMap<String, u32>,
 }
 
 /// The AMQP form of a [`PresenceReport`]: bring this trait into scope to
 /// call `report.to_amqp()` and `PresenceReport::from_amqp(..)`.
 pub trait PresenceAmqp: Sized {
-    /// The properties of the report's message (its body is empty).
+    /// The properties of the report's message.
     fn to_amqp(&self) -> BasicProperties;
-    /// Read a report; a message that is not one is refused with the field
-    /// at fault.
-    fn from_amqp(properties: &BasicProperties) -> Result<Self, Rejection>;
+    /// The report's body: the detail, or empty when there is none.
+    fn body(&self) -> Vec<u8>;
+    /// Read a report from its properties and body; a message that is not
+    /// one is refused with the field at fault.
+    fn from_amqp(properties: &BasicProperties, body: &[u8]) -> Result<Self, Rejection>;
 }
 
 impl PresenceAmqp for PresenceReport {
@@ -66,12 +119,39 @@ impl PresenceAmqp for PresenceReport {
         table.insert(headers::BOOT.into(), text(&self.boot));
         table.insert(headers::ONLINE.into(), array(&self.online));
         table.insert(headers::OFFLINE.into(), array(&self.offline));
+        if !self.detail.is_empty() {
+            table.insert(headers::DETAIL.into(), text(DETAIL_JSON_V1));
+        }
         BasicProperties::default()
             .with_type(PRESENCE_TYPE.into())
             .with_headers(table)
     }
 
-    fn from_amqp(properties: &BasicProperties) -> Result<PresenceReport, Rejection> {
+    fn body(&self) -> Vec<u8> {
+        if self.detail.is_empty() {
+            return Vec::new();
+        }
+        let wire: Vec<WireUser> = self
+            .detail
+            .iter()
+            .map(|u| WireUser {
+                user: u.user.clone(),
+                mailboxes: u
+                    .mailboxes
+                    .iter()
+                    .map(|m| WireMailbox {
+                        site: m.site.clone(),
+                        client: m.client.clone(),
+                        since_ms: m.since_ms,
+                        sessions: m.by_transport.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    fn from_amqp(properties: &BasicProperties, body: &[u8]) -> Result<PresenceReport, Rejection> {
         let kind = properties.kind().as_ref().map(|k| k.as_str());
         if kind != Some(PRESENCE_TYPE) {
             return Err(Rejection::invalid(
@@ -100,18 +180,116 @@ impl PresenceAmqp for PresenceReport {
             crate::envelope::list(headers::ONLINE, get(headers::ONLINE), MAX_REPORT_USERS)?;
         let offline =
             crate::envelope::list(headers::OFFLINE, get(headers::OFFLINE), MAX_REPORT_USERS)?;
+        let detail = match get(headers::DETAIL) {
+            None => Vec::new(),
+            Some(v) => {
+                let format = crate::envelope::string(headers::DETAIL, v)?;
+                if format != DETAIL_JSON_V1 {
+                    return Err(Rejection::invalid(
+                        headers::DETAIL,
+                        format!("unknown format {format:?}: this router reads {DETAIL_JSON_V1}"),
+                    ));
+                }
+                read_detail(body)?
+            }
+        };
         Ok(PresenceReport {
             edge,
             boot,
             online,
             offline,
+            detail,
         })
     }
+}
+
+/// `id` is 1 to [`MAX_ID`] bytes without control characters (empty allowed
+/// for a site).
+fn id_ok(id: &str, empty_ok: bool) -> bool {
+    (empty_ok || !id.is_empty()) && id.len() <= MAX_ID && !id.chars().any(char::is_control)
+}
+
+/// The detail body, checked against every bound.
+fn read_detail(body: &[u8]) -> Result<Vec<UserSessions>, Rejection> {
+    if body.len() > MAX_DETAIL_BYTES {
+        return Err(Rejection::invalid(
+            "body",
+            format!("the detail is over {MAX_DETAIL_BYTES} bytes"),
+        ));
+    }
+    let wire: Vec<WireUser> = serde_json::from_slice(body)
+        .map_err(|e| Rejection::invalid("body", format!("the detail is not valid: {e}")))?;
+    if wire.len() > MAX_REPORT_USERS {
+        return Err(Rejection::invalid(
+            "body",
+            format!("the detail has more than {MAX_REPORT_USERS} users"),
+        ));
+    }
+    wire.into_iter()
+        .map(|u| {
+            if !id_ok(&u.user, false) || u.mailboxes.len() > MAX_SITES_PER_USER {
+                return Err(Rejection::invalid(
+                    "body",
+                    format!(
+                        "a detail entry needs a user of 1 to {MAX_ID} bytes and at most {MAX_SITES_PER_USER} mailboxes"
+                    ),
+                ));
+            }
+            let mailboxes = u
+                .mailboxes
+                .into_iter()
+                .map(|m| {
+                    let ok = id_ok(&m.site, true)
+                        && m.client.as_deref().is_none_or(|c| id_ok(c, false))
+                        && m.sessions.len() <= MAX_TRANSPORTS
+                        && m.sessions.keys().all(|t| is_transport_name(t));
+                    if !ok {
+                        return Err(Rejection::invalid(
+                            "body",
+                            format!(
+                                "a mailbox of {:?} has a bad site or client, or more than {MAX_TRANSPORTS} transports, or a bad transport name",
+                                u.user
+                            ),
+                        ));
+                    }
+                    Ok(MailboxSessions {
+                        site: m.site,
+                        client: m.client,
+                        since_ms: m.since_ms,
+                        by_transport: m.sessions,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(UserSessions {
+                user: u.user,
+                mailboxes,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn detail() -> Vec<UserSessions> {
+        vec![
+            UserSessions {
+                user: "alice".into(),
+                mailboxes: vec![MailboxSessions {
+                    site: "".into(),
+                    client: Some("acme".into()),
+                    since_ms: 1_764_162_000_123,
+                    by_transport: [("websocket".to_owned(), 2), ("xhr_streaming".to_owned(), 1)]
+                        .into(),
+                }],
+            },
+            UserSessions {
+                user: "carol".into(),
+                mailboxes: vec![],
+            },
+        ]
+    }
 
     #[test]
     fn a_report_round_trips() {
@@ -120,17 +298,62 @@ mod tests {
             boot: "9f2c".into(),
             online: vec!["alice".into(), "bob".into()],
             offline: vec!["carol".into()],
+            detail: detail(),
         };
-        assert_eq!(PresenceReport::from_amqp(&r.to_amqp()), Ok(r));
+        assert_eq!(PresenceReport::from_amqp(&r.to_amqp(), &r.body()), Ok(r));
+    }
+
+    #[test]
+    fn a_report_of_an_older_edge_has_no_detail_and_its_body_is_not_read() {
+        let old = PresenceReport {
+            edge: "edge-1".into(),
+            boot: "9f2c".into(),
+            online: vec!["alice".into()],
+            ..Default::default()
+        };
+        assert!(old.body().is_empty());
+        assert!(
+            old.to_amqp()
+                .headers()
+                .as_ref()
+                .unwrap()
+                .inner()
+                .get(headers::DETAIL)
+                .is_none()
+        );
+        // Whatever an older edge's body held, without `detail` it is not read.
+        let read = PresenceReport::from_amqp(&old.to_amqp(), b"not json").unwrap();
+        assert_eq!(read, old);
+    }
+
+    #[test]
+    fn a_bad_detail_is_refused_naming_the_body() {
+        let r = PresenceReport {
+            edge: "edge-1".into(),
+            boot: "9f2c".into(),
+            detail: detail(),
+            ..Default::default()
+        };
+        let props = r.to_amqp();
+        for body in [
+            &b"{"[..],
+            br#"[{"user":"","mailboxes":[]}]"#,
+            br#"[{"user":"a","mailboxes":[{"site":"","since_ms":0,"sessions":{"Web Socket":1}}]}]"#,
+        ] {
+            assert_eq!(
+                PresenceReport::from_amqp(&props, body).unwrap_err().field,
+                "body"
+            );
+        }
     }
 
     #[test]
     fn other_messages_are_refused_by_field() {
-        let e = PresenceReport::from_amqp(&BasicProperties::default()).unwrap_err();
+        let e = PresenceReport::from_amqp(&BasicProperties::default(), b"").unwrap_err();
         assert_eq!(e.field, "type");
         let no_edge = BasicProperties::default().with_type(PRESENCE_TYPE.into());
         assert_eq!(
-            PresenceReport::from_amqp(&no_edge).unwrap_err().field,
+            PresenceReport::from_amqp(&no_edge, b"").unwrap_err().field,
             "edge"
         );
         let colon = PresenceReport {
@@ -139,7 +362,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            PresenceReport::from_amqp(&colon.to_amqp())
+            PresenceReport::from_amqp(&colon.to_amqp(), b"")
                 .unwrap_err()
                 .field,
             "edge"

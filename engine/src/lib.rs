@@ -46,6 +46,11 @@
 //!   durable stores behind one trait: `embedded` (feature `embedded`, redb;
 //!   standalone) and `redis` (feature `redis`; the routers). The gateway
 //!   builds without `redis`, so an edge does not link the Redis client.
+//!   `schedule::presence` also holds who is online for operators
+//!   (`schedule::presence::view`: sessions by transport, edges, since when,
+//!   counts per client company), which the hub (standalone) and the
+//!   routers' Redis implement and [`publish`] serves at
+//!   `GET /v1/presence/...`.
 //!
 //! # Contract
 //! A publication is parsed into a [`herald_protocol::envelope::Notification`],

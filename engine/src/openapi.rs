@@ -36,8 +36,9 @@ pub const PATH: &str = "/v1/openapi.json";
 pub struct Surface {
     /// `POST /v1/notifications` (tag `publish`): standalone and routers.
     pub publish: bool,
-    /// Delayed notifications and topics (tags `delayed`, `topics`): with a
-    /// delayed store.
+    /// Delayed notifications, topics and presence (tags `delayed`,
+    /// `topics`, `presence`): with a delayed store (standalone always; a
+    /// router keeps the edges' presence reports in its Redis).
     pub delayed: bool,
     /// The gateway's endpoints and SockJS (tags `gateway`, `sockjs`,
     /// `sockjs-transport`).
@@ -54,7 +55,7 @@ impl Surface {
             tags.push("publish");
         }
         if self.delayed {
-            tags.extend(["delayed", "topics"]);
+            tags.extend(["delayed", "topics", "presence"]);
         }
         if self.gateway {
             tags.extend(["gateway", "sockjs", "sockjs-transport"]);
@@ -315,7 +316,7 @@ mod tests {
         let doc = whole();
         let problems = compare(
             &routes,
-            &documented(&doc, &["publish", "delayed", "topics"])
+            &documented(&doc, &["publish", "delayed", "topics", "presence"])
                 .into_iter()
                 .chain(
                     documented(&doc, &["operations"])

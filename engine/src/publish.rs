@@ -25,6 +25,7 @@ pub mod decode;
 mod error;
 mod notifications;
 mod parse;
+mod presence;
 mod topics;
 
 use std::sync::Arc;
@@ -81,6 +82,9 @@ impl Default for PublishConfig {
 #[derive(Clone)]
 pub struct PublishApi {
     inner: Arc<Inner>,
+    /// Where `GET /v1/presence/...` reads ([`PublishApi::with_presence`]).
+    presence: Option<Arc<dyn crate::schedule::presence::view::PresenceView>>,
+    presence_metrics: crate::schedule::presence::view::PresenceMetrics,
 }
 
 impl std::fmt::Debug for PublishApi {
@@ -143,7 +147,22 @@ impl PublishApi {
                 metrics,
                 delayed,
             }),
+            presence: None,
+            presence_metrics: crate::schedule::presence::view::PresenceMetrics::default(),
         }
+    }
+
+    /// Also serve the presence endpoints (`GET /v1/presence/users/{uid}`,
+    /// `/v1/presence/clients`, `/v1/presence/clients/{client}`) from
+    /// `view`, counted in `metrics`.
+    pub fn with_presence(
+        mut self,
+        view: Arc<dyn crate::schedule::presence::view::PresenceView>,
+        metrics: crate::schedule::presence::view::PresenceMetrics,
+    ) -> Self {
+        self.presence = Some(view);
+        self.presence_metrics = metrics;
+        self
     }
 
     /// The routes: `POST /v1/notifications`; with delayed notifications
@@ -151,7 +170,9 @@ impl PublishApi {
     /// /v1/notifications/{id}`, `POST /v1/notifications/{id}/retry`,
     /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
-    /// /v1/topics/{name}`).
+    /// /v1/topics/{name}`); with a presence view also `GET
+    /// /v1/presence/users/{uid}`, `/v1/presence/clients` and
+    /// `/v1/presence/clients/{client}`.
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
             Router::new()
@@ -169,6 +190,14 @@ impl PublishApi {
                 )
         } else {
             Router::new().route("/v1/notifications", post(publish))
+        };
+        let router = if self.presence.is_some() {
+            router
+                .route("/v1/presence/users/{uid}", get(presence::user))
+                .route("/v1/presence/clients", get(presence::clients))
+                .route("/v1/presence/clients/{client}", get(presence::client))
+        } else {
+            router
         };
         router.with_state(self.clone())
     }

@@ -1492,3 +1492,160 @@ async fn an_entry_listed_as_firing_by_an_older_router_leaves_that_list_when_it_s
         .unwrap();
     assert_eq!(delivered.items.len(), 2);
 }
+
+// ---------------------------------------------------------------------------
+// Presence: what edges report, and the presence API's answers from it.
+
+mod presence {
+    use std::collections::BTreeMap;
+
+    use herald_engine::schedule::presence::view::{MailboxSessions, PresenceView, UserSessions};
+    use herald_engine::schedule::presence::{PresenceBook, PresenceReport};
+
+    use super::*;
+
+    fn mailbox(client: &str, since_ms: u64, transport: &str, n: u32) -> MailboxSessions {
+        MailboxSessions {
+            site: String::new(),
+            client: Some(client.into()),
+            since_ms,
+            by_transport: BTreeMap::from([(transport.to_owned(), n)]),
+        }
+    }
+
+    fn report(
+        edge: &str,
+        boot: &str,
+        online: &[&str],
+        detail: Vec<UserSessions>,
+    ) -> PresenceReport {
+        PresenceReport {
+            edge: edge.into(),
+            boot: boot.into(),
+            online: online.iter().map(|u| (*u).to_owned()).collect(),
+            offline: vec![],
+            detail,
+        }
+    }
+
+    fn user(name: &str, mailboxes: Vec<MailboxSessions>) -> UserSessions {
+        UserSessions {
+            user: name.into(),
+            mailboxes,
+        }
+    }
+
+    async fn until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await; // poll interval
+        }
+    }
+
+    #[tokio::test]
+    async fn sessions_edges_and_companies_follow_the_reports_and_edge_liveness() {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        let book = store.presence(Duration::from_millis(400));
+        book.record(
+            &report(
+                "e1",
+                "b1",
+                &["alice", "bob"],
+                vec![
+                    user("alice", vec![mailbox("acme", 100, "websocket", 1)]),
+                    user("bob", vec![mailbox("acme", 90, "websocket", 2)]),
+                ],
+            ),
+            0,
+        )
+        .await
+        .unwrap();
+        book.record(
+            &report(
+                "e2",
+                "b1",
+                &["alice"],
+                vec![user("alice", vec![mailbox("acme", 50, "xhr_streaming", 1)])],
+            ),
+            0,
+        )
+        .await
+        .unwrap();
+        // An edge of the previous version: no detail.
+        book.record(&report("e3", "b1", &["carol"], vec![]), 0)
+            .await
+            .unwrap();
+
+        let alice = book.user("alice", None).await.unwrap();
+        assert!(alice.online);
+        assert_eq!(alice.sessions.total, 2);
+        assert_eq!(alice.since_ms, Some(50));
+        let edges: Vec<_> = alice.edges.iter().map(|e| e.edge.as_str()).collect();
+        assert_eq!(edges, ["e1", "e2"]);
+        let carol = book.user("carol", None).await.unwrap();
+        assert_eq!(carol.sessions.by_transport["unknown"], 1);
+        assert_eq!(carol.since_ms, None);
+        let acme = book.client("acme").await.unwrap();
+        assert_eq!((acme.users, acme.sessions), (2, 4));
+        let page = book.clients(None, 10).await.unwrap();
+        assert_eq!(page.items, vec![acme.clone()]);
+        assert_eq!(page.next, None);
+
+        // alice's session on e2 ends (her last there).
+        let mut gone = report("e2", "b1", &[], vec![user("alice", vec![])]);
+        gone.offline = vec!["alice".into()];
+        book.record(&gone, 0).await.unwrap();
+        let acme = book.client("acme").await.unwrap();
+        assert_eq!((acme.users, acme.sessions), (2, 3));
+        assert_eq!(book.user("alice", None).await.unwrap().edges.len(), 1);
+
+        // e1 goes quiet: once its liveness key expires its users stop
+        // counting (e2 keeps reporting).
+        until("e1 to stop counting", async || {
+            book.record(&report("e2", "b1", &[], vec![]), 0)
+                .await
+                .unwrap();
+            let a = book.user("alice", None).await.unwrap();
+            (!a.online).then_some(())
+        })
+        .await;
+        assert_eq!(book.client("acme").await.unwrap().users, 0);
+
+        // e1 restarts (a new boot): the old process's entries are swept
+        // from the company when it is read, and the company leaves the list.
+        book.record(&report("e1", "b2", &[], vec![]), 0)
+            .await
+            .unwrap();
+        assert!(book.clients(None, 10).await.unwrap().items.is_empty());
+        let left: Vec<String> = scan_names(&redis_url(), &format!("{prefix}:{{pc}}:*"));
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[tokio::test]
+    async fn pages_of_companies_follow_name_order() {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        let book = store.presence(Duration::from_secs(30));
+        let detail = ["c1", "c2", "c3"]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| user(&format!("u{i}"), vec![mailbox(c, 1, "websocket", 1)]))
+            .collect();
+        book.record(&report("e1", "b1", &["u0", "u1", "u2"], detail), 0)
+            .await
+            .unwrap();
+        let first = book.clients(None, 2).await.unwrap();
+        let names: Vec<_> = first.items.iter().map(|c| c.client.as_str()).collect();
+        assert_eq!(names, ["c1", "c2"]);
+        assert_eq!(first.next.as_deref(), Some("c2"));
+        let rest = book.clients(first.next.as_deref(), 2).await.unwrap();
+        assert_eq!(rest.items.len(), 1);
+        assert_eq!(rest.items[0].client, "c3");
+        assert_eq!(rest.next, None);
+    }
+}

@@ -14,9 +14,14 @@
 //! one allocation, shared by every mailbox it reached), so what a mailbox
 //! holds costs its payload plus a small constant, whatever buffer the
 //! producer's payload shared and whichever transports took it.
+//!
+//! [`presence`] reads who is online here (sessions by transport, since
+//! when, counts per client company) for the presence API standalone and
+//! for an edge's presence reports.
 
 mod expiry;
 mod mailbox;
+mod presence;
 mod retained;
 
 use std::collections::hash_map::DefaultHasher;
@@ -201,7 +206,7 @@ impl Hub {
         if mailbox.idle_deadline.take().is_some() {
             shard.idle -= 1;
         }
-        mailbox.add_session(outbox);
+        mailbox.add_session(outbox, herald_engine::schedule::timing::now_ms());
         outbox.start(mailbox.head);
         let attached = Attached {
             epoch: mailbox.epoch,

@@ -124,7 +124,7 @@ use permit::SessionSlots;
 pub struct Gateway {
     shared: Arc<Shared>,
     /// Edge mode: the presence changes sessions report, for the batcher.
-    presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, bool)>>,
+    presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, presence::Change)>>,
     /// Standalone: the publish API's keys, for reloads.
     api_keys: Option<ApiKeys>,
 }
@@ -204,6 +204,9 @@ impl Gateway {
             alert_metrics.register(&mut registry);
             let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
             let delayed = delayed::open(&config, delayed_metrics, alerts)?;
+            let presence_metrics =
+                herald_engine::schedule::presence::view::PresenceMetrics::default();
+            presence_metrics.register(&mut registry);
             let publish = PublishApi::with_delayed(
                 PublishConfig {
                     api_keys: keys.clone(),
@@ -217,6 +220,13 @@ impl Gateway {
                 )),
                 publish_metrics,
                 Some(delayed.clone()),
+            )
+            .with_presence(
+                Arc::new(presence::view::HubView::new(
+                    Arc::clone(&hub),
+                    config.edge.id.as_deref(),
+                )),
+                presence_metrics,
             );
             (Mode::Standalone { delayed, publish }, None, Some(keys))
         };
@@ -300,9 +310,11 @@ impl Gateway {
                         heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
                     };
                     let out = reports.clone();
+                    let hub = Arc::clone(&shared.hub);
                     tasks.spawn(
                         task_fn("presence-batcher", move |shutdown| {
-                            presence::run_batcher(batcher, rx, out, shutdown)
+                            let sessions = move |user: &str| hub.sessions_of(user);
+                            presence::run_batcher(batcher, rx, out, sessions, shutdown)
                         }),
                         shutdown.clone(),
                     );

@@ -52,6 +52,7 @@ use tokio::sync::Notify;
 
 use crate::config::WhenFull;
 use crate::filter::EventFilter;
+use crate::metrics::Transport;
 
 pub use lag::{Backlog, Buffered, Loss, Refilled};
 
@@ -212,6 +213,8 @@ pub struct Outbox {
     state: Mutex<State>,
     notify: Notify,
     limits: QueueLimits,
+    /// The session's transport, for presence (counted by the hub).
+    transport: Transport,
     /// The lowest sequence the session still needs from its mailbox, minus
     /// one; `u64::MAX` while it needs none (it keeps up). Written under the
     /// outbox lock, always also under the shard lock; read under the shard
@@ -233,8 +236,21 @@ impl Outbox {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             limits,
+            transport: Transport::Websocket,
             needs_after: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// The same outbox for a session over `transport` (a new outbox is a
+    /// WebSocket session's).
+    pub fn over(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// The session's transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// Wait until there is something to pull: something was pushed, the

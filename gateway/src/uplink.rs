@@ -204,7 +204,7 @@ impl Uplink {
                                     presence_exchange.into(),
                                     "".into(),
                                     BasicPublishOptions::default(),
-                                    b"",
+                                    &report.body(),
                                     report.to_amqp(),
                                 )
                                 .await?;

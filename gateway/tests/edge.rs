@@ -402,6 +402,7 @@ async fn until_report(
             Some(m) => {
                 let report = <herald_amqp::presence::PresenceReport as herald_amqp::presence::PresenceAmqp>::from_amqp(
                     &m.delivery.properties,
+                    &m.delivery.data,
                 )
                 .expect("a well-formed presence report");
                 if found(&report) {

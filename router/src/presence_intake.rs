@@ -116,7 +116,7 @@ impl PresenceIntake {
     }
 
     async fn handle(&self, delivery: Delivery, publisher: &Publisher) -> Result<(), SessionError> {
-        match PresenceReport::from_amqp(&delivery.properties) {
+        match PresenceReport::from_amqp(&delivery.properties, &delivery.data) {
             Ok(report) => {
                 self.book
                     .record(&report, now_ms())

@@ -119,6 +119,10 @@ pub async fn run(
         delayed.send_callbacks(&config.callbacks);
         (delayed, presence)
     });
+    let presence_metrics = herald_engine::schedule::presence::view::PresenceMetrics::default();
+    if delayed.is_some() {
+        presence_metrics.register(&mut registry);
+    }
     let registry = Arc::new(registry);
     let api = PublishApi::with_delayed(
         config.publish_api(api_keys),
@@ -126,6 +130,12 @@ pub async fn run(
         publish_metrics.clone(),
         delayed.as_ref().map(|(d, _)| d.clone()),
     );
+    // The presence API reads what the edges reported, kept beside the
+    // delayed store.
+    let api = match &delayed {
+        Some((_, presence)) => api.with_presence(Arc::new(presence.clone()), presence_metrics),
+        None => api,
+    };
     let health = Health::new(slot.clone(), shutdown.clone(), store);
     let openapi = herald_engine::openapi::routes(herald_engine::openapi::Surface {
         publish: true,

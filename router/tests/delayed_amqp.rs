@@ -250,6 +250,8 @@ async fn when_online_waits_for_an_edge_to_report_the_user() {
         boot: "b1".into(),
         online: vec!["carol".into()],
         offline: vec![],
+        // Without detail, as an edge of the previous version sends it.
+        detail: vec![],
     };
     let confirm = broker
         .channel

@@ -1,5 +1,8 @@
 //! Who is online, for `when-online` notifications, and the reports edges
 //! send about it ([`PresenceReport`]; its AMQP form lives in `herald-amqp`).
+//! [`view`]: the same for operators and backends (the presence API).
+
+pub mod view;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +18,12 @@ pub struct PresenceReport {
     pub online: Vec<String>,
     /// Users whose last session on this edge ended.
     pub offline: Vec<String>,
+    /// The sessions of every user whose sessions changed on this edge
+    /// (came, went, or changed transport), as they stand when the report
+    /// is made; a user without a live session here has no mailboxes. Empty
+    /// from an edge of an older version, which reports only `online` and
+    /// `offline`.
+    pub detail: Vec<crate::schedule::presence::view::UserSessions>,
 }
 
 /// A future returned by [`Presence::online`].

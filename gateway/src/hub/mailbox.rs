@@ -94,6 +94,9 @@ pub(crate) struct Mailbox {
     pub(crate) sessions: Vec<Arc<Outbox>>,
     /// When the mailbox expires if nobody comes back; None while sessions live.
     pub(crate) idle_deadline: Option<tokio::time::Instant>,
+    /// When its first live session began (wall clock, ms since the Unix
+    /// epoch); 0 while it has none. For presence.
+    pub(crate) online_since_ms: u64,
 }
 
 impl Mailbox {
@@ -108,12 +111,15 @@ impl Mailbox {
             buffer_bytes: 0,
             sessions: Vec::new(),
             idle_deadline: None,
+            online_since_ms: 0,
         }
     }
 
-    pub(crate) fn add_session(&mut self, outbox: &Arc<Outbox>) {
+    /// Add a session that began at `now_ms` (wall clock).
+    pub(crate) fn add_session(&mut self, outbox: &Arc<Outbox>, now_ms: u64) {
         if self.sessions.is_empty() {
             self.sessions.reserve_exact(1);
+            self.online_since_ms = now_ms;
         }
         self.sessions.push(Arc::clone(outbox));
     }
@@ -196,6 +202,7 @@ impl Mailbox {
         self.sessions.retain(|s| !Arc::ptr_eq(s, outbox));
         if self.sessions.is_empty() {
             self.sessions = Vec::new();
+            self.online_since_ms = 0;
         }
         self.sessions.len() != before
     }

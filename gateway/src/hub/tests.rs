@@ -346,3 +346,59 @@ async fn mailboxes_keep_no_hold_on_the_routed_notification() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+#[test]
+fn sessions_by_transport_and_companies_count_live_sessions_only() {
+    use crate::metrics::Transport;
+    let h = hub(60);
+    let a_eu = who("alice", Some("acme"), "eu");
+    let a_us = who("alice", Some("acme"), "us");
+    let bob = who("bob", Some("bolt"), "eu");
+    let ws = outbox();
+    let xs = Arc::new(
+        Outbox::new(QueueLimits {
+            messages: 100,
+            bytes: 1 << 20,
+            when_full: WhenFull::Disconnect,
+        })
+        .over(Transport::XhrStreaming),
+    );
+    let us = outbox();
+    let b = outbox();
+    h.attach(&a_eu, &ws, usize::MAX).unwrap();
+    h.attach(&a_eu, &xs, usize::MAX).unwrap();
+    h.attach(&a_us, &us, usize::MAX).unwrap();
+    h.attach(&bob, &b, usize::MAX).unwrap();
+    let mut alice = h.sessions_of("alice");
+    alice.sort_by(|x, y| x.site.cmp(&y.site));
+    assert_eq!(alice.len(), 2);
+    assert_eq!(alice[0].site, "eu");
+    assert_eq!(alice[0].by_transport["websocket"], 1);
+    assert_eq!(alice[0].by_transport["xhr_streaming"], 1);
+    assert!(alice[0].since_ms > 0);
+    assert_eq!(alice[0].client.as_deref(), Some("acme"));
+    let acme = h.client_count("acme");
+    assert_eq!((acme.users, acme.sessions), (1, 3));
+    let page = h.client_page(None, 1);
+    assert_eq!(page.items[0].client, "acme");
+    assert_eq!(page.next.as_deref(), Some("acme"));
+    let rest = h.client_page(page.next.as_deref(), 1);
+    assert_eq!(rest.items[0].client, "bolt");
+    assert_eq!(rest.next, None);
+    // Bob leaves: his mailbox waits out its TTL and counts for nothing.
+    let now = Instant::now();
+    assert!(h.detach(&bob, &b, now));
+    assert_eq!(h.mailbox_count(), 3);
+    assert!(h.sessions_of("bob").is_empty());
+    assert_eq!(h.client_count("bolt").users, 0);
+    assert_eq!(h.client_page(None, 10).items.len(), 1);
+    // One of alice's sessions leaves: the rest still count, since unchanged.
+    let since = alice[0].since_ms;
+    h.detach(&a_eu, &xs, now);
+    let eu = h
+        .sessions_of("alice")
+        .into_iter()
+        .find(|m| m.site == "eu")
+        .unwrap();
+    assert_eq!((eu.total(), eu.since_ms), (1, since));
+}

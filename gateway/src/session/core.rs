@@ -166,11 +166,14 @@ impl StompCore {
                 max_header_bytes: cfg.max_header_bytes,
             },
             machine: StompSession::new(cfg.max_subscriptions),
-            outbox: Arc::new(Outbox::new(QueueLimits {
-                messages: cfg.queue_messages,
-                bytes: cfg.queue_bytes,
-                when_full: cfg.when_full,
-            })),
+            outbox: Arc::new(
+                Outbox::new(QueueLimits {
+                    messages: cfg.queue_messages,
+                    bytes: cfg.queue_bytes,
+                    when_full: cfg.when_full,
+                })
+                .over(transport),
+            ),
             connect_deadline: Some(now + Duration::from_millis(cfg.connect_timeout_ms)),
             token_deadline: None,
             transport,

@@ -78,8 +78,15 @@ impl Host for Shared {
     }
 
     fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions> {
-        self.hub
-            .attach(who, outbox, self.config.session.max_per_user)
+        let attached = self
+            .hub
+            .attach(who, outbox, self.config.session.max_per_user)?;
+        // A first session is reported by `user_online`; another one
+        // changes the user's counts, which the routers show.
+        if let (Mode::Edge { presence }, false) = (&self.mode, attached.came_online) {
+            presence.sessions(&who.user);
+        }
+        Ok(attached)
     }
 
     fn subscribe(
@@ -98,7 +105,12 @@ impl Host for Shared {
     }
 
     fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool {
-        self.hub.detach(who, outbox, now)
+        let went_offline = self.hub.detach(who, outbox, now);
+        // A last session is reported by `user_offline`.
+        if let (Mode::Edge { presence }, false) = (&self.mode, went_offline) {
+            presence.sessions(&who.user);
+        }
+        went_offline
     }
 
     fn user_online(&self, user: &Arc<str>) {

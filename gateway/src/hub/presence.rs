@@ -1,0 +1,146 @@
+//! Who is online on this gateway, read from the mailboxes: a user's live
+//! sessions by site and transport ([`Hub::sessions_of`]: the presence API
+//! standalone, and what an edge reports to its routers), and users and
+//! sessions per client company ([`Hub::client_counts`]).
+//!
+//! Online means a live session: a mailbox waiting out its TTL counts for
+//! nothing. Each call takes the shard locks one at a time, briefly; the
+//! counts per company walk every shard's company index, so they cost in
+//! proportion to the users online (an operator's request, not a hot path).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use herald_engine::schedule::presence::view::{
+    ClientCount, ClientPage, MAX_SITES_PER_USER, MailboxSessions,
+};
+
+use super::{Hub, Shard, shard_of};
+
+impl Hub {
+    /// `user`'s mailboxes with a live session here, with their sessions
+    /// by transport; at most [`MAX_SITES_PER_USER`] (those with the most
+    /// sessions).
+    pub fn sessions_of(&self, user: &str) -> Vec<MailboxSessions> {
+        let shard = self.shards[shard_of(user)].lock();
+        let Some(list) = shard.users.get(user) else {
+            return Vec::new();
+        };
+        let mut out: Vec<MailboxSessions> = list
+            .iter()
+            .filter(|m| !m.sessions.is_empty())
+            .map(|m| {
+                let mut by_transport = BTreeMap::new();
+                for outbox in &m.sessions {
+                    *by_transport
+                        .entry(outbox.transport().as_str().to_owned())
+                        .or_insert(0u32) += 1;
+                }
+                MailboxSessions {
+                    site: m.site.to_string(),
+                    client: m.client.as_deref().map(str::to_owned),
+                    since_ms: m.online_since_ms,
+                    by_transport,
+                }
+            })
+            .collect();
+        drop(shard);
+        if out.len() > MAX_SITES_PER_USER {
+            out.sort_by_key(|m| std::cmp::Reverse(m.total()));
+            out.truncate(MAX_SITES_PER_USER);
+        }
+        out
+    }
+
+    /// Users with a live session and their sessions, per client company:
+    /// every company, or only `only`.
+    fn client_counts(&self, only: Option<&str>) -> BTreeMap<Arc<str>, (u64, u64)> {
+        let mut out: BTreeMap<Arc<str>, (u64, u64)> = BTreeMap::new();
+        for lock in self.shards.iter() {
+            let shard = lock.lock();
+            match only {
+                Some(c) => {
+                    if let Some((client, users)) = shard.by_client.get_key_value(c) {
+                        count_client(&shard, client, users.iter(), &mut out);
+                    }
+                }
+                None => {
+                    for (client, users) in &shard.by_client {
+                        count_client(&shard, client, users.iter(), &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// One page of companies with users online, in name order after
+    /// `after`.
+    pub fn client_page(&self, after: Option<&str>, limit: usize) -> ClientPage {
+        let all = self.client_counts(None);
+        let start = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        let mut rest =
+            all.range::<str, _>((start, Bound::Unbounded))
+                .map(|(client, &(users, sessions))| ClientCount {
+                    client: client.to_string(),
+                    users,
+                    sessions,
+                });
+        let items: Vec<ClientCount> = rest.by_ref().take(limit).collect();
+        let next = match rest.next() {
+            Some(_) => items.last().map(|c| c.client.clone()),
+            None => None,
+        };
+        ClientPage { items, next }
+    }
+
+    /// One company's users online and their sessions.
+    pub fn client_count(&self, client: &str) -> ClientCount {
+        let (users, sessions) = self
+            .client_counts(Some(client))
+            .into_values()
+            .next()
+            .unwrap_or_default();
+        ClientCount {
+            client: client.to_owned(),
+            users,
+            sessions,
+        }
+    }
+}
+
+/// Add `client`'s users in `shard` with a live session in one of their
+/// mailboxes of that company to `out`.
+fn count_client<'a>(
+    shard: &Shard,
+    client: &Arc<str>,
+    users: impl Iterator<Item = &'a Arc<str>>,
+    out: &mut BTreeMap<Arc<str>, (u64, u64)>,
+) {
+    let mut counted = (0u64, 0u64);
+    for user in users {
+        let sessions: usize = shard
+            .users
+            .get(user)
+            .map(|ms| {
+                ms.iter()
+                    .filter(|m| m.client.as_ref() == Some(client))
+                    .map(|m| m.sessions.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        if sessions > 0 {
+            counted.0 += 1;
+            counted.1 += sessions as u64;
+        }
+    }
+    if counted.0 > 0 {
+        let entry = out.entry(Arc::clone(client)).or_default();
+        entry.0 += counted.0;
+        entry.1 += counted.1;
+    }
+}
