@@ -24,6 +24,7 @@
 pub mod decode;
 mod error;
 mod notifications;
+mod operator;
 mod parse;
 mod topics;
 
@@ -151,7 +152,8 @@ impl PublishApi {
     /// /v1/notifications/{id}`, `POST /v1/notifications/{id}/retry`,
     /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
-    /// /v1/topics/{name}`).
+    /// /v1/topics/{name}`). Always `GET /v1/operator` (whose key is this:
+    /// the console's login).
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
             Router::new()
@@ -170,7 +172,9 @@ impl PublishApi {
         } else {
             Router::new().route("/v1/notifications", post(publish))
         };
-        router.with_state(self.clone())
+        router
+            .route("/v1/operator", get(operator::whoami))
+            .with_state(self.clone())
     }
 
     fn delayed(&self) -> Option<&Delayed> {
