@@ -749,7 +749,7 @@
         h('td', { class: 'num' }, a.status ?? DASH),
         h('td', {}, h('span', { class: `badge ${a.verdict === 'succeeded' || a.verdict === 'ok' ? 'ok' : a.verdict === 'failed' ? 'bad' : ''}` }, a.verdict ?? DASH)),
         h('td', { class: 'num' }, num(a.duration_ms)),
-        h('td', {}, [a.error, a.excerpt].filter(Boolean).join(' · ') || DASH))));
+        h('td', {}, (a.error && a.excerpt && !a.error.includes(a.excerpt) ? `${a.error} · ${a.excerpt}` : a.error || a.excerpt) || DASH))));
       $('#attempts-empty').hidden = log.length > 0;
       $('#h-note').textContent = `Notification ${n.id}`;
       const panel = $('#note-detail');

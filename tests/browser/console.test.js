@@ -257,6 +257,7 @@ describe('an operator with an admin key', () => {
     await page.locator('#note-detail').waitFor({ state: 'visible', timeout: TIMEOUT });
     assert.equal(await attempts.count(), 2);
     assert.match(await attempts.nth(1).textContent(), /500/);
+    await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(ARTIFACTS, 'notifications-1280x800.png'), fullPage: true });
 
     receiver.status = 200;
@@ -294,6 +295,10 @@ describe('an operator with an admin key', () => {
       // Nothing is wider than the phone: tables scroll inside their cards.
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 0, `${view} overflows the phone by ${overflow}px`);
+      await page.evaluate(() => {
+        window.scrollTo(0, 0);
+        for (const w of document.querySelectorAll('.table-wrap')) w.scrollLeft = 0;
+      });
       await page.screenshot({ path: join(ARTIFACTS, `${view}-phone-390x844.png`), fullPage: true });
     }
     await page.setViewportSize(DESKTOP);
