@@ -211,7 +211,7 @@ mod tests {
             .unwrap()
     }
 
-    fn header<'a>(r: &'a Response, name: header::HeaderName) -> &'a str {
+    fn header(r: &Response, name: header::HeaderName) -> &str {
         r.headers()
             .get(name)
             .map(|v| v.to_str().unwrap())
