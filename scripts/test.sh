@@ -383,8 +383,10 @@ browser_tests() {
     local bin
     bin="$(target_dir)/debug/herald-gateway"
     [ -x "$bin" ] || die "$bin was not built"
-    HERALD_GATEWAY_BIN="$bin" run_stage browser node --test --test-reporter=spec tests/browser/
-    SUMMARY+=("browser (chromium, node --test): $(sum_node_results "$LOGDIR/browser.log")")
+    # The console's screenshots (tests/browser/console.test.js) go beside the build.
+    HERALD_GATEWAY_BIN="$bin" HERALD_ARTIFACTS="$(target_dir)/test-artifacts" \
+        run_stage browser node --test --test-reporter=spec tests/browser/
+    SUMMARY+=("browser (chromium, node --test): $(sum_node_results "$LOGDIR/browser.log"); console screenshots in $(target_dir)/test-artifacts/console")
 }
 
 # ---- The backend examples (examples/, docs/examples.md): the HTTP ones

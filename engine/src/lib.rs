@@ -20,6 +20,9 @@
 //! - [`publish`]: the HTTP publish API (`POST /v1/notifications`, status,
 //!   cancel, list, `online`): parsing, API-key authentication, validation,
 //!   JSON errors.
+//! - [`console`]: the operator's web console at `/console` (its assets
+//!   compiled in, versioned names, cache headers), served by the router
+//!   and the standalone gateway.
 //! - [`api_key`]: API keys: named, each with the operations it may perform,
 //!   optionally its sites and publish rate; compared in constant time,
 //!   reloadable.
@@ -62,6 +65,7 @@
 pub mod api_key;
 pub mod callback;
 pub mod config;
+pub mod console;
 pub mod health;
 pub mod link;
 pub mod metrics;

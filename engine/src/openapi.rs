@@ -34,7 +34,9 @@ pub const PATH: &str = "/v1/openapi.json";
 /// their first tag.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Surface {
-    /// `POST /v1/notifications` (tag `publish`): standalone and routers.
+    /// `POST /v1/notifications` (tag `publish`) and the operator's console
+    /// (tag `console`: `/console`, `GET /v1/operator`): standalone and
+    /// routers.
     pub publish: bool,
     /// Delayed notifications, topics and presence (tags `delayed`,
     /// `topics`, `presence`): with a delayed store (standalone always; a
@@ -52,7 +54,7 @@ impl Surface {
     pub fn tags(self) -> Vec<&'static str> {
         let mut tags = vec!["operations"];
         if self.publish {
-            tags.push("publish");
+            tags.extend(["publish", "console"]);
         }
         if self.delayed {
             tags.extend(["delayed", "topics", "presence"]);
@@ -311,12 +313,13 @@ mod tests {
     fn the_publish_api_and_this_document_register_what_is_documented() {
         let mut routes: Routes = registered(include_str!("publish.rs"));
         routes.extend(registered(include_str!("openapi.rs")));
+        routes.extend(registered(include_str!("console.rs")));
         // What this file's tests and docs mention is not a route.
-        routes.retain(|path, _| path.starts_with("/v1/"));
+        routes.retain(|path, _| path.starts_with("/v1/") || path.starts_with("/console"));
         let doc = whole();
         let problems = compare(
             &routes,
-            &documented(&doc, &["publish", "delayed", "topics", "presence"])
+            &documented(&doc, &["publish", "delayed", "topics", "presence", "console"])
                 .into_iter()
                 .chain(
                     documented(&doc, &["operations"])
@@ -343,11 +346,15 @@ mod tests {
         assert_eq!(
             paths,
             [
+                "/console",
+                "/console/",
+                "/console/assets/{file}",
                 "/healthz",
                 "/metrics",
                 "/readyz",
                 "/v1/notifications",
-                "/v1/openapi.json"
+                "/v1/openapi.json",
+                "/v1/operator"
             ]
         );
         assert!(router["paths"]["/v1/notifications"]["get"].is_null());

@@ -24,6 +24,7 @@
 pub mod decode;
 mod error;
 mod notifications;
+mod operator;
 mod parse;
 mod presence;
 mod topics;
@@ -172,7 +173,8 @@ impl PublishApi {
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
     /// /v1/topics/{name}`); with a presence view also `GET
     /// /v1/presence/users/{uid}`, `/v1/presence/clients` and
-    /// `/v1/presence/clients/{client}`.
+    /// `/v1/presence/clients/{client}`. Always `GET /v1/operator` (whose
+    /// key is this: the console's login).
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
             Router::new()
@@ -199,7 +201,9 @@ impl PublishApi {
         } else {
             router
         };
-        router.with_state(self.clone())
+        router
+            .route("/v1/operator", get(operator::whoami))
+            .with_state(self.clone())
     }
 
     fn delayed(&self) -> Option<&Delayed> {

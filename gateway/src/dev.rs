@@ -70,6 +70,7 @@ pub fn banner(addr: SocketAddr, dir: &Path, creds: &DevCredentials) -> String {
     format!(
         "\n  Herald is running in dev mode (no JWT key configured).\n\
          \n  Demo page:   http://{addr}/?token={token}&key={key}\
+         \n  Console:     http://{addr}/console  (sign in with the API key)\
          \n  WebSocket:   ws://{addr}/ws  (STOMP; passcode = the token)\
          \n  API key:     {key}   (also in {dir}/dev-api-key)\
          \n  Demo token:  user \"demo\", client \"demo-co\"   (also in {dir}/dev-token)\
@@ -94,6 +95,17 @@ mod tests {
         assert_eq!(&*who.user, "demo");
         assert_eq!(who.client.as_deref(), Some("demo-co"));
         assert_eq!(creds.api_key.len(), 32);
+    }
+
+    #[test]
+    fn the_banner_prints_the_console_url() {
+        let (_, creds) = credentials(0);
+        let addr: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let text = banner(addr, Path::new("herald-data"), &creds);
+        assert!(
+            text.contains("Console:     http://127.0.0.1:8080/console"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
 //! | `GET /js/herald.js` | the browser client module |
 //! | `GET /` | the demo page (dev mode only) |
+//! | `GET /console`, `/console/assets/{file}` | the operator's web console, standalone ([`herald_engine::console`]) |
 
 use std::sync::Arc;
 

@@ -298,7 +298,8 @@ impl Gateway {
                 if let Some(scheduling) = scheduling {
                     tasks.spawn(scheduling, shutdown.clone());
                 }
-                publish.routes()
+                // The operator's console goes with the publish API.
+                publish.routes().merge(herald_engine::console::routes())
             }
             Mode::Edge { .. } => {
                 let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);

@@ -144,3 +144,78 @@ async fn a_repeated_field_is_named_in_the_json_error() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["field"], "limit", "{body}");
 }
+
+/// The operator's console on a standalone gateway: the page revalidated
+/// (`no-cache`, a 304 for its `ETag`), its assets under versioned names
+/// with their content types and a year's `Cache-Control`, and the key
+/// check it logs in with (`GET /v1/operator`: 200 for an admin key, 401
+/// for a wrong one). Edges do not serve it (`edge.rs`).
+#[tokio::test]
+async fn the_console_is_served_with_its_cache_headers() {
+    let gw = common::start(|_| {}).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("http://{}{p}", gw.addr);
+    let r = http.get(url("/console")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
+    assert_eq!(r.headers()["cache-control"], "no-cache");
+    let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+    let html = r.text().await.unwrap();
+    let r = http
+        .get(url("/console"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
+    // The names the page refers to, in the page's own words.
+    let names: Vec<&str> = html
+        .split("console/assets/")
+        .skip(1)
+        .map(|rest| &rest[..rest.find('"').unwrap()])
+        .collect();
+    let mut types: Vec<String> = Vec::new();
+    for name in &names {
+        let r = http
+            .get(url(&format!("/console/assets/{name}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{name}");
+        assert_eq!(
+            r.headers()["cache-control"],
+            "public, max-age=31536000, immutable",
+            "{name}"
+        );
+        types.push(r.headers()["content-type"].to_str().unwrap().to_owned());
+    }
+    types.sort();
+    types.dedup();
+    assert_eq!(
+        types,
+        [
+            "image/svg+xml",
+            "text/css; charset=utf-8",
+            "text/javascript; charset=utf-8"
+        ]
+    );
+    let r = http
+        .get(url("/v1/operator"))
+        .bearer_auth(common::API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["delayed"], true, "{body}");
+    assert_eq!(body["ops"], json!(["publish", "status", "cancel", "admin"]));
+    let r = http
+        .get(url("/v1/operator"))
+        .bearer_auth("not-the-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized");
+}

@@ -8,6 +8,7 @@
 //! | `GET /readyz` | readiness: 200 when connected to the broker (topology declared) and, with `[redis]`, Redis answers; else 503 naming why ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /v1/openapi.json` | the OpenAPI document of what this router serves ([`herald_engine::openapi`]) |
+//! | `GET /console`, `/console/assets/{file}` | the operator's web console ([`herald_engine::console`]); `GET /v1/operator` checks its key |
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
 //! With `[redis]`, the router also runs the firer of delayed notifications
@@ -148,6 +149,7 @@ pub async fn run(
         .with_state(registry)
         .merge(health.routes())
         .merge(api.routes())
+        .merge(herald_engine::console::routes())
         .merge(openapi)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);

@@ -89,6 +89,52 @@ async fn a_router_serves_its_document_and_every_operation_in_it() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "method_not_allowed");
 
+    // The operator's console, as the standalone gateway serves it: the
+    // page revalidated, its assets versioned and cached for long.
+    let r = router
+        .http
+        .get(router.url("/console"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
+    assert_eq!(r.headers()["cache-control"], "no-cache");
+    let html = r.text().await.unwrap();
+    let assets = herald_engine::console::build();
+    for a in &assets.assets {
+        assert!(html.contains(&a.name), "{}", a.name);
+        let r = router
+            .http
+            .get(router.url(&format!("/console/assets/{}", a.name)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", a.name);
+        assert_eq!(r.headers()["content-type"], a.content_type);
+        assert_eq!(
+            r.headers()["cache-control"],
+            herald_engine::console::ASSET_CACHE
+        );
+    }
+    let r = router
+        .http
+        .get(router.url("/v1/operator"))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["delayed"], true, "{body}");
+    let r = router
+        .http
+        .get(router.url("/v1/operator"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
     router.stop().await;
     broker.cleanup().await;
 }
