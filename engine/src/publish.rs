@@ -52,6 +52,7 @@ use crate::schedule::entry::{Entry, Phase};
 use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
 use crate::schedule::timing::{now_ms, rfc3339};
+use crate::stats::Event;
 
 /// Settings of the publish API.
 #[derive(Debug, Clone)]
@@ -404,6 +405,10 @@ impl PublishApi {
             .iter()
             .map(|p| p.notification.id.clone())
             .collect();
+        let topics: Vec<Option<String>> = publications
+            .iter()
+            .map(|p| p.notification.topic.clone())
+            .collect();
         let now = now_ms();
         let mut immediate: Vec<Arc<Notification>> = Vec::new();
         let mut delayed: Vec<Entry> = Vec::new();
@@ -481,6 +486,12 @@ impl PublishApi {
                 .map_err(|e| ApiError::unavailable(e.to_string()))?;
         }
         let count = ids.len();
+        for topic in &topics {
+            self.inner
+                .metrics
+                .topics
+                .record(topic.as_deref(), Event::Accepted, 1, now);
+        }
         self.inner
             .metrics
             .key_notifications
