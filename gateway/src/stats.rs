@@ -91,7 +91,7 @@ pub async fn get(
         Ok(q) => q,
         Err(e) => {
             shared.metrics.stats_refused.inc();
-            return e.into_response();
+            return herald_engine::publish::ApiError::invalid(e.field, e.message).into_response();
         }
     };
     let now = now_ms();

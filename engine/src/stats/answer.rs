@@ -13,7 +13,6 @@ use sha2::{Digest, Sha256};
 
 use super::part::Totals;
 use super::window::{Counts, Event, Windows};
-use crate::publish::ApiError;
 
 /// Default of `topics_limit`.
 pub const DEFAULT_TOPICS_LIMIT: usize = 100;
@@ -23,6 +22,23 @@ pub const MAX_TOPICS_LIMIT: usize = 500;
 /// stale for 15 s more while they fetch a fresh one, and for 10 minutes
 /// while the backends answer errors or not at all.
 pub const CACHE_CONTROL: &str = "public, max-age=15, stale-while-revalidate=15, stale-if-error=600";
+
+/// A bad query parameter: answer 422 with `field` named (the binaries
+/// make it the API's JSON error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryError {
+    /// The parameter at fault.
+    pub field: &'static str,
+    /// What it must be.
+    pub message: String,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> QueryError {
+    QueryError {
+        field,
+        message: message.into(),
+    }
+}
 
 /// The paging of the topics list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +51,7 @@ pub struct StatsQuery {
 
 impl StatsQuery {
     /// Read the query string; a bad parameter is a 422 naming it.
-    pub fn parse(query: Option<&str>) -> Result<StatsQuery, ApiError> {
+    pub fn parse(query: Option<&str>) -> Result<StatsQuery, QueryError> {
         let mut q = StatsQuery {
             topics_limit: DEFAULT_TOPICS_LIMIT,
             topics_after: None,
@@ -48,7 +64,7 @@ impl StatsQuery {
                         .ok()
                         .filter(|n| (1..=MAX_TOPICS_LIMIT).contains(n))
                         .ok_or_else(|| {
-                            ApiError::invalid(
+                            invalid(
                                 "topics_limit",
                                 format!("an integer from 1 to {MAX_TOPICS_LIMIT}"),
                             )
@@ -56,7 +72,7 @@ impl StatsQuery {
                 }
                 "topics_after" => {
                     if v.is_empty() || v.len() > 200 {
-                        return Err(ApiError::invalid(
+                        return Err(invalid(
                             "topics_after",
                             "a topic name (1 to 200 bytes), the `next` of the previous page",
                         ));
@@ -332,8 +348,7 @@ mod tests {
             ("topics_after=", "topics_after"),
         ] {
             let e = StatsQuery::parse(Some(q)).unwrap_err();
-            assert_eq!(e.field.as_deref(), Some(field), "{q}");
-            assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+            assert_eq!(e.field, field, "{q}");
         }
     }
 
