@@ -30,6 +30,8 @@
 //!   [`link::PublisherSlot`].
 //! - [`presence`]: the AMQP form of the presence reports edges send to
 //!   roots (pure; the router's `presence_intake` consumes them).
+//! - [`stats`]: the AMQP form of the stats reports edges send to roots
+//!   (pure; the router's `stats_intake` consumes them).
 //! - [`metrics`]: connection and forward counters.
 //!
 //! The contract for publishers is in `router/AMQP.md`.
@@ -39,6 +41,7 @@ pub mod link;
 pub mod metrics;
 pub mod presence;
 pub mod publisher;
+pub mod stats;
 pub mod supervisor;
 pub mod topology;
 

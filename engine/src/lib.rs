@@ -74,4 +74,5 @@ pub mod process;
 pub mod publish;
 pub mod rate_limit;
 pub mod schedule;
+pub mod stats;
 pub mod task;

@@ -144,6 +144,9 @@ pub struct PublishMetrics {
     /// Notifications accepted over HTTP, by the name of the key that
     /// published them.
     pub key_notifications: Family<KeyLabels, Counter>,
+    /// Per-topic statistics (`accepted` is counted here); registered by
+    /// its owner, shared with the delayed service and the hub.
+    pub topics: crate::stats::TopicStats,
 }
 
 impl PublishMetrics {

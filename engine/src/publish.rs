@@ -54,6 +54,7 @@ use crate::schedule::entry::{Entry, Phase};
 use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
 use crate::schedule::timing::{now_ms, rfc3339};
+use crate::stats::Event;
 
 /// Settings of the publish API.
 #[derive(Debug, Clone)]
@@ -437,6 +438,10 @@ impl PublishApi {
             .iter()
             .map(|p| p.notification.id.clone())
             .collect();
+        let topics: Vec<Option<String>> = publications
+            .iter()
+            .map(|p| p.notification.topic.clone())
+            .collect();
         let now = now_ms();
         let mut immediate: Vec<Arc<Notification>> = Vec::new();
         let mut delayed: Vec<Entry> = Vec::new();
@@ -514,6 +519,12 @@ impl PublishApi {
                 .map_err(|e| ApiError::unavailable(e.to_string()))?;
         }
         let count = ids.len();
+        for topic in &topics {
+            self.inner
+                .metrics
+                .topics
+                .record(topic.as_deref(), Event::Accepted, 1, now);
+        }
         self.inner
             .metrics
             .key_notifications

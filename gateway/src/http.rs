@@ -7,7 +7,7 @@
 //! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
 //! | `GET /readyz` | readiness: 200 when taking new sessions, else 503 with reasons ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
-//! | `GET /v1/stats` | live counts as JSON, cacheable for 15 s |
+//! | `GET /v1/stats` | this process's figures and per-topic windows as JSON, cacheable for 15 s ([`crate::stats`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document of what this gateway serves ([`herald_engine::openapi`]) |
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
 //! | `GET /js/herald.js` | the browser client module |
@@ -39,7 +39,7 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Nativ
         .route("/healthz", get(crate::health::healthz))
         .route("/readyz", get(crate::health::readyz))
         .route("/metrics", get(metrics))
-        .route("/v1/stats", get(stats));
+        .route("/v1/stats", get(crate::stats::get));
     if shared.dev.is_some() {
         router = router.route("/", get(demo));
     }
@@ -121,36 +121,6 @@ async fn client_module() -> Response {
             (header::CACHE_CONTROL, "no-cache"),
         ],
         CLIENT_MODULE,
-    )
-        .into_response()
-}
-
-/// `GET /v1/stats`: live counts as JSON, cacheable for 15 s (Varnish sits
-/// in front of it in the distributed deployment).
-async fn stats(State(shared): State<Arc<Shared>>) -> Response {
-    use crate::metrics::{Transport, TransportLabels};
-    let m = &shared.metrics;
-    let mut sessions = serde_json::Map::new();
-    let mut total = 0;
-    for &transport in Transport::ALL {
-        let n = m
-            .sessions
-            .get_or_create(&TransportLabels { transport })
-            .get();
-        total += n;
-        sessions.insert(transport.as_str().to_owned(), json!(n));
-    }
-    let body = json!({
-        "edge": shared.edge_id(),
-        "sessions": {"total": total, "by_transport": sessions},
-        "mailboxes": shared.hub.mailbox_count(),
-        "deliveries": m.deliveries.get(),
-        "replayed": m.replayed.get(),
-        "gaps": m.gaps.get(),
-    });
-    (
-        [(header::CACHE_CONTROL, "public, max-age=15")],
-        axum::Json(body),
     )
         .into_response()
 }

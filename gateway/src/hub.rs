@@ -480,6 +480,12 @@ impl Hub {
             }
         }
         self.metrics.deliveries.inc_by(out.sessions as u64);
+        self.metrics.topics.record(
+            n.topic.as_deref(),
+            herald_engine::stats::Event::Delivered,
+            out.sessions as u64,
+            herald_engine::schedule::timing::now_ms(),
+        );
         out
     }
 

@@ -39,6 +39,8 @@
 //!   embedded store, with the hub as the presence source.
 //! - [`presence`]: edge mode: users coming and going, batched into reports
 //!   for the roots.
+//! - [`stats`]: `GET /v1/stats` (this process's figures) and, in edge
+//!   mode, the stats reports for the roots.
 //! - [`metrics`], [`dev`]: metrics, dev mode.
 //!
 //! # Data flow
@@ -92,6 +94,7 @@ pub mod proxy_header;
 pub mod server;
 pub mod session;
 pub mod sockjs;
+pub mod stats;
 pub mod uplink;
 pub mod ws;
 
@@ -156,7 +159,10 @@ impl Gateway {
         metrics
             .root_links_configured
             .set(config.edge.roots.len() as i64);
-        let publish_metrics = PublishMetrics::default();
+        let publish_metrics = PublishMetrics {
+            topics: metrics.topics.clone(),
+            ..PublishMetrics::default()
+        };
         let mut registry = Registry::default();
         herald_engine::metrics::register_build_info(
             &mut registry,
@@ -198,7 +204,10 @@ impl Gateway {
                     .map_err(StartError::ApiKeys)?,
             );
             keys.register(&mut registry);
-            let delayed_metrics = DelayedMetrics::default();
+            let delayed_metrics = DelayedMetrics {
+                topics: metrics.topics.clone(),
+                ..DelayedMetrics::default()
+            };
             delayed_metrics.register(&mut registry);
             let alert_metrics = AlertMetrics::default();
             alert_metrics.register(&mut registry);
@@ -207,6 +216,12 @@ impl Gateway {
             let presence_metrics =
                 herald_engine::schedule::presence::view::PresenceMetrics::default();
             presence_metrics.register(&mut registry);
+            // Standalone knows the topics: only registered (or configured)
+            // ones get a row of their own in the statistics.
+            let topics = delayed.topics().clone();
+            metrics
+                .topics
+                .admit_with(Arc::new(move |t: &str| topics.snapshot().knows(t)));
             let publish = PublishApi::with_delayed(
                 PublishConfig {
                     api_keys: keys.clone(),
@@ -320,6 +335,15 @@ impl Gateway {
                         shutdown.clone(),
                     );
                 }
+                let (stats_reports, _) = tokio::sync::broadcast::channel(stats::LINK_BACKLOG);
+                let every = Duration::from_millis(cfg.edge.presence_heartbeat_ms);
+                let (me, out) = (Arc::clone(&shared), stats_reports.clone());
+                tasks.spawn(
+                    task_fn("stats-reporter", move |shutdown| {
+                        stats::run_reporter(me, every, out, shutdown)
+                    }),
+                    shutdown.clone(),
+                );
                 let uplink = Arc::new(uplink::Uplink::new(
                     cfg.edge.clone(),
                     Arc::clone(&shared.hub),
@@ -327,6 +351,7 @@ impl Gateway {
                     cfg.envelope_limits(),
                     Arc::clone(&shared.metrics),
                     reports,
+                    stats_reports,
                 ));
                 tasks.spawn(
                     task_fn("uplink", move |shutdown| uplink.run(shutdown)),

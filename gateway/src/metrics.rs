@@ -265,12 +265,38 @@ pub struct Metrics {
     pub connection_rate_evicted: Counter,
     /// Bytes each way and delivery latency, by transport.
     pub traffic: Traffic,
+    /// Per-topic statistics (`herald_topic_*`): deliveries are counted
+    /// by the hub; standalone, the publish API and the delayed service
+    /// share it.
+    pub topics: herald_engine::stats::TopicStats,
+    /// `GET /v1/stats` requests refused (bad paging).
+    pub stats_refused: Counter,
+    /// Edge mode: stats reports sent to roots.
+    pub stats_reports: Counter,
+    /// Edge mode: stats reports a slow root link skipped.
+    pub stats_lagged: Counter,
 }
 
 impl Metrics {
     /// Register every metric.
     pub fn register(&self, registry: &mut Registry) {
         self.precreate();
+        self.topics.register(registry);
+        registry.register(
+            "herald_stats_refused",
+            "GET /v1/stats requests refused for a bad query (topics_limit, topics_after)",
+            self.stats_refused.clone(),
+        );
+        registry.register(
+            "herald_stats_reports",
+            "Edge mode: stats reports sent to root links",
+            self.stats_reports.clone(),
+        );
+        registry.register(
+            "herald_stats_reports_lagged",
+            "Edge mode: stats reports a slow root link skipped",
+            self.stats_lagged.clone(),
+        );
         registry.register(
             "herald_sessions",
             "Live browser sessions",

@@ -10,7 +10,8 @@
 //! it is acknowledged after that: the deliveries already waiting are
 //! routed together and acked with one `basic.ack` (`multiple`), at most
 //! `ACK_BURST` at a time. Each link also publishes this edge's
-//! presence reports ([`crate::presence`]) to `herald.presence` on its root. Each link runs under
+//! presence reports ([`crate::presence`]) to `herald.presence` on its root,
+//! and its stats reports ([`crate::stats`]) to `herald.presence.stats`. Each link runs under
 //! `herald_amqp`'s [`Supervisor`], like the router's intake: a link that
 //! fails reconnects with exponential backoff and jitter
 //! (`edge.reconnect_initial_ms` to `edge.reconnect_max_ms`), forever, until
@@ -24,6 +25,7 @@ use herald_amqp::envelope::{
     BUNDLE_TYPE, accepted_from_amqp, body_bytes, bundle_accepted, from_amqp_bytes,
 };
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
+use herald_amqp::stats::Part;
 use herald_amqp::topology::{durable_exchange, durable_queue_bound};
 use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
 use herald_protocol::bundle;
@@ -52,6 +54,8 @@ pub struct Uplink {
     metrics: Arc<Metrics>,
     duplicates: Arc<DuplicateFilter>,
     reports: broadcast::Sender<Arc<PresenceReport>>,
+    /// This edge's stats reports ([`crate::stats`]), to every root.
+    stats: broadcast::Sender<Arc<Part>>,
 }
 
 /// Why a link ended.
@@ -109,6 +113,7 @@ impl Uplink {
         limits: Limits,
         metrics: Arc<Metrics>,
         reports: broadcast::Sender<Arc<PresenceReport>>,
+        stats: broadcast::Sender<Arc<Part>>,
     ) -> Self {
         Uplink {
             config,
@@ -117,6 +122,7 @@ impl Uplink {
             metrics,
             duplicates,
             reports,
+            stats,
         }
     }
 
@@ -166,9 +172,12 @@ impl Uplink {
     async fn link(&self, conn: &Connection, shutdown: &CancellationToken) -> Result<(), LinkError> {
         // Reports made while this link connects wait in the backlog.
         let mut reports = self.reports.subscribe();
+        let mut stats = self.stats.subscribe();
         let channel = conn.create_channel().await?;
         let presence_exchange = self.config.presence_exchange.as_str();
         durable_exchange(&channel, presence_exchange, ExchangeKind::Fanout).await?;
+        let stats_exchange = herald_amqp::stats::stats_name(presence_exchange);
+        durable_exchange(&channel, &stats_exchange, ExchangeKind::Fanout).await?;
         durable_exchange(&channel, &self.config.exchange, ExchangeKind::Fanout).await?;
         let queue = self.queue_name();
         let mut args = FieldTable::default();
@@ -214,6 +223,28 @@ impl Uplink {
                             self.metrics.presence_lagged.inc_by(n);
                         }
                         // The batcher stopped: shutdown is under way.
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    }
+                    continue;
+                }
+                part = stats.recv() => {
+                    match part {
+                        Ok(part) => {
+                            let (props, body) = herald_amqp::stats::encode(&part);
+                            channel
+                                .basic_publish(
+                                    stats_exchange.as_str().into(),
+                                    "".into(),
+                                    BasicPublishOptions::default(),
+                                    &body,
+                                    props,
+                                )
+                                .await?;
+                            self.metrics.stats_reports.inc();
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            self.metrics.stats_lagged.inc_by(n);
+                        }
                         Err(broadcast::error::RecvError::Closed) => {}
                     }
                     continue;

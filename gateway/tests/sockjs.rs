@@ -761,7 +761,11 @@ async fn stats_count_sessions_per_transport() {
     };
     assert!(reply.contains("CONNECTED"));
     let r = reqwest::get(base(&gw, "/v1/stats")).await.unwrap();
-    assert_eq!(r.headers()["cache-control"], "public, max-age=15");
+    assert_eq!(
+        r.headers()["cache-control"],
+        herald_engine::stats::answer::CACHE_CONTROL
+    );
+    assert!(r.headers().contains_key("etag"));
     let stats: serde_json::Value = r.json().await.unwrap();
     assert_eq!(stats["sessions"]["total"], 2, "{stats}");
     assert_eq!(stats["sessions"]["by_transport"]["websocket"], 1);

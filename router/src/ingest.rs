@@ -140,6 +140,7 @@ enum Sent {
         id: String,
         due_ms: u64,
         duplicate: bool,
+        topic: Option<String>,
     },
     /// A cancel, applied to the delayed store.
     Cancelled { id: String, too_late: bool },

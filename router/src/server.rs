@@ -79,7 +79,14 @@ pub async fn run(
         env!("HERALD_COMMIT"),
     );
     herald_engine::process::metrics::register(&mut registry);
-    let publish_metrics = PublishMetrics::default();
+    // Per-topic statistics, shared by the publish paths and the delayed
+    // service (herald_topic_*).
+    let topic_stats = herald_engine::stats::TopicStats::default();
+    topic_stats.register(&mut registry);
+    let publish_metrics = PublishMetrics {
+        topics: topic_stats.clone(),
+        ..PublishMetrics::default()
+    };
     let amqp_metrics = AmqpMetrics::default();
     publish_metrics.register(&mut registry);
     publish_metrics.precreate(&["http", "amqp"]);
@@ -97,7 +104,10 @@ pub async fn run(
     );
     let store = store.map(Arc::new);
     let delayed = store.as_ref().map(|store| {
-        let metrics = DelayedMetrics::default();
+        let metrics = DelayedMetrics {
+            topics: topic_stats.clone(),
+            ..DelayedMetrics::default()
+        };
         metrics.register(&mut registry);
         store.metrics().register(&mut registry);
         let presence = store.presence(std::time::Duration::from_millis(
@@ -118,6 +128,10 @@ pub async fn run(
             alerts,
         );
         delayed.send_callbacks(&config.callbacks);
+        // The routers know the topics: only registered (or configured)
+        // ones get a row of their own in the statistics.
+        let known = delayed.topics().clone();
+        topic_stats.admit_with(Arc::new(move |t: &str| known.snapshot().knows(t)));
         (delayed, presence)
     });
     let presence_metrics = herald_engine::schedule::presence::view::PresenceMetrics::default();

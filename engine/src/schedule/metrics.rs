@@ -148,6 +148,9 @@ pub struct DelayedMetrics {
     pub presence_rejected: Counter,
     /// The callbacks' metrics (`herald_callback_*`), registered with these.
     pub callbacks: CallbackMetrics,
+    /// Per-topic statistics (held, cancelled, expired, callbacks,
+    /// lateness); registered by its owner, shared with the publish API.
+    pub topics: crate::stats::TopicStats,
 }
 
 impl Default for DelayedMetrics {
@@ -186,6 +189,7 @@ impl Default for DelayedMetrics {
             presence_reports: Counter::default(),
             presence_rejected: Counter::default(),
             callbacks: CallbackMetrics::default(),
+            topics: crate::stats::TopicStats::default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `outage`), and the [`Alerts`] of the process, which the firer's
 //! callbacks and that watch raise.
 
+use crate::stats::Event;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -333,6 +334,8 @@ impl Delayed {
             // A repeated cancel answers the first one's status: count once.
             Cancel::Cancelled(s) if s.updated_ms == now => {
                 self.inner.metrics.cancelled.inc();
+                let topics = &self.inner.metrics.topics;
+                topics.record(s.topic.as_deref(), Event::Cancelled, 1, now);
             }
             Cancel::TooLate(_) => {
                 self.inner.metrics.cancel_too_late.inc();

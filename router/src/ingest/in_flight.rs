@@ -15,6 +15,8 @@ use super::ordered::Ordered;
 use super::{Confirmed, Forward, Ingest, SOURCE, Sent};
 use herald_amqp::publisher::Forwarded;
 use herald_amqp::supervisor::SessionError;
+use herald_engine::schedule::timing::now_ms;
+use herald_engine::stats::Event;
 
 /// The write of a `basic.ack` to the socket.
 pub(super) type AckWrite = Pin<Box<dyn Future<Output = lapin::Result<()>> + Send>>;
@@ -100,14 +102,19 @@ impl Ingest {
                 redelivered,
             } => {
                 accepted.inc();
+                let topics = &self.inner.publish_metrics.topics;
+                topics.record(n.topic.as_deref(), Event::Accepted, 1, now_ms());
                 tracing::debug!(id = %n.id, event = %n.event, scope = %n.scope, redelivered, "forwarded to the edges");
             }
             Sent::Stored {
                 id,
                 due_ms,
                 duplicate,
+                topic,
             } => {
                 accepted.inc();
+                let topics = &self.inner.publish_metrics.topics;
+                topics.record(topic.as_deref(), Event::Accepted, 1, now_ms());
                 tracing::debug!(id = %id, due_ms, duplicate, "delayed publication stored");
             }
             Sent::Cancelled { id, too_late } => {

@@ -60,6 +60,7 @@ impl Ingest {
                     let _stored = stored;
                     let id = entry.id().to_owned();
                     let due_ms = entry.due_ms;
+                    let topic = entry.notification.topic.clone();
                     let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
                         Ok(out) => (
                             Ok(Forwarded::Routed),
@@ -74,6 +75,7 @@ impl Ingest {
                             id,
                             due_ms,
                             duplicate,
+                            topic,
                         },
                     }
                 })

@@ -31,6 +31,8 @@ pub(super) struct Sent {
     pub(super) ids: Vec<String>,
     /// The lateness of its first attempts, to count once it is taken.
     pub(super) lateness: Vec<Millis>,
+    /// The topic of each of `lateness`, in its order.
+    pub(super) lateness_topics: Vec<Option<String>>,
     /// The callbacks to make once it is taken (their ids are not in
     /// `ids`).
     pub(super) calls: Vec<Call>,
@@ -70,7 +72,8 @@ impl Confirmer {
     async fn confirm(&mut self, sent: Sent) {
         match sent.taken.await {
             Ok(()) => {
-                self.took(sent.ids, sent.lateness).await;
+                self.took(sent.ids, sent.lateness, sent.lateness_topics)
+                    .await;
                 self.call(sent.calls).await;
             }
             Err(e) => {
@@ -83,10 +86,12 @@ impl Confirmer {
     }
 
     /// The link took `ids`: count them and have them marked delivered.
-    async fn took(&mut self, ids: Vec<String>, lateness: Vec<Millis>) {
+    async fn took(&mut self, ids: Vec<String>, lateness: Vec<Millis>, topics: Vec<Option<String>>) {
         self.metrics.fired.inc_by(ids.len() as u64);
-        for late in lateness {
+        let now = now_ms();
+        for (late, topic) in lateness.into_iter().zip(topics) {
             self.metrics.lateness.observe(late as f64 / 1000.0);
+            self.metrics.topics.lateness(topic.as_deref(), late, now);
         }
         self.settle.hand(ids).await;
     }

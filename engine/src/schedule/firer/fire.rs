@@ -29,6 +29,7 @@ use crate::schedule::scheduler::Scheduler;
 use crate::schedule::sender::{Call, Resolution, Resolved, failed_attempt, lease_until, resolve};
 use crate::schedule::store::{Ending, Finish};
 use crate::schedule::timing::now_ms;
+use crate::stats::Event;
 
 impl Firer {
     /// Deliver, hold or postpone a claimed batch (`from_hold`: released by
@@ -115,6 +116,9 @@ impl Firer {
             .into_iter()
             .map(|(id, topic, reason)| {
                 self.metrics.callbacks.outcome("dead");
+                self.metrics
+                    .topics
+                    .record(topic.as_deref(), Event::CallbacksDead, 1, now);
                 self.alerts.dead_letter(DeadLetter {
                     id: id.clone(),
                     topic,
@@ -146,7 +150,7 @@ impl Firer {
         &self,
         entries: Vec<Entry>,
         from_hold: bool,
-    ) -> (Vec<Entry>, Vec<(String, Millis)>) {
+    ) -> (Vec<Entry>, Vec<(String, Millis, Option<String>)>) {
         let asked: Vec<Asked> = entries
             .iter()
             .filter_map(|e| {
@@ -176,7 +180,7 @@ impl Firer {
                 } else {
                     now.saturating_add(self.config.hold_max_ms)
                 };
-                hold.push((e.id().to_owned(), expires));
+                hold.push((e.id().to_owned(), expires, e.notification.topic.clone()));
                 continue;
             }
             send.push(e);
@@ -185,16 +189,24 @@ impl Firer {
     }
 
     /// Hold entries until their user comes online or their limit passes.
-    async fn hold(&self, holds: Vec<(String, Millis)>, now: Millis) {
-        let mut by_limit: std::collections::BTreeMap<Millis, Vec<String>> = Default::default();
-        for (id, expires) in holds {
-            by_limit.entry(expires).or_default().push(id);
+    async fn hold(&self, holds: Vec<(String, Millis, Option<String>)>, now: Millis) {
+        type Group = (Vec<String>, Vec<Option<String>>);
+        let mut by_limit: std::collections::BTreeMap<Millis, Group> = Default::default();
+        for (id, expires, topic) in holds {
+            let (ids, topics) = by_limit.entry(expires).or_default();
+            ids.push(id);
+            topics.push(topic);
         }
-        for (expires, ids) in by_limit {
+        for (expires, (ids, topics)) in by_limit {
             let n = ids.len() as u64;
             match self.store.hold(ids, expires, now).await {
                 Ok(()) => {
                     self.metrics.held.inc_by(n);
+                    for t in &topics {
+                        self.metrics
+                            .topics
+                            .record(t.as_deref(), Event::Held, 1, now);
+                    }
                 }
                 Err(e) => {
                     self.metrics.store_error("hold");
@@ -270,6 +282,7 @@ impl Firer {
                 taken,
                 ids: batch.ids,
                 lateness: batch.lateness,
+                lateness_topics: batch.lateness_topics,
                 calls: batch.calls,
             };
             if confirm.send(sent).await.is_err() {

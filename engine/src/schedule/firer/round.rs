@@ -47,6 +47,8 @@ pub(super) struct Batch {
     pub(super) ids: Vec<String>,
     /// The lateness of its first attempts as of its sending.
     pub(super) lateness: Vec<Millis>,
+    /// The topic of each of `lateness`, in its order.
+    pub(super) lateness_topics: Vec<Option<String>>,
     /// The callbacks to make once the link took it (their entries stay
     /// firing until the sender records them).
     pub(super) calls: Vec<Call>,
@@ -93,6 +95,7 @@ impl Round {
         for out in self.outs.by_ref().take(self.limit) {
             if let Some(due) = out.first_due {
                 batch.lateness.push(sending.saturating_sub(due));
+                batch.lateness_topics.push(out.notification.topic.clone());
             }
             match out.call {
                 Some((resolved, calls)) => batch.calls.push(Call {

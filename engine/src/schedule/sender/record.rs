@@ -21,6 +21,7 @@ use crate::schedule::metrics::DelayedMetrics;
 use crate::schedule::outcomes::Outcomes;
 use crate::schedule::store::{Ending, Finish, RetryWait};
 use crate::schedule::timing::now_ms;
+use crate::stats::Event;
 
 /// Outcomes recorded in one go, at most.
 pub(super) const RECORD_BATCH: usize = 500;
@@ -91,6 +92,8 @@ impl Recorder {
         let Done { call, outcome } = done;
         let callbacks = &self.metrics.callbacks;
         callbacks.requests(&outcome.attempts);
+        let topic = call.notification.topic.as_deref();
+        let count = |event: Event| self.metrics.topics.record(topic, event, 1, now_ms());
         let id = call.id().to_owned();
         // At most a recheck that said go, then its call: logged together.
         let mut requests = outcome.attempts;
@@ -99,15 +102,21 @@ impl Recorder {
         match outcome.next {
             Next::Delivered => {
                 callbacks.outcome("delivered");
+                count(Event::CallbacksSucceeded);
                 self.finish(id, Ending::Delivered, recheck, last);
             }
             Next::Declined { reason } => {
                 callbacks.outcome("declined");
+                count(Event::CallbacksDeclined);
                 tracing::info!(id, reason, "callback declined by its recheck");
                 self.finish(id, Ending::Declined, recheck, last);
             }
             Next::RetryAt { at_ms, reason } => {
                 callbacks.outcome(if outcome.counted { "retry" } else { "paused" });
+                if outcome.counted {
+                    count(Event::CallbacksFailed);
+                    count(Event::CallbacksRetried);
+                }
                 tracing::debug!(id, reason, at_ms, "callback to be tried again");
                 self.started();
                 self.waits.push(RetryWait {
@@ -119,6 +128,8 @@ impl Recorder {
                 });
             }
             Next::Dead { reason } => {
+                count(Event::CallbacksFailed);
+                count(Event::CallbacksDead);
                 self.dead_letter(&call, &reason);
                 self.finish(id, Ending::Dead, recheck, last);
             }

@@ -71,6 +71,7 @@ mod persistence;
 mod presence;
 mod read;
 mod reply;
+mod stats;
 mod sweep;
 mod topics;
 
@@ -87,6 +88,7 @@ pub use config::{MAX_SHARDS, RedisConfig, Topology};
 pub use metrics::RedisStoreMetrics;
 pub use persistence::{Durability, Eviction, NodePersistence, Persistence};
 pub use presence::RedisPresence;
+pub use stats::{FORGET_MS, MAX_PARTS, Put, RedisStatsBook};
 
 use self::conn::{Conn, unavailable};
 use self::group::GroupCommit;
