@@ -100,11 +100,13 @@ impl Topology {
                 ));
             }
         }
+        let stats_exchange = self.stats_exchange();
         let exchanges = [
             &self.exchange,
             &self.dead_exchange,
             &self.edges_exchange,
             &self.presence_exchange,
+            &stats_exchange,
         ];
         let distinct = |names: &[&String]| {
             names
@@ -114,12 +116,18 @@ impl Topology {
         };
         if !distinct(&exchanges) {
             p.push(format!(
-                "{prefix}exchange, dead_exchange, edges_exchange and presence_exchange must be four different exchanges"
+                "{prefix}exchange, dead_exchange, edges_exchange, presence_exchange and presence_exchange + \".stats\" must all be different exchanges"
             ));
         }
-        if !distinct(&[&self.queue, &self.dead_queue, &self.presence_queue]) {
+        let stats_queue = self.stats_queue();
+        if !distinct(&[
+            &self.queue,
+            &self.dead_queue,
+            &self.presence_queue,
+            &stats_queue,
+        ]) {
             p.push(format!(
-                "{prefix}queue, dead_queue and presence_queue must be different queues"
+                "{prefix}queue, dead_queue, presence_queue and presence_queue + \".stats\" must be different queues"
             ));
         }
         p
@@ -141,39 +149,66 @@ impl Topology {
     /// report and heartbeat).
     pub async fn declare_presence(&self, channel: &Channel, max_length: u32) -> lapin::Result<()> {
         durable_exchange(channel, &self.presence_exchange, ExchangeKind::Fanout).await?;
-        let mut args = FieldTable::default();
-        args.insert(
-            "x-max-length".into(),
-            lapin::types::AMQPValue::LongLongInt(max_length.into()),
-        );
-        args.insert(
-            "x-overflow".into(),
-            lapin::types::AMQPValue::LongString("drop-head".into()),
-        );
         durable_queue_bound(
             channel,
             &self.presence_queue,
-            args,
+            bounded(max_length),
             &self.presence_exchange,
             "",
         )
         .await
     }
 
-    /// Delete everything [`Topology::declare`] and
-    /// [`Topology::declare_presence`] made, messages included. For tests
-    /// and teardown scripts.
+    /// The fanout exchange edges publish stats reports to
+    /// (`<presence_exchange>.stats`, [`crate::stats`]).
+    pub fn stats_exchange(&self) -> String {
+        super::stats::stats_name(&self.presence_exchange)
+    }
+
+    /// The routers' shared queue of stats reports (`<presence_queue>.stats`).
+    pub fn stats_queue(&self) -> String {
+        super::stats::stats_name(&self.presence_queue)
+    }
+
+    /// Declare the stats exchange and the routers' shared stats queue
+    /// (idempotent). The queue keeps at most `max_length` reports (policy
+    /// drop-head: the oldest go; every edge sends a newer one with its
+    /// next heartbeat).
+    pub async fn declare_stats(&self, channel: &Channel, max_length: u32) -> lapin::Result<()> {
+        let exchange = self.stats_exchange();
+        durable_exchange(channel, &exchange, ExchangeKind::Fanout).await?;
+        durable_queue_bound(
+            channel,
+            &self.stats_queue(),
+            bounded(max_length),
+            &exchange,
+            "",
+        )
+        .await
+    }
+
+    /// Delete everything [`Topology::declare`],
+    /// [`Topology::declare_presence`] and [`Topology::declare_stats`] made,
+    /// messages included. For tests and teardown scripts.
     pub async fn delete(&self, channel: &Channel) -> lapin::Result<()> {
-        for queue in [&self.queue, &self.dead_queue, &self.presence_queue] {
+        let stats_queue = self.stats_queue();
+        for queue in [
+            &self.queue,
+            &self.dead_queue,
+            &self.presence_queue,
+            &stats_queue,
+        ] {
             channel
                 .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                 .await?;
         }
+        let stats_exchange = self.stats_exchange();
         for exchange in [
             &self.exchange,
             &self.dead_exchange,
             &self.edges_exchange,
             &self.presence_exchange,
+            &stats_exchange,
         ] {
             channel
                 .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
@@ -181,6 +216,20 @@ impl Topology {
         }
         Ok(())
     }
+}
+
+/// Queue arguments: at most `max_length` messages, the oldest dropped.
+fn bounded(max_length: u32) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-max-length".into(),
+        lapin::types::AMQPValue::LongLongInt(max_length.into()),
+    );
+    args.insert(
+        "x-overflow".into(),
+        lapin::types::AMQPValue::LongString("drop-head".into()),
+    );
+    args
 }
 
 /// Declare a durable exchange (idempotent). Shared by the router's

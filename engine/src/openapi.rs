@@ -319,14 +319,17 @@ mod tests {
         let doc = whole();
         let problems = compare(
             &routes,
-            &documented(&doc, &["publish", "delayed", "topics", "presence", "console"])
-                .into_iter()
-                .chain(
-                    documented(&doc, &["operations"])
-                        .into_iter()
-                        .filter(|(r, _)| r == PATH),
-                )
-                .collect(),
+            &documented(
+                &doc,
+                &["publish", "delayed", "topics", "presence", "console"],
+            )
+            .into_iter()
+            .chain(
+                documented(&doc, &["operations"])
+                    .into_iter()
+                    .filter(|(r, _)| r == PATH),
+            )
+            .collect(),
         );
         assert!(problems.is_empty(), "{problems:#?}");
     }
@@ -354,7 +357,8 @@ mod tests {
                 "/readyz",
                 "/v1/notifications",
                 "/v1/openapi.json",
-                "/v1/operator"
+                "/v1/operator",
+                "/v1/stats"
             ]
         );
         assert!(router["paths"]["/v1/notifications"]["get"].is_null());
@@ -365,6 +369,8 @@ mod tests {
         });
         assert!(edge["paths"]["/v1/notifications"].is_null());
         assert!(edge["paths"]["/sockjs/info"]["get"].is_object());
+        // Every process answers its stats (routers: the cluster's).
+        assert!(edge["paths"]["/v1/stats"]["get"].is_object());
         assert!(edge["paths"]["/"].is_null());
         assert_eq!(edge["info"]["version"], env!("CARGO_PKG_VERSION"));
     }

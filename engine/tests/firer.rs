@@ -402,3 +402,31 @@ async fn entries_stored_elsewhere_come_in_with_the_refills() {
 fn reads(family: &Family<ReadLabels, Counter>, whole: bool) -> u64 {
     family.get_or_create(&ReadLabels::of(whole)).get()
 }
+
+/// A held notification whose hold limit passes is counted `expired` under
+/// its topic (and one without a topic under `other`).
+#[tokio::test]
+async fn expired_held_notifications_count_under_their_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let metrics = DelayedMetrics::default();
+    let delayed = Delayed::new(ScheduleConfig::default(), store.clone(), metrics.clone());
+    let t0 = now_ms() - 10_000;
+    let mut billing = entry("held-billing", t0);
+    billing.notification.topic = Some("billing".into());
+    billing.when_online = true;
+    let mut plain = entry("held-plain", t0);
+    plain.when_online = true;
+    store.insert(vec![billing, plain], t0).await.unwrap();
+    store.claim_due(t0, 10, 60_000).await.unwrap();
+    store
+        .hold(vec!["held-billing".into(), "held-plain".into()], t0 + 1, t0)
+        .await
+        .unwrap();
+    delayed.maintenance_round().await;
+    let w = metrics.topics.windows(now_ms());
+    use herald_engine::stats::Event;
+    assert_eq!(w["billing"].last_minute.get(Event::Expired), 1);
+    assert_eq!(w["other"].last_minute.get(Event::Expired), 1);
+    assert_eq!(metrics.expired.get(), 2);
+}

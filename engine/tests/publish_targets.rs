@@ -103,7 +103,7 @@ impl Store for Recording {
     ) -> StoreFuture<'_, Page> {
         self.store.list(filter, after, limit)
     }
-    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64> {
+    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, Vec<Option<String>>> {
         self.store.expire(now, limit)
     }
     fn purge(&self, before: Millis, limit: usize) -> StoreFuture<'_, u64> {

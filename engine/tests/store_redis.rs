@@ -1040,7 +1040,7 @@ async fn cancel_and_expire_clean_the_hint_and_a_stale_hint_is_harmless() {
         ));
     }
     assert_eq!(hint_keys(&prefix, "carol"), Vec::<String>::new());
-    assert_eq!(store.expire(T0 + 500, 100).await.unwrap(), 6);
+    assert_eq!(store.expire(T0 + 500, 100).await.unwrap().len(), 6);
     assert_eq!(hint_keys(&prefix, "dave"), Vec::<String>::new());
 
     // A hint naming a shard that holds nothing (a router died between the
@@ -1116,7 +1116,7 @@ async fn emptying_a_shard_keeps_the_hint_field_of_a_hold_in_flight() {
                 let out = store.cancel(&id, T0 + 1).await.unwrap();
                 assert!(matches!(out, Cancel::Cancelled(_)), "{out:?}");
             }
-            _ => assert_eq!(store.expire(T0 + 1000, 10).await.unwrap(), 1),
+            _ => assert_eq!(store.expire(T0 + 1000, 10).await.unwrap().len(), 1),
         }
         let fields: Vec<String> = redis::cmd("HKEYS").arg(&hint).query(&mut c).unwrap();
         assert_eq!(
@@ -1647,5 +1647,99 @@ mod presence {
         assert_eq!(rest.items.len(), 1);
         assert_eq!(rest.items[0].client, "c3");
         assert_eq!(rest.next, None);
+    }
+}
+
+// The cluster's stats parts (RedisStatsBook): the latest per process,
+// bounded, old and unreadable ones forgotten.
+
+mod stats_book {
+    use herald_engine::schedule::store::redis::{FORGET_MS, MAX_PARTS, Put};
+    use herald_engine::stats::part::Part;
+
+    use super::*;
+
+    fn part(kind: &str, id: &str, at_ms: u64, mailboxes: u64) -> Part {
+        Part {
+            kind: kind.into(),
+            id: id.into(),
+            at_ms,
+            mailboxes,
+            ..Part::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_book_keeps_each_processs_latest_and_forgets_old_ones() {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        let book = store.stats_book();
+        let now = T0 + FORGET_MS;
+        assert_eq!(book.put(&part("edge", "e1", now, 1)).await, Ok(Put::Stored));
+        assert_eq!(
+            book.put(&part("edge", "e1", now + 5, 2)).await,
+            Ok(Put::Stored)
+        );
+        // An older report (out of order) does not replace the newer one.
+        assert_eq!(
+            book.put(&part("edge", "e1", now + 1, 9)).await,
+            Ok(Put::Older)
+        );
+        // A router and an edge of the same id are two parts.
+        assert_eq!(
+            book.put(&part("router", "e1", now, 3)).await,
+            Ok(Put::Stored)
+        );
+        // Measured more than FORGET_MS ago: removed when read.
+        assert_eq!(
+            book.put(&part("edge", "gone", T0 - 1, 4)).await,
+            Ok(Put::Stored)
+        );
+        // Not a part at all: removed when read.
+        let mut c = sync_conn(&redis_url());
+        let _: () = redis::cmd("HSET")
+            .arg(format!("{prefix}:stats"))
+            .arg("edge:junk")
+            .arg("{not json")
+            .query(&mut c)
+            .unwrap();
+        let mut all = book.all(now + 5).await.unwrap();
+        all.sort_by(|a, b| (&a.kind, &a.id).cmp(&(&b.kind, &b.id)));
+        let seen: Vec<(&str, &str, u64)> = all
+            .iter()
+            .map(|p| (p.kind.as_str(), p.id.as_str(), p.mailboxes))
+            .collect();
+        assert_eq!(seen, [("edge", "e1", 2), ("router", "e1", 3)]);
+        let fields: usize = redis::cmd("HLEN")
+            .arg(format!("{prefix}:stats"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(fields, 2, "the old and the unreadable part are gone");
+    }
+
+    #[tokio::test]
+    async fn a_full_book_refuses_new_processes_and_keeps_updating_known_ones() {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        let book = store.stats_book();
+        let mut c = sync_conn(&redis_url());
+        let mut pipe = redis::pipe();
+        for i in 0..MAX_PARTS {
+            let p = part("edge", &format!("e{i}"), T0, 1);
+            pipe.cmd("HSET")
+                .arg(format!("{prefix}:stats"))
+                .arg(format!("edge:e{i}"))
+                .arg(serde_json::to_string(&p).unwrap())
+                .ignore();
+        }
+        pipe.query::<()>(&mut c).unwrap();
+        assert_eq!(book.put(&part("edge", "new", T0, 1)).await, Ok(Put::Full));
+        assert_eq!(
+            book.put(&part("edge", "e7", T0 + 1, 5)).await,
+            Ok(Put::Stored)
+        );
+        let all = book.all(T0 + 1).await.unwrap();
+        assert_eq!(all.len(), MAX_PARTS);
+        assert_eq!(all.iter().find(|p| p.id == "e7").unwrap().mailboxes, 5);
     }
 }

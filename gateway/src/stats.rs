@@ -14,11 +14,9 @@ use std::time::Duration;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use herald_engine::schedule::metrics::DueLabels;
 use herald_engine::schedule::timing::now_ms;
 use herald_engine::stats::answer::{Answer, StatsQuery, respond};
-use herald_engine::stats::part::{Callbacks, Due, Part, Totals};
-use herald_engine::stats::window::Event;
+use herald_engine::stats::part::{Callbacks, Part, Totals};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -43,18 +41,11 @@ pub fn part(shared: &Shared, now: u64) -> Part {
     let topics = m.topics.windows(now);
     let totals = m.topics.totals();
     let (kind, id, delayed) = match &shared.mode {
-        Mode::Standalone { delayed, .. } => {
-            let pending = &delayed.metrics().pending;
-            let due =
-                |d: &'static str| pending.get_or_create(&DueLabels { due: d }).get().max(0) as u64;
-            let counts = Due {
-                next_minute: due("1m"),
-                next_hour: due("1h"),
-                next_day: due("1d"),
-                later: due("7d") + due("later"),
-            };
-            ("standalone", "standalone".to_owned(), Some(counts))
-        }
+        Mode::Standalone { delayed, .. } => (
+            "standalone",
+            "standalone".to_owned(),
+            Some(delayed.metrics().due()),
+        ),
         Mode::Edge { .. } => (
             "edge",
             shared.edge_id().unwrap_or("unnamed").to_owned(),
@@ -69,13 +60,7 @@ pub fn part(shared: &Shared, now: u64) -> Part {
         mailboxes: shared.hub.mailbox_count() as u64,
         deliveries: m.deliveries.get(),
         delayed,
-        callbacks: Callbacks {
-            succeeded: totals.get(Event::CallbacksSucceeded),
-            failed: totals.get(Event::CallbacksFailed),
-            retried: totals.get(Event::CallbacksRetried),
-            dead: totals.get(Event::CallbacksDead),
-            declined: totals.get(Event::CallbacksDeclined),
-        },
+        callbacks: Callbacks::of_totals(&totals),
         topics,
     }
 }

@@ -10,6 +10,9 @@
 //!   after the broker's confirm; delayed publications go to the store.
 //! - [`presence_intake`]: the consumer of the edges' presence reports, which
 //!   it records in the store for `when-online` notifications.
+//! - [`stats`] and [`stats_intake`]: the cluster-wide `GET /v1/stats`
+//!   (every edge's latest report and every router's summary, kept in
+//!   Redis) and the consumer of the edges' stats reports.
 //! - [`config`]: the `herald-router` binary's configuration (defaults, TOML,
 //!   `HERALD_ROUTER_*`, flags), validated all at once.
 //! - [`health`]: liveness (`/healthz`) and readiness (`/readyz`: not
@@ -55,3 +58,5 @@ pub mod health;
 pub mod ingest;
 pub mod presence_intake;
 pub mod server;
+pub mod stats;
+pub mod stats_intake;

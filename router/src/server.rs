@@ -7,13 +7,15 @@
 //! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
 //! | `GET /readyz` | readiness: 200 when connected to the broker (topology declared) and, with `[redis]`, Redis answers; else 503 naming why ([`crate::health`]) |
 //! | `GET /metrics` | Prometheus text format |
+//! | `GET /v1/stats` | the cluster's figures: every edge's and router's part, added up ([`crate::stats`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document of what this router serves ([`herald_engine::openapi`]) |
 //! | `GET /console`, `/console/assets/{file}` | the operator's web console ([`herald_engine::console`]); `GET /v1/operator` checks its key |
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
 //! With `[redis]`, the router also runs the firer of delayed notifications
 //! (due ones go out through the same [`AmqpLink`] as the HTTP API), the
-//! presence intake (edges' reports, on a connection of its own), and the
+//! presence intake (edges' reports, on a connection of its own), the stats
+//! intake and this router's stats summary ([`crate::stats_intake`]), and the
 //! alerts of `[callbacks.alerts]` (dead letters, Redis down and back).
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting (the listener
@@ -36,6 +38,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
 use crate::presence_intake::PresenceIntake;
+use crate::stats::{RouterStats, StatsMetrics};
+use crate::stats_intake::StatsIntake;
 use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
 
 use crate::config::Config;
@@ -138,7 +142,6 @@ pub async fn run(
     if delayed.is_some() {
         presence_metrics.register(&mut registry);
     }
-    let registry = Arc::new(registry);
     let api = PublishApi::with_delayed(
         config.publish_api(api_keys),
         Arc::new(link.clone()),
@@ -151,6 +154,18 @@ pub async fn run(
         Some((_, presence)) => api.with_presence(Arc::new(presence.clone()), presence_metrics),
         None => api,
     };
+    let stats_metrics = StatsMetrics::default();
+    stats_metrics.register(&mut registry);
+    let stats_book = store.as_ref().map(|s| s.stats_book());
+    let stats = Arc::new(RouterStats::new(
+        crate::stats::router_id(listener.local_addr().map_or(0, |a| a.port())),
+        topic_stats.clone(),
+        delayed.as_ref().map(|(d, _)| d.clone()),
+        stats_book.clone(),
+        config.redis.presence_edge_ttl_ms,
+        stats_metrics.clone(),
+    ));
+    let registry = Arc::new(registry);
     let health = Health::new(slot.clone(), shutdown.clone(), store);
     let openapi = herald_engine::openapi::routes(herald_engine::openapi::Surface {
         publish: true,
@@ -163,6 +178,7 @@ pub async fn run(
         .with_state(registry)
         .merge(health.routes())
         .merge(api.routes())
+        .merge(stats.clone().routes())
         .merge(herald_engine::console::routes())
         .merge(openapi)
         .fallback(not_found)
@@ -212,6 +228,32 @@ pub async fn run(
                     async move { intake.run(connection, shutdown).await }
                 },
             ),
+            amqp_shutdown.clone(),
+        );
+    }
+    if let Some(book) = stats_book {
+        let intake = StatsIntake::new(
+            config.amqp.topology.clone(),
+            book,
+            stats_metrics,
+            amqp_metrics.clone(),
+        );
+        let mut supervisor_config = config.supervisor();
+        supervisor_config.connection_name = format!("{} stats", supervisor_config.connection_name);
+        tasks.spawn(
+            Supervisor::new(supervisor_config, AmqpMetrics::default()).into_task(
+                "stats-intake",
+                move |connection, shutdown| {
+                    let intake = intake.clone();
+                    async move { intake.run(connection, shutdown).await }
+                },
+            ),
+            amqp_shutdown.clone(),
+        );
+        tasks.spawn(
+            herald_engine::task::task_fn("stats-summary", move |shutdown| {
+                crate::stats::run_summary(stats, shutdown)
+            }),
             amqp_shutdown.clone(),
         );
     }
@@ -286,6 +328,7 @@ mod tests {
     fn the_router_registers_what_its_openapi_document_says() {
         let mut routes = drift::registered(include_str!("server.rs"));
         routes.extend(drift::registered(include_str!("health.rs")));
+        routes.extend(drift::registered(include_str!("stats.rs")));
         // Merged from herald_engine::openapi::routes.
         routes
             .entry(PATH.to_owned())

@@ -30,7 +30,7 @@ fn a_bad_configuration_lists_every_problem_and_exits_78() {
         "api_keys",
         "amqp.url",
         "amqp.prefetch",
-        "four different exchanges",
+        "must all be different exchanges",
     ] {
         assert!(err.contains(words), "{words}: {err}");
     }

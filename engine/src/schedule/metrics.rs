@@ -195,6 +195,24 @@ impl Default for DelayedMetrics {
 }
 
 impl DelayedMetrics {
+    /// The store's counts by due time as its last count left them in
+    /// `herald_delayed_pending` (`7d` and `later` together are `later`),
+    /// for `GET /v1/stats`.
+    pub fn due(&self) -> crate::stats::part::Due {
+        let due = |d: &'static str| {
+            self.pending
+                .get_or_create(&DueLabels { due: d })
+                .get()
+                .max(0) as u64
+        };
+        crate::stats::part::Due {
+            next_minute: due("1m"),
+            next_hour: due("1h"),
+            next_day: due("1d"),
+            later: due("7d") + due("later"),
+        }
+    }
+
     /// Register everything under `herald_delayed_*`.
     pub fn register(&self, registry: &mut Registry) {
         self.precreate();

@@ -471,8 +471,13 @@ impl Delayed {
         }
         let now = now_ms();
         match store.expire(now, MAINTENANCE_BATCH).await {
-            Ok(n) => {
-                metrics.expired.inc_by(n);
+            Ok(topics) => {
+                metrics.expired.inc_by(topics.len() as u64);
+                for topic in &topics {
+                    metrics
+                        .topics
+                        .record(topic.as_deref(), Event::Expired, 1, now);
+                }
             }
             Err(e) => {
                 metrics.store_error("expire");

@@ -338,9 +338,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'_, Page>;
 
     /// Expire up to `limit` held entries whose hold limit has passed
-    /// (`expires_ms <= now`): each becomes expired at `now`. Returns how
-    /// many expired.
-    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64>;
+    /// (`expires_ms <= now`): each becomes expired at `now`. Returns the
+    /// topic of each one that expired (`None` without a topic), so they
+    /// are counted per topic; its length is how many expired.
+    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, Vec<Option<String>>>;
 
     /// Remove up to `limit` final entries (dead letters included) that
     /// entered their state before `before`, with their attempt logs.

@@ -44,6 +44,19 @@ pub struct Callbacks {
 }
 
 impl Callbacks {
+    /// The callback outcomes among `totals` (every topic's events since
+    /// the process started).
+    pub fn of_totals(totals: &super::window::Counts) -> Callbacks {
+        use super::window::Event;
+        Callbacks {
+            succeeded: totals.get(Event::CallbacksSucceeded),
+            failed: totals.get(Event::CallbacksFailed),
+            retried: totals.get(Event::CallbacksRetried),
+            dead: totals.get(Event::CallbacksDead),
+            declined: totals.get(Event::CallbacksDeclined),
+        }
+    }
+
     fn add(&mut self, o: &Callbacks) {
         self.succeeded += o.succeeded;
         self.failed += o.failed;

@@ -151,6 +151,9 @@ impl TopicStats {
                 event: e.as_str(),
             });
         }
+        let _ = self.inner.lateness.get_or_create(&TopicLabels {
+            topic: Arc::clone(&self.inner.other),
+        });
     }
 
     /// The row `topic` counts in, admitting it if it may be.

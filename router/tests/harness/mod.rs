@@ -12,7 +12,7 @@ use herald_amqp::Topology;
 use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp};
 use herald_protocol::envelope::Notification;
 use herald_router::config::Config;
-use herald_router::presence_intake;
+use herald_router::{presence_intake, stats_intake};
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueBindOptions,
     QueueDeclareOptions, QueueDeleteOptions,
@@ -129,6 +129,10 @@ impl Broker {
         topology.declare(&channel).await.unwrap();
         topology
             .declare_presence(&channel, presence_intake::QUEUE_MAX_LENGTH)
+            .await
+            .unwrap();
+        topology
+            .declare_stats(&channel, stats_intake::QUEUE_MAX_LENGTH)
             .await
             .unwrap();
         let edge_queue = format!("{}.edge", topology.edges_exchange);

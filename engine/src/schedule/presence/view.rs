@@ -200,8 +200,16 @@ pub struct PresenceMetrics {
 }
 
 impl PresenceMetrics {
-    /// Register `herald_presence_requests_total`.
+    /// Register `herald_presence_requests_total`, every endpoint at zero
+    /// for `ok` (so rates see the first request and a scrape lists the
+    /// family).
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        for endpoint in [Endpoint::User, Endpoint::Clients, Endpoint::Client] {
+            let _ = self.requests.get_or_create(&RequestLabels {
+                endpoint,
+                outcome: Outcome::Ok,
+            });
+        }
         registry.register(
             "herald_presence_requests",
             "Presence API requests (GET /v1/presence/...), by endpoint and outcome (ok, invalid: a 422 naming the field, refused: the API key, unavailable)",

@@ -408,7 +408,7 @@ impl Store for EmbeddedStore {
         Box::pin(self.read_by_id(move |tables| read::list(tables, &filter, after.as_ref(), limit)))
     }
 
-    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64> {
+    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, Vec<Option<String>>> {
         Box::pin(self.ask(move |tx| Request::Expire(now, limit, tx)))
     }
 

@@ -399,7 +399,7 @@ impl Store for RedisStore {
         self.op("list", self.list_page(filter, after, limit))
     }
 
-    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, u64> {
+    fn expire(&self, now: Millis, limit: usize) -> StoreFuture<'_, Vec<Option<String>>> {
         self.op("expire", self.expire_some(now, limit))
     }
 

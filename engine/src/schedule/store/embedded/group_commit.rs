@@ -66,7 +66,11 @@ pub(super) enum Request {
         oneshot::Sender<Result<Settled, StoreError>>,
     ),
     Replay(String, Millis, oneshot::Sender<Result<Replay, StoreError>>),
-    Expire(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
+    Expire(
+        Millis,
+        usize,
+        oneshot::Sender<Result<Vec<Option<String>>, StoreError>>,
+    ),
     Purge(Millis, usize, oneshot::Sender<Result<u64, StoreError>>),
     PutTopic {
         name: String,
@@ -90,6 +94,10 @@ enum Answer {
     Replay(Replay, oneshot::Sender<Result<Replay, StoreError>>),
     Settled(Settled, oneshot::Sender<Result<Settled, StoreError>>),
     Count(u64, oneshot::Sender<Result<u64, StoreError>>),
+    Topics(
+        Vec<Option<String>>,
+        oneshot::Sender<Result<Vec<Option<String>>, StoreError>>,
+    ),
     PutTopic(PutTopic, oneshot::Sender<Result<PutTopic, StoreError>>),
     Flag(bool, oneshot::Sender<Result<bool, StoreError>>),
 }
@@ -104,6 +112,7 @@ impl Answer {
             Answer::Replay(v, tx) => drop(tx.send(Ok(v))),
             Answer::Settled(v, tx) => drop(tx.send(Ok(v))),
             Answer::Count(v, tx) => drop(tx.send(Ok(v))),
+            Answer::Topics(v, tx) => drop(tx.send(Ok(v))),
             Answer::PutTopic(v, tx) => drop(tx.send(Ok(v))),
             Answer::Flag(v, tx) => drop(tx.send(Ok(v))),
         }
@@ -118,6 +127,7 @@ impl Answer {
             Answer::Replay(_, tx) => drop(tx.send(Err(e))),
             Answer::Settled(_, tx) => drop(tx.send(Err(e))),
             Answer::Count(_, tx) => drop(tx.send(Err(e))),
+            Answer::Topics(_, tx) => drop(tx.send(Err(e))),
             Answer::PutTopic(_, tx) => drop(tx.send(Err(e))),
             Answer::Flag(_, tx) => drop(tx.send(Err(e))),
         }
@@ -271,7 +281,7 @@ fn apply(t: &mut Tables<'_>, request: Request) -> Option<Answer> {
         Request::RetryWait(items, now, tx) => reply(t.retry_wait(items, now), tx, Answer::Settled),
         Request::Finish(items, now, tx) => reply(t.finish(items, now), tx, Answer::Settled),
         Request::Replay(id, now, tx) => reply(t.replay(&id, now), tx, Answer::Replay),
-        Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Count),
+        Request::Expire(now, limit, tx) => reply(t.expire(now, limit), tx, Answer::Topics),
         Request::Purge(before, limit, tx) => reply(t.purge(before, limit), tx, Answer::Count),
         Request::PutTopic {
             name,

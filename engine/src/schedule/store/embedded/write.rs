@@ -570,7 +570,7 @@ impl<'t> Tables<'t> {
         }
     }
 
-    pub(super) fn expire(&mut self, now: Millis, limit: usize) -> R<u64> {
+    pub(super) fn expire(&mut self, now: Millis, limit: usize) -> R<Vec<Option<String>>> {
         let bound = time_bound(now);
         let mut ids = Vec::new();
         for kv in self
@@ -584,7 +584,7 @@ impl<'t> Tables<'t> {
                 ids.push(id.to_owned());
             }
         }
-        let mut n = 0;
+        let mut topics = Vec::new();
         for id in ids {
             let Some((seq, mut s)) = self.get(&id)? else {
                 continue;
@@ -592,12 +592,13 @@ impl<'t> Tables<'t> {
             if s.header.state != State::Held || self.claims.lock().get(seq).is_some() {
                 continue;
             }
+            let topic = s.topic().map(str::to_owned);
             self.leave(&id, seq, &s)?;
             s.finish(State::Expired, now);
             self.enter(&id, seq, &s)?;
-            n += 1;
+            topics.push(topic);
         }
-        Ok(n)
+        Ok(topics)
     }
 
     pub(super) fn purge(&mut self, before: Millis, limit: usize) -> R<u64> {

@@ -23,7 +23,11 @@ impl RedisStore {
         allocate(counts, limit, start)
     }
 
-    pub(super) async fn expire_some(&self, now: Millis, limit: usize) -> Result<u64, StoreError> {
+    pub(super) async fn expire_some(
+        &self,
+        now: Millis,
+        limit: usize,
+    ) -> Result<Vec<Option<String>>, StoreError> {
         let now = score(now);
         let counts = self
             .count_each(|s| self.keys.hold_expiry(s), "-inf", &now.to_string())
@@ -38,12 +42,15 @@ impl RedisStore {
                 }),
             )
             .await?;
-        let mut expired = 0;
+        let mut expired = Vec::new();
         let mut cleanup: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (s, answer) in answers {
-            let [n, users] =
-                <[Value; 2]>::try_from(array(answer)?).map_err(|_| unexpected("expire"))?;
-            expired += u64::try_from(int(&n)?).unwrap_or(0);
+            let [_, users, topics] =
+                <[Value; 3]>::try_from(array(answer)?).map_err(|_| unexpected("expire"))?;
+            for t in array(topics)? {
+                let t = text(t)?;
+                expired.push((!t.is_empty()).then_some(t));
+            }
             for [user, tokens] in groups(array(users)?, "expire")? {
                 let fields = cleanup.entry(text(user)?).or_default();
                 for t in array(tokens)? {

@@ -1,11 +1,12 @@
 -- Held entries past their hold limit become expired (final).
 -- ARGV: now, limit
--- Returns { count, { user, tokens, user, tokens, ... } } with the users
--- whose held set here emptied.
+-- Returns { count, { user, tokens, user, tokens, ... }, topics } with the
+-- users whose held set here emptied, and the topic of each entry that
+-- expired ('' without one).
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local hx = B .. ':hx'
 local ids = redis.call('ZRANGE', hx, '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, limit)
-local n, users, seen = 0, {}, {}
+local n, users, seen, topics = 0, {}, {}, {}
 for _, id in ipairs(ids) do
   redis.call('ZREM', hx, id)
   local k = ekey(id)
@@ -16,6 +17,7 @@ for _, id in ipairs(ids) do
       redis.call('ZREM', B .. ':h:' .. e.user, e.due .. id)
       finish(k, id, h, e, EXPIRED, now)
       n = n + 1
+      topics[n] = e.topic or ''
       if not seen[e.user] then
         seen[e.user] = true
         users[#users + 1] = e.user
@@ -31,4 +33,4 @@ for _, user in ipairs(users) do
     cleanup[#cleanup + 1] = tokens
   end
 end
-return { n, cleanup }
+return { n, cleanup, topics }
