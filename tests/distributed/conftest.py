@@ -2,7 +2,7 @@
 
 One deployment per session, brought up by `deploy/up` on loopback with a
 fresh state directory (two RabbitMQ roots, the routers' Redis, two routers,
-three edges, HAProxy)
+three edges, HAProxy, Varnish in front of the routers)
 from binaries that are already built, the routers configured by
 router.toml beside this file (`deploy/up --router-config`: callbacks may
 reach 127.0.0.1, a short claim lease), and torn down with
@@ -73,7 +73,8 @@ def deploy_env() -> dict[str, str]:
 
 
 # deploy/up's ports (deploy/README.md), before --port-offset.
-DEPLOY_PORTS = [5681, 5682, 25681, 25682, 6390, 9101, 9102, 9103, 9201, 9202, 8000, 8404]
+DEPLOY_PORTS = [5681, 5682, 25681, 25682, 6390, 9101, 9102, 9103, 9201, 9202, 8000, 8404,
+                8100]
 
 
 def port_free(port: int) -> bool:

@@ -2,10 +2,12 @@
 
 The deployment under test is the one `deploy/up` starts on loopback: two
 RabbitMQ nodes as independent roots, a herald-router per root, three
-herald-gateway edges consuming from both roots, and HAProxy hashing browsers
-by the `uid` query parameter. `Deployment` reads what deploy/up wrote in its
-state directory (deployment.env, secrets/, run/*.pid; layout in deploy/lib.sh)
-and drives it: publish with pika, connect stomp.py through HAProxy, find which
+herald-gateway edges consuming from both roots, HAProxy hashing browsers
+by the `uid` query parameter, and Varnish in front of the routers.
+`Deployment` reads what deploy/up wrote in its state directory
+(deployment.env, secrets/, run/*.pid; layout in deploy/lib.sh) and drives
+it: publish with pika, connect stomp.py through HAProxy (or to an edge
+directly), read Varnish's counters, find which
 edge a session landed on, read delayed notifications' status from the
 routers, take dead letters, stop and start root nodes, kill edges, routers
 and Redis, tell which router holds a connection (which one makes a
@@ -393,6 +395,24 @@ class Deployment:
     def proxy_url(self) -> str:
         return f"http://{self.proxy[0]}:{self.proxy[1]}"
 
+    @property
+    def varnish_url(self) -> str:
+        """Varnish in front of the routers (deploy/up's VARNISH)."""
+        return f"http://{self.env['VARNISH']}"
+
+    def varnish_counter(self, name: str) -> int:
+        """A varnishstat counter (`MAIN.backend_req`) of deploy/up's varnishd."""
+        stat = "/usr/bin/varnishstat" if os.access("/usr/bin/varnishstat", os.X_OK) \
+            else "varnishstat"
+        res = subprocess.run([stat, "-n", self.env["VARNISH_WORKDIR"], "-1", "-f", name],
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        assert res.returncode == 0, f"varnishstat: {res.stdout}{res.stderr}"
+        for line in res.stdout.splitlines():
+            fields = line.split()
+            if fields and fields[0] == name:
+                return int(fields[1])
+        raise AssertionError(f"no counter {name} in varnishstat:\n{res.stdout}")
+
     def publish_http(self, body, expect: int = 202) -> dict:
         """POST /v1/notifications through HAProxy (round robin over the routers)."""
         r = requests.post(f"{self.proxy_url}/v1/notifications", json=body,
@@ -554,6 +574,24 @@ class Deployment:
         c.edge = self.placed(lambda: c.connect(headers), f"the session of {uid}")
         if subscribe:
             c.subscribe(sub_headers)
+        return c
+
+    def direct_client(self, edge: str, uid: str, client: str | None = None) -> Client:
+        """A subscribed stomp.py session on `edge` itself (not through
+        HAProxy, which hashes a user to one edge). It asks for the server's
+        heart-beats: stomp.py's socket times out after TIMEOUT without a
+        byte, and such sessions may be kept open longer than that."""
+        c = Client(self, uid, self.token(uid, client=client))
+        host, _, port = self.edges[edge].rpartition(":")
+        c.conn = stomp.WSConnection(
+            [(host, int(port))], ws_path="/ws",
+            header={"Sec-WebSocket-Protocol": "v12.stomp"},
+            reconnect_attempts_max=1, timeout=TIMEOUT, heartbeats=(0, 1000))
+        c.conn.set_listener("herald-dist", _Listener(c._sink))
+        c.edge = edge
+        self.sessions.append(c)
+        c.connect()
+        c.subscribe()
         return c
 
     def clients_on_distinct_edges(self, prefix: str, specs: list[dict],

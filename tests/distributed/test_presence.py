@@ -102,8 +102,9 @@ def test_the_users_of_an_edge_that_stops_stop_counting(dep):
                lambda: len(user(dep, carol)["edges"]) == 2)
     try:
         dep.kill(victim)
-        # Its liveness key expires redis.presence_edge_ttl_ms (35 s) after
-        # its last heartbeat: then it counts for nothing.
+        # Its liveness key expires redis.presence_edge_ttl_ms (20 s in
+        # router.toml, 35 s by default) after its last heartbeat: then it
+        # counts for nothing.
         p = wait_until("the stopped edge to stop counting",
                        lambda: (a := user(dep, carol))["sessions"]["total"] == 1 and a,
                        timeout=RECOVERY + 10)
