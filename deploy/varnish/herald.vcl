@@ -61,8 +61,15 @@ sub vcl_recv {
     }
 
     if (req.url ~ "^/v1/stats(\?|$)") {
-        # The same query in any order is the same answer
-        # (?topics_limit=&topics_after=).
+        # Only the parameters the stats API reads are part of the key:
+        # anything else (a dashboard's cache-buster `_=...`) is dropped, so
+        # it can neither split the cache nor send every poll to the routers
+        # (the API ignores unknown parameters). Then the same query in any
+        # order is the same answer (?topics_limit=&topics_after=).
+        set req.url = regsuball(req.url, "([?&])(?!topics_limit=|topics_after=)[^&]*", "\1");
+        set req.url = regsuball(req.url, "&{2,}", "&");
+        set req.url = regsub(req.url, "\?&+", "?");
+        set req.url = regsub(req.url, "[?&]+$", "");
         set req.url = std.querysort(req.url);
         # Stale stats: up to HERALD_VARNISH_STATS_GRACE old while a router is
         # healthy (one request refetches in the background, the others get
