@@ -9,7 +9,10 @@
 //!   forwards to `herald.edges` (or dead-letters to `herald.dead`), acking
 //!   after the broker's confirm; delayed publications go to the store.
 //! - [`presence_intake`]: the consumer of the edges' presence reports, which
-//!   it records in the store for `when-online` notifications.
+//!   it records in the store for `when-online` notifications and the
+//!   presence API, publishing online and offline events.
+//! - [`presence_sweep`]: takes the users of dead edge processes offline
+//!   (their `offline` events), bounded per round.
 //! - [`config`]: the `herald-router` binary's configuration (defaults, TOML,
 //!   `HERALD_ROUTER_*`, flags), validated all at once.
 //! - [`health`]: liveness (`/healthz`) and readiness (`/readyz`: not
@@ -54,4 +57,5 @@ pub mod config;
 pub mod health;
 pub mod ingest;
 pub mod presence_intake;
+pub mod presence_sweep;
 pub mod server;
