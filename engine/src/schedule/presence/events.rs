@@ -53,7 +53,7 @@ pub const BATCH: usize = 500;
 pub const EVENTS_QUEUE: usize = 10_000;
 
 /// Online or offline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Move {
     /// The user's first session started (no live session before).
