@@ -32,7 +32,8 @@ def receiver(dep):
             pytest.fail(f"{r} publishes no presence events: start the deployment with "
                         "deploy/up --router-config tests/distributed/router.toml", pytrace=False)
     rec = Receiver(dep)
-    put_topic(dep, TOPIC, {"callback_url": rec.url, "signing_secrets": [SECRET]})
+    put_topic(dep, TOPIC, {"callback_url": rec.url, "signing_secrets": [SECRET],
+                           "timeout_ms": 3000})
     yield rec
     requests.delete(f"{dep.proxy_url}/v1/topics/{TOPIC}", headers=auth(dep), timeout=TIMEOUT)
     rec.close()
