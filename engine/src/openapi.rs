@@ -319,14 +319,17 @@ mod tests {
         let doc = whole();
         let problems = compare(
             &routes,
-            &documented(&doc, &["publish", "delayed", "topics", "presence", "console"])
-                .into_iter()
-                .chain(
-                    documented(&doc, &["operations"])
-                        .into_iter()
-                        .filter(|(r, _)| r == PATH),
-                )
-                .collect(),
+            &documented(
+                &doc,
+                &["publish", "delayed", "topics", "presence", "console"],
+            )
+            .into_iter()
+            .chain(
+                documented(&doc, &["operations"])
+                    .into_iter()
+                    .filter(|(r, _)| r == PATH),
+            )
+            .collect(),
         );
         assert!(problems.is_empty(), "{problems:#?}");
     }

@@ -107,7 +107,7 @@ use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::{PublishApi, PublishConfig};
 use herald_engine::schedule::metrics::DelayedMetrics;
-use herald_engine::schedule::presence::events::{EventMetrics, EventStorer, PresenceEvents};
+use herald_engine::schedule::presence_events::{EventMetrics, EventStorer, PresenceEvents};
 use herald_engine::schedule::store::StoreError;
 use herald_engine::task::{Tasks, task_fn};
 use prometheus_client::registry::Registry;

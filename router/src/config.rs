@@ -202,7 +202,7 @@ pub struct Config {
     /// Callbacks (enabled with `[redis]`).
     pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// Presence events to a topic (enabled with `[redis]`).
-    pub presence: herald_engine::schedule::presence::events::PresenceConfig,
+    pub presence: herald_engine::schedule::presence_events::PresenceConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
     /// Warnings from loading (variables that name no key), for `main` to

@@ -27,7 +27,7 @@ use herald_amqp::publisher::{Forwarded, Publisher};
 use herald_amqp::supervisor::SessionError;
 use herald_amqp::topology::Topology;
 use herald_engine::schedule::presence::PresenceBook;
-use herald_engine::schedule::presence::events::PresenceEvents;
+use herald_engine::schedule::presence_events::PresenceEvents;
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::timing::now_ms;
 
@@ -126,11 +126,10 @@ impl PresenceIntake {
     async fn handle(&self, delivery: Delivery, publisher: &Publisher) -> Result<(), SessionError> {
         match PresenceReport::from_amqp(&delivery.properties, &delivery.data) {
             Ok(report) => {
-                let moved = self
-                    .book
-                    .record(&report, now_ms())
-                    .await
-                    .map_err(|e| SessionError::Lost(format!("recording presence failed: {e}")))?;
+                let moved =
+                    self.book.record(&report, now_ms()).await.map_err(|e| {
+                        SessionError::Lost(format!("recording presence failed: {e}"))
+                    })?;
                 for t in moved {
                     self.events.emit(t);
                 }

@@ -135,7 +135,7 @@ pub async fn run(
         (delayed, presence)
     });
     let presence_metrics = herald_engine::schedule::presence::view::PresenceMetrics::default();
-    let event_metrics = herald_engine::schedule::presence::events::EventMetrics::default();
+    let event_metrics = herald_engine::schedule::presence_events::EventMetrics::default();
     if delayed.is_some() {
         presence_metrics.register(&mut registry);
         event_metrics.register(&mut registry);
@@ -197,7 +197,7 @@ pub async fn run(
         if let Some(scheduling) = delayed.scheduling(Arc::new(link), presence.clone()) {
             tasks.spawn(scheduling, amqp_shutdown.clone());
         }
-        let (events, storer) = herald_engine::schedule::presence::events::PresenceEvents::new(
+        let (events, storer) = herald_engine::schedule::presence_events::PresenceEvents::new(
             &config.presence,
             delayed.clone(),
             event_metrics,
@@ -208,7 +208,12 @@ pub async fn run(
         let (book, sweep_events) = (presence.clone(), events.clone());
         tasks.spawn(
             task_fn("presence-sweep", move |shutdown| {
-                crate::presence_sweep::run(book, sweep_events, crate::presence_sweep::EVERY, shutdown)
+                crate::presence_sweep::run(
+                    book,
+                    sweep_events,
+                    crate::presence_sweep::EVERY,
+                    shutdown,
+                )
             }),
             amqp_shutdown.clone(),
         );

@@ -7,15 +7,16 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use herald_engine::schedule::presence::events::{Move, PresenceEvents};
+use herald_engine::schedule::presence::events::Move;
+use herald_engine::schedule::presence_events::PresenceEvents;
 
 use crate::app::{Mode, Shared};
-use crate::presence::view::STANDALONE_EDGE;
 use crate::auth::{AuthError, Verified};
 use crate::config::SessionConfig;
 use crate::hub::{Attached, Identity, Replay, Resume, TooManySessions};
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, Subscription};
+use crate::presence::view::STANDALONE_EDGE;
 
 /// The gateway as one session sees it.
 pub trait Host: Send + Sync {

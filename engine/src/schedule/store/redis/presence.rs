@@ -27,7 +27,7 @@
 //!                        the sweep; expires 7 days after its last write
 //! ```
 //!
-//! Online and offline events ([`crate::schedule::presence::events`]): a
+//! Online and offline events ([`crate::schedule::presence::events`], stored by [`crate::schedule::presence_events`]): a
 //! user's set also holds `=online` (no colon, so readers skip it) while
 //! they were last announced online. The script that moves a user's member
 //! ([`TRANSITION`]) compares it with whether a member of a live edge
@@ -135,7 +135,11 @@ enum Op<'a> {
 
 /// Of `set` (a user's members), those of edge processes not alive, but
 /// never `reporting` (its edge is being marked alive).
-fn dead_members<'a>(set: &'a [String], reporting: &str, alive: &HashMap<String, String>) -> Vec<&'a str> {
+fn dead_members<'a>(
+    set: &'a [String],
+    reporting: &str,
+    alive: &HashMap<String, String>,
+) -> Vec<&'a str> {
     set.iter()
         .filter(|m| m.as_str() != reporting)
         .filter(|m| {
@@ -291,7 +295,8 @@ impl RedisPresence {
             }
             let old: Vec<Value> = p.query_async(&mut conn).await?;
             for (user, pair) in ops.keys().zip(old.chunks(2)) {
-                let json: Option<String> = redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+                let json: Option<String> =
+                    redis::from_redis_value(pair[0].clone()).unwrap_or_default();
                 let mailboxes = json
                     .and_then(|j| serde_json::from_str::<Vec<MailboxSessions>>(&j).ok())
                     .unwrap_or_default();
@@ -323,17 +328,18 @@ impl RedisPresence {
             .arg("PX")
             .arg(USER_TTL_MS)
             .ignore();
-        p.cmd("SADD")
-            .arg(self.procs_key())
-            .arg(&member)
-            .ignore();
+        p.cmd("SADD").arg(self.procs_key()).arg(&member).ignore();
         p.cmd("PEXPIRE")
             .arg(self.procs_key())
             .arg(USER_TTL_MS)
             .ignore();
         let users_here = self.proc_users_key(&member);
         for (user, op) in &ops {
-            let dead = dead_members(members.get(user).map(Vec::as_slice).unwrap_or(&[]), &member, &alive);
+            let dead = dead_members(
+                members.get(user).map(Vec::as_slice).unwrap_or(&[]),
+                &member,
+                &alive,
+            );
             self.transition(&mut p, user, *op, &member, &dead);
             match op {
                 Op::Add(_) => p.cmd("SADD").arg(&users_here).arg(*user).ignore(),
@@ -341,10 +347,7 @@ impl RedisPresence {
             };
         }
         if !ops.is_empty() {
-            p.cmd("PEXPIRE")
-                .arg(&users_here)
-                .arg(USER_TTL_MS)
-                .ignore();
+            p.cmd("PEXPIRE").arg(&users_here).arg(USER_TTL_MS).ignore();
         }
         for (user, op) in &ops {
             let detail = self.detail_key(user);
@@ -419,7 +422,14 @@ impl RedisPresence {
 
     /// Queue the [`TRANSITION`] script for `user`: `op` of `member`, with
     /// `dead` (members of edge processes no longer alive) not counting.
-    fn transition(&self, p: &mut redis::Pipeline, user: &str, op: Op<'_>, member: &str, dead: &[&str]) {
+    fn transition(
+        &self,
+        p: &mut redis::Pipeline,
+        user: &str,
+        op: Op<'_>,
+        member: &str,
+        dead: &[&str],
+    ) {
         let verb = match op {
             Op::Add(_) => "add",
             Op::Del => "del",
@@ -427,7 +437,14 @@ impl RedisPresence {
         self.transition_verb(p, user, verb, member, dead);
     }
 
-    fn transition_verb(&self, p: &mut redis::Pipeline, user: &str, verb: &str, member: &str, dead: &[&str]) {
+    fn transition_verb(
+        &self,
+        p: &mut redis::Pipeline,
+        user: &str,
+        verb: &str,
+        member: &str,
+        dead: &[&str],
+    ) {
         p.cmd("EVAL")
             .arg(TRANSITION)
             .arg(1)
@@ -450,7 +467,12 @@ impl RedisPresence {
             .query_async(&mut conn)
             .await?;
         let alive = self
-            .alive(&mut conn, procs.iter().filter_map(|m| m.split_once(':').map(|(e, _)| e)))
+            .alive(
+                &mut conn,
+                procs
+                    .iter()
+                    .filter_map(|m| m.split_once(':').map(|(e, _)| e)),
+            )
             .await?;
         let dead: Vec<&str> = procs
             .iter()
@@ -498,7 +520,8 @@ impl RedisPresence {
                 if moved != -1 {
                     continue;
                 }
-                let json: Option<String> = redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+                let json: Option<String> =
+                    redis::from_redis_value(pair[0].clone()).unwrap_or_default();
                 let mailbox = json
                     .and_then(|j| serde_json::from_str::<Vec<MailboxSessions>>(&j).ok())
                     .and_then(|m| m.into_iter().next());
@@ -749,7 +772,11 @@ impl PresenceBook for RedisPresence {
         Box::pin(async move {
             let (moved, users) = self.sweep_dead(now_ms, limit).await.map_err(unavailable)?;
             if users > 0 {
-                tracing::info!(users, offline = moved.len(), "presence sweep: users of dead edge processes");
+                tracing::info!(
+                    users,
+                    offline = moved.len(),
+                    "presence sweep: users of dead edge processes"
+                );
             }
             Ok(Swept { users, moved })
         })
