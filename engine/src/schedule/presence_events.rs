@@ -178,6 +178,19 @@ impl EventMetrics {
             "Users taken off an edge process whose liveness key expired (the routers' presence sweep)",
             self.swept.clone(),
         );
+        // Every series at 0 from the start (ten), so a scrape shows the
+        // family before the first event and a rate has a baseline.
+        for event in [Move::Online, Move::Offline] {
+            for outcome in [
+                EventOutcome::Published,
+                EventOutcome::Duplicate,
+                EventOutcome::Dropped,
+                EventOutcome::Failed,
+                EventOutcome::NoCallback,
+            ] {
+                self.count(event, outcome, 0);
+            }
+        }
     }
 
     /// Count `n` transitions.
