@@ -13,6 +13,7 @@
 //! | property `type` | `herald.presence` | a presence report |
 //! | header `edge` | string | the edge's id |
 //! | header `boot` | string | random per edge process start |
+//! | header `seq` | integer, optional | the report's number in its edge process (1, 2, ...): routers derive presence event ids from it |
 //! | header `online` | array of strings | users whose first session started |
 //! | header `offline` | array of strings | users whose last session ended |
 //! | header `detail` | string `json-v1`, optional | the body holds the sessions of the users whose sessions changed |
@@ -69,6 +70,8 @@ pub mod headers {
     pub const EDGE: &str = "edge";
     /// The edge process's boot id.
     pub const BOOT: &str = "boot";
+    /// The report's number in its edge process.
+    pub const SEQ: &str = "seq";
     /// Users who came online.
     pub const ONLINE: &str = "online";
     /// Users who went offline.
@@ -117,6 +120,12 @@ impl PresenceAmqp for PresenceReport {
         let mut table = FieldTable::default();
         table.insert(headers::EDGE.into(), text(&self.edge));
         table.insert(headers::BOOT.into(), text(&self.boot));
+        if self.seq > 0 {
+            table.insert(
+                headers::SEQ.into(),
+                AMQPValue::LongLongInt(i64::try_from(self.seq).unwrap_or(i64::MAX)),
+            );
+        }
         table.insert(headers::ONLINE.into(), array(&self.online));
         table.insert(headers::OFFLINE.into(), array(&self.offline));
         if !self.detail.is_empty() {
@@ -176,6 +185,12 @@ impl PresenceAmqp for PresenceReport {
                 "edge and boot must be non-empty, and the edge id has no colon",
             ));
         }
+        let seq = match get(headers::SEQ) {
+            None => 0,
+            Some(v) => seq_of(v).ok_or_else(|| {
+                Rejection::invalid(headers::SEQ, "the report number is a non-negative integer")
+            })?,
+        };
         let online =
             crate::envelope::list(headers::ONLINE, get(headers::ONLINE), MAX_REPORT_USERS)?;
         let offline =
@@ -196,10 +211,24 @@ impl PresenceAmqp for PresenceReport {
         Ok(PresenceReport {
             edge,
             boot,
+            seq,
             online,
             offline,
             detail,
         })
+    }
+}
+
+/// A `seq` header's value, whatever integer type the sender chose.
+fn seq_of(v: &AMQPValue) -> Option<u64> {
+    match v {
+        AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongUInt(n) => Some(u64::from(*n)),
+        AMQPValue::ShortInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::ShortUInt(n) => Some(u64::from(*n)),
+        AMQPValue::Timestamp(n) => Some(*n),
+        _ => None,
     }
 }
 
@@ -296,6 +325,7 @@ mod tests {
         let r = PresenceReport {
             edge: "edge-1".into(),
             boot: "9f2c".into(),
+            seq: 42,
             online: vec!["alice".into(), "bob".into()],
             offline: vec!["carol".into()],
             detail: detail(),
@@ -345,6 +375,22 @@ mod tests {
                 "body"
             );
         }
+    }
+
+    #[test]
+    fn a_bad_seq_is_refused_naming_it() {
+        let r = PresenceReport {
+            edge: "edge-1".into(),
+            boot: "9f2c".into(),
+            ..Default::default()
+        };
+        let mut table = r.to_amqp().headers().clone().unwrap();
+        table.insert(headers::SEQ.into(), AMQPValue::LongLongInt(-1));
+        let props = r.to_amqp().with_headers(table);
+        assert_eq!(
+            PresenceReport::from_amqp(&props, b"").unwrap_err().field,
+            "seq"
+        );
     }
 
     #[test]

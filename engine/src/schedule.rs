@@ -48,6 +48,7 @@ pub mod metrics;
 mod outcomes;
 mod pace;
 pub mod presence;
+pub mod presence_events;
 mod ready;
 pub mod record;
 pub mod scheduler;

@@ -1499,6 +1499,7 @@ async fn an_entry_listed_as_firing_by_an_older_router_leaves_that_list_when_it_s
 mod presence {
     use std::collections::BTreeMap;
 
+    use herald_engine::schedule::presence::events::{Move, Transition, event_id};
     use herald_engine::schedule::presence::view::{MailboxSessions, PresenceView, UserSessions};
     use herald_engine::schedule::presence::{PresenceBook, PresenceReport};
 
@@ -1522,10 +1523,221 @@ mod presence {
         PresenceReport {
             edge: edge.into(),
             boot: boot.into(),
+            seq: 0,
             online: online.iter().map(|u| (*u).to_owned()).collect(),
             offline: vec![],
             detail,
         }
+    }
+
+    fn numbered(edge: &str, boot: &str, seq: u64, detail: Vec<UserSessions>) -> PresenceReport {
+        PresenceReport {
+            seq,
+            ..report(edge, boot, &[], detail)
+        }
+    }
+
+    fn moves(t: &[Transition]) -> Vec<(String, Move, String)> {
+        t.iter()
+            .map(|t| (t.user.clone(), t.event, t.edge.clone()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_report_delivered_by_two_roots_moves_a_user_once_and_the_last_edge_takes_them_offline()
+     {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        // Two routers on one Redis, each getting every report (two roots).
+        let (a, b) = (
+            store.presence(Duration::from_secs(30)),
+            store.presence(Duration::from_secs(30)),
+        );
+        let on_e1 = numbered(
+            "e1",
+            "b1",
+            1,
+            vec![user("alice", vec![mailbox("acme", 100, "websocket", 1)])],
+        );
+        let first = a.record(&on_e1, 1_000).await.unwrap();
+        assert_eq!(
+            moves(&first),
+            vec![("alice".into(), Move::Online, "e1".into())]
+        );
+        let t = &first[0];
+        assert_eq!(
+            (t.client.as_deref(), t.site.as_str(), t.at_ms),
+            (Some("acme"), "", 100)
+        );
+        assert_eq!(t.id, event_id(&["e1", "b1", "1", "alice", "online"]));
+        assert!(
+            b.record(&on_e1, 1_001).await.unwrap().is_empty(),
+            "the second root's copy moves nobody"
+        );
+        // A second edge: alice is online already.
+        let on_e2 = numbered(
+            "e2",
+            "b2",
+            1,
+            vec![user("alice", vec![mailbox("acme", 200, "eventsource", 1)])],
+        );
+        assert!(a.record(&on_e2, 1_002).await.unwrap().is_empty());
+        assert!(b.record(&on_e2, 1_002).await.unwrap().is_empty());
+        // She leaves the first edge: still online on the second.
+        let off_e1 = numbered("e1", "b1", 2, vec![user("alice", vec![])]);
+        assert!(b.record(&off_e1, 1_003).await.unwrap().is_empty());
+        assert!(a.record(&off_e1, 1_003).await.unwrap().is_empty());
+        // And the second: offline, once.
+        let off_e2 = numbered("e2", "b2", 2, vec![user("alice", vec![])]);
+        let last = b.record(&off_e2, 1_004).await.unwrap();
+        assert_eq!(
+            moves(&last),
+            vec![("alice".into(), Move::Offline, "e2".into())]
+        );
+        assert_eq!(
+            last[0].client.as_deref(),
+            Some("acme"),
+            "named from what the edge had"
+        );
+        assert_eq!(last[0].at_ms, 1_004);
+        assert_eq!(last[0].id, event_id(&["e2", "b2", "2", "alice", "offline"]));
+        assert!(a.record(&off_e2, 1_005).await.unwrap().is_empty());
+        // Back again: a new online with its own id.
+        let again = numbered(
+            "e1",
+            "b1",
+            3,
+            vec![user("alice", vec![mailbox("acme", 300, "websocket", 1)])],
+        );
+        let back = a.record(&again, 1_006).await.unwrap();
+        assert_eq!(
+            moves(&back),
+            vec![("alice".into(), Move::Online, "e1".into())]
+        );
+        assert_ne!(back[0].id, first[0].id);
+        // An older edge's report (no detail, no seq) moves users too.
+        let legacy = report("e9", "b9", &["carol"], vec![]);
+        let moved = a.record(&legacy, 1_007).await.unwrap();
+        assert_eq!(
+            moves(&moved),
+            vec![("carol".into(), Move::Online, "e9".into())]
+        );
+        assert_eq!(moved[0].at_ms, 1_007);
+        // The mark does not show in the presence API.
+        let alice = a.user("alice", None).await.unwrap();
+        assert_eq!(alice.edges.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_sweep_takes_the_users_of_a_dead_edge_process_offline_once_and_bounded() {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        let book = store.presence(Duration::from_secs(30));
+        let other = store.presence(Duration::from_secs(30));
+        let on = |u: &str| user(u, vec![mailbox("acme", 100, "websocket", 1)]);
+        let moved = book
+            .record(
+                &numbered("e1", "b1", 1, vec![on("alice"), on("bob"), on("carol")]),
+                1_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(moved.len(), 3);
+        // bob is on a second edge too.
+        assert!(
+            book.record(&numbered("e2", "b2", 1, vec![on("bob")]), 1_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Nothing is dead yet.
+        let swept = book.sweep(1_100, 100).await.unwrap();
+        assert_eq!((swept.users, swept.moved.len()), (0, 0));
+        // e1 restarts: its old process is dead at once.
+        assert!(
+            book.record(&numbered("e1", "b1-new", 1, vec![]), 2_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Bounded: two users this round (two routers sweeping share them).
+        let first = book.sweep(2_100, 2).await.unwrap();
+        let second = other.sweep(2_100, 100).await.unwrap();
+        assert_eq!(first.users + second.users, 3);
+        assert_eq!(first.users, 2);
+        let mut gone: Vec<(String, Move, String)> = moves(&first.moved);
+        gone.extend(moves(&second.moved));
+        gone.sort();
+        assert_eq!(
+            gone,
+            vec![
+                ("alice".into(), Move::Offline, "e1".into()),
+                ("carol".into(), Move::Offline, "e1".into()),
+            ],
+            "bob is still on e2"
+        );
+        let alice = first
+            .moved
+            .iter()
+            .chain(&second.moved)
+            .find(|t| t.user == "alice")
+            .unwrap();
+        assert_eq!(
+            alice.id,
+            event_id(&["e1", "b1", "expired", "alice", "offline"])
+        );
+        assert_eq!(alice.client.as_deref(), Some("acme"));
+        let again = book.sweep(2_200, 100).await.unwrap();
+        assert_eq!(
+            (again.users, again.moved.len()),
+            (0, 0),
+            "each user is swept once"
+        );
+        // alice comes back on the new process: online again.
+        let back = book
+            .record(&numbered("e1", "b1-new", 2, vec![on("alice")]), 3_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            moves(&back),
+            vec![("alice".into(), Move::Online, "e1".into())]
+        );
+        // bob leaves e2: his last live edge.
+        let off = book
+            .record(&numbered("e2", "b2", 2, vec![user("bob", vec![])]), 3_100)
+            .await
+            .unwrap();
+        assert_eq!(
+            moves(&off),
+            vec![("bob".into(), Move::Offline, "e2".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_edge_whose_liveness_key_expires_is_swept() {
+        let (prefix, _guard) = fresh_prefix();
+        let store = connect(config(&prefix)).await;
+        let book = store.presence(Duration::from_millis(300));
+        let on = user("dave", vec![mailbox("acme", 100, "websocket", 1)]);
+        assert_eq!(
+            book.record(&numbered("e1", "b1", 1, vec![on]), 1_000)
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        let swept = until(
+            "e1's key expires and the sweep takes dave offline",
+            async || {
+                let s = book.sweep(2_000, 100).await.unwrap();
+                (s.users > 0).then_some(s)
+            },
+        )
+        .await;
+        assert_eq!(
+            moves(&swept.moved),
+            vec![("dave".into(), Move::Offline, "e1".into())]
+        );
     }
 
     fn user(name: &str, mailboxes: Vec<MailboxSessions>) -> UserSessions {

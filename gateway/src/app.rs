@@ -37,6 +37,8 @@ pub enum Mode {
         delayed: Delayed,
         /// The publish API (`POST /v1/notifications`), into the local hub.
         publish: PublishApi,
+        /// Online and offline events to `presence.events_topic`.
+        events: herald_engine::schedule::presence_events::PresenceEvents,
     },
     /// An edge of root brokers: notifications arrive over the uplinks,
     /// publishing and scheduling are the routers' business.

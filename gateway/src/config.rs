@@ -343,6 +343,9 @@ pub struct Config {
     pub schedule: ScheduleConfig,
     /// Callbacks (standalone; an edge leaves them to its routers).
     pub callbacks: herald_engine::callback::config::CallbackConfig,
+    /// Presence events to a topic (standalone; an edge's routers publish
+    /// them).
+    pub presence: herald_engine::schedule::presence_events::PresenceConfig,
     /// Warnings from loading (keys used under a deprecated name), for
     /// `main` to log once logging is up.
     #[serde(skip)]
@@ -377,6 +380,7 @@ impl Default for Config {
             publish: PublishConfig::default(),
             schedule: ScheduleConfig::default(),
             callbacks: Default::default(),
+            presence: Default::default(),
             warnings: Vec::new(),
         }
     }
@@ -523,6 +527,7 @@ impl Config {
         p.extend(self.proxy.problems());
         p.extend(self.schedule.problems());
         p.extend(self.callbacks.problems());
+        p.extend(self.presence.problems());
         let rate = &self.connection_rate;
         if !rate.per_sec.is_finite() || rate.per_sec < 0.0 {
             p.push("connection_rate.per_sec must be 0 (off) or a positive number".to_owned());

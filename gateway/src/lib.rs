@@ -107,6 +107,7 @@ use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::publish::{PublishApi, PublishConfig};
 use herald_engine::schedule::metrics::DelayedMetrics;
+use herald_engine::schedule::presence_events::{EventMetrics, EventStorer, PresenceEvents};
 use herald_engine::schedule::store::StoreError;
 use herald_engine::task::{Tasks, task_fn};
 use prometheus_client::registry::Registry;
@@ -130,6 +131,9 @@ pub struct Gateway {
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, presence::Change)>>,
     /// Standalone: the publish API's keys, for reloads.
     api_keys: Option<ApiKeys>,
+    /// Standalone with `presence.events_topic`: the task storing presence
+    /// events.
+    event_storer: Option<EventStorer>,
 }
 
 /// Why a gateway could not be built.
@@ -186,10 +190,10 @@ impl Gateway {
         // Standalone, this process serves the publish API and schedules
         // delayed notifications; an edge leaves both to its routers and
         // reports presence to them instead.
-        let (mode, presence_rx, api_keys) = if config.edge_mode() {
+        let (mode, presence_rx, api_keys, event_storer) = if config.edge_mode() {
             let (presence, rx) =
                 presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
-            (Mode::Edge { presence }, Some(rx), None)
+            (Mode::Edge { presence }, Some(rx), None, None)
         } else {
             let mut named = config.api_key.clone();
             if let Some(d) = &dev {
@@ -243,7 +247,20 @@ impl Gateway {
                 )),
                 presence_metrics,
             );
-            (Mode::Standalone { delayed, publish }, None, Some(keys))
+            let event_metrics = EventMetrics::default();
+            event_metrics.register(&mut registry);
+            let (events, storer) =
+                PresenceEvents::new(&config.presence, delayed.clone(), event_metrics);
+            (
+                Mode::Standalone {
+                    delayed,
+                    publish,
+                    events,
+                },
+                None,
+                Some(keys),
+                storer,
+            )
         };
         let shared = Arc::new(Shared {
             sessions: SessionSlots::new(config.session.max_sessions),
@@ -262,6 +279,7 @@ impl Gateway {
             shared,
             presence_rx,
             api_keys,
+            event_storer,
         })
     }
 
@@ -302,7 +320,12 @@ impl Gateway {
         // An edge takes notifications from its roots; publishing goes through
         // a router, so the publish API is served only standalone.
         let publish_routes = match &shared.mode {
-            Mode::Standalone { publish, delayed } => {
+            Mode::Standalone {
+                publish, delayed, ..
+            } => {
+                if let Some(storer) = self.event_storer {
+                    tasks.spawn(storer, shutdown.clone());
+                }
                 let scheduling = delayed.scheduling(
                     Arc::new(link::LocalLink::new(
                         Arc::clone(&shared.hub),

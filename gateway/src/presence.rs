@@ -122,6 +122,9 @@ pub async fn run_batcher(
     let mut heartbeat = tokio::time::interval(config.heartbeat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut flush_at: Option<tokio::time::Instant> = None;
+    // Each report's number in this process: routers derive the ids of
+    // presence events from it (the same in every root's copy).
+    let mut seq = 0u64;
     loop {
         let batch_due = async {
             match flush_at {
@@ -145,9 +148,11 @@ pub async fn run_batcher(
             _ = batch_due => {}
             _ = heartbeat.tick() => {}
         }
+        seq += 1;
         let mut report = PresenceReport {
             edge: config.edge.clone(),
             boot: config.boot.clone(),
+            seq,
             ..PresenceReport::default()
         };
         for (user, change) in pending.drain() {
@@ -198,6 +203,7 @@ mod tests {
         // The interval's first tick is immediate: a heartbeat at start.
         let first = reports.recv().await.unwrap();
         assert!(first.online.is_empty() && first.offline.is_empty());
+        assert_eq!(first.seq, 1, "reports are numbered from 1");
         let (a, b): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());
         reporter.online(&a);
         reporter.sessions(&a);

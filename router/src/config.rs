@@ -201,6 +201,8 @@ pub struct Config {
     pub schedule: herald_engine::schedule::config::ScheduleConfig,
     /// Callbacks (enabled with `[redis]`).
     pub callbacks: herald_engine::callback::config::CallbackConfig,
+    /// Presence events to a topic (enabled with `[redis]`).
+    pub presence: herald_engine::schedule::presence_events::PresenceConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
     /// Warnings from loading (variables that name no key), for `main` to
@@ -221,6 +223,7 @@ impl Default for Config {
             publish: PublishConfig::default(),
             schedule: herald_engine::schedule::config::ScheduleConfig::default(),
             callbacks: Default::default(),
+            presence: Default::default(),
             redis: RedisSection::default(),
             warnings: Vec::new(),
         }
@@ -294,6 +297,7 @@ impl Config {
         p.extend(self.publish.problems());
         p.extend(self.schedule.problems());
         p.extend(self.callbacks.problems());
+        p.extend(self.presence.problems());
         p.extend(self.redis.problems());
         if p.is_empty() {
             Ok(())

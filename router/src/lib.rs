@@ -9,7 +9,10 @@
 //!   forwards to `herald.edges` (or dead-letters to `herald.dead`), acking
 //!   after the broker's confirm; delayed publications go to the store.
 //! - [`presence_intake`]: the consumer of the edges' presence reports, which
-//!   it records in the store for `when-online` notifications.
+//!   it records in the store for `when-online` notifications and the
+//!   presence API, publishing online and offline events.
+//! - [`presence_sweep`]: takes the users of dead edge processes offline
+//!   (their `offline` events), bounded per round.
 //! - [`stats`] and [`stats_intake`]: the cluster-wide `GET /v1/stats`
 //!   (every edge's latest report and every router's summary, kept in
 //!   Redis) and the consumer of the edges' stats reports.
@@ -57,6 +60,7 @@ pub mod config;
 pub mod health;
 pub mod ingest;
 pub mod presence_intake;
+pub mod presence_sweep;
 pub mod server;
 pub mod stats;
 pub mod stats_intake;

@@ -1,7 +1,10 @@
 //! The router's presence intake: consume the edges' presence reports from
 //! this root's shared `herald.presence` queue, record them in the
 //! [`PresenceBook`] (Redis, shared by every router), and release what is
-//! held for each user who came online.
+//! held for each user who came online. The users a report moved between
+//! offline and online cluster-wide (decided by the book, once whichever
+//! root's copy comes first) go to the presence events
+//! (`presence.events_topic`).
 //!
 //! A report is acked once recorded. A report that cannot be read is
 //! dead-lettered to `herald.dead` with `x-herald-error` (confirmed, then
@@ -24,6 +27,7 @@ use herald_amqp::publisher::{Forwarded, Publisher};
 use herald_amqp::supervisor::SessionError;
 use herald_amqp::topology::Topology;
 use herald_engine::schedule::presence::PresenceBook;
+use herald_engine::schedule::presence_events::PresenceEvents;
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::timing::now_ms;
 
@@ -39,6 +43,7 @@ pub struct PresenceIntake {
     book: Arc<dyn PresenceBook>,
     delayed: Delayed,
     metrics: AmqpMetrics,
+    events: PresenceEvents,
 }
 
 impl std::fmt::Debug for PresenceIntake {
@@ -50,18 +55,21 @@ impl std::fmt::Debug for PresenceIntake {
 }
 
 impl PresenceIntake {
-    /// An intake recording into `book` and releasing through `delayed`.
+    /// An intake recording into `book`, releasing through `delayed`, and
+    /// publishing the users a report moved cluster-wide to `events`.
     pub fn new(
         topology: Topology,
         book: Arc<dyn PresenceBook>,
         delayed: Delayed,
         metrics: AmqpMetrics,
+        events: PresenceEvents,
     ) -> Self {
         PresenceIntake {
             topology,
             book,
             delayed,
             metrics,
+            events,
         }
     }
 
@@ -118,10 +126,13 @@ impl PresenceIntake {
     async fn handle(&self, delivery: Delivery, publisher: &Publisher) -> Result<(), SessionError> {
         match PresenceReport::from_amqp(&delivery.properties, &delivery.data) {
             Ok(report) => {
-                self.book
-                    .record(&report, now_ms())
-                    .await
-                    .map_err(|e| SessionError::Lost(format!("recording presence failed: {e}")))?;
+                let moved =
+                    self.book.record(&report, now_ms()).await.map_err(|e| {
+                        SessionError::Lost(format!("recording presence failed: {e}"))
+                    })?;
+                for t in moved {
+                    self.events.emit(t);
+                }
                 self.delayed.metrics().presence_reports.inc();
                 for user in &report.online {
                     self.delayed.user_online(user);

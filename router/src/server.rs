@@ -53,7 +53,7 @@ use herald_engine::schedule::metrics::DelayedMetrics;
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::StoreError;
 use herald_engine::schedule::store::redis::RedisStore;
-use herald_engine::task::Tasks;
+use herald_engine::task::{Tasks, task_fn};
 
 /// Connect the delayed store when `[redis]` is configured. Fails when Redis
 /// cannot be reached or refuses the configuration.
@@ -139,8 +139,10 @@ pub async fn run(
         (delayed, presence)
     });
     let presence_metrics = herald_engine::schedule::presence::view::PresenceMetrics::default();
+    let event_metrics = herald_engine::schedule::presence_events::EventMetrics::default();
     if delayed.is_some() {
         presence_metrics.register(&mut registry);
+        event_metrics.register(&mut registry);
     }
     let api = PublishApi::with_delayed(
         config.publish_api(api_keys),
@@ -211,11 +213,32 @@ pub async fn run(
         if let Some(scheduling) = delayed.scheduling(Arc::new(link), presence.clone()) {
             tasks.spawn(scheduling, amqp_shutdown.clone());
         }
+        let (events, storer) = herald_engine::schedule::presence_events::PresenceEvents::new(
+            &config.presence,
+            delayed.clone(),
+            event_metrics,
+        );
+        if let Some(storer) = storer {
+            tasks.spawn(storer, amqp_shutdown.clone());
+        }
+        let (book, sweep_events) = (presence.clone(), events.clone());
+        tasks.spawn(
+            task_fn("presence-sweep", move |shutdown| {
+                crate::presence_sweep::run(
+                    book,
+                    sweep_events,
+                    crate::presence_sweep::EVERY,
+                    shutdown,
+                )
+            }),
+            amqp_shutdown.clone(),
+        );
         let intake = PresenceIntake::new(
             config.amqp.topology.clone(),
             presence,
             delayed.clone(),
             amqp_metrics.clone(),
+            events,
         );
         let mut supervisor_config = config.supervisor();
         supervisor_config.connection_name =

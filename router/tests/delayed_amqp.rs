@@ -248,6 +248,7 @@ async fn when_online_waits_for_an_edge_to_report_the_user() {
     let report = PresenceReport {
         edge: "edge-t".into(),
         boot: "b1".into(),
+        seq: 0,
         online: vec!["carol".into()],
         offline: vec![],
         // Without detail, as an edge of the previous version sends it.

@@ -2,6 +2,7 @@
 //! send about it ([`PresenceReport`]; its AMQP form lives in `herald-amqp`).
 //! [`view`]: the same for operators and backends (the presence API).
 
+pub mod events;
 pub mod view;
 
 use std::future::Future;
@@ -14,6 +15,10 @@ pub struct PresenceReport {
     pub edge: String,
     /// Random per edge process start.
     pub boot: String,
+    /// The report's number in its edge process (1, 2, ...: header `seq`);
+    /// 0 from an edge of an older version. The same in every root's copy,
+    /// so routers derive the same event ids from it.
+    pub seq: u64,
     /// Users whose first session on this edge started.
     pub online: Vec<String>,
     /// Users whose last session on this edge ended.
@@ -49,14 +54,36 @@ pub trait Presence: Send + Sync + 'static {
     fn online<'a>(&'a self, who: &'a [Asked]) -> PresenceFuture<'a>;
 }
 
-/// A future returned by [`PresenceBook::record`].
-pub type RecordFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<(), super::error::StoreError>> + Send + 'a>>;
+/// A future returned by [`PresenceBook::record`]: the users the report moved between
+/// offline and online cluster-wide.
+pub type RecordFuture<'a> = Pin<
+    Box<dyn Future<Output = Result<Vec<events::Transition>, super::error::StoreError>> + Send + 'a>,
+>;
 
 /// Where the routers keep what edges report (distributed mode): the
 /// writing side of a [`Presence`].
 pub trait PresenceBook: Send + Sync + 'static {
     /// Apply one edge's report: it is alive (with this boot), these users
-    /// came online on it, these went offline.
+    /// came online on it, these went offline. Returns the users it moved
+    /// between offline and online cluster-wide (decided atomically with
+    /// the update: a second copy of the same report moves nobody).
     fn record<'a>(&'a self, report: &'a PresenceReport, now_ms: u64) -> RecordFuture<'a>;
+
+    /// Take up to `limit` users off edge processes that are no longer
+    /// alive (their liveness key expired, or their edge restarted with a
+    /// new boot); returns those this left with no live session anywhere.
+    fn sweep(&self, now_ms: u64, limit: usize) -> SweepFuture<'_>;
 }
+
+/// What a [`PresenceBook::sweep`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Users taken off dead edge processes (at most the limit).
+    pub users: u64,
+    /// Those of them left with no live session anywhere: offline.
+    pub moved: Vec<events::Transition>,
+}
+
+/// A future returned by [`PresenceBook::sweep`].
+pub type SweepFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Swept, super::error::StoreError>> + Send + 'a>>;

@@ -353,7 +353,7 @@ impl StompCore {
         self.connect_deadline = None;
         self.machine.connected(c.version);
         if attached.came_online {
-            self.host.user_online(&who.user);
+            self.host.user_online(&who);
         }
         let hb = HeartBeat {
             cx: send.map_or(0, |d| d.as_millis() as u32),
@@ -649,7 +649,7 @@ impl StompCore {
             tracing::debug!(user = %a.who.user, client = self.client.map(tracing::field::display), close = ?self.close, "session closed");
             let went_offline = self.host.detach(&a.who, &self.outbox, Instant::now());
             if went_offline {
-                self.host.user_offline(&a.who.user);
+                self.host.user_offline(&a.who);
             }
             self.host
                 .metrics()

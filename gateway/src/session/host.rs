@@ -7,12 +7,16 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use herald_engine::schedule::presence::events::Move;
+use herald_engine::schedule::presence_events::PresenceEvents;
+
 use crate::app::{Mode, Shared};
 use crate::auth::{AuthError, Verified};
 use crate::config::SessionConfig;
 use crate::hub::{Attached, Identity, Replay, Resume, TooManySessions};
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, Subscription};
+use crate::presence::view::STANDALONE_EDGE;
 
 /// The gateway as one session sees it.
 pub trait Host: Send + Sync {
@@ -46,11 +50,12 @@ pub trait Host: Send + Sync {
     fn detach(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) -> bool;
 
     /// The user's first session here began (whoever holds their delayed
-    /// notifications wants to know).
-    fn user_online(&self, user: &Arc<str>);
+    /// notifications wants to know); `who` is the session that began it.
+    fn user_online(&self, who: &Identity);
 
-    /// The user's last session here ended.
-    fn user_offline(&self, user: &Arc<str>);
+    /// The user's last session here ended; `who` is the session that
+    /// ended it.
+    fn user_offline(&self, who: &Identity);
 
     /// Where sessions count what happens to them.
     fn metrics(&self) -> &Metrics;
@@ -113,22 +118,36 @@ impl Host for Shared {
         went_offline
     }
 
-    fn user_online(&self, user: &Arc<str>) {
+    fn user_online(&self, who: &Identity) {
         match &self.mode {
-            Mode::Standalone { delayed, .. } => delayed.user_online(user),
-            Mode::Edge { presence } => presence.online(user),
+            Mode::Standalone {
+                delayed, events, ..
+            } => {
+                delayed.user_online(&who.user);
+                self.presence_event(events, who, Move::Online);
+            }
+            Mode::Edge { presence } => presence.online(&who.user),
         }
     }
 
-    fn user_offline(&self, user: &Arc<str>) {
+    fn user_offline(&self, who: &Identity) {
         match &self.mode {
             // The delayed engine asks the hub when it needs to know.
-            Mode::Standalone { .. } => {}
-            Mode::Edge { presence } => presence.offline(user),
+            Mode::Standalone { events, .. } => self.presence_event(events, who, Move::Offline),
+            Mode::Edge { presence } => presence.offline(&who.user),
         }
     }
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+}
+
+impl Shared {
+    /// Standalone: the hub saw `who`'s user come or go; an event to
+    /// `presence.events_topic`, if set.
+    fn presence_event(&self, events: &PresenceEvents, who: &Identity, event: Move) {
+        let edge = self.config.edge.id.as_deref().unwrap_or(STANDALONE_EDGE);
+        events.local(&who.user, &who.site, who.client.as_deref(), event, edge);
     }
 }

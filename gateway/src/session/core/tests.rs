@@ -128,12 +128,12 @@ impl Host for TestHost {
         self.hub.detach(who, outbox, now)
     }
 
-    fn user_online(&self, user: &Arc<str>) {
-        self.presence.lock().push((user.to_string(), true));
+    fn user_online(&self, who: &Identity) {
+        self.presence.lock().push((who.user.to_string(), true));
     }
 
-    fn user_offline(&self, user: &Arc<str>) {
-        self.presence.lock().push((user.to_string(), false));
+    fn user_offline(&self, who: &Identity) {
+        self.presence.lock().push((who.user.to_string(), false));
     }
 
     fn metrics(&self) -> &Metrics {

@@ -20,7 +20,23 @@
 //!                        default)
 //! <p>:edge-seen:<edge>   the same boot id, kept 7 days: which boot is the
 //!                        edge's latest, after its liveness key expired
+//! <p>:procs              SET of "<edge>:<boot>": every edge process that
+//!                        reported, for the sweep; expires 7 days after
+//!                        the last report
+//! <p>:pu:<edge>:<boot>   SET of users with a session on that process, for
+//!                        the sweep; expires 7 days after its last write
 //! ```
+//!
+//! Online and offline events ([`crate::schedule::presence::events`], stored by [`crate::schedule::presence_events`]): a
+//! user's set also holds `=online` (no colon, so readers skip it) while
+//! they were last announced online. The script that moves a user's member
+//! ([`TRANSITION`]) compares it with whether a member of a live edge
+//! process remains, and flips it: a report moves a user between offline
+//! and online cluster-wide exactly once, however many roots deliver it.
+//! The sweep ([`PresenceBook::sweep`]) takes the users of dead edge
+//! processes (popped from their `pu` set, so two routers sweeping share
+//! the work) through the same script, leaving their members in place (an
+//! edge that comes back with the same boot counts again, as before).
 //!
 //! A user is online when one of their members names an edge whose key
 //! holds that boot: the users of an edge that stopped reporting go offline
@@ -44,11 +60,14 @@ use redis::Value;
 
 use super::conn::{Conn, unavailable};
 use crate::schedule::presence::PresenceReport;
+use crate::schedule::presence::events::{Move, Transition, event_id};
 use crate::schedule::presence::view::{
     ClientCount, ClientPage, MailboxSessions, PresenceView, UNKNOWN_TRANSPORT, UserPresence,
     ViewFuture, summarize,
 };
-use crate::schedule::presence::{Asked, Presence, PresenceBook, PresenceFuture, RecordFuture};
+use crate::schedule::presence::{
+    Asked, Presence, PresenceBook, PresenceFuture, RecordFuture, SweepFuture, Swept,
+};
 use crate::schedule::store::StoreError;
 
 /// Keep a company's hash and the names in step. KEYS: names, hash. ARGV:
@@ -67,6 +86,69 @@ else
 end
 return 0
 ";
+
+/// Move a user's member and say whether that moved them between offline
+/// and online cluster-wide. KEYS: the user's set. ARGV: `add`, `del` or
+/// `none`; the member (`edge:boot`); ttl ms; then the members of edge
+/// processes no longer alive. The set's member `=online` (no colon:
+/// readers skip it) says the user was last announced online; the script
+/// compares it with whether a live member remains and flips it, so a
+/// second copy of the same report (or a second router sweeping) finds
+/// nothing to flip. Returns 1 (went online), -1 (went offline) or 0.
+const TRANSITION: &str = r"
+local mark = '=online'
+if ARGV[1] == 'add' then
+  redis.call('SADD', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+elseif ARGV[1] == 'del' then
+  redis.call('SREM', KEYS[1], ARGV[2])
+end
+local dead = {}
+for i = 4, #ARGV do dead[ARGV[i]] = true end
+local live = false
+for _, m in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if string.find(m, ':', 1, true) and not dead[m] then
+    live = true
+    break
+  end
+end
+local was = redis.call('SISMEMBER', KEYS[1], mark) == 1
+if live and not was then
+  redis.call('SADD', KEYS[1], mark)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+elseif was and not live then
+  redis.call('SREM', KEYS[1], mark)
+  return -1
+end
+return 0
+";
+
+/// What a report leaves of a user on its edge process.
+#[derive(Debug, Clone, Copy)]
+enum Op<'a> {
+    /// A session there (with the detail, when the report has it).
+    Add(Option<&'a [MailboxSessions]>),
+    /// None there.
+    Del,
+}
+
+/// Of `set` (a user's members), those of edge processes not alive, but
+/// never `reporting` (its edge is being marked alive).
+fn dead_members<'a>(
+    set: &'a [String],
+    reporting: &str,
+    alive: &HashMap<String, String>,
+) -> Vec<&'a str> {
+    set.iter()
+        .filter(|m| m.as_str() != reporting)
+        .filter(|m| {
+            m.split_once(':')
+                .is_some_and(|(e, b)| alive.get(e).map(String::as_str) != Some(b))
+        })
+        .map(String::as_str)
+        .collect()
+}
 
 /// How long a user's presence set outlives their last "online".
 const USER_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -118,6 +200,16 @@ impl RedisPresence {
         format!("{}:prd:{user}", self.prefix)
     }
 
+    /// Every edge process that reported (`edge:boot`), for the sweep.
+    fn procs_key(&self) -> String {
+        format!("{}:procs", self.prefix)
+    }
+
+    /// The users with a session on edge process `member`, for the sweep.
+    fn proc_users_key(&self, member: &str) -> String {
+        format!("{}:pu:{member}", self.prefix)
+    }
+
     fn client_key(&self, client: &str) -> String {
         format!("{}:{{pc}}:c:{client}", self.prefix)
     }
@@ -162,34 +254,67 @@ impl RedisPresence {
             .collect())
     }
 
-    /// Record one report: who is where (the members), and the detail.
-    async fn write(&self, report: &PresenceReport) -> Result<(), redis::RedisError> {
+    /// Record one report: who is where (the members), and the detail;
+    /// returns the users it moved between offline and online
+    /// cluster-wide (see [`TRANSITION`]).
+    async fn write(
+        &self,
+        report: &PresenceReport,
+        now_ms: u64,
+    ) -> Result<Vec<Transition>, redis::RedisError> {
         let member = format!("{}:{}", report.edge, report.boot);
         let mut conn = self.conn.clone();
-        // The companies each touched user had here, to take them out of
-        // the companies they leave.
-        let touched: Vec<&str> = report
-            .offline
-            .iter()
-            .map(String::as_str)
-            .chain(report.detail.iter().map(|u| u.user.as_str()))
-            .collect();
-        let mut before: HashMap<&str, BTreeSet<String>> = HashMap::new();
-        if !touched.is_empty() {
+        // What the report leaves of each user here, in the order the
+        // report is applied: offline, online, then the detail (the last
+        // word wins).
+        let mut ops: BTreeMap<&str, Op<'_>> = BTreeMap::new();
+        for user in &report.offline {
+            ops.insert(user, Op::Del);
+        }
+        for user in &report.online {
+            ops.insert(user, Op::Add(None));
+        }
+        for u in &report.detail {
+            let op = match u.mailboxes.iter().all(|m| m.total() == 0) {
+                true => Op::Del,
+                false => Op::Add(Some(&u.mailboxes)),
+            };
+            ops.insert(&u.user, op);
+        }
+        // The companies each touched user had here (to take them out of
+        // the companies they leave, and name the site and company of an
+        // offline event), and where else they are (edge processes no
+        // longer alive do not count in the transition).
+        let mut before: HashMap<&str, Vec<MailboxSessions>> = HashMap::new();
+        let mut members: HashMap<&str, Vec<String>> = HashMap::new();
+        if !ops.is_empty() {
             let mut p = redis::pipe();
-            for user in &touched {
+            for user in ops.keys() {
                 p.cmd("HGET").arg(self.detail_key(user)).arg(&member);
+                p.cmd("SMEMBERS").arg(self.user_key(user));
             }
-            let old: Vec<Option<String>> = p.query_async(&mut conn).await?;
-            for (user, json) in touched.iter().zip(old) {
-                let clients = json
+            let old: Vec<Value> = p.query_async(&mut conn).await?;
+            for (user, pair) in ops.keys().zip(old.chunks(2)) {
+                let json: Option<String> =
+                    redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+                let mailboxes = json
                     .and_then(|j| serde_json::from_str::<Vec<MailboxSessions>>(&j).ok())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|m| m.client);
-                before.entry(user).or_default().extend(clients);
+                    .unwrap_or_default();
+                before.insert(user, mailboxes);
+                let set: Vec<String> = redis::from_redis_value(pair[1].clone()).unwrap_or_default();
+                members.insert(user, set);
             }
         }
+        let alive = self
+            .alive(
+                &mut conn,
+                members
+                    .values()
+                    .flatten()
+                    .filter_map(|m| m.split_once(':').map(|(e, _)| e))
+                    .filter(|e| *e != report.edge),
+            )
+            .await?;
         let mut p = redis::pipe();
         p.cmd("SET")
             .arg(self.edge_key(&report.edge))
@@ -203,44 +328,55 @@ impl RedisPresence {
             .arg("PX")
             .arg(USER_TTL_MS)
             .ignore();
-        for user in &report.offline {
-            p.cmd("SREM").arg(self.user_key(user)).arg(&member).ignore();
-            p.cmd("HDEL")
-                .arg(self.detail_key(user))
-                .arg(&member)
-                .ignore();
-            for client in before.get(user.as_str()).into_iter().flatten() {
-                self.client_put(&mut p, client, &format!("{member}\n{user}"), 0);
-            }
+        p.cmd("SADD").arg(self.procs_key()).arg(&member).ignore();
+        p.cmd("PEXPIRE")
+            .arg(self.procs_key())
+            .arg(USER_TTL_MS)
+            .ignore();
+        let users_here = self.proc_users_key(&member);
+        for (user, op) in &ops {
+            let dead = dead_members(
+                members.get(user).map(Vec::as_slice).unwrap_or(&[]),
+                &member,
+                &alive,
+            );
+            self.transition(&mut p, user, *op, &member, &dead);
+            match op {
+                Op::Add(_) => p.cmd("SADD").arg(&users_here).arg(*user).ignore(),
+                Op::Del => p.cmd("SREM").arg(&users_here).arg(*user).ignore(),
+            };
         }
-        for user in &report.online {
-            let key = self.user_key(user);
-            p.cmd("SADD").arg(&key).arg(&member).ignore();
-            p.cmd("PEXPIRE").arg(&key).arg(USER_TTL_MS).ignore();
+        if !ops.is_empty() {
+            p.cmd("PEXPIRE").arg(&users_here).arg(USER_TTL_MS).ignore();
         }
-        for u in &report.detail {
-            let key = self.user_key(&u.user);
-            let detail = self.detail_key(&u.user);
-            let field = format!("{member}\n{}", u.user);
+        for (user, op) in &ops {
+            let detail = self.detail_key(user);
+            let field = format!("{member}\n{user}");
+            let old: BTreeSet<&str> = before
+                .get(user)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.client.as_deref())
+                .collect();
             let mut now: BTreeMap<&str, u64> = BTreeMap::new();
-            for m in &u.mailboxes {
-                if let Some(c) = &m.client {
-                    *now.entry(c).or_default() += m.total();
+            match op {
+                Op::Del => {
+                    p.cmd("HDEL").arg(&detail).arg(&member).ignore();
+                }
+                Op::Add(None) => continue,
+                Op::Add(Some(mailboxes)) => {
+                    for m in mailboxes.iter() {
+                        if let Some(c) = &m.client {
+                            *now.entry(c).or_default() += m.total();
+                        }
+                    }
+                    let json = serde_json::to_string(mailboxes).unwrap_or_default();
+                    p.cmd("HSET").arg(&detail).arg(&member).arg(json).ignore();
+                    p.cmd("PEXPIRE").arg(&detail).arg(USER_TTL_MS).ignore();
                 }
             }
-            if u.mailboxes.iter().all(|m| m.total() == 0) {
-                // No session left there as the report was made.
-                p.cmd("SREM").arg(&key).arg(&member).ignore();
-                p.cmd("HDEL").arg(&detail).arg(&member).ignore();
-            } else {
-                let json = serde_json::to_string(&u.mailboxes).unwrap_or_default();
-                p.cmd("SADD").arg(&key).arg(&member).ignore();
-                p.cmd("PEXPIRE").arg(&key).arg(USER_TTL_MS).ignore();
-                p.cmd("HSET").arg(&detail).arg(&member).arg(json).ignore();
-                p.cmd("PEXPIRE").arg(&detail).arg(USER_TTL_MS).ignore();
-            }
-            for client in before.get(u.user.as_str()).into_iter().flatten() {
-                if !now.contains_key(client.as_str()) {
+            for client in old {
+                if !now.contains_key(client) {
                     self.client_put(&mut p, client, &field, 0);
                 }
             }
@@ -248,8 +384,159 @@ impl RedisPresence {
                 self.client_put(&mut p, client, &field, sessions);
             }
         }
-        let _: Value = p.query_async(&mut conn).await?;
-        Ok(())
+        let moved: Vec<i64> = p.query_async(&mut conn).await?;
+        let mut out = Vec::new();
+        for ((user, op), moved) in ops.iter().zip(moved) {
+            let event = match moved {
+                1 => Move::Online,
+                -1 => Move::Offline,
+                _ => continue,
+            };
+            let (mailbox, at_ms) = match (event, op) {
+                (Move::Online, Op::Add(Some(m))) => {
+                    let first = m
+                        .iter()
+                        .filter(|m| m.total() > 0)
+                        .min_by_key(|m| m.since_ms);
+                    (first.cloned(), first.map_or(now_ms, |m| m.since_ms))
+                }
+                (Move::Online, _) => (None, now_ms),
+                (Move::Offline, _) => (before.get(user).and_then(|b| b.first().cloned()), now_ms),
+            };
+            let mark = match report.seq {
+                0 => format!("t{at_ms}"),
+                seq => seq.to_string(),
+            };
+            out.push(Transition {
+                user: (*user).to_owned(),
+                site: mailbox.as_ref().map(|m| m.site.clone()).unwrap_or_default(),
+                client: mailbox.and_then(|m| m.client),
+                event,
+                at_ms,
+                edge: report.edge.clone(),
+                id: event_id(&[&report.edge, &report.boot, &mark, user, event.as_str()]),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Queue the [`TRANSITION`] script for `user`: `op` of `member`, with
+    /// `dead` (members of edge processes no longer alive) not counting.
+    fn transition(
+        &self,
+        p: &mut redis::Pipeline,
+        user: &str,
+        op: Op<'_>,
+        member: &str,
+        dead: &[&str],
+    ) {
+        let verb = match op {
+            Op::Add(_) => "add",
+            Op::Del => "del",
+        };
+        self.transition_verb(p, user, verb, member, dead);
+    }
+
+    fn transition_verb(
+        &self,
+        p: &mut redis::Pipeline,
+        user: &str,
+        verb: &str,
+        member: &str,
+        dead: &[&str],
+    ) {
+        p.cmd("EVAL")
+            .arg(TRANSITION)
+            .arg(1)
+            .arg(self.user_key(user))
+            .arg(verb)
+            .arg(member)
+            .arg(USER_TTL_MS)
+            .arg(dead);
+    }
+
+    /// The sweep: see [`PresenceBook::sweep`].
+    async fn sweep_dead(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<(Vec<Transition>, u64), redis::RedisError> {
+        let mut conn = self.conn.clone();
+        let procs: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.procs_key())
+            .query_async(&mut conn)
+            .await?;
+        let alive = self
+            .alive(
+                &mut conn,
+                procs
+                    .iter()
+                    .filter_map(|m| m.split_once(':').map(|(e, _)| e)),
+            )
+            .await?;
+        let dead: Vec<&str> = procs
+            .iter()
+            .filter(|m| {
+                m.split_once(':')
+                    .is_some_and(|(e, b)| alive.get(e).map(String::as_str) != Some(b))
+            })
+            .map(String::as_str)
+            .collect();
+        let mut out = Vec::new();
+        let mut swept = 0u64;
+        let mut budget = limit;
+        for proc in &dead {
+            if budget == 0 {
+                break;
+            }
+            let key = self.proc_users_key(proc);
+            let users: Vec<String> = redis::cmd("SPOP")
+                .arg(&key)
+                .arg(budget)
+                .query_async(&mut conn)
+                .await?;
+            if users.len() < budget {
+                // Emptied (SPOP removed the key): forget the process.
+                let _: Value = redis::cmd("SREM")
+                    .arg(self.procs_key())
+                    .arg(*proc)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+            if users.is_empty() {
+                continue;
+            }
+            budget -= users.len();
+            swept += users.len() as u64;
+            let mut p = redis::pipe();
+            for user in &users {
+                p.cmd("HGET").arg(self.detail_key(user)).arg(*proc);
+                self.transition_verb(&mut p, user, "none", proc, &dead);
+            }
+            let got: Vec<Value> = p.query_async(&mut conn).await?;
+            let (edge, boot) = proc.split_once(':').unwrap_or((proc, ""));
+            for (user, pair) in users.iter().zip(got.chunks(2)) {
+                let moved: i64 = redis::from_redis_value(pair[1].clone()).unwrap_or(0);
+                if moved != -1 {
+                    continue;
+                }
+                let json: Option<String> =
+                    redis::from_redis_value(pair[0].clone()).unwrap_or_default();
+                let mailbox = json
+                    .and_then(|j| serde_json::from_str::<Vec<MailboxSessions>>(&j).ok())
+                    .and_then(|m| m.into_iter().next());
+                out.push(Transition {
+                    user: user.clone(),
+                    site: mailbox.as_ref().map(|m| m.site.clone()).unwrap_or_default(),
+                    client: mailbox.and_then(|m| m.client),
+                    event: Move::Offline,
+                    at_ms: now_ms,
+                    edge: edge.to_owned(),
+                    id: event_id(&[edge, boot, "expired", user, Move::Offline.as_str()]),
+                });
+            }
+        }
+        Ok((out, swept))
     }
 
     /// The presence API's answer about `user`.
@@ -477,7 +764,21 @@ impl PresenceView for RedisPresence {
 }
 
 impl PresenceBook for RedisPresence {
-    fn record<'a>(&'a self, report: &'a PresenceReport, _now_ms: u64) -> RecordFuture<'a> {
-        Box::pin(async move { self.write(report).await.map_err(unavailable) })
+    fn record<'a>(&'a self, report: &'a PresenceReport, now_ms: u64) -> RecordFuture<'a> {
+        Box::pin(async move { self.write(report, now_ms).await.map_err(unavailable) })
+    }
+
+    fn sweep(&self, now_ms: u64, limit: usize) -> SweepFuture<'_> {
+        Box::pin(async move {
+            let (moved, users) = self.sweep_dead(now_ms, limit).await.map_err(unavailable)?;
+            if users > 0 {
+                tracing::info!(
+                    users,
+                    offline = moved.len(),
+                    "presence sweep: users of dead edge processes"
+                );
+            }
+            Ok(Swept { users, moved })
+        })
     }
 }
