@@ -11,27 +11,8 @@ proxies would have them.
 """
 
 import requests
-import stomp
 
-from herald_dist import RECOVERY, TIMEOUT, Client, _Listener, unique, wait_until
-
-
-def direct(dep, edge: str, uid: str, client: str | None = None) -> Client:
-    """A subscribed stomp.py session on `edge` itself. It asks for the
-    server's heart-beats: stomp.py's socket times out after TIMEOUT without
-    a byte, and these sessions outlive that (an edge's liveness window)."""
-    c = Client(dep, uid, dep.token(uid, client=client))
-    host, _, port = dep.edges[edge].rpartition(":")
-    c.conn = stomp.WSConnection(
-        [(host, int(port))], ws_path="/ws",
-        header={"Sec-WebSocket-Protocol": "v12.stomp"},
-        reconnect_attempts_max=1, timeout=TIMEOUT, heartbeats=(0, 1000))
-    c.conn.set_listener("herald-dist", _Listener(c._sink))
-    c.edge = edge
-    dep.sessions.append(c)
-    c.connect()
-    c.subscribe()
-    return c
+from herald_dist import RECOVERY, TIMEOUT, unique, wait_until
 
 
 def ask(dep, router: str, path: str, **params) -> dict:
@@ -50,10 +31,10 @@ def test_a_user_on_two_edges_shows_both_and_companies_count_them(dep):
     e1, e2 = list(dep.edges)[:2]
     company = f"{run}-co"
     alice = f"{run}-alice"
-    a1 = direct(dep, e1, alice, company)
-    a2 = direct(dep, e2, alice, company)
-    a3 = direct(dep, e2, alice, company)
-    bob = direct(dep, e1, f"{run}-bob", company)
+    a1 = dep.direct_client(e1, alice, company)
+    a2 = dep.direct_client(e2, alice, company)
+    a3 = dep.direct_client(e2, alice, company)
+    bob = dep.direct_client(e1, f"{run}-bob", company)
 
     p = wait_until("alice's three sessions reported",
                    lambda: (a := user(dep, alice))["sessions"]["total"] == 3 and a)
@@ -96,8 +77,8 @@ def test_the_users_of_an_edge_that_stops_stop_counting(dep):
     victim, other = edges[-1], edges[0]
     company = f"{run}-co"
     carol = f"{run}-carol"
-    direct(dep, victim, carol, company)
-    direct(dep, other, carol, company)
+    dep.direct_client(victim, carol, company)
+    dep.direct_client(other, carol, company)
     wait_until("carol on two edges",
                lambda: len(user(dep, carol)["edges"]) == 2)
     try:

@@ -18,7 +18,7 @@ import requests
 
 from herald_dist import TIMEOUT, unique, wait_until
 from test_callbacks import SECRET, Receiver, auth, put_topic, verify
-from test_presence import direct, user
+from test_presence import user
 
 TOPIC = "presence-events"
 
@@ -68,13 +68,13 @@ def test_one_callback_per_transition_and_offline_only_when_the_last_edge_goes(de
     alice, sentinel = f"{run}-alice", f"{run}-zed"
     events = Events(receiver, run)
 
-    a1 = direct(dep, e1, alice, f"{run}-co")
+    a1 = dep.direct_client(e1, alice, f"{run}-co")
     got = events.until("alice's online", lambda s: events.of(alice) == ["online"])
     first = got[0]
     assert (first["user"], first["client"], first["edge"]) == (alice, f"{run}-co", e1)
 
     # A second edge: she is online already; both edges report her.
-    a2 = direct(dep, e2, alice, f"{run}-co")
+    a2 = dep.direct_client(e2, alice, f"{run}-co")
     wait_until("alice on two edges", lambda: len(user(dep, alice)["edges"]) == 2)
     # Leaving the first edge leaves her online on the second.
     a1.close()
@@ -85,7 +85,7 @@ def test_one_callback_per_transition_and_offline_only_when_the_last_edge_goes(de
     # A later user's whole cycle on the same edges: by the time its offline
     # arrives, every report about alice has been recorded by both roots'
     # routers, so any second callback for her would have been stored.
-    z = direct(dep, e1, sentinel)
+    z = dep.direct_client(e1, sentinel)
     events.until("the sentinel's online", lambda s: events.of(sentinel) == ["online"])
     z.close()
     events.until("the sentinel's offline", lambda s: events.of(sentinel) == ["online", "offline"])
