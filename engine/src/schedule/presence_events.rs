@@ -389,15 +389,7 @@ mod tests {
     use super::*;
 
     fn online() -> Transition {
-        Transition {
-            user: "alice".into(),
-            site: "s1".into(),
-            client: Some("acme".into()),
-            event: Move::Online,
-            at_ms: 1_795_698_000_123,
-            edge: "edge1".into(),
-            id: event_id(&["edge1", "b", "7", "alice", "online"]),
-        }
+        crate::schedule::presence::events::sample_online()
     }
 
     #[test]

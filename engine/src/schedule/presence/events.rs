@@ -119,21 +119,23 @@ impl prometheus_client::encoding::EncodeLabelValue for Move {
     }
 }
 
+/// A transition for tests: alice of acme came online on edge1.
+#[cfg(test)]
+pub(crate) fn sample_online() -> Transition {
+    Transition {
+        user: "alice".into(),
+        site: "s1".into(),
+        client: Some("acme".into()),
+        event: Move::Online,
+        at_ms: 1_795_698_000_123,
+        edge: "edge1".into(),
+        id: event_id(&["edge1", "b", "7", "alice", "online"]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn online() -> Transition {
-        Transition {
-            user: "alice".into(),
-            site: "s1".into(),
-            client: Some("acme".into()),
-            event: Move::Online,
-            at_ms: 1_795_698_000_123,
-            edge: "edge1".into(),
-            id: event_id(&["edge1", "b", "7", "alice", "online"]),
-        }
-    }
 
     #[test]
     fn ids_are_derived_the_same_way_and_differ_by_part() {
@@ -149,13 +151,13 @@ mod tests {
 
     #[test]
     fn the_payload_names_every_field() {
-        let v: serde_json::Value = serde_json::from_slice(&online().payload()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&sample_online().payload()).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"user":"alice","site":"s1","client":"acme","event":"online",
                 "at_ms":1_795_698_000_123u64,"edge":"edge1"})
         );
-        let mut off = online();
+        let mut off = sample_online();
         off.event = Move::Offline;
         off.client = None;
         let v: serde_json::Value = serde_json::from_slice(&off.payload()).unwrap();
