@@ -191,6 +191,10 @@ impl HttpSession {
     /// Take the receiver slot, waiting up to [`HOLDER_GRACE`] for a holder
     /// to leave.
     pub async fn attach(self: &Arc<Self>, kind: Kind) -> Attach {
+        // The slot is free nearly always: take it without registering.
+        if let Some(attach) = self.try_attach(kind) {
+            return attach;
+        }
         let deadline = Instant::now() + HOLDER_GRACE;
         loop {
             // Registered before the slot is looked at, so a holder that
