@@ -62,7 +62,9 @@
 //! connections, probes included, are refused; a balancer's check fails and
 //! its retries send reconnecting users elsewhere), each session sends ERROR
 //! "server shutting down" and a close frame, and [`Gateway::serve`] waits up
-//! to `shutdown_grace_ms` for them. `/readyz` reached on a connection still
+//! to `shutdown_grace_ms` for them. A SockJS session between two polls
+//! keeps its notice for the next poll, on the keep-alive connection the last
+//! one came on, for up to [`sockjs::session::SHUTDOWN_LINGER`]. `/readyz` reached on a connection still
 //! open answers 503 `draining`.
 
 /// The version and the commit it was built from, as `--version` says.

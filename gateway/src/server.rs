@@ -22,6 +22,7 @@ use crate::client_addr::ClientAddrs;
 use crate::metrics::Metrics;
 use crate::proxy_header;
 use crate::sockjs::native::Native;
+use crate::sockjs::session::{ReceivedOn, SHUTDOWN_LINGER};
 
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -64,7 +65,8 @@ pub struct Accepting {
 
 /// Serve `router` on `listener` until `shutdown` fires. Connections are
 /// tracked by `tracker`; on shutdown, idle keep-alive connections close and
-/// in-flight requests finish. The listener closes when this returns: from
+/// in-flight requests finish (a connection a SockJS poll came on first stays
+/// open up to [`SHUTDOWN_LINGER`] for the client's next poll). The listener closes when this returns: from
 /// then on new connections, `/healthz` and `/readyz` probes included, are
 /// refused. That is on purpose: a balancer retries a refused connection on
 /// another server (HAProxy's `retries` and `option redispatch`), where an
@@ -149,6 +151,8 @@ pub async fn serve(
                 tracing::debug!(client = %client, peer = %peer, error = %e, "http connection ended");
             };
             let first = AtomicBool::new(per_request && clients.rate_limited());
+            let received_on = ReceivedOn::default();
+            let marker = received_on.clone();
             let service_clients = Arc::clone(clients);
             let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
                 let client = if per_request {
@@ -168,6 +172,7 @@ pub async fn serve(
                     >(refused)));
                 }
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(client));
+                req.extensions_mut().insert(marker.clone());
                 futures_util::future::Either::Right(router.clone().oneshot(req.map(axum::body::Body::new)))
             });
             let conn = http1::Builder::new()
@@ -183,6 +188,17 @@ pub async fn serve(
                     }
                 }
                 _ = shutdown.cancelled() => {
+                    // A SockJS poll came on this connection: the client's
+                    // next one may already be on its way, and gets the
+                    // session's shutdown notice if it is served.
+                    if received_on.marked()
+                        && let Ok(r) = tokio::time::timeout(SHUTDOWN_LINGER, conn.as_mut()).await
+                    {
+                        if let Err(e) = r {
+                            ended(e);
+                        }
+                        return;
+                    }
                     conn.as_mut().graceful_shutdown();
                     if let Err(e) = conn.await {
                         ended(e);

@@ -873,6 +873,49 @@ async fn hybi_draft_websocket_versions_are_accepted() {
     }
 }
 
+/// A polling client between two polls when the gateway shuts down: its next
+/// poll, on the keep-alive connection the last one came on, still gets the
+/// STOMP notice, and the poll after that the close frame.
+#[tokio::test]
+async fn shutdown_tells_a_polling_session_between_two_polls() {
+    let gw = start(|c| {
+        c.sockjs.session_timeout_ms = 60_000;
+        c.shutdown_grace_ms = 60_000;
+    })
+    .await;
+    let url = format!("{}/000/between", base(&gw, "/sockjs"));
+    // One connection for every poll, as a browser keeps it alive.
+    let polls = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let poll = || async {
+        let r = polls.post(format!("{url}/xhr")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    };
+    assert_eq!(poll().await, "o\n");
+    let t = token("between", None, None);
+    let connect = [stomp_frame(
+        Command::Connect,
+        &[("accept-version", "1.2"), ("passcode", &t)],
+    )];
+    let sent = serde_json::to_string(&connect).unwrap();
+    assert_eq!(post(&format!("{url}/xhr_send"), &sent).await.0, 204);
+    let connected = poll().await;
+    assert!(connected.contains("CONNECTED"), "{connected}");
+    // No poll is open now: the session has no receiver.
+    gw.shutdown.cancel();
+    let told = poll().await;
+    assert!(told.contains("server shutting down"), "{told}");
+    assert_eq!(poll().await, "c[1001,\"Going away\"]\n");
+    let (_, task) = gw.local.expect("in-process gateway");
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("shutdown waited out the grace")
+        .unwrap();
+}
+
 /// Shutdown does not wait out `sockjs.session_timeout_ms` for HTTP-transport
 /// sessions that were told.
 #[tokio::test]

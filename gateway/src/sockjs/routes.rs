@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use herald_protocol::sockjs;
 use http_body_util::BodyExt;
 
-use super::session::{Attach, Kind, Registry};
+use super::session::{Attach, Kind, ReceivedOn, Registry};
 use super::{App, Service, test_apps};
 use crate::app::Shared;
 use crate::metrics::RefuseReason;
@@ -255,6 +255,9 @@ fn query_token(req: &Request) -> Option<String> {
 
 /// A receiving request: take the session's receiver slot and stream.
 async fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Response {
+    if let Some(on) = req.extensions().get::<ReceivedOn>() {
+        on.mark();
+    }
     let headers = req.headers().clone();
     let token = query_token(&req);
     // The client, as the accept loop resolved it (`server`).

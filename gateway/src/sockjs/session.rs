@@ -44,6 +44,14 @@ pub const MAX_INBOUND_BYTES: usize = 1024 * 1024;
 /// How long a receiving request that finds the slot held waits for the
 /// holder to leave before it is answered `c[2010,…]`.
 pub const HOLDER_GRACE: Duration = Duration::from_millis(250);
+/// How long, once the gateway is shutting down, a session with no receiver
+/// keeps its notice (STOMP `ERROR` "server shutting down", then the close
+/// frame) for the client's next receiving request. A polling client is
+/// between two polls for about a round trip, and the keep-alive connection
+/// its last poll came on stays open as long for the next one
+/// ([`ReceivedOn`]); a client that does not come back costs the drain this
+/// much, bounded by `shutdown_grace_ms`.
+pub const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
 /// SockJS frames queued for a receiver; the driver keeps one more and waits
 /// for room (backpressure from a slow receiver).
 const RECEIVER_QUEUE: usize = 4;
@@ -246,6 +254,25 @@ impl HttpSession {
     }
 }
 
+/// A request extension the accept loop puts on every request of a
+/// connection: set when a receiving request was served on it, so that on
+/// shutdown the connection stays open up to [`SHUTDOWN_LINGER`] for the
+/// client's next poll, which gets the session's notice.
+#[derive(Clone, Default)]
+pub struct ReceivedOn(Arc<std::sync::atomic::AtomicBool>);
+
+impl ReceivedOn {
+    /// Mark the connection as one a receiving request came on.
+    pub fn mark(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a receiving request came on the connection.
+    pub fn marked(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The sessions of one SockJS service.
 #[derive(Default)]
 pub struct Registry {
@@ -290,6 +317,7 @@ impl Registry {
             close: None,
             last_send: Instant::now(),
             receiver_left: Some(Instant::now()),
+            shutdown_at: None,
             held: None,
             _permit: permit,
         };
@@ -315,6 +343,8 @@ struct Driver {
     last_send: Instant,
     /// When the last receiver left; None while one is attached.
     receiver_left: Option<Instant>,
+    /// When the driver saw the gateway shut down with the session open.
+    shutdown_at: Option<Instant>,
     /// A frame the receiver's channel had no room for, and whether the
     /// receiver is released once it is sent.
     held: Option<(Frame, bool)>,
@@ -364,10 +394,18 @@ impl Driver {
             {
                 break;
             }
-            // Shutting down: once the close went out (or nobody is there to
-            // take it), there is nothing to wait for.
+            // Shutting down with no receiver: once the notice went out,
+            // there is nothing to wait for (a late receiver still gets the
+            // close frame, see `finish`); until then, the client's next
+            // receiving request gets it, if it comes within the linger.
             if self.shared.shutdown.is_cancelled() && self.close.is_some() && !attached {
-                break;
+                let told = self.pending.messages.is_empty() && self.held.is_none();
+                let lingered = self
+                    .shutdown_at
+                    .is_none_or(|at| now >= at + SHUTDOWN_LINGER);
+                if told || lingered {
+                    break;
+                }
             }
             let mut deadline = now + Duration::from_secs(3600);
             if let Some(left) = self.receiver_left {
@@ -379,6 +417,9 @@ impl Driver {
             if let Some(d) = self.app.next_deadline() {
                 deadline = deadline.min(d);
             }
+            if let Some(at) = self.shutdown_at {
+                deadline = deadline.min(at + SHUTDOWN_LINGER);
+            }
             let shared = Arc::clone(&self.shared);
             let outbox = if self.pending.bytes < PULL_UNTIL {
                 self.app.outbox()
@@ -389,6 +430,7 @@ impl Driver {
                 _ = shared.shutdown.cancelled(), if self.close.is_none() => {
                     self.app.shutdown(&mut self.pending);
                     self.close = Some((1001, "Going away"));
+                    self.shutdown_at = Some(Instant::now());
                 }
                 _ = self.session.wake.notified() => {}
                 _ = async { outbox.as_ref().unwrap().notified().await }, if outbox.is_some() => {}
@@ -560,7 +602,14 @@ impl Driver {
     }
 
     fn finish(self) {
-        self.registry.remove(&self.id);
+        if self.shared.shutdown.is_cancelled() {
+            // The registry goes with the process: a receiving request that
+            // comes late gets the close frame rather than a new session.
+            let close = self.close.unwrap_or((1001, "Going away"));
+            self.session.inbox.lock().closed.get_or_insert(close);
+        } else {
+            self.registry.remove(&self.id);
+        }
         // A receiver still attached ends once it has what was queued.
         if let Some(r) = self.session.inbox.lock().receiver.as_mut() {
             r.released = true;
