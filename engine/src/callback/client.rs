@@ -8,6 +8,10 @@
 //!   so a name cannot rebind to a private address later. An IP literal in
 //!   the URL is checked before each request.
 //! - **No redirects** are followed: a 3xx is the answer.
+//! - **No proxy** from the environment (`HTTP_PROXY`, ...): a proxy would
+//!   resolve the name itself, past the check above.
+//! - **No retries** by the client itself: a request is made once, and
+//!   repeated only by the topic's retry policy (recorded, signed anew).
 //! - **A per-attempt timeout** covers connect, request and the body.
 //! - **Bodies are read up to a bound** (`max_body_bytes`); the rest is
 //!   dropped, and the answer says it was cut.
@@ -200,6 +204,12 @@ impl Client {
         };
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            // A proxy from the environment would resolve the destination
+            // itself, past the guarded resolver: callbacks go direct.
+            .no_proxy()
+            // Retries are the topic's policy's, each one recorded and
+            // signed; the client never repeats a request on its own.
+            .retry(reqwest::retry::never())
             .dns_resolver(Arc::new(resolver))
             .pool_max_idle_per_host(config.idle_per_host)
             .user_agent(concat!("herald/", env!("CARGO_PKG_VERSION")))
@@ -266,15 +276,12 @@ impl Client {
     async fn exchange(&self, host: &str, request: Request) -> Result<Answer, Failure> {
         let slot = self.slot(host)?;
         let _permit = slot.acquire_owned().await.map_err(|_| Failure::Busy)?;
-        let response = self
-            .inner
-            .http
-            .request(request.method, request.url)
-            .headers(request.headers)
-            .body(request.body)
-            .send()
-            .await
-            .map_err(network)?;
+        // Built whole rather than through a RequestBuilder, whose headers
+        // are merged one by one into a map of its own.
+        let mut outgoing = reqwest::Request::new(request.method, request.url);
+        *outgoing.headers_mut() = request.headers;
+        *outgoing.body_mut() = Some(request.body.into());
+        let response = self.inner.http.execute(outgoing).await.map_err(network)?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()

@@ -299,7 +299,8 @@ fn request(
     content_type: Option<&str>,
     now_ms: u64,
 ) -> Result<Request, String> {
-    let mut headers = HeaderMap::new();
+    // Room for every header below without growing.
+    let mut headers = HeaderMap::with_capacity(12);
     let mut put = |name: &'static str, value: &str| -> Result<(), String> {
         let value = HeaderValue::from_str(value)
             .map_err(|_| format!("{name} {value:?} cannot be sent as a header"))?;
