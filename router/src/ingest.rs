@@ -132,7 +132,7 @@ struct Confirmed {
 enum Sent {
     /// A valid publication, to the edges exchange.
     Edges {
-        notification: Notification,
+        notification: Arc<Notification>,
         redelivered: bool,
     },
     /// A delayed publication, into the delayed store.
