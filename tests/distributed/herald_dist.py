@@ -362,6 +362,8 @@ class Deployment:
     _placement_lock: threading.Lock = field(default_factory=threading.Lock)
     # Sessions opened by the current test (closed after it).
     sessions: list = field(default_factory=list)
+    # The routers' routing.mode (HERALD_DIST_ROUTING).
+    routing: str = "fanout"
 
     @classmethod
     def from_state(cls, state: Path, up_args: list[str]) -> "Deployment":
