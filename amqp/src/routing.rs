@@ -99,6 +99,8 @@ pub struct RoutingMetrics {
     pub every_publications: Counter,
     /// Edges known, by state.
     pub edges: Family<StateLabels, Gauge>,
+    /// 1 while the view routes by edge (listening, past its warm-up).
+    pub ready: Gauge,
     /// Presence reports and snapshot parts read.
     pub reports: Counter,
     /// Reports that could not be read (acknowledged, not applied).
@@ -128,6 +130,7 @@ impl Default for RoutingMetrics {
             edge_publications: Counter::default(),
             every_publications: Counter::default(),
             edges: Family::default(),
+            ready: Gauge::default(),
             reports: Counter::default(),
             reports_rejected: Counter::default(),
             gaps: Counter::default(),
@@ -202,6 +205,11 @@ impl RoutingMetrics {
             "herald_routing_edges",
             "Edges this router's view knows, by state (trusted, stale, incomplete)",
             self.edges.clone(),
+        );
+        r.register(
+            "herald_routing_view_ready",
+            "1 while this router's routing view routes by edge (listening, past its warm-up of routing.stale_ms); updated with each report",
+            self.ready.clone(),
         );
         r.register(
             "herald_routing_reports",
@@ -293,6 +301,7 @@ impl Routing {
     /// The routing intake stopped: everything goes to every edge.
     pub fn stop(&self) {
         self.state.lock().view.stop();
+        self.metrics.ready.set(0);
     }
 
     /// Record a report received at `now`; what to re-send to whom.
@@ -322,8 +331,10 @@ impl Routing {
             }
         }
         let counts = state.view.counts(now);
+        let ready = state.view.ready(now).is_ok();
         drop(state);
         self.set_gauge(counts);
+        self.metrics.ready.set(i64::from(ready));
         out
     }
 

@@ -30,12 +30,17 @@ def edge_states(dep, router: str) -> dict[str, float]:
 
 
 def views_trusted(dep, routers=None) -> None:
-    """Wait until every router (or those named) trusts its view of every
-    edge: past its warm-up, with a whole snapshot or every report of each."""
+    """Wait until every router (or those named) routes by edge (past its
+    warm-up) and trusts its view of every edge (a whole snapshot or every
+    report of each)."""
     want = float(len(dep.edges))
+
+    def trusted(r):
+        return (edge_states(dep, r).get("trusted") == want
+                and dep.metric(dep.routers[r], "herald_routing_view_ready") == 1)
+
     for r in routers or dep.routers:
-        wait_until(f"{r} to trust its view of every edge",
-                   lambda r=r: edge_states(dep, r).get("trusted") == want, RECOVERY)
+        wait_until(f"{r} to trust its view of every edge", lambda r=r: trusted(r), RECOVERY)
 
 
 def received(dep) -> dict[str, float]:
@@ -167,6 +172,9 @@ def move(dep, leave) -> None:
     wait_until(f"every publication after the move on {second}", all_in, TIMEOUT)
     missed = [m for m in want if m not in got]
     assert not missed, f"missed after the move: {missed}"
+    if dep.routing == "targeted":
+        print("re-sent by the catch-up so far:",
+              dep.router_metric("herald_routing_catch_up_total"))
 
 
 def test_a_user_reconnecting_to_another_edge_misses_nothing(dep):
@@ -194,7 +202,9 @@ def test_a_user_whose_edge_dies_misses_nothing_on_the_next(dep):
 def test_a_restarted_router_delivers_while_its_view_is_new_then_targets_again(dep):
     needs_targeted(dep)
     run = unique("rr")
-    users = dep.clients_on_distinct_edges(f"{run}-u", [{}, {}, {}])
+    # Sessions on each edge directly, with heart-beats: they stay open
+    # through the restart without a message.
+    users = [dep.direct_client(e, unique(f"{run}-u")) for e in dep.edges]
     try:
         dep.kill("router1")
     finally:

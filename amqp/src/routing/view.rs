@@ -316,14 +316,20 @@ impl View {
         self.started_ms = None;
     }
 
+    /// Whether the view routes by edge at `now`: listening, and for
+    /// `stale_ms` already; else why not.
+    pub fn ready(&self, now: u64) -> Result<(), Every> {
+        match self.started_ms {
+            None => Err(Every::Down),
+            Some(t) if now < t.saturating_add(self.config.stale_ms) => Err(Every::Warming),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Where `n` goes at `now`.
     pub fn route(&self, n: &Notification, now: u64) -> Route {
-        match self.started_ms {
-            None => return Route::Every(Every::Down),
-            Some(t) if now < t.saturating_add(self.config.stale_ms) => {
-                return Route::Every(Every::Warming);
-            }
-            Some(_) => {}
+        if let Err(why) = self.ready(now) {
+            return Route::Every(why);
         }
         if n.scope == Scope::Global {
             return Route::Every(Every::Global);
