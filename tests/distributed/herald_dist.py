@@ -687,6 +687,26 @@ class Deployment:
 
         wait_until("every edge and router UP in HAProxy", all_up, timeout)
         wait_until("every router and edge consuming on every root", self.pipeline_ready, timeout)
+        if self.routing == "targeted":
+            # Otherwise a test right after start-up (or a restart) would run
+            # while the routers still send everything to every edge.
+            wait_until("every router to route by edge, trusting every edge",
+                       self.routing_views_trusted, timeout)
+
+    def routing_edges(self, router: str) -> dict[str, float]:
+        """herald_routing_edges by state (trusted, stale, incomplete) on one router."""
+        text = requests.get(f"http://{self.routers[router]}/metrics", timeout=TIMEOUT).text
+        return {m.group(1): float(m.group(2)) for m in
+                re.finditer(r'^herald_routing_edges\{state="(\w+)"\} (\S+)$', text, re.M)}
+
+    def routing_views_trusted(self, routers=None) -> bool:
+        """Every router (or those named) routes by edge (past its warm-up)
+        and trusts its view of every edge (a whole snapshot, or every report
+        of each)."""
+        want = float(len(self.edges))
+        return all(self.routing_edges(r).get("trusted") == want
+                   and self.metric(self.routers[r], "herald_routing_view_ready") == 1
+                   for r in (routers or self.routers))
 
     # -- operating the processes ---------------------------------------------
     def rabbitmqctl(self, root: str, *args: str, timeout: float = 60) -> str:

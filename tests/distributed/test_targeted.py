@@ -7,12 +7,10 @@ died) hold in both modes and run in both; the tests of what each edge
 receives and of a restarted router's view need targeted routers
 (HERALD_DIST_ROUTING=targeted) and are skipped otherwise."""
 
-import re
 import threading
 import time
 
 import pytest
-import requests
 
 from herald_dist import (RECOVERY, TIMEOUT, amqp_publish, confirmed_channel, ids_of, unique,
                          wait_until)
@@ -22,25 +20,11 @@ def needs_targeted(dep):
         pytest.skip("needs HERALD_DIST_ROUTING=targeted")
 
 
-def edge_states(dep, router: str) -> dict[str, float]:
-    """herald_routing_edges by state on one router."""
-    text = requests.get(f"http://{dep.routers[router]}/metrics", timeout=TIMEOUT).text
-    return {m.group(1): float(m.group(2)) for m in
-            re.finditer(r'^herald_routing_edges\{state="(\w+)"\} (\S+)$', text, re.M)}
-
-
 def views_trusted(dep, routers=None) -> None:
-    """Wait until every router (or those named) routes by edge (past its
-    warm-up) and trusts its view of every edge (a whole snapshot or every
-    report of each)."""
-    want = float(len(dep.edges))
-
-    def trusted(r):
-        return (edge_states(dep, r).get("trusted") == want
-                and dep.metric(dep.routers[r], "herald_routing_view_ready") == 1)
-
-    for r in routers or dep.routers:
-        wait_until(f"{r} to trust its view of every edge", lambda r=r: trusted(r), RECOVERY)
+    """Wait until every router (or those named) routes by edge and trusts
+    its view of every edge."""
+    wait_until("the routers to trust their views of every edge",
+               lambda: dep.routing_views_trusted(routers), RECOVERY)
 
 
 def received(dep) -> dict[str, float]:
