@@ -612,6 +612,7 @@ class Deployment:
                 c.close()
             else:
                 raise AssertionError(f"no user id landed on a new edge in {max_tries} tries")
+        self.routers_know(out)
         return out
 
     def clients_per_edge(self, prefix: str, per_edge: int, max_tries: int = 80,
@@ -620,6 +621,7 @@ class Deployment:
         out: dict[str, list[Client]] = {e: [] for e in self.edges}
         for attempt in range(max_tries):
             if all(len(v) == per_edge for v in out.values()):
+                self.routers_know([c for cs in out.values() for c in cs])
                 return out
             c = self.client(f"{prefix}-{attempt}-{uuid.uuid4().hex[:6]}", **spec)
             if len(out[c.edge]) < per_edge:
@@ -628,6 +630,30 @@ class Deployment:
                 c.close()
         raise AssertionError(f"could not place {per_edge} users on every edge in {max_tries} "
                              f"tries: {({e: len(v) for e, v in out.items()})}")
+
+    def routers_know(self, clients: list) -> None:
+        """Targeted routing: wait until every router has applied the
+        presence reports of these sessions, so what is published next
+        reaches them directly, in order. (Before that, a notification
+        published while the report is on its way reaches the session through
+        the routers' catch-up, possibly after later ones: docs/architecture.md,
+        targeted routing.) A probe through each root to their users, which
+        each session receives and which is taken off its queue: whether it
+        went there directly or by the catch-up, its router had the report
+        by then. Nothing in fanout mode."""
+        if self.routing != "targeted" or not clients:
+            return
+        uids = sorted({c.uid for c in clients})
+        probes = set()
+        for root in self.roots:
+            mid = unique("probe")
+            with self.amqp(root) as conn:
+                amqp_publish(confirmed_channel(conn), "{}",
+                             {"users": uids, "event": "herald.test.probe"}, message_id=mid)
+            probes.add(mid)
+        for c in clients:
+            got = {c.message().headers["message-id"] for _ in probes}
+            assert got == probes, f"{c.uid} on {c.edge}: {got} instead of the probes {probes}"
 
     def close_sessions(self) -> None:
         for s in self.sessions:

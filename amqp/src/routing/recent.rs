@@ -17,8 +17,10 @@ use super::view::Key;
 
 /// How far a notification's send time may be before the arriving
 /// sessions' start and still be caught up: edges' and routers' clocks
-/// differ by this much at most (NTP keeps them within milliseconds).
-pub const CLOCK_SKEW_MS: u64 = 2_000;
+/// differ by this much at most (NTP keeps them within milliseconds). The
+/// price: a recipient's first session on an edge may also get what went
+/// elsewhere for them in this last second before it began.
+pub const CLOCK_SKEW_MS: u64 = 1_000;
 
 /// The log's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -331,7 +331,7 @@ fn the_catch_up_gives_what_went_elsewhere_since_the_arrival_once() {
     r.record(&to_b, vec![b.clone()], T0 + 3_500);
     r.record(&user("other"), vec![a.clone()], T0 + 3_600);
     // u's sessions on b began at T0 + 4,000: what went since then less the
-    // clock skew (T0 + 2,000), not to b.
+    // clock skew (T0 + 3,000), not to b.
     let got = r.catch_up(&b, &Key::User("u".into()), T0 + 4_000, T0 + 4_100);
     assert_eq!(
         got.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(),
