@@ -377,8 +377,7 @@ impl Gateway {
                     Arc::clone(&shared.duplicates),
                     cfg.envelope_limits(),
                     Arc::clone(&shared.metrics),
-                    reports,
-                    syncs,
+                    presence::ToRoots { reports, syncs },
                     stats_reports,
                 ));
                 tasks.spawn(

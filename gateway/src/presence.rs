@@ -113,6 +113,16 @@ pub struct BatcherConfig {
     pub sync: Duration,
 }
 
+/// What the root links take from the batcher and give it: the reports to
+/// send, and requests for a snapshot.
+#[derive(Debug, Clone)]
+pub struct ToRoots {
+    /// The reports, to every root link.
+    pub reports: broadcast::Sender<Arc<PresenceReport>>,
+    /// Asked when a root link comes up.
+    pub syncs: SyncRequests,
+}
+
 /// Asks the batcher for a snapshot soon (a root link came up). Requests
 /// made before the batcher takes one are coalesced into it (a queue of
 /// one; policy drop-newest, nothing lost: the snapshot asked for first

@@ -46,7 +46,7 @@ use crate::config::EdgeConfig;
 use crate::dedup::DuplicateFilter;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
-use crate::presence::SyncRequests;
+use crate::presence::{SyncRequests, ToRoots};
 
 /// Most deliveries acked by one `basic.ack` (`multiple`): those that were
 /// already waiting when the first was routed, up to this many.
@@ -112,16 +112,15 @@ impl SupervisorEvents for RootLinkEvents {
 
 impl Uplink {
     /// Links for `config.roots`, delivering into `hub` what `duplicates`
-    /// admits, and sending each presence report from `reports` to every
-    /// root.
+    /// admits, and sending each presence report of `presence` to every
+    /// root (asking it for a snapshot when a link comes up).
     pub fn new(
         config: EdgeConfig,
         hub: Arc<Hub>,
         duplicates: Arc<DuplicateFilter>,
         limits: Limits,
         metrics: Arc<Metrics>,
-        reports: broadcast::Sender<Arc<PresenceReport>>,
-        syncs: SyncRequests,
+        presence: ToRoots,
         stats: broadcast::Sender<Arc<Part>>,
     ) -> Self {
         Uplink {
@@ -130,8 +129,8 @@ impl Uplink {
             limits,
             metrics,
             duplicates,
-            reports,
-            syncs,
+            reports: presence.reports,
+            syncs: presence.syncs,
             stats,
         }
     }

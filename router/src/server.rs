@@ -176,9 +176,11 @@ pub async fn run(
     ));
     // Targeted routing: one view for every forward of this router, fed by
     // its own routing intake below.
+    // Its series exist in fanout mode too (zero), as the docs list them.
+    let routing_metrics = RoutingMetrics::default();
+    routing_metrics.register(&mut registry);
     let routing = (config.routing.mode == Mode::Targeted).then(|| {
-        let metrics = RoutingMetrics::default();
-        metrics.register(&mut registry);
+        let metrics = routing_metrics;
         Arc::new(Routing::new(
             config.routing.view(),
             config.routing.recent(),
