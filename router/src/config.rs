@@ -239,6 +239,8 @@ impl RoutingSection {
             ("routing.stale_ms", self.stale_ms),
             ("routing.forget_ms", self.forget_ms),
             ("routing.catch_up_ms", self.catch_up_ms),
+            ("routing.catch_up_max", self.catch_up_max as u64),
+            ("routing.catch_up_max_bytes", self.catch_up_max_bytes as u64),
             ("routing.queue_max_length", u64::from(self.queue_max_length)),
         ] {
             if value == 0 {
@@ -533,6 +535,25 @@ mod tests {
         assert_eq!(err.problems.len(), 5, "{err}");
         assert!(err.to_string().contains("amqp.url"), "{err}");
         assert!(err.to_string().contains("amqp.prefetch"), "{err}");
+    }
+
+    #[test]
+    fn routing_settings_are_checked() {
+        let mut c = with_key();
+        c.routing.mode = Mode::Targeted;
+        c.validate().unwrap();
+        c.routing.catch_up_max = 0;
+        c.routing.forget_ms = 1;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+        assert!(err.to_string().contains("routing.catch_up_max"), "{err}");
+        assert!(err.to_string().contains("routing.forget_ms"), "{err}");
+        let c = Config::from_toml(
+            "api_keys = [\"k\"]\n[routing]\nmode = \"targeted\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.routing.mode, Mode::Targeted);
     }
 
     #[test]
