@@ -200,10 +200,13 @@ impl EdgeView {
         }
     }
 
-    fn holds(&self, key: &Key, now: u64) -> bool {
-        match key {
-            Key::User(u) => self.users.held(u, now),
-            Key::Client(c) => self.clients.held(c, now),
+    /// Whether the edge holds a recipient of `n` (by reference: no
+    /// allocation on this path, which every forward takes).
+    fn holds_recipient(&self, n: &Notification, now: u64) -> bool {
+        match n.scope {
+            Scope::User => n.users.iter().any(|u| self.users.held(u, now)),
+            Scope::Client => n.clients.iter().any(|c| self.clients.held(c, now)),
+            Scope::Global => true,
         }
     }
 }
@@ -288,7 +291,6 @@ impl View {
         if self.unknown {
             return Route::Every(Every::Unknown);
         }
-        let keys = Key::of(n);
         let mut edges = Vec::new();
         let mut stale = 0;
         let mut incomplete = 0;
@@ -302,7 +304,7 @@ impl View {
                     incomplete += 1;
                     true
                 }
-                Ok(()) => keys.iter().any(|k| edge.holds(k, now)),
+                Ok(()) => edge.holds_recipient(n, now),
             };
             if take {
                 edges.push(Arc::clone(id));
