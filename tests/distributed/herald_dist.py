@@ -637,23 +637,27 @@ class Deployment:
         reaches them directly, in order. (Before that, a notification
         published while the report is on its way reaches the session through
         the routers' catch-up, possibly after later ones: docs/architecture.md,
-        targeted routing.) A probe through each root to their users, which
-        each session receives and which is taken off its queue: whether it
-        went there directly or by the catch-up, its router had the report
-        by then. Nothing in fanout mode."""
+        targeted routing.) A probe through each root to each user alone, which
+        each of their sessions receives and which is taken off its queue:
+        whether it went there directly or by the catch-up, its router had
+        the report by then. (One probe to users on every edge would go to
+        every edge whatever the router knows, and prove nothing.) Nothing in
+        fanout mode."""
         if self.routing != "targeted" or not clients:
             return
-        uids = sorted({c.uid for c in clients})
-        probes = set()
+        probes: dict[str, set[str]] = {}
         for root in self.roots:
-            mid = unique("probe")
             with self.amqp(root) as conn:
-                amqp_publish(confirmed_channel(conn), "{}",
-                             {"users": uids, "event": "herald.test.probe"}, message_id=mid)
-            probes.add(mid)
+                ch = confirmed_channel(conn)
+                for uid in sorted({c.uid for c in clients}):
+                    mid = unique("probe")
+                    amqp_publish(ch, "{}", {"users": [uid], "event": "herald.test.probe"},
+                                 message_id=mid)
+                    probes.setdefault(uid, set()).add(mid)
         for c in clients:
-            got = {c.message().headers["message-id"] for _ in probes}
-            assert got == probes, f"{c.uid} on {c.edge}: {got} instead of the probes {probes}"
+            want = probes[c.uid]
+            got = {c.message().headers["message-id"] for _ in want}
+            assert got == want, f"{c.uid} on {c.edge}: {got} instead of the probes {want}"
 
     def close_sessions(self) -> None:
         for s in self.sessions:
