@@ -311,6 +311,12 @@ distributed_tests() {
         || die "$dir/herald-router and herald-gateway were not built"
     HERALD_DIST_BIN_DIR="$dir" run_stage distributed "$VENV/bin/python" -m pytest tests/distributed
     SUMMARY+=("distributed (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed.log")")
+    # Again with the routers routing by edge (routing.mode = "targeted"): the
+    # same suite must hold, plus test_targeted.py's checks of what each edge
+    # receives and of a restarted router.
+    HERALD_DIST_BIN_DIR="$dir" HERALD_DIST_ROUTING=targeted run_stage distributed-targeted \
+        "$VENV/bin/python" -m pytest tests/distributed
+    SUMMARY+=("distributed, targeted routing (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed-targeted.log")")
 }
 
 # ---- JavaScript: the browser client (gateway/js) and the real-browser tests

@@ -32,6 +32,8 @@
 //!   roots (pure; the router's `presence_intake` consumes them).
 //! - [`stats`]: the AMQP form of the stats reports edges send to roots
 //!   (pure; the router's `stats_intake` consumes them).
+//! - [`routing`]: targeted routing, the routing view the router keeps of
+//!   which edge holds whom, and the catch-up after a move.
 //! - [`metrics`]: connection and forward counters.
 //!
 //! The contract for publishers is in `router/AMQP.md`.
@@ -41,6 +43,7 @@ pub mod link;
 pub mod metrics;
 pub mod presence;
 pub mod publisher;
+pub mod routing;
 pub mod stats;
 pub mod supervisor;
 pub mod topology;

@@ -17,6 +17,8 @@
 //! | header `online` | array of strings | users whose first session started |
 //! | header `offline` | array of strings | users whose last session ended |
 //! | header `detail` | string `json-v1`, optional | the body holds the sessions of the users whose sessions changed |
+//! | header `mailbox-ttl-ms` | integer, optional | how long the edge keeps a mailbox after its last session left |
+//! | header `sync-part`, `sync-parts` | integers, optional | the report is part `sync-part` of `sync-parts` of a snapshot (below) |
 //! | body | empty, or with `detail` the JSON below | |
 //!
 //! The detail (since this version) says, for every user whose sessions on
@@ -37,16 +39,24 @@
 //! version reads the headers and ignores the body; a report without
 //! `detail` (an older edge) is read with an empty detail, its `online`
 //! users counting with one session of transport `unknown`.
+//!
+//! A **snapshot** lists every mailbox the edge holds (a mailbox whose
+//! sessions all left, kept for `mailbox.ttl_secs`, with `sessions` empty),
+//! in parts of at most [`MAX_REPORT_USERS`] users with consecutive `seq`,
+//! with `online` and `offline` empty. An edge sends one when a root link
+//! comes up and every `edge.presence_sync_ms`, to
+//! [`sync_name`]`(presence_exchange)`, which only the routers routing by
+//! edge read (`routing.mode = "targeted"`, [`crate::routing`]).
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 
 use std::collections::BTreeMap;
 
-pub use herald_engine::schedule::presence::PresenceReport;
 use herald_engine::schedule::presence::view::{
     MAX_SITES_PER_USER, MAX_TRANSPORTS, MailboxSessions, UserSessions, is_transport_name,
 };
+pub use herald_engine::schedule::presence::{PresenceReport, SyncPart};
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::Rejection;
@@ -78,6 +88,20 @@ pub mod headers {
     pub const OFFLINE: &str = "offline";
     /// The body's format, when it carries the detail.
     pub const DETAIL: &str = "detail";
+    /// How long the edge keeps a mailbox after its last session (ms).
+    pub const MAILBOX_TTL_MS: &str = "mailbox-ttl-ms";
+    /// A snapshot's part number, from 1.
+    pub const SYNC_PART: &str = "sync-part";
+    /// How many parts the snapshot has.
+    pub const SYNC_PARTS: &str = "sync-parts";
+}
+
+/// The exchange an edge sends its snapshots to, beside
+/// `presence_exchange`: `<presence_exchange>.sync` (fanout). Only the
+/// routers routing by edge bind to it ([`crate::routing`]); the presence
+/// book never reads a snapshot.
+pub fn sync_name(presence_exchange: &str) -> String {
+    format!("{presence_exchange}.sync")
 }
 
 #[derive(Serialize, Deserialize)]
@@ -130,6 +154,14 @@ impl PresenceAmqp for PresenceReport {
         table.insert(headers::OFFLINE.into(), array(&self.offline));
         if !self.detail.is_empty() {
             table.insert(headers::DETAIL.into(), text(DETAIL_JSON_V1));
+        }
+        let number = |n: u64| AMQPValue::LongLongInt(i64::try_from(n).unwrap_or(i64::MAX));
+        if self.mailbox_ttl_ms > 0 {
+            table.insert(headers::MAILBOX_TTL_MS.into(), number(self.mailbox_ttl_ms));
+        }
+        if let Some(sync) = self.sync {
+            table.insert(headers::SYNC_PART.into(), number(sync.part.into()));
+            table.insert(headers::SYNC_PARTS.into(), number(sync.parts.into()));
         }
         BasicProperties::default()
             .with_type(PRESENCE_TYPE.into())
@@ -208,6 +240,30 @@ impl PresenceAmqp for PresenceReport {
                 read_detail(body)?
             }
         };
+        let number = |field: &'static str| match get(field) {
+            None => Ok(None),
+            Some(v) => seq_of(v)
+                .map(Some)
+                .ok_or_else(|| Rejection::invalid(field, "the header is a non-negative integer")),
+        };
+        let mailbox_ttl_ms = number(headers::MAILBOX_TTL_MS)?.unwrap_or(0);
+        let sync = match (number(headers::SYNC_PART)?, number(headers::SYNC_PARTS)?) {
+            (None, None) => None,
+            (Some(part), Some(parts))
+                if (1..=parts).contains(&part) && parts <= u64::from(u32::MAX) =>
+            {
+                Some(SyncPart {
+                    part: part as u32,
+                    parts: parts as u32,
+                })
+            }
+            _ => {
+                return Err(Rejection::invalid(
+                    headers::SYNC_PART,
+                    "sync-part and sync-parts come together, 1 <= sync-part <= sync-parts",
+                ));
+            }
+        };
         Ok(PresenceReport {
             edge,
             boot,
@@ -215,6 +271,8 @@ impl PresenceAmqp for PresenceReport {
             online,
             offline,
             detail,
+            mailbox_ttl_ms,
+            sync,
         })
     }
 }
@@ -329,6 +387,8 @@ mod tests {
             online: vec!["alice".into(), "bob".into()],
             offline: vec!["carol".into()],
             detail: detail(),
+            mailbox_ttl_ms: 300_000,
+            sync: Some(SyncPart { part: 2, parts: 3 }),
         };
         assert_eq!(PresenceReport::from_amqp(&r.to_amqp(), &r.body()), Ok(r));
     }

@@ -1,5 +1,10 @@
 //! A channel in confirm mode, publishing to the edges (and to the
 //! dead-letter exchange). Shared by the ingest loop and the HTTP link.
+//!
+//! In fanout mode a forward is one message to `herald.edges`. With a
+//! [`Routing`] (targeted mode) it is one message per edge key the routing
+//! view chooses, to `herald.edges.targeted` ([`crate::routing`]); a
+//! forward is confirmed once every one of its messages is.
 
 use bytes::Bytes;
 use herald_protocol::envelope::Notification;
@@ -9,8 +14,11 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm
 
 use std::sync::Arc;
 
+use herald_engine::schedule::timing::now_ms;
+
 use super::envelope::{bundle_to_amqp, short, to_amqp};
 use super::metrics::AmqpMetrics;
+use super::routing::Routing;
 
 /// What the broker did with a confirmed message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +51,17 @@ pub enum ForwardError {
 pub struct Publisher {
     channel: Channel,
     edges: ShortString,
+    /// Targeted mode: the direct exchange and the routing view.
+    targeted: Option<(ShortString, Arc<Routing>)>,
     metrics: AmqpMetrics,
 }
+
+/// The messages of one forward on their way: wait for them with
+/// [`Publisher::confirmed`]. None when the routing view sent the
+/// notifications to no edge.
+#[derive(Debug, Default)]
+#[must_use = "a forward is taken once its confirms are in"]
+pub struct Sent(Vec<PublisherConfirm>);
 
 impl Publisher {
     /// Open a channel on `connection` and put it in confirm mode.
@@ -60,8 +77,16 @@ impl Publisher {
         Ok(Publisher {
             channel,
             edges: short(edges_exchange),
+            targeted: None,
             metrics,
         })
+    }
+
+    /// Route by edge from now on: publish to the direct exchange
+    /// `exchange`, with the keys `routing` chooses.
+    pub fn with_routing(mut self, exchange: &str, routing: Arc<Routing>) -> Self {
+        self.targeted = Some((short(exchange), routing));
+        self
     }
 
     /// The channel (to declare the topology on, or close).
@@ -74,27 +99,69 @@ impl Publisher {
         self.channel.status().connected()
     }
 
-    /// Publish `n` to the edges exchange (routing key: its event). Resolves
-    /// once the message is handed to the connection; await the returned
-    /// confirm with [`Publisher::confirmed`].
-    pub async fn send(&self, n: &Notification) -> lapin::Result<PublisherConfirm> {
-        let (properties, body) = to_amqp(n);
-        self.send_raw(self.edges.clone(), short(&n.event), properties, &body)
-            .await
+    /// Publish `n` to the edges (fanout: routing key its event). Resolves
+    /// once the messages are handed to the connection; await their
+    /// confirms with [`Publisher::confirmed`].
+    pub async fn send(&self, n: &Arc<Notification>) -> lapin::Result<Sent> {
+        self.send_bundle(std::slice::from_ref(n)).await
     }
 
-    /// Publish `batch` as one bundle to the edges exchange (routing key:
-    /// the first notification's event). Resolves like [`Publisher::send`].
-    pub async fn send_bundle(
+    /// Publish `batch` to the edges: fanout, as one bundle (routing key:
+    /// the first notification's event; one notification goes plain);
+    /// targeted, as one message per edge key the routing view chooses.
+    /// Resolves like [`Publisher::send`].
+    pub async fn send_bundle(&self, batch: &[Arc<Notification>]) -> lapin::Result<Sent> {
+        let Some((exchange, routing)) = &self.targeted else {
+            let key = batch.first().map_or("", |n| n.event.as_str());
+            let confirm = self.publish(self.edges.clone(), short(key), batch).await?;
+            return Ok(Sent(vec![confirm]));
+        };
+        let mut sent = Sent::default();
+        for m in routing.plan(batch, now_ms()) {
+            let part: Vec<Arc<Notification>> =
+                m.items.iter().map(|&i| Arc::clone(&batch[i])).collect();
+            sent.0
+                .push(self.publish(exchange.clone(), short(&m.key), &part).await?);
+            if m.key.is_empty() {
+                routing.metrics().every_publications.inc();
+            } else {
+                routing.metrics().edge_publications.inc();
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Publish `batch` to one edge's key on the targeted exchange, as is
+    /// (the catch-up of an edge a recipient arrived on).
+    pub async fn send_to_edge(
         &self,
+        edge: &str,
+        batch: &[Arc<Notification>],
+    ) -> lapin::Result<Sent> {
+        let Some((exchange, routing)) = &self.targeted else {
+            return Ok(Sent::default());
+        };
+        routing.metrics().edge_publications.inc();
+        let confirm = self.publish(exchange.clone(), short(edge), batch).await?;
+        Ok(Sent(vec![confirm]))
+    }
+
+    /// One message: `batch` as a bundle, or one notification plain.
+    async fn publish(
+        &self,
+        exchange: ShortString,
+        key: ShortString,
         batch: &[Arc<Notification>],
     ) -> lapin::Result<PublisherConfirm> {
-        let (properties, body) = bundle_to_amqp(batch);
-        self.metrics.bundles.inc();
-        self.metrics.bundled.inc_by(batch.len() as u64);
-        let key = batch.first().map_or("", |n| n.event.as_str());
-        self.send_raw(self.edges.clone(), short(key), properties, &body)
-            .await
+        let (properties, body) = match batch {
+            [one] => to_amqp(one),
+            several => {
+                self.metrics.bundles.inc();
+                self.metrics.bundled.inc_by(several.len() as u64);
+                bundle_to_amqp(several)
+            }
+        };
+        self.send_raw(exchange, key, properties, &body).await
     }
 
     /// Publish a message as is (`mandatory`, so an unroutable message is
@@ -115,8 +182,27 @@ impl Publisher {
             .await
     }
 
+    /// Wait for the broker's confirms of a forward's messages: routed when
+    /// at least one was (or there were none), refused when one was.
+    pub async fn confirmed(&self, sent: Sent) -> Result<Forwarded, ForwardError> {
+        let mut out = if sent.0.is_empty() {
+            Forwarded::Routed
+        } else {
+            Forwarded::Unroutable
+        };
+        for confirm in sent.0 {
+            if self.confirmed_one(confirm).await? == Forwarded::Routed {
+                out = Forwarded::Routed;
+            }
+        }
+        Ok(out)
+    }
+
     /// Wait for the broker's confirm of one publish.
-    pub async fn confirmed(&self, confirm: PublisherConfirm) -> Result<Forwarded, ForwardError> {
+    pub async fn confirmed_one(
+        &self,
+        confirm: PublisherConfirm,
+    ) -> Result<Forwarded, ForwardError> {
         match confirm.await? {
             Confirmation::Ack(None) | Confirmation::NotRequested => Ok(Forwarded::Routed),
             Confirmation::Ack(Some(_returned)) => {

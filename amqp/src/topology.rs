@@ -6,6 +6,10 @@
 //!                  v
 //!             (herald.publications) durable --> router --valid--> [herald.edges] fanout, durable
 //!                                                  |                   --> one queue per edge
+//!                                                  |  or (routing.mode = "targeted")
+//!                                                  +-------> [herald.edges.targeted] direct, durable
+//!                                                  |           key <edge id>: that edge's queue
+//!                                                  |           key "": every edge's queue
 //!                                                  +--invalid--> [herald.dead] fanout, durable
 //!                                                                      --> (herald.dead) durable
 //! ```
@@ -101,12 +105,16 @@ impl Topology {
             }
         }
         let stats_exchange = self.stats_exchange();
+        let targeted = self.targeted_exchange();
+        let sync = self.sync_exchange();
         let exchanges = [
             &self.exchange,
             &self.dead_exchange,
             &self.edges_exchange,
             &self.presence_exchange,
             &stats_exchange,
+            &targeted,
+            &sync,
         ];
         let distinct = |names: &[&String]| {
             names
@@ -116,7 +124,7 @@ impl Topology {
         };
         if !distinct(&exchanges) {
             p.push(format!(
-                "{prefix}exchange, dead_exchange, edges_exchange, presence_exchange and presence_exchange + \".stats\" must all be different exchanges"
+                "{prefix}exchange, dead_exchange, edges_exchange, presence_exchange, presence_exchange + \".stats\", edges_exchange + \".targeted\" and presence_exchange + \".sync\" must all be different exchanges"
             ));
         }
         let stats_queue = self.stats_queue();
@@ -140,7 +148,21 @@ impl Topology {
         durable_queue_bound(channel, &self.queue, none(), &self.exchange, "#").await?;
         durable_exchange(channel, &self.dead_exchange, ExchangeKind::Fanout).await?;
         durable_queue_bound(channel, &self.dead_queue, none(), &self.dead_exchange, "").await?;
-        durable_exchange(channel, &self.edges_exchange, ExchangeKind::Fanout).await
+        durable_exchange(channel, &self.edges_exchange, ExchangeKind::Fanout).await?;
+        durable_exchange(channel, &self.targeted_exchange(), ExchangeKind::Direct).await
+    }
+
+    /// The direct exchange routers publish to when routing by edge
+    /// (`<edges_exchange>.targeted`): every edge binds its queue with its
+    /// own id and with [`EVERY_EDGE`].
+    pub fn targeted_exchange(&self) -> String {
+        targeted_name(&self.edges_exchange)
+    }
+
+    /// The fanout exchange edges send their presence snapshots to
+    /// (`<presence_exchange>.sync`).
+    pub fn sync_exchange(&self) -> String {
+        super::presence::sync_name(&self.presence_exchange)
     }
 
     /// Declare the presence exchange and the routers' shared presence
@@ -203,12 +225,16 @@ impl Topology {
                 .await?;
         }
         let stats_exchange = self.stats_exchange();
+        let targeted = self.targeted_exchange();
+        let sync = self.sync_exchange();
         for exchange in [
             &self.exchange,
             &self.dead_exchange,
             &self.edges_exchange,
             &self.presence_exchange,
             &stats_exchange,
+            &targeted,
+            &sync,
         ] {
             channel
                 .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
@@ -218,8 +244,17 @@ impl Topology {
     }
 }
 
+/// The routing key that reaches every edge's queue on the targeted
+/// exchange (an edge id is never empty).
+pub const EVERY_EDGE: &str = "";
+
+/// The targeted exchange beside the fanout exchange `edges_exchange`.
+pub fn targeted_name(edges_exchange: &str) -> String {
+    format!("{edges_exchange}.targeted")
+}
+
 /// Queue arguments: at most `max_length` messages, the oldest dropped.
-fn bounded(max_length: u32) -> FieldTable {
+pub fn bounded(max_length: u32) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert(
         "x-max-length".into(),

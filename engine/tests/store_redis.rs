@@ -1527,6 +1527,7 @@ mod presence {
             online: online.iter().map(|u| (*u).to_owned()).collect(),
             offline: vec![],
             detail,
+            ..PresenceReport::default()
         }
     }
 

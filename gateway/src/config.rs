@@ -270,6 +270,11 @@ pub struct EdgeConfig {
     pub presence_heartbeat_ms: u64,
     /// Bound of the queue of presence changes (drop-newest when full).
     pub presence_queue: usize,
+    /// Time between two snapshots of every mailbox this edge holds, which
+    /// routers routing by edge (`routing.mode = "targeted"`) need to trust
+    /// their view of it after they start or miss a report; one is also
+    /// sent whenever a root link comes up.
+    pub presence_sync_ms: u64,
 }
 
 impl EdgeConfig {
@@ -301,6 +306,7 @@ impl Default for EdgeConfig {
             presence_batch_ms: 100,
             presence_heartbeat_ms: 10_000,
             presence_queue: 65_536,
+            presence_sync_ms: 60_000,
         }
     }
 }
@@ -511,10 +517,11 @@ impl Config {
             }
             if self.edge.presence_batch_ms == 0
                 || self.edge.presence_heartbeat_ms == 0
+                || self.edge.presence_sync_ms == 0
                 || self.edge.presence_queue == 0
             {
                 p.push(
-                    "edge.presence_batch_ms, edge.presence_heartbeat_ms and edge.presence_queue must be greater than 0"
+                    "edge.presence_batch_ms, edge.presence_heartbeat_ms, edge.presence_sync_ms and edge.presence_queue must be greater than 0"
                         .to_owned(),
                 );
             }

@@ -343,19 +343,21 @@ impl Gateway {
             }
             Mode::Edge { .. } => {
                 let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
+                let (syncs, sync_requests) = presence::SyncRequests::channel();
                 if let Some(rx) = self.presence_rx {
                     let batcher = presence::BatcherConfig {
                         edge: cfg.edge.id.clone().unwrap_or_else(|| "unnamed".into()),
                         boot: format!("{:016x}", rand::random::<u64>()),
                         batch: Duration::from_millis(cfg.edge.presence_batch_ms),
                         heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
+                        mailbox_ttl: Duration::from_secs(cfg.mailbox.ttl_secs),
+                        sync: Duration::from_millis(cfg.edge.presence_sync_ms),
                     };
                     let out = reports.clone();
                     let hub = Arc::clone(&shared.hub);
                     tasks.spawn(
                         task_fn("presence-batcher", move |shutdown| {
-                            let sessions = move |user: &str| hub.sessions_of(user);
-                            presence::run_batcher(batcher, rx, out, sessions, shutdown)
+                            presence::run_batcher(batcher, rx, out, hub, sync_requests, shutdown)
                         }),
                         shutdown.clone(),
                     );
@@ -375,7 +377,7 @@ impl Gateway {
                     Arc::clone(&shared.duplicates),
                     cfg.envelope_limits(),
                     Arc::clone(&shared.metrics),
-                    reports,
+                    presence::ToRoots { reports, syncs },
                     stats_reports,
                 ));
                 tasks.spawn(

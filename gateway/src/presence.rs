@@ -16,13 +16,22 @@
 //! `edge.presence_heartbeat_ms`, which keeps this edge alive in the routers'
 //! eyes.
 //!
+//! Every report carries this edge's mailbox TTL. Every
+//! `edge.presence_sync_ms`, and whenever a root link comes up
+//! ([`SyncRequests`]), the batcher also sends a snapshot of every mailbox
+//! it holds ([`crate::hub::Hub::held`]), in parts of at most
+//! `MAX_REPORT_USERS` users numbered like the other reports: routers
+//! routing by edge (`routing.mode = "targeted"`) trust their view of this
+//! edge again once they have one whole (a router that started after this
+//! edge, or missed a report).
+//!
 //! [`view`]: standalone, the presence API answered from the hub.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_amqp::presence::{MAX_REPORT_USERS, PresenceReport};
+use herald_amqp::presence::{MAX_REPORT_USERS, PresenceReport, SyncPart};
 use herald_engine::schedule::presence::view::{MailboxSessions, UserSessions};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -98,6 +107,40 @@ pub struct BatcherConfig {
     pub batch: Duration,
     /// Longest time between two reports (an empty one is a heartbeat).
     pub heartbeat: Duration,
+    /// How long a mailbox outlives its last session (`mailbox.ttl_secs`).
+    pub mailbox_ttl: Duration,
+    /// Time between two snapshots.
+    pub sync: Duration,
+}
+
+/// What the root links take from the batcher and give it: the reports to
+/// send, and requests for a snapshot.
+#[derive(Debug, Clone)]
+pub struct ToRoots {
+    /// The reports, to every root link.
+    pub reports: broadcast::Sender<Arc<PresenceReport>>,
+    /// Asked when a root link comes up.
+    pub syncs: SyncRequests,
+}
+
+/// Asks the batcher for a snapshot soon (a root link came up). Requests
+/// made before the batcher takes one are coalesced into it (a queue of
+/// one; policy drop-newest, nothing lost: the snapshot asked for first
+/// serves them all).
+#[derive(Debug, Clone)]
+pub struct SyncRequests(mpsc::Sender<()>);
+
+impl SyncRequests {
+    /// A requester, and the receiving end for [`run_batcher`].
+    pub fn channel() -> (SyncRequests, mpsc::Receiver<()>) {
+        let (tx, rx) = mpsc::channel(1);
+        (SyncRequests(tx), rx)
+    }
+
+    /// Ask for a snapshot.
+    pub fn request(&self) {
+        let _ = self.0.try_send(());
+    }
 }
 
 /// A reporter, and the receiving end for [`run_batcher`].
@@ -109,18 +152,43 @@ pub fn channel(
     (PresenceReporter { tx, metrics }, rx)
 }
 
-/// Coalesce changes into reports until `shutdown`; `sessions` reads a
-/// user's live mailboxes as a report is made ([`crate::hub::Hub::sessions_of`]).
+/// What the batcher reads from the hub: a user's live mailboxes as a
+/// report is made ([`crate::hub::Hub::sessions_of`]), and every mailbox
+/// for a snapshot ([`crate::hub::Hub::held`]).
+pub trait Mailboxes: Send {
+    /// `user`'s mailboxes with a live session.
+    fn sessions_of(&self, user: &str) -> Vec<MailboxSessions>;
+    /// Every user with a mailbox, live or idle.
+    fn held(&self) -> Vec<UserSessions>;
+}
+
+impl Mailboxes for Arc<crate::hub::Hub> {
+    fn sessions_of(&self, user: &str) -> Vec<MailboxSessions> {
+        crate::hub::Hub::sessions_of(self, user)
+    }
+
+    fn held(&self) -> Vec<UserSessions> {
+        crate::hub::Hub::held(self)
+    }
+}
+
+/// Coalesce changes into reports until `shutdown`, and send snapshots
+/// every `config.sync` and when `syncs` asks.
 pub async fn run_batcher(
     config: BatcherConfig,
     mut rx: mpsc::Receiver<(Arc<str>, Change)>,
     out: broadcast::Sender<Arc<PresenceReport>>,
-    sessions: impl Fn(&str) -> Vec<MailboxSessions> + Send,
+    hub: impl Mailboxes,
+    mut syncs: mpsc::Receiver<()>,
     shutdown: CancellationToken,
 ) {
     let mut pending: HashMap<Arc<str>, Change> = HashMap::new();
     let mut heartbeat = tokio::time::interval(config.heartbeat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first snapshot is asked for by the first root link to come up.
+    let mut sync = tokio::time::interval_at(tokio::time::Instant::now() + config.sync, config.sync);
+    sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ttl_ms = u64::try_from(config.mailbox_ttl.as_millis()).unwrap_or(u64::MAX);
     let mut flush_at: Option<tokio::time::Instant> = None;
     // Each report's number in this process: routers derive the ids of
     // presence events from it (the same in every root's copy).
@@ -147,12 +215,22 @@ pub async fn run_batcher(
             }
             _ = batch_due => {}
             _ = heartbeat.tick() => {}
+            _ = sync.tick() => {
+                send_snapshot(&config, &mut seq, ttl_ms, &hub, &out);
+                continue;
+            }
+            Some(()) = syncs.recv() => {
+                sync.reset();
+                send_snapshot(&config, &mut seq, ttl_ms, &hub, &out);
+                continue;
+            }
         }
         seq += 1;
         let mut report = PresenceReport {
             edge: config.edge.clone(),
             boot: config.boot.clone(),
             seq,
+            mailbox_ttl_ms: ttl_ms,
             ..PresenceReport::default()
         };
         for (user, change) in pending.drain() {
@@ -162,7 +240,7 @@ pub async fn run_batcher(
                 Change::Sessions => {}
             }
             report.detail.push(UserSessions {
-                mailboxes: sessions(&user),
+                mailboxes: hub.sessions_of(&user),
                 user: user.to_string(),
             });
         }
@@ -174,9 +252,138 @@ pub async fn run_batcher(
     }
 }
 
+/// Send a snapshot of every mailbox of `hub`, in parts of at most
+/// [`MAX_REPORT_USERS`] users with consecutive numbers (one empty part
+/// when there is no mailbox). Changes still pending are reported after
+/// it: a router applies them on top.
+fn send_snapshot(
+    config: &BatcherConfig,
+    seq: &mut u64,
+    ttl_ms: u64,
+    hub: &impl Mailboxes,
+    out: &broadcast::Sender<Arc<PresenceReport>>,
+) {
+    let held = hub.held();
+    let parts = held.len().div_ceil(MAX_REPORT_USERS).max(1);
+    let parts_u32 = u32::try_from(parts).unwrap_or(u32::MAX);
+    let mut chunks = held.chunks(MAX_REPORT_USERS);
+    for part in 1..=parts_u32 {
+        *seq += 1;
+        let report = PresenceReport {
+            edge: config.edge.clone(),
+            boot: config.boot.clone(),
+            seq: *seq,
+            detail: chunks.next().map(<[_]>::to_vec).unwrap_or_default(),
+            mailbox_ttl_ms: ttl_ms,
+            sync: Some(SyncPart {
+                part,
+                parts: parts_u32,
+            }),
+            ..PresenceReport::default()
+        };
+        let _ = out.send(Arc::new(report));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Alice with two sessions (and, for snapshots, `idle` users more
+    /// without one).
+    struct Fake(usize);
+
+    fn alice() -> MailboxSessions {
+        MailboxSessions {
+            site: "s".into(),
+            client: Some("acme".into()),
+            since_ms: 7,
+            by_transport: [("websocket".to_owned(), 2)].into(),
+        }
+    }
+
+    impl Mailboxes for Fake {
+        fn sessions_of(&self, user: &str) -> Vec<MailboxSessions> {
+            match user {
+                "alice" => vec![alice()],
+                _ => vec![],
+            }
+        }
+
+        fn held(&self) -> Vec<UserSessions> {
+            let mut out = vec![UserSessions {
+                user: "alice".into(),
+                mailboxes: vec![alice()],
+            }];
+            out.extend((0..self.0).map(|i| UserSessions {
+                user: format!("idle-{i}"),
+                mailboxes: vec![MailboxSessions {
+                    by_transport: Default::default(),
+                    since_ms: 0,
+                    ..alice()
+                }],
+            }));
+            out
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn snapshots_come_in_numbered_parts_when_asked_and_every_sync_interval() {
+        let (_reporter, rx) = channel(16, Arc::new(Metrics::default()));
+        let (out, mut reports) = broadcast::channel(16);
+        let shutdown = CancellationToken::new();
+        let config = BatcherConfig {
+            edge: "e1".into(),
+            boot: "b1".into(),
+            batch: Duration::from_millis(100),
+            heartbeat: Duration::from_secs(3600),
+            mailbox_ttl: Duration::from_secs(300),
+            sync: Duration::from_secs(60),
+        };
+        let (syncs, requests) = SyncRequests::channel();
+        let task = tokio::spawn(run_batcher(
+            config,
+            rx,
+            out,
+            Fake(MAX_REPORT_USERS),
+            requests,
+            shutdown.clone(),
+        ));
+        let beat = reports.recv().await.unwrap();
+        assert_eq!(
+            (beat.seq, beat.sync, beat.mailbox_ttl_ms),
+            (1, None, 300_000)
+        );
+        let started = tokio::time::Instant::now();
+        syncs.request();
+        syncs.request();
+        let one = reports.recv().await.unwrap();
+        let two = reports.recv().await.unwrap();
+        assert_eq!(started.elapsed(), Duration::ZERO, "asked for: at once");
+        assert_eq!(
+            (one.seq, one.sync),
+            (2, Some(SyncPart { part: 1, parts: 2 }))
+        );
+        assert_eq!(
+            (two.seq, two.sync),
+            (3, Some(SyncPart { part: 2, parts: 2 }))
+        );
+        assert_eq!(one.detail.len() + two.detail.len(), MAX_REPORT_USERS + 1);
+        assert!(
+            two.detail
+                .iter()
+                .chain(&one.detail)
+                .any(|u| u.mailboxes[0].total() == 0)
+        );
+        assert_eq!(one.mailbox_ttl_ms, 300_000);
+        // Two requests before the batcher took one: one snapshot. The next
+        // comes a sync interval after the one asked for.
+        let next = reports.recv().await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+        assert_eq!((next.seq, next.sync.unwrap().part), (4, 1));
+        shutdown.cancel();
+        task.await.unwrap();
+    }
 
     #[tokio::test(start_paused = true)]
     async fn changes_are_coalesced_per_user_and_heartbeats_fill_the_silence() {
@@ -189,17 +396,17 @@ mod tests {
             boot: "b1".into(),
             batch: Duration::from_millis(100),
             heartbeat: Duration::from_secs(10),
+            mailbox_ttl: Duration::from_secs(300),
+            sync: Duration::from_secs(3600),
         };
-        let sessions = |user: &str| match user {
-            "alice" => vec![MailboxSessions {
-                site: "s".into(),
-                client: Some("acme".into()),
-                since_ms: 7,
-                by_transport: [("websocket".to_owned(), 2)].into(),
-            }],
-            _ => vec![],
-        };
-        let task = tokio::spawn(run_batcher(config, rx, out, sessions, shutdown.clone()));
+        let task = tokio::spawn(run_batcher(
+            config,
+            rx,
+            out,
+            Fake(1),
+            SyncRequests::channel().1,
+            shutdown.clone(),
+        ));
         // The interval's first tick is immediate: a heartbeat at start.
         let first = reports.recv().await.unwrap();
         assert!(first.online.is_empty() && first.offline.is_empty());

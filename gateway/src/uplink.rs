@@ -3,7 +3,10 @@
 //! Each link declares this edge's queue `herald.edge.<id>` on its root
 //! (durable, so it survives a short edge restart; `x-expires`, so a root
 //! forgets an edge that is gone for long), binds it to the routers'
-//! fanout exchange, and consumes with a bounded prefetch. A delivery (one
+//! fanout exchange, and to the direct exchange `<exchange>.targeted` with
+//! this edge's id and with the every-edge key `""` (routers routing by
+//! edge publish there: `routing.mode = "targeted"`), and consumes with a
+//! bounded prefetch. A delivery (one
 //! notification, or a bundle of several: `type` `herald.bundle`) is
 //! parsed with the router's own AMQP envelope code, deduplicated by id, and
 //! routed by [`Hub::deliver`], the same routing core standalone mode uses;
@@ -11,7 +14,9 @@
 //! routed together and acked with one `basic.ack` (`multiple`), at most
 //! `ACK_BURST` at a time. Each link also publishes this edge's
 //! presence reports ([`crate::presence`]) to `herald.presence` on its root,
-//! and its stats reports ([`crate::stats`]) to `herald.presence.stats`. Each link runs under
+//! and its stats reports ([`crate::stats`]) to `herald.presence.stats`; a
+//! link that comes up asks for a presence snapshot, which goes to
+//! `herald.presence.sync`. Each link runs under
 //! `herald_amqp`'s [`Supervisor`], like the router's intake: a link that
 //! fails reconnects with exponential backoff and jitter
 //! (`edge.reconnect_initial_ms` to `edge.reconnect_max_ms`), forever, until
@@ -26,7 +31,7 @@ use herald_amqp::envelope::{
 };
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use herald_amqp::stats::Part;
-use herald_amqp::topology::{durable_exchange, durable_queue_bound};
+use herald_amqp::topology::{EVERY_EDGE, durable_exchange, durable_queue_bound, targeted_name};
 use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
 use herald_protocol::bundle;
 use herald_protocol::envelope::{Limits, Notification};
@@ -41,6 +46,7 @@ use crate::config::EdgeConfig;
 use crate::dedup::DuplicateFilter;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
+use crate::presence::{SyncRequests, ToRoots};
 
 /// Most deliveries acked by one `basic.ack` (`multiple`): those that were
 /// already waiting when the first was routed, up to this many.
@@ -54,6 +60,8 @@ pub struct Uplink {
     metrics: Arc<Metrics>,
     duplicates: Arc<DuplicateFilter>,
     reports: broadcast::Sender<Arc<PresenceReport>>,
+    /// Asked for a presence snapshot when a link comes up.
+    syncs: SyncRequests,
     /// This edge's stats reports ([`crate::stats`]), to every root.
     stats: broadcast::Sender<Arc<Part>>,
 }
@@ -104,15 +112,15 @@ impl SupervisorEvents for RootLinkEvents {
 
 impl Uplink {
     /// Links for `config.roots`, delivering into `hub` what `duplicates`
-    /// admits, and sending each presence report from `reports` to every
-    /// root.
+    /// admits, and sending each presence report of `presence` to every
+    /// root (asking it for a snapshot when a link comes up).
     pub fn new(
         config: EdgeConfig,
         hub: Arc<Hub>,
         duplicates: Arc<DuplicateFilter>,
         limits: Limits,
         metrics: Arc<Metrics>,
-        reports: broadcast::Sender<Arc<PresenceReport>>,
+        presence: ToRoots,
         stats: broadcast::Sender<Arc<Part>>,
     ) -> Self {
         Uplink {
@@ -121,7 +129,8 @@ impl Uplink {
             limits,
             metrics,
             duplicates,
-            reports,
+            reports: presence.reports,
+            syncs: presence.syncs,
             stats,
         }
     }
@@ -178,14 +187,21 @@ impl Uplink {
         durable_exchange(&channel, presence_exchange, ExchangeKind::Fanout).await?;
         let stats_exchange = herald_amqp::stats::stats_name(presence_exchange);
         durable_exchange(&channel, &stats_exchange, ExchangeKind::Fanout).await?;
+        let sync_exchange = herald_amqp::presence::sync_name(presence_exchange);
+        durable_exchange(&channel, &sync_exchange, ExchangeKind::Fanout).await?;
         durable_exchange(&channel, &self.config.exchange, ExchangeKind::Fanout).await?;
+        let targeted = targeted_name(&self.config.exchange);
+        durable_exchange(&channel, &targeted, ExchangeKind::Direct).await?;
         let queue = self.queue_name();
         let mut args = FieldTable::default();
         args.insert(
             "x-expires".into(),
             AMQPValue::LongLongInt((self.config.queue_expires_secs * 1000) as i64),
         );
-        durable_queue_bound(&channel, &queue, args, &self.config.exchange, "").await?;
+        durable_queue_bound(&channel, &queue, args.clone(), &self.config.exchange, "").await?;
+        let id = self.config.id.as_deref().unwrap_or("unnamed");
+        durable_queue_bound(&channel, &queue, args.clone(), &targeted, id).await?;
+        durable_queue_bound(&channel, &queue, args, &targeted, EVERY_EDGE).await?;
         channel
             .basic_qos(self.config.prefetch, BasicQosOptions::default())
             .await?;
@@ -198,6 +214,9 @@ impl Uplink {
             )
             .await?;
         tracing::info!(queue = %queue, "root link up");
+        // The routers of this root may have missed reports while it was
+        // down: a snapshot makes their view of this edge whole again.
+        self.syncs.request();
         // Up means consuming, until this future ends or the supervisor drops
         // it (on the connection's error event): the guard counts both.
         let _up = LinkUp::new(&self.metrics);
@@ -208,9 +227,14 @@ impl Uplink {
                 report = reports.recv() => {
                     match report {
                         Ok(report) => {
+                            let exchange = if report.sync.is_some() {
+                                sync_exchange.as_str()
+                            } else {
+                                presence_exchange
+                            };
                             channel
                                 .basic_publish(
-                                    presence_exchange.into(),
+                                    exchange.into(),
                                     "".into(),
                                     BasicPublishOptions::default(),
                                     &report.body(),

@@ -18,6 +18,9 @@ use serde::Deserialize;
 
 pub use cli::Cli;
 
+use herald_amqp::routing::Mode;
+use herald_amqp::routing::recent::RecentConfig;
+use herald_amqp::routing::view::ViewConfig;
 use herald_amqp::{Reconnect, SupervisorConfig, Topology};
 use herald_engine::api_key::{ApiKeyConfig, ApiKeys, KeySet};
 use herald_engine::config::env::{Env, process_env, unknown_variables};
@@ -178,6 +181,96 @@ impl RedisSection {
     }
 }
 
+/// `[routing]`: how this router sends notifications to the edges
+/// (`herald_amqp::routing`; docs/architecture.md, "Targeted routing").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingSection {
+    /// `fanout`: every notification to every edge (`herald.edges`).
+    /// `targeted`: user- and client-scoped ones only to the edges holding
+    /// a recipient (`herald.edges.targeted`), from the edges' presence
+    /// reports; global ones, and any while the view is in doubt, to every
+    /// edge. Edges of this version bind both, so routers switch one at a
+    /// time.
+    pub mode: Mode,
+    /// Targeted: an edge's view is trusted this long after its last
+    /// report (keep it a few times `edge.presence_heartbeat_ms`), and a
+    /// router routes to every edge this long after its view starts.
+    pub stale_ms: u64,
+    /// Targeted: an edge not heard from this long is forgotten (it then
+    /// gets nothing by its own key). Keep it at least the edges'
+    /// `edge.queue_expires_secs`, after which its queue is gone anyway.
+    pub forget_ms: u64,
+    /// Targeted: how long a notification sent to chosen edges is kept to
+    /// be re-sent to an edge a recipient arrives on; longer than a
+    /// presence report takes to reach the router
+    /// (`edge.presence_batch_ms` and the queue's lag).
+    pub catch_up_ms: u64,
+    /// Targeted: most notifications kept for the catch-up (the oldest
+    /// forgotten first, counted in `herald_routing_catch_up_evicted_total`).
+    pub catch_up_max: usize,
+    /// Targeted: most payload bytes kept for the catch-up.
+    pub catch_up_max_bytes: usize,
+    /// Targeted: most reports waiting in this router's own presence queue
+    /// (drop-head beyond: the edge whose report went is distrusted until
+    /// its next snapshot).
+    pub queue_max_length: u32,
+}
+
+impl Default for RoutingSection {
+    fn default() -> Self {
+        RoutingSection {
+            mode: Mode::Fanout,
+            stale_ms: 35_000,
+            forget_ms: 600_000,
+            catch_up_ms: 10_000,
+            catch_up_max: 200_000,
+            catch_up_max_bytes: 256 * 1024 * 1024,
+            queue_max_length: 100_000,
+        }
+    }
+}
+
+impl RoutingSection {
+    /// Every rule, as problems named `routing.*`.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        for (name, value) in [
+            ("routing.stale_ms", self.stale_ms),
+            ("routing.forget_ms", self.forget_ms),
+            ("routing.catch_up_ms", self.catch_up_ms),
+            ("routing.catch_up_max", self.catch_up_max as u64),
+            ("routing.catch_up_max_bytes", self.catch_up_max_bytes as u64),
+            ("routing.queue_max_length", u64::from(self.queue_max_length)),
+        ] {
+            if value == 0 {
+                p.push(format!("{name} must be greater than 0"));
+            }
+        }
+        if self.forget_ms < self.stale_ms {
+            p.push("routing.forget_ms must be at least routing.stale_ms".to_owned());
+        }
+        p
+    }
+
+    /// The routing view's settings.
+    pub fn view(&self) -> ViewConfig {
+        ViewConfig {
+            stale_ms: self.stale_ms,
+            forget_ms: self.forget_ms,
+        }
+    }
+
+    /// The catch-up log's bounds.
+    pub fn recent(&self) -> RecentConfig {
+        RecentConfig {
+            window_ms: self.catch_up_ms,
+            max: self.catch_up_max,
+            max_bytes: self.catch_up_max_bytes,
+        }
+    }
+}
+
 /// The whole router configuration.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -205,6 +298,8 @@ pub struct Config {
     pub presence: herald_engine::schedule::presence_events::PresenceConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
+    /// How notifications are routed to the edges.
+    pub routing: RoutingSection,
     /// Warnings from loading (variables that name no key), for `main` to
     /// log once logging is up.
     #[serde(skip)]
@@ -225,6 +320,7 @@ impl Default for Config {
             callbacks: Default::default(),
             presence: Default::default(),
             redis: RedisSection::default(),
+            routing: RoutingSection::default(),
             warnings: Vec::new(),
         }
     }
@@ -299,6 +395,7 @@ impl Config {
         p.extend(self.callbacks.problems());
         p.extend(self.presence.problems());
         p.extend(self.redis.problems());
+        p.extend(self.routing.problems());
         if p.is_empty() {
             Ok(())
         } else {
@@ -345,6 +442,7 @@ impl Config {
             prefetch: self.amqp.prefetch,
             limits: self.envelope_limits(),
             drain_timeout: self.shutdown_grace(),
+            routing: None,
         }
     }
 
@@ -437,6 +535,25 @@ mod tests {
         assert_eq!(err.problems.len(), 5, "{err}");
         assert!(err.to_string().contains("amqp.url"), "{err}");
         assert!(err.to_string().contains("amqp.prefetch"), "{err}");
+    }
+
+    #[test]
+    fn routing_settings_are_checked() {
+        let mut c = with_key();
+        c.routing.mode = Mode::Targeted;
+        c.validate().unwrap();
+        c.routing.catch_up_max = 0;
+        c.routing.forget_ms = 1;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+        assert!(err.to_string().contains("routing.catch_up_max"), "{err}");
+        assert!(err.to_string().contains("routing.forget_ms"), "{err}");
+        let c = Config::from_toml(
+            "api_keys = [\"k\"]\n[routing]\nmode = \"targeted\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.routing.mode, Mode::Targeted);
     }
 
     #[test]

@@ -79,6 +79,7 @@ use herald_amqp::envelope::Rejection;
 use herald_amqp::link::PublisherSlot;
 use herald_amqp::metrics::AmqpMetrics;
 use herald_amqp::publisher::{ForwardError, Forwarded};
+use herald_amqp::routing::Routing;
 use herald_amqp::topology::Topology;
 use herald_engine::metrics::PublishMetrics;
 use herald_engine::schedule::service::Delayed;
@@ -97,6 +98,10 @@ pub struct IngestConfig {
     pub limits: Limits,
     /// On shutdown, how long in-flight forwards may take to be confirmed.
     pub drain_timeout: Duration,
+    /// Targeted mode: the routing view every forward is routed by (the
+    /// HTTP API's and the delayed firer's too: they publish through the
+    /// same publisher).
+    pub routing: Option<Arc<Routing>>,
 }
 
 /// The intake session: run by the [`herald_amqp::Supervisor`] on
@@ -132,7 +137,7 @@ struct Confirmed {
 enum Sent {
     /// A valid publication, to the edges exchange.
     Edges {
-        notification: Notification,
+        notification: Arc<Notification>,
         redelivered: bool,
     },
     /// A delayed publication, into the delayed store.

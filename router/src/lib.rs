@@ -13,6 +13,10 @@
 //!   presence API, publishing online and offline events.
 //! - [`presence_sweep`]: takes the users of dead edge processes offline
 //!   (their `offline` events), bounded per round.
+//! - [`routing_intake`]: with `routing.mode = "targeted"`, this router's
+//!   own view of which edge holds whom, from every edge's presence reports
+//!   and snapshots, and the catch-up of an edge a recipient arrived on
+//!   (the view itself is `herald_amqp::routing`).
 //! - [`stats`] and [`stats_intake`]: the cluster-wide `GET /v1/stats`
 //!   (every edge's latest report and every router's summary, kept in
 //!   Redis) and the consumer of the edges' stats reports.
@@ -61,6 +65,7 @@ pub mod health;
 pub mod ingest;
 pub mod presence_intake;
 pub mod presence_sweep;
+pub mod routing_intake;
 pub mod server;
 pub mod stats;
 pub mod stats_intake;

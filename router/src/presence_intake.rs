@@ -153,7 +153,7 @@ impl PresenceIntake {
                         &bytes::Bytes::from(delivery.data.clone()),
                     )
                     .await?;
-                match publisher.confirmed(confirm).await {
+                match publisher.confirmed_one(confirm).await {
                     Ok(Forwarded::Routed) => {}
                     Ok(Forwarded::Unroutable) | Err(_) => {
                         return Err(SessionError::Lost(

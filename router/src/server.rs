@@ -17,6 +17,9 @@
 //! presence intake (edges' reports, on a connection of its own), the stats
 //! intake and this router's stats summary ([`crate::stats_intake`]), and the
 //! alerts of `[callbacks.alerts]` (dead letters, Redis down and back).
+//! With `routing.mode = "targeted"` it also runs the routing intake
+//! ([`crate::routing_intake`], a connection of its own), whose view the
+//! publisher routes every forward by.
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting (the listener
 //! closes: new connections, `/healthz` and `/readyz` included, are refused
@@ -43,7 +46,9 @@ use crate::stats_intake::StatsIntake;
 use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
 
 use crate::config::Config;
-use crate::ingest::Ingest;
+use crate::ingest::{Ingest, IngestConfig};
+use crate::routing_intake::RoutingIntake;
+use herald_amqp::routing::{Mode, Routing, RoutingMetrics};
 use herald_engine::api_key::ApiKeys;
 use herald_engine::callback::alert::Alerts;
 use herald_engine::callback::alert::metrics::AlertMetrics;
@@ -98,13 +103,15 @@ pub async fn run(
     amqp_metrics.register(&mut registry);
 
     let slot = PublisherSlot::new();
+    let slot_for_routing = slot.clone();
+    let bundling = Bundling {
+        max: config.amqp.bundle_max,
+        max_bytes: config.amqp.bundle_max_bytes,
+    };
     let link = AmqpLink::new(
         slot.clone(),
         std::time::Duration::from_millis(config.amqp.publish_timeout_ms),
-        Bundling {
-            max: config.amqp.bundle_max,
-            max_bytes: config.amqp.bundle_max_bytes,
-        },
+        bundling,
     );
     let store = store.map(Arc::new);
     let delayed = store.as_ref().map(|store| {
@@ -167,6 +174,19 @@ pub async fn run(
         config.redis.presence_edge_ttl_ms,
         stats_metrics.clone(),
     ));
+    // Targeted routing: one view for every forward of this router, fed by
+    // its own routing intake below.
+    // Its series exist in fanout mode too (zero), as the docs list them.
+    let routing_metrics = RoutingMetrics::default();
+    routing_metrics.register(&mut registry);
+    let routing = (config.routing.mode == Mode::Targeted).then(|| {
+        let metrics = routing_metrics;
+        Arc::new(Routing::new(
+            config.routing.view(),
+            config.routing.recent(),
+            metrics,
+        ))
+    });
     let registry = Arc::new(registry);
     let health = Health::new(slot.clone(), shutdown.clone(), store);
     let openapi = herald_engine::openapi::routes(herald_engine::openapi::Surface {
@@ -186,8 +206,12 @@ pub async fn run(
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
 
+    let ingest_config = IngestConfig {
+        routing: routing.clone(),
+        ..config.ingest()
+    };
     let ingest = Ingest::new(
-        config.ingest(),
+        ingest_config,
         slot,
         publish_metrics,
         amqp_metrics.clone(),
@@ -208,6 +232,28 @@ pub async fn run(
         ),
         amqp_shutdown.clone(),
     );
+    if let Some(routing) = routing {
+        let intake = RoutingIntake::new(
+            config.amqp.topology.clone(),
+            routing,
+            slot_for_routing,
+            bundling,
+            config.routing.queue_max_length,
+        );
+        let mut supervisor_config = config.supervisor();
+        supervisor_config.connection_name =
+            format!("{} routing", supervisor_config.connection_name);
+        tasks.spawn(
+            Supervisor::new(supervisor_config, AmqpMetrics::default()).into_task(
+                "routing-intake",
+                move |connection, shutdown| {
+                    let intake = intake.clone();
+                    async move { intake.run(connection, shutdown).await }
+                },
+            ),
+            amqp_shutdown.clone(),
+        );
+    }
     if let Some((delayed, presence)) = &delayed {
         let presence = Arc::new(presence.clone());
         if let Some(scheduling) = delayed.scheduling(Arc::new(link), presence.clone()) {

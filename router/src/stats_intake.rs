@@ -149,7 +149,7 @@ impl StatsIntake {
                         &bytes::Bytes::from(delivery.data.clone()),
                     )
                     .await?;
-                match publisher.confirmed(confirm).await {
+                match publisher.confirmed_one(confirm).await {
                     Ok(Forwarded::Routed) => {}
                     Ok(Forwarded::Unroutable) | Err(_) => {
                         return Err(SessionError::Lost(

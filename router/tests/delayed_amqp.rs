@@ -253,6 +253,7 @@ async fn when_online_waits_for_an_edge_to_report_the_user() {
         offline: vec![],
         // Without detail, as an edge of the previous version sends it.
         detail: vec![],
+        ..PresenceReport::default()
     };
     let confirm = broker
         .channel

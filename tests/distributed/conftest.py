@@ -20,6 +20,11 @@ Environment:
                        deploy/up --port-offset (default: the first of 2000,
                        2010, ... whose ports are all free, so the suite runs
                        beside a deployment on the default ports)
+  HERALD_DIST_ROUTING  the routers' routing.mode: fanout (default) or
+                       targeted; targeted adds TARGETED_ROUTER below to
+                       router.toml and has the edges send presence
+                       snapshots every 3 s (deploy/up --edge-config), and
+                       test_targeted.py runs (it is skipped otherwise)
   HERALD_DIST_STATE    use the deployment already running from this state
                        directory (deploy/up --state-dir DIR) instead of
                        starting one; it is left running (for iterating on
@@ -47,6 +52,22 @@ from herald_dist import REPO, Deployment, parse_env_file, wait_until
 DEPLOY = REPO / "deploy"
 # The routers' TOML (deploy/up --router-config).
 ROUTER_CONFIG = Path(__file__).resolve().parent / "router.toml"
+
+# What HERALD_DIST_ROUTING=targeted adds to the routers' TOML: targeted
+# routing, trusting an edge 15 s after its last report (the edges report
+# every 10 s) and routing to every edge for the first 15 s of a view.
+TARGETED_ROUTER = '\n[routing]\nmode = "targeted"\nstale_ms = 15000\n'
+# And to the edges' (deploy/up --edge-config): a snapshot every 3 s, so a
+# restarted router trusts its view again within seconds (60 s by default).
+TARGETED_EDGE = "[edge]\npresence_sync_ms = 3000\n"
+
+
+def routing_mode() -> str:
+    mode = os.environ.get("HERALD_DIST_ROUTING", "fanout")
+    if mode not in ("fanout", "targeted"):
+        pytest.fail(f"HERALD_DIST_ROUTING={mode!r}: fanout or targeted", pytrace=False)
+    return mode
+
 
 # pika logs every refused connection at ERROR with a traceback; the tests
 # refuse connections on purpose (a root down) and report real failures
@@ -139,6 +160,7 @@ def deployment(request, tmp_path_factory):
         dep = Deployment.from_state(state, ["--state-dir", str(state), "--bin-dir", str(bins),
                                             "--port-offset", str(offset),
                                             "--edges", str(len(env["EDGES"].split()))])
+        dep.routing = routing_mode()
         dep.wait_ready()
         yield dep
         return
@@ -149,8 +171,17 @@ def deployment(request, tmp_path_factory):
     # Short path: HAProxy's admin socket lives under it (sun_path is 108 bytes).
     top = Path(tempfile.mkdtemp(prefix="herald-dist-"))
     state = top / "state"
+    router_config = ROUTER_CONFIG
+    extra = []
+    if routing_mode() == "targeted":
+        router_config = top / "router.toml"
+        router_config.write_text(ROUTER_CONFIG.read_text() + TARGETED_ROUTER)
+        edge_config = top / "edge.toml"
+        edge_config.write_text(TARGETED_EDGE)
+        extra = ["--edge-config", str(edge_config)]
     up_args = ["--state-dir", str(state), "--bin-dir", str(bins), "--timeout", "60",
-               "--port-offset", str(port_offset()), "--router-config", str(ROUTER_CONFIG)]
+               "--port-offset", str(port_offset()), "--router-config", str(router_config),
+               *extra]
     down = [str(DEPLOY / "down"), "--state-dir", str(state), "--timeout", "20"]
     keep = os.environ.get("HERALD_DIST_KEEP") == "1"
     try:
@@ -159,6 +190,7 @@ def deployment(request, tmp_path_factory):
             pytest.fail(f"deploy/up failed (exit {res.returncode}):\n{res.stdout[-3000:]}"
                         f"\n{res.stderr[-3000:]}", pytrace=False)
         dep = Deployment.from_state(state, up_args)
+        dep.routing = routing_mode()
         dep.wait_ready()
         yield dep
     finally:

@@ -362,6 +362,8 @@ class Deployment:
     _placement_lock: threading.Lock = field(default_factory=threading.Lock)
     # Sessions opened by the current test (closed after it).
     sessions: list = field(default_factory=list)
+    # The routers' routing.mode (HERALD_DIST_ROUTING).
+    routing: str = "fanout"
 
     @classmethod
     def from_state(cls, state: Path, up_args: list[str]) -> "Deployment":
@@ -610,6 +612,7 @@ class Deployment:
                 c.close()
             else:
                 raise AssertionError(f"no user id landed on a new edge in {max_tries} tries")
+        self.routers_know(out)
         return out
 
     def clients_per_edge(self, prefix: str, per_edge: int, max_tries: int = 80,
@@ -618,6 +621,7 @@ class Deployment:
         out: dict[str, list[Client]] = {e: [] for e in self.edges}
         for attempt in range(max_tries):
             if all(len(v) == per_edge for v in out.values()):
+                self.routers_know([c for cs in out.values() for c in cs])
                 return out
             c = self.client(f"{prefix}-{attempt}-{uuid.uuid4().hex[:6]}", **spec)
             if len(out[c.edge]) < per_edge:
@@ -626,6 +630,34 @@ class Deployment:
                 c.close()
         raise AssertionError(f"could not place {per_edge} users on every edge in {max_tries} "
                              f"tries: {({e: len(v) for e, v in out.items()})}")
+
+    def routers_know(self, clients: list) -> None:
+        """Targeted routing: wait until every router has applied the
+        presence reports of these sessions, so what is published next
+        reaches them directly, in order. (Before that, a notification
+        published while the report is on its way reaches the session through
+        the routers' catch-up, possibly after later ones: docs/architecture.md,
+        targeted routing.) A probe through each root to each user alone, which
+        each of their sessions receives and which is taken off its queue:
+        whether it went there directly or by the catch-up, its router had
+        the report by then. (One probe to users on every edge would go to
+        every edge whatever the router knows, and prove nothing.) Nothing in
+        fanout mode."""
+        if self.routing != "targeted" or not clients:
+            return
+        probes: dict[str, set[str]] = {}
+        for root in self.roots:
+            with self.amqp(root) as conn:
+                ch = confirmed_channel(conn)
+                for uid in sorted({c.uid for c in clients}):
+                    mid = unique("probe")
+                    amqp_publish(ch, "{}", {"users": [uid], "event": "herald.test.probe"},
+                                 message_id=mid)
+                    probes.setdefault(uid, set()).add(mid)
+        for c in clients:
+            want = probes[c.uid]
+            got = {c.message().headers["message-id"] for _ in want}
+            assert got == want, f"{c.uid} on {c.edge}: {got} instead of the probes {want}"
 
     def close_sessions(self) -> None:
         for s in self.sessions:
@@ -685,6 +717,26 @@ class Deployment:
 
         wait_until("every edge and router UP in HAProxy", all_up, timeout)
         wait_until("every router and edge consuming on every root", self.pipeline_ready, timeout)
+        if self.routing == "targeted":
+            # Otherwise a test right after start-up (or a restart) would run
+            # while the routers still send everything to every edge.
+            wait_until("every router to route by edge, trusting every edge",
+                       self.routing_views_trusted, timeout)
+
+    def routing_edges(self, router: str) -> dict[str, float]:
+        """herald_routing_edges by state (trusted, stale, incomplete) on one router."""
+        text = requests.get(f"http://{self.routers[router]}/metrics", timeout=TIMEOUT).text
+        return {m.group(1): float(m.group(2)) for m in
+                re.finditer(r'^herald_routing_edges\{state="(\w+)"\} (\S+)$', text, re.M)}
+
+    def routing_views_trusted(self, routers=None) -> bool:
+        """Every router (or those named) routes by edge (past its warm-up)
+        and trusts its view of every edge (a whole snapshot, or every report
+        of each)."""
+        want = float(len(self.edges))
+        return all(self.routing_edges(r).get("trusted") == want
+                   and self.metric(self.routers[r], "herald_routing_view_ready") == 1
+                   for r in (routers or self.routers))
 
     # -- operating the processes ---------------------------------------------
     def rabbitmqctl(self, root: str, *args: str, timeout: float = 60) -> str:

@@ -121,6 +121,7 @@ def test_the_routers_answer_for_every_edge_and_router_and_the_sums_add_up(dep):
         alice, bob = f"{run}-alice", f"{run}-bob"
         sessions = [dep.direct_client(e1, alice), dep.direct_client(e2, alice),
                     dep.direct_client(e2, bob)]
+        dep.routers_know(sessions)
         r1, r2 = list(dep.routers)
         users = [alice, bob]
         sent = []

@@ -29,6 +29,26 @@ pub struct PresenceReport {
     /// from an edge of an older version, which reports only `online` and
     /// `offline`.
     pub detail: Vec<crate::schedule::presence::view::UserSessions>,
+    /// How long the edge keeps a user's mailbox after their last session
+    /// left (its `mailbox.ttl_secs`, in ms); 0 from an edge of an older
+    /// version. Routers routing by edge keep sending a user's
+    /// notifications to an edge this long after the user left it.
+    pub mailbox_ttl_ms: u64,
+    /// Set on the parts of a snapshot: every mailbox the edge holds, not
+    /// only those that changed. Snapshots go to the routers routing by
+    /// edge only (exchange `<presence_exchange>.sync`), never to the
+    /// presence book.
+    pub sync: Option<SyncPart>,
+}
+
+/// Which part of an edge's snapshot a report is: `part` of `parts`,
+/// counted from 1, sent one after the other with consecutive `seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncPart {
+    /// This part's number, from 1.
+    pub part: u32,
+    /// How many parts the snapshot has.
+    pub parts: u32,
 }
 
 /// A future returned by [`Presence::online`].

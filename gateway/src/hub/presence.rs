@@ -13,10 +13,27 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use herald_engine::schedule::presence::view::{
-    ClientCount, ClientPage, MAX_SITES_PER_USER, MailboxSessions,
+    ClientCount, ClientPage, MAX_SITES_PER_USER, MailboxSessions, UserSessions,
 };
 
+use super::mailbox::Mailbox;
 use super::{Hub, Shard, shard_of};
+
+/// A mailbox's sessions by transport (none while it waits out its TTL).
+fn mailbox_sessions(m: &Mailbox) -> MailboxSessions {
+    let mut by_transport = BTreeMap::new();
+    for outbox in &m.sessions {
+        *by_transport
+            .entry(outbox.transport().as_str().to_owned())
+            .or_insert(0u32) += 1;
+    }
+    MailboxSessions {
+        site: m.site.to_string(),
+        client: m.client.as_deref().map(str::to_owned),
+        since_ms: m.online_since_ms,
+        by_transport,
+    }
+}
 
 impl Hub {
     /// `user`'s mailboxes with a live session here, with their sessions
@@ -30,25 +47,36 @@ impl Hub {
         let mut out: Vec<MailboxSessions> = list
             .iter()
             .filter(|m| !m.sessions.is_empty())
-            .map(|m| {
-                let mut by_transport = BTreeMap::new();
-                for outbox in &m.sessions {
-                    *by_transport
-                        .entry(outbox.transport().as_str().to_owned())
-                        .or_insert(0u32) += 1;
-                }
-                MailboxSessions {
-                    site: m.site.to_string(),
-                    client: m.client.as_deref().map(str::to_owned),
-                    since_ms: m.online_since_ms,
-                    by_transport,
-                }
-            })
+            .map(mailbox_sessions)
             .collect();
         drop(shard);
         if out.len() > MAX_SITES_PER_USER {
             out.sort_by_key(|m| std::cmp::Reverse(m.total()));
             out.truncate(MAX_SITES_PER_USER);
+        }
+        out
+    }
+
+    /// Every user with a mailbox here, live or waiting out its TTL (with
+    /// no session), at most [`MAX_SITES_PER_USER`] mailboxes each (the
+    /// live first): an edge's presence snapshot, which routers routing by
+    /// edge read. Takes each shard's lock once.
+    pub fn held(&self) -> Vec<UserSessions> {
+        let mut out = Vec::new();
+        for lock in self.shards.iter() {
+            let shard = lock.lock();
+            for (user, list) in &shard.users {
+                let mut mailboxes: Vec<MailboxSessions> =
+                    list.iter().map(mailbox_sessions).collect();
+                if mailboxes.len() > MAX_SITES_PER_USER {
+                    mailboxes.sort_by_key(|m| std::cmp::Reverse(m.total()));
+                    mailboxes.truncate(MAX_SITES_PER_USER);
+                }
+                out.push(UserSessions {
+                    user: user.to_string(),
+                    mailboxes,
+                });
+            }
         }
         out
     }

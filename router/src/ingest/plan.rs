@@ -40,6 +40,7 @@ impl Ingest {
             Plan::Edges(n) => {
                 let publisher = publisher.clone();
                 Box::pin(async move {
+                    let n = std::sync::Arc::new(n);
                     let outcome = match publisher.send(&n).await {
                         Ok(confirm) => publisher.confirmed(confirm).await,
                         Err(e) => Err(ForwardError::from(e)),
@@ -264,7 +265,7 @@ async fn dead_letter(
         .send_raw(exchange, routing_key.clone(), dead, &body)
         .await
     {
-        Ok(confirm) => publisher.confirmed(confirm).await,
+        Ok(confirm) => publisher.confirmed_one(confirm).await,
         Err(e) => Err(ForwardError::from(e)),
     };
     Confirmed {

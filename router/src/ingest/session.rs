@@ -32,12 +32,15 @@ impl Ingest {
     ) -> Result<(), SessionError> {
         let config = &self.inner.config;
         let topology = &config.topology;
-        let publisher = Publisher::open(
+        let mut publisher = Publisher::open(
             &connection,
             &topology.edges_exchange,
             self.inner.amqp_metrics.clone(),
         )
         .await?;
+        if let Some(routing) = &config.routing {
+            publisher = publisher.with_routing(&topology.targeted_exchange(), Arc::clone(routing));
+        }
         topology.declare(publisher.channel()).await?;
         let _filled = self.inner.slot.fill(publisher.clone());
 
