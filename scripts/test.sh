@@ -309,13 +309,15 @@ distributed_tests() {
     dir="$(target_dir)/debug"
     [ -x "$dir/herald-router" ] && [ -x "$dir/herald-gateway" ] \
         || die "$dir/herald-router and herald-gateway were not built"
-    HERALD_DIST_BIN_DIR="$dir" run_stage distributed "$VENV/bin/python" -m pytest tests/distributed
+    HERALD_DIST_BIN_DIR="$dir" run_stage distributed "$VENV/bin/python" -m pytest tests/distributed \
+        -m "not targeted_only"
     SUMMARY+=("distributed (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed.log")")
-    # Again with the routers routing by edge (routing.mode = "targeted"): the
-    # same suite must hold, plus test_targeted.py's checks of what each edge
-    # receives and of a restarted router.
+    # With the routers routing by edge (routing.mode = "targeted"):
+    # test_targeted.py (what each edge receives, users moving between edges,
+    # a restarted router). The rest of the suite is not run in this mode
+    # yet: docs/architecture.md, targeted routing, says why.
     HERALD_DIST_BIN_DIR="$dir" HERALD_DIST_ROUTING=targeted run_stage distributed-targeted \
-        "$VENV/bin/python" -m pytest tests/distributed
+        "$VENV/bin/python" -m pytest tests/distributed/test_targeted.py
     SUMMARY+=("distributed, targeted routing (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed-targeted.log")")
 }
 

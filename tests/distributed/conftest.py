@@ -24,7 +24,7 @@ Environment:
                        targeted; targeted adds TARGETED_ROUTER below to
                        router.toml and has the edges send presence
                        snapshots every 3 s (deploy/up --edge-config), and
-                       test_targeted.py runs (it is skipped otherwise)
+                       the tests marked targeted_only run (they skip otherwise)
   HERALD_DIST_STATE    use the deployment already running from this state
                        directory (deploy/up --state-dir DIR) instead of
                        starting one; it is left running (for iterating on
@@ -222,3 +222,8 @@ def dep(deployment):
 def pytest_terminal_summary(terminalreporter):
     for path in _logs_copied:
         terminalreporter.write_line(f"distributed deployment logs: {path}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "targeted_only: needs routing.mode = targeted (HERALD_DIST_ROUTING=targeted)")

@@ -5,7 +5,8 @@ missed when a user moves between edges or a router restarts.
 The delivery tests (a user moving, by reconnecting or because their edge
 died) hold in both modes and run in both; the tests of what each edge
 receives and of a restarted router's view need targeted routers
-(HERALD_DIST_ROUTING=targeted) and are skipped otherwise."""
+(HERALD_DIST_ROUTING=targeted): they are marked `targeted_only`, which
+scripts/test.sh deselects in fanout mode, and skipped if run there anyway."""
 
 import threading
 import time
@@ -37,6 +38,7 @@ def publish(dep, root: str, headers: dict, mid: str) -> None:
         amqp_publish(confirmed_channel(conn), "{}", headers, message_id=mid)
 
 
+@pytest.mark.targeted_only
 def test_each_scope_reaches_only_the_edges_holding_a_recipient(dep):
     needs_targeted(dep)
     views_trusted(dep)
@@ -183,6 +185,7 @@ def test_a_user_whose_edge_dies_misses_nothing_on_the_next(dep):
     dep.wait_ready(RECOVERY)
 
 
+@pytest.mark.targeted_only
 def test_a_restarted_router_delivers_while_its_view_is_new_then_targets_again(dep):
     needs_targeted(dep)
     run = unique("rr")
