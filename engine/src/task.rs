@@ -19,6 +19,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -148,5 +149,35 @@ mod tests {
         );
         tasks.join().await;
         assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+}
+
+/// The clock of a periodic task: ticks every `period` (the first at once;
+/// a tick missed while the task worked is taken late, not made up), until
+/// the shutdown token fires.
+///
+/// ```text
+///   let mut every = Every::new(period);
+///   while every.tick(&shutdown).await {
+///       ... one round ...
+///   }
+/// ```
+#[derive(Debug)]
+pub struct Every(tokio::time::Interval);
+
+impl Every {
+    /// Ticking every `period`.
+    pub fn new(period: Duration) -> Self {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Every(interval)
+    }
+
+    /// Wait for the next tick: true, or false once `shutdown` fired.
+    pub async fn tick(&mut self, shutdown: &CancellationToken) -> bool {
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            _ = self.0.tick() => true,
+        }
     }
 }

@@ -540,17 +540,11 @@ impl Hub {
         budget: usize,
         shutdown: CancellationToken,
     ) {
-        let mut interval = tokio::time::interval(tick);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = interval.tick() => {
-                    let removed = self.expire(Instant::now(), budget);
-                    if removed > 0 {
-                        tracing::debug!(removed, "mailboxes expired");
-                    }
-                }
+        let mut every = herald_engine::task::Every::new(tick);
+        while every.tick(&shutdown).await {
+            let removed = self.expire(Instant::now(), budget);
+            if removed > 0 {
+                tracing::debug!(removed, "mailboxes expired");
             }
         }
     }

@@ -103,13 +103,8 @@ pub async fn run_reporter(
     out: broadcast::Sender<Arc<Part>>,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut every = herald_engine::task::Every::new(every);
+    while every.tick(&shutdown).await {
         // No link connected: nobody to tell; the next tick tries again.
         let _ = out.send(Arc::new(part(&shared, now_ms())));
     }

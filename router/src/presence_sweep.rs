@@ -29,13 +29,8 @@ pub async fn run(
     every: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut every = herald_engine::task::Every::new(every);
+    while every.tick(&shutdown).await {
         match book.sweep(now_ms(), MAX_USERS).await {
             Ok(swept) => {
                 events.metrics().swept.inc_by(swept.users);

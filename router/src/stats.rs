@@ -258,13 +258,8 @@ pub async fn run_summary(stats: Arc<RouterStats>, shutdown: CancellationToken) {
     let Some(book) = stats.book.clone() else {
         return;
     };
-    let mut tick = tokio::time::interval(stats.summary_every());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut every = herald_engine::task::Every::new(stats.summary_every());
+    while every.tick(&shutdown).await {
         match book.put(&stats.part(now_ms())).await {
             Ok(Put::Stored | Put::Older) => stats.metrics.summary("written"),
             Ok(Put::Full) => {

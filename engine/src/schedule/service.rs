@@ -424,13 +424,8 @@ impl Delayed {
 
     async fn maintain(self, shutdown: CancellationToken) {
         let every = Duration::from_millis(self.inner.config.maintenance_every_ms);
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut every = crate::task::Every::new(every);
+        while every.tick(&shutdown).await {
             self.maintenance_round().await;
         }
     }

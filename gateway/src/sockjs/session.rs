@@ -429,7 +429,7 @@ impl Driver {
             tokio::select! {
                 _ = shared.shutdown.cancelled(), if self.close.is_none() => {
                     self.app.shutdown(&mut self.pending);
-                    self.close = Some((1001, "Going away"));
+                    self.close = Some(sockjs::close::GOING_AWAY);
                     self.shutdown_at = Some(Instant::now());
                 }
                 _ = self.session.wake.notified() => {}
@@ -605,7 +605,7 @@ impl Driver {
         if self.shared.shutdown.is_cancelled() {
             // The registry goes with the process: a receiving request that
             // comes late gets the close frame rather than a new session.
-            let close = self.close.unwrap_or((1001, "Going away"));
+            let close = self.close.unwrap_or(sockjs::close::GOING_AWAY);
             self.session.inbox.lock().closed.get_or_insert(close);
         } else {
             self.registry.remove(&self.id);

@@ -67,6 +67,8 @@ pub mod close {
     /// The receiving request of a polling or streaming session was cut
     /// before the session closed.
     pub const INTERRUPTED: (u16, &str) = (1002, "Connection interrupted");
+    /// The server is shutting down.
+    pub const GOING_AWAY: (u16, &str) = (1001, "Going away");
     /// A second receiving request arrived while one is still open.
     pub const ANOTHER_CONNECTION: (u16, &str) = (2010, "Another connection still open");
     /// The server ended the session (the suite's example close).

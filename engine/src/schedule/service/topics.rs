@@ -36,13 +36,8 @@ impl Delayed {
     /// router take effect here within that time, also for what comes in
     /// over AMQP.
     pub(super) async fn watch_topics(&self, shutdown: tokio_util::sync::CancellationToken) {
-        let mut tick = tokio::time::interval(TOPICS_WATCH);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut every = crate::task::Every::new(TOPICS_WATCH);
+        while every.tick(&shutdown).await {
             if let Err(e) = self.inner.topics.refresh(&*self.inner.store).await {
                 self.inner.metrics.store_error("topics");
                 tracing::debug!(error = %e, "reading the topics' version failed; the next tick tries again");
