@@ -580,9 +580,14 @@ class Deployment:
 
     def direct_client(self, edge: str, uid: str, client: str | None = None) -> Client:
         """A subscribed stomp.py session on `edge` itself (not through
-        HAProxy, which hashes a user to one edge). It asks for the server's
-        heart-beats: stomp.py's socket times out after TIMEOUT without a
-        byte, and such sessions may be kept open longer than that."""
+        HAProxy, which hashes a user to one edge). Such sessions may sit
+        idle longer than TIMEOUT, so it asks for the server's heart-beats
+        and, once CONNECTED says how often they come (the larger of the two
+        sides: the edges' `heartbeat_send_ms`, 10 s), gives the socket's
+        read timeout (TIMEOUT until then; websocket-client applies it to
+        every read) two and a half intervals: a read timeout equal to the
+        interval cut idle sessions whenever a heart-beat came a moment
+        late."""
         c = Client(self, uid, self.token(uid, client=client))
         host, _, port = self.edges[edge].rpartition(":")
         c.conn = stomp.WSConnection(
@@ -592,7 +597,10 @@ class Deployment:
         c.conn.set_listener("herald-dist", _Listener(c._sink))
         c.edge = edge
         self.sessions.append(c)
-        c.connect()
+        connected = c.connect()
+        sx = int(connected.headers.get("heart-beat", "0,0").split(",")[0])
+        if sx:
+            c.conn.transport.socket.settimeout(max(TIMEOUT, 2.5 * sx / 1000))
         c.subscribe()
         return c
 
