@@ -20,7 +20,7 @@ use herald_protocol::envelope::Notification;
 use herald_protocol::{binary, bundle};
 use tokio::sync::watch;
 
-use super::publisher::{Forwarded, Publisher};
+use super::publisher::{Forwarded, Publisher, in_order};
 use herald_engine::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
 
 /// Where the current session's [`Publisher`] lives. Clones share the slot.
@@ -145,21 +145,23 @@ impl AmqpLink {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let timeout = self.timeout;
         let messages = self.bundling.split(&batch);
-        let mut confirms = Vec::with_capacity(messages.len());
-        let sending = async {
-            for range in &messages {
-                let sent = match &batch[range.clone()] {
+        // Every message handed to the channel in the first poll, in order
+        // (see `in_order`): another batch sent meanwhile cannot come
+        // between two of this one's.
+        let sending = in_order(messages.iter().map(|range| {
+            let publisher = &publisher;
+            let part = &batch[range.clone()];
+            async move {
+                match part {
                     [one] => publisher.send(one).await,
                     several => publisher.send_bundle(several).await,
-                };
-                confirms.push(sent.map_err(|e| LinkError(format!("AMQP: {e}")))?);
+                }
             }
-            Ok::<(), LinkError>(())
-        };
-        match tokio::time::timeout_at(deadline, sending).await {
-            Ok(r) => r?,
+        }));
+        let confirms = match tokio::time::timeout_at(deadline, sending).await {
+            Ok(r) => r.map_err(|e| LinkError(format!("AMQP: {e}")))?,
             Err(_) => return Err(not_confirmed(timeout)),
-        }
+        };
         let confirmed = async move {
             for (range, confirm) in messages.into_iter().zip(confirms) {
                 match publisher.confirmed(confirm).await {

@@ -116,19 +116,28 @@ impl Publisher {
             let confirm = self.publish(self.edges.clone(), short(key), batch).await?;
             return Ok(Sent(vec![confirm]));
         };
-        let mut sent = Sent::default();
-        for m in routing.plan(batch, now_ms()) {
-            let part: Vec<Arc<Notification>> =
-                m.items.iter().map(|&i| Arc::clone(&batch[i])).collect();
-            sent.0
-                .push(self.publish(exchange.clone(), short(&m.key), &part).await?);
+        let plan = routing.plan(batch, now_ms());
+        let parts: Vec<Vec<Arc<Notification>>> = plan
+            .iter()
+            .map(|m| m.items.iter().map(|&i| Arc::clone(&batch[i])).collect())
+            .collect();
+        for m in &plan {
             if m.key.is_empty() {
                 routing.metrics().every_publications.inc();
             } else {
                 routing.metrics().edge_publications.inc();
             }
         }
-        Ok(sent)
+        // Every message of the plan is handed to the channel now, in plan
+        // order, before this future first yields: a forward planned after
+        // this one (another delivery's, polled while this one waits) cannot
+        // put a message between two of these and overtake a notification
+        // of this batch on an edge's queue.
+        let publishes = plan
+            .iter()
+            .zip(&parts)
+            .map(|(m, part)| self.publish(exchange.clone(), short(&m.key), part));
+        Ok(Sent(in_order(publishes).await?))
     }
 
     /// Publish `batch` to one edge's key on the targeted exchange, as is
@@ -215,4 +224,36 @@ impl Publisher {
             }
         }
     }
+}
+
+/// Await `futures` together, polling them in the order given, every one
+/// on each poll of the whole until it is done: each one's first poll comes
+/// in the first poll of the whole, in order. A publish hands its frames to
+/// the channel on its first poll (then waits for them to be written), so
+/// the messages go out in this order with nothing of another task's
+/// between them. The first error ends the wait (the rest are dropped).
+pub(crate) async fn in_order<F, T, E>(futures: impl IntoIterator<Item = F>) -> Result<Vec<T>, E>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        let mut pending = false;
+        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            match future.as_mut().poll(cx) {
+                std::task::Poll::Ready(Ok(v)) => *slot = Some(v),
+                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(Ok(done.iter_mut().filter_map(Option::take).collect()))
+    })
+    .await
 }

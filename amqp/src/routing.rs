@@ -309,6 +309,16 @@ impl Routing {
         self.metrics.reports.inc();
         let mut state = self.state.lock();
         let applied = state.view.apply(report, now);
+        tracing::debug!(
+            edge = %report.edge,
+            seq = report.seq,
+            sync = ?report.sync.map(|s| (s.part, s.parts)),
+            users = report.detail.len(),
+            gap = applied.gap,
+            synced = applied.synced,
+            arrivals = ?applied.arrivals.iter().map(|a| (&a.key, a.since_ms)).collect::<Vec<_>>(),
+            "presence report applied to the routing view"
+        );
         if applied.gap {
             self.metrics.gaps.inc();
         }
@@ -350,7 +360,9 @@ impl Routing {
         let mut state = self.state.lock();
         let evicted_before = state.recent.evicted;
         for (i, n) in batch.iter().enumerate() {
-            match state.view.route(n, now) {
+            let route = state.view.route(n, now);
+            tracing::trace!(id = %n.id, route = ?route, "routed");
+            match route {
                 Route::Every(reason) => {
                     self.metrics
                         .every
