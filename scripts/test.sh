@@ -312,12 +312,11 @@ distributed_tests() {
     HERALD_DIST_BIN_DIR="$dir" run_stage distributed "$VENV/bin/python" -m pytest tests/distributed \
         -m "not targeted_only"
     SUMMARY+=("distributed (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed.log")")
-    # With the routers routing by edge (routing.mode = "targeted"):
-    # test_targeted.py (what each edge receives, users moving between edges,
-    # a restarted router). The rest of the suite is not run in this mode
-    # yet: docs/architecture.md, targeted routing, says why.
+    # Again with the routers routing by edge (routing.mode = "targeted"):
+    # the whole suite, and the tests marked targeted_only (what each edge
+    # receives, a restarted router's view).
     HERALD_DIST_BIN_DIR="$dir" HERALD_DIST_ROUTING=targeted run_stage distributed-targeted \
-        "$VENV/bin/python" -m pytest tests/distributed/test_targeted.py
+        "$VENV/bin/python" -m pytest tests/distributed
     SUMMARY+=("distributed, targeted routing (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed-targeted.log")")
 }
 
