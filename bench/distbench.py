@@ -94,13 +94,6 @@ def session(dep: Deployment, uid: str, tap, headers: dict | None = None) -> Clie
     benchmark's session may sit idle longer than any heart-beat it would
     ask for (stomp.py drops the connection on a read timeout)."""
     c = dep.client(uid, headers=headers, tap=tap, subscribe=False)
-    no_read_timeout(c)
+    c.read_timeout(None)
     c.subscribe()
     return c
-
-
-def no_read_timeout(c: Client) -> None:
-    """Lift a connected session's read timeout. Call it before a request
-    whose answer ends the read under way (SUBSCRIBE and its RECEIPT): a
-    read already waiting keeps the timeout it started with."""
-    c.conn.transport.socket.settimeout(None)

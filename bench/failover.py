@@ -59,7 +59,7 @@ from pathlib import Path
 import pika.exceptions
 import requests
 
-from distbench import READY_S, deploy, down, no_read_timeout, routing_toml, session, switch_mode
+from distbench import READY_S, deploy, down, routing_toml, session, switch_mode
 from herald_dist import (RECOVERY, Client, Deployment, amqp_publish, confirmed_channel,
                          wait_until)
 
@@ -119,7 +119,7 @@ class Subscriber:
                 c = Client(self.dep, self.uid, self.dep.token(self.uid), tap=self._tap)
                 try:
                     c.connect(resume)
-                    no_read_timeout(c)
+                    c.read_timeout(None)
                     c.subscribe()
                 except Exception:  # noqa: BLE001 - retried, as a browser does
                     try:
@@ -247,7 +247,8 @@ def settle(subs, pub, must: set[str], timeout: float) -> None:
             s.cond.wait_for(lambda: mid in s.arrived, max(0.0, deadline - time.monotonic()))
 
 
-def losses(subs, pub) -> dict:
+def losses(subs, pub) -> tuple[dict, list]:
+    """The run's figures, and what never arrived: (began, id, user)."""
     by_uid = {s.uid: s for s in subs}
     lost = [(began, mid, uid) for began, _, mid, uid in pub.sent
             if mid not in by_uid[uid].arrived]
@@ -263,8 +264,7 @@ def losses(subs, pub) -> dict:
         "publisher_failures": dict(pub.failures),
         "latency_p50_ms": round(lat[len(lat) // 2] * 1000, 1) if lat else None,
         "latency_max_ms": round(lat[-1] * 1000, 1) if lat else None,
-        "_lost": lost,
-    }
+    }, lost
 
 
 def edge_kill(dep, subs, args) -> dict:
@@ -287,8 +287,7 @@ def edge_kill(dep, subs, args) -> dict:
     after = {mid for began, _, mid, uid in pub.sent
              if uid not in moved_ids or began > back[uid]}
     settle(subs, pub, after, RECOVERY)
-    out = losses(subs, pub)
-    lost = out.pop("_lost")
+    out, lost = losses(subs, pub)
     window = {"before_kill": 0, "outage": 0, "after_resubscribe": 0, "other_users": 0}
     outage_sent = 0
     for began, _, mid, uid in pub.sent:
@@ -333,8 +332,7 @@ def root_restart(dep, subs, args) -> dict:
 
     pub, _ = run_stream(dep, subs, args, event)
     settle(subs, pub, {mid for _, _, mid, _ in pub.sent}, RECOVERY)
-    out = losses(subs, pub)
-    out.pop("_lost")
+    out, _ = losses(subs, pub)
     out.update({
         "down_s": round(marks["started"] - marks["stop"], 3),
         "relinked_after_start_s": round(marks["relinked"] - marks["started"], 3),
@@ -360,8 +358,7 @@ def router_restart(dep, subs, args) -> dict:
 
     pub, _ = run_stream(dep, subs, args, event)
     settle(subs, pub, {mid for _, _, mid, _ in pub.sent}, RECOVERY)
-    out = losses(subs, pub)
-    out.pop("_lost")
+    out, _ = losses(subs, pub)
     out["ready_s"] = round(marks["ready"] - marks["kill"], 3)
     if "targeting" in marks:
         out["targeting_s"] = round(marks["targeting"] - marks["kill"], 3)

@@ -188,6 +188,14 @@ class Client:
             return
         raise AssertionError(f"{self.uid}: unexpected {e}")
 
+    def read_timeout(self, seconds: float | None) -> None:
+        """Set the connected socket's read timeout (None: wait forever).
+        websocket-client applies it to every read, and stomp.py drops the
+        connection when one times out; a read already waiting keeps the
+        timeout it started with, so set it before a request whose answer
+        ends that read (SUBSCRIBE and its RECEIPT)."""
+        self.conn.transport.socket.settimeout(seconds)
+
     # -- sending -------------------------------------------------------------
     def connect(self, headers: dict | None = None) -> Event:
         self.conn.connect(passcode=self.token, headers=headers or {}, wait=False)
@@ -600,7 +608,7 @@ class Deployment:
         connected = c.connect()
         sx = int(connected.headers.get("heart-beat", "0,0").split(",")[0])
         if sx:
-            c.conn.transport.socket.settimeout(max(TIMEOUT, 2.5 * sx / 1000))
+            c.read_timeout(max(TIMEOUT, 2.5 * sx / 1000))
         c.subscribe()
         return c
 
