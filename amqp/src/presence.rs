@@ -19,6 +19,7 @@
 //! | header `detail` | string `json-v1`, optional | the body holds the sessions of the users whose sessions changed |
 //! | header `mailbox-ttl-ms` | integer, optional | how long the edge keeps a mailbox after its last session left |
 //! | header `sync-part`, `sync-parts` | integers, optional | the report is part `sync-part` of `sync-parts` of a snapshot (below) |
+//! | header `missed-since` | table, optional | user → integer: for users of the detail whose session came from a mailbox this edge does not have, when it last heard from it (ms since the Unix epoch, edge's clock; below) |
 //! | body | empty, or with `detail` the JSON below | |
 //!
 //! The detail (since this version) says, for every user whose sessions on
@@ -30,7 +31,17 @@
 //!   "since_ms":1764162000123,"sessions":{"websocket":2,"xhr_streaming":1}}]}]
 //! ```
 //!
-//! (`mailboxes` empty: no session left there.) It travels in the body, not
+//! (`mailboxes` empty: no session left there.) `missed-since` says, for a
+//! user of the detail, since when they may have missed notifications: a
+//! session that resumed here from another edge's mailbox (its edge died,
+//! or HAProxy moved it) with the client's `offline-ms` (how long ago it
+//! last heard from that session). Routers routing by edge re-send to this
+//! edge what they sent elsewhere for the user since then
+//! ([`crate::routing`]). It is a header, not a field of the detail, so
+//! that routers of an older version (whose detail reader refuses unknown
+//! fields) read the report as before; an edge keeps it under
+//! [`MAX_MISSED_BYTES`] per report by splitting a batch into several
+//! reports. The detail travels in the body, not
 //! in a header, because a content header must fit one AMQP frame
 //! (`frame_max`, 128 KiB on RabbitMQ by default) while a body spans
 //! frames; it is bounded by [`MAX_DETAIL_BYTES`], [`MAX_REPORT_USERS`]
@@ -69,6 +80,10 @@ pub const PRESENCE_EXCHANGE: &str = "herald.presence";
 pub const MAX_REPORT_USERS: usize = 10_000;
 /// Largest detail body.
 pub const MAX_DETAIL_BYTES: usize = 8 * 1024 * 1024;
+/// Most bytes of user ids in one report's `missed-since` header (a
+/// content header must fit one AMQP frame: 128 KiB on RabbitMQ by
+/// default, with the other headers).
+pub const MAX_MISSED_BYTES: usize = 64 * 1024;
 /// The value of the `detail` header this version writes and reads.
 pub const DETAIL_JSON_V1: &str = "json-v1";
 /// Longest user, site or client id in the detail (bytes).
@@ -94,6 +109,8 @@ pub mod headers {
     pub const SYNC_PART: &str = "sync-part";
     /// How many parts the snapshot has.
     pub const SYNC_PARTS: &str = "sync-parts";
+    /// Users of the detail who may have missed notifications since then.
+    pub const MISSED_SINCE: &str = "missed-since";
 }
 
 /// The exchange an edge sends its snapshots to, beside
@@ -163,6 +180,20 @@ impl PresenceAmqp for PresenceReport {
             table.insert(headers::SYNC_PART.into(), number(sync.part.into()));
             table.insert(headers::SYNC_PARTS.into(), number(sync.parts.into()));
         }
+        let mut missed = FieldTable::default();
+        // An AMQP table's keys are short strings (255 bytes at most): a
+        // longer user id goes without (its catch-up starts from its
+        // sessions' start).
+        for u in self
+            .detail
+            .iter()
+            .filter(|u| u.missed_since_ms > 0 && u.user.len() <= 255)
+        {
+            missed.insert(u.user.as_str().into(), number(u.missed_since_ms));
+        }
+        if !missed.inner().is_empty() {
+            table.insert(headers::MISSED_SINCE.into(), AMQPValue::FieldTable(missed));
+        }
         BasicProperties::default()
             .with_type(PRESENCE_TYPE.into())
             .with_headers(table)
@@ -227,7 +258,7 @@ impl PresenceAmqp for PresenceReport {
             crate::envelope::list(headers::ONLINE, get(headers::ONLINE), MAX_REPORT_USERS)?;
         let offline =
             crate::envelope::list(headers::OFFLINE, get(headers::OFFLINE), MAX_REPORT_USERS)?;
-        let detail = match get(headers::DETAIL) {
+        let mut detail = match get(headers::DETAIL) {
             None => Vec::new(),
             Some(v) => {
                 let format = crate::envelope::string(headers::DETAIL, v)?;
@@ -246,6 +277,9 @@ impl PresenceAmqp for PresenceReport {
                 .map(Some)
                 .ok_or_else(|| Rejection::invalid(field, "the header is a non-negative integer")),
         };
+        if let Some(v) = get(headers::MISSED_SINCE) {
+            read_missed(v, &mut detail)?;
+        }
         let mailbox_ttl_ms = number(headers::MAILBOX_TTL_MS)?.unwrap_or(0);
         let sync = match (number(headers::SYNC_PART)?, number(headers::SYNC_PARTS)?) {
             (None, None) => None,
@@ -288,6 +322,33 @@ fn seq_of(v: &AMQPValue) -> Option<u64> {
         AMQPValue::Timestamp(n) => Some(*n),
         _ => None,
     }
+}
+
+/// The `missed-since` header into `detail`: a table of users of the
+/// detail to non-negative integers (a user the detail does not name says
+/// nothing and is skipped).
+fn read_missed(v: &AMQPValue, detail: &mut [UserSessions]) -> Result<(), Rejection> {
+    let bad = || {
+        Rejection::invalid(
+            headers::MISSED_SINCE,
+            format!(
+                "missed-since is a table of at most {MAX_REPORT_USERS} users to non-negative integers (ms since the Unix epoch)"
+            ),
+        )
+    };
+    let AMQPValue::FieldTable(table) = v else {
+        return Err(bad());
+    };
+    if table.inner().len() > MAX_REPORT_USERS {
+        return Err(bad());
+    }
+    for (user, ms) in table.inner() {
+        let ms = seq_of(ms).ok_or_else(bad)?;
+        if let Some(u) = detail.iter_mut().find(|u| u.user == user.as_str()) {
+            u.missed_since_ms = ms;
+        }
+    }
+    Ok(())
 }
 
 /// `id` is 1 to [`MAX_ID`] bytes without control characters (empty allowed
@@ -350,6 +411,7 @@ fn read_detail(body: &[u8]) -> Result<Vec<UserSessions>, Rejection> {
             Ok(UserSessions {
                 user: u.user,
                 mailboxes,
+                missed_since_ms: 0,
             })
         })
         .collect()
@@ -370,12 +432,74 @@ mod tests {
                     by_transport: [("websocket".to_owned(), 2), ("xhr_streaming".to_owned(), 1)]
                         .into(),
                 }],
+                missed_since_ms: 1_764_161_990_000,
             },
             UserSessions {
                 user: "carol".into(),
                 mailboxes: vec![],
+                missed_since_ms: 0,
             },
         ]
+    }
+
+    fn with_missed(r: &PresenceReport, value: AMQPValue) -> BasicProperties {
+        let mut table = r.to_amqp().headers().clone().unwrap_or_default();
+        table.insert(headers::MISSED_SINCE.into(), value);
+        r.to_amqp().with_headers(table)
+    }
+
+    #[test]
+    fn missed_since_travels_in_a_header_an_older_router_does_not_read() {
+        let r = PresenceReport {
+            edge: "edge-1".into(),
+            boot: "9f2c".into(),
+            seq: 7,
+            detail: detail(),
+            mailbox_ttl_ms: 300_000,
+            ..Default::default()
+        };
+        let props = r.to_amqp();
+        let table = props.headers().as_ref().unwrap().inner();
+        let Some(AMQPValue::FieldTable(missed)) = table.get(headers::MISSED_SINCE) else {
+            panic!("no missed-since table: {table:?}");
+        };
+        // Only the users who said so.
+        assert_eq!(missed.inner().len(), 1);
+        assert_eq!(
+            missed.inner().get("alice"),
+            Some(&AMQPValue::LongLongInt(1_764_161_990_000))
+        );
+        // The body is the detail as before, so an older router reads it.
+        let wire: Vec<WireUser> = serde_json::from_slice(&r.body()).unwrap();
+        assert_eq!(wire.len(), 2);
+        // A user the detail does not name is skipped.
+        let mut extra = FieldTable::default();
+        extra.insert("alice".into(), AMQPValue::LongInt(5));
+        extra.insert("zoe".into(), AMQPValue::LongInt(6));
+        let read =
+            PresenceReport::from_amqp(&with_missed(&r, AMQPValue::FieldTable(extra)), &r.body())
+                .unwrap();
+        assert_eq!(read.detail[0].missed_since_ms, 5);
+        assert_eq!(read.detail[1].missed_since_ms, 0);
+    }
+
+    #[test]
+    fn a_bad_missed_since_is_refused_naming_it() {
+        let r = PresenceReport {
+            edge: "edge-1".into(),
+            boot: "9f2c".into(),
+            detail: detail(),
+            ..Default::default()
+        };
+        let mut negative = FieldTable::default();
+        negative.insert("alice".into(), AMQPValue::LongLongInt(-1));
+        for bad in [
+            AMQPValue::LongString("alice=5".into()),
+            AMQPValue::FieldTable(negative),
+        ] {
+            let err = PresenceReport::from_amqp(&with_missed(&r, bad), &r.body()).unwrap_err();
+            assert_eq!(err.field, headers::MISSED_SINCE, "{err:?}");
+        }
     }
 
     #[test]

@@ -1745,6 +1745,7 @@ mod presence {
         UserSessions {
             user: name.into(),
             mailboxes,
+            missed_since_ms: 0,
         }
     }
 

@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use mailbox::Resume;
+pub use mailbox::{Missed, Resume};
 
 use crate::config::MailboxConfig;
 use crate::metrics::{DropReason, Metrics};
@@ -167,12 +167,15 @@ impl Hub {
 
     /// Join a session to its mailbox, creating the mailbox on first use;
     /// refused when the mailbox already holds `max_sessions` sessions (the
-    /// user's limit: one mailbox per user and site).
+    /// user's limit: one mailbox per user and site). `missed`: the session
+    /// resumes a mailbox that may be another one (its CONNECT's
+    /// `offline-ms`), see [`Missed`].
     pub fn attach(
         &self,
         who: &Identity,
         outbox: &Arc<Outbox>,
         max_sessions: usize,
+        missed: Option<&Missed>,
     ) -> Result<Attached, TooManySessions> {
         let mut shard = self.shards[shard_of(&who.user)].lock();
         let shard = &mut *shard;
@@ -206,7 +209,11 @@ impl Hub {
         if mailbox.idle_deadline.take().is_some() {
             shard.idle -= 1;
         }
-        mailbox.add_session(outbox, herald_engine::schedule::timing::now_ms());
+        let now_ms = herald_engine::schedule::timing::now_ms();
+        mailbox.add_session(outbox, now_ms);
+        if let Some(missed) = missed {
+            mailbox.note_missed(missed, now_ms);
+        }
         outbox.start(mailbox.head);
         let attached = Attached {
             epoch: mailbox.epoch,

@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_amqp::presence::{MAX_REPORT_USERS, PresenceReport, SyncPart};
-use herald_engine::schedule::presence::view::{MailboxSessions, UserSessions};
+use herald_amqp::presence::{MAX_MISSED_BYTES, MAX_REPORT_USERS, PresenceReport, SyncPart};
+use herald_engine::schedule::presence::view::UserSessions;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -153,18 +153,18 @@ pub fn channel(
 }
 
 /// What the batcher reads from the hub: a user's live mailboxes as a
-/// report is made ([`crate::hub::Hub::sessions_of`]), and every mailbox
+/// report is made ([`crate::hub::Hub::user_sessions`]), and every mailbox
 /// for a snapshot ([`crate::hub::Hub::held`]).
 pub trait Mailboxes: Send {
     /// `user`'s mailboxes with a live session.
-    fn sessions_of(&self, user: &str) -> Vec<MailboxSessions>;
+    fn user_sessions(&self, user: &str) -> UserSessions;
     /// Every user with a mailbox, live or idle.
     fn held(&self) -> Vec<UserSessions>;
 }
 
 impl Mailboxes for Arc<crate::hub::Hub> {
-    fn sessions_of(&self, user: &str) -> Vec<MailboxSessions> {
-        crate::hub::Hub::sessions_of(self, user)
+    fn user_sessions(&self, user: &str) -> UserSessions {
+        crate::hub::Hub::user_sessions(self, user)
     }
 
     fn held(&self) -> Vec<UserSessions> {
@@ -225,31 +225,60 @@ pub async fn run_batcher(
                 continue;
             }
         }
-        seq += 1;
-        let mut report = PresenceReport {
-            edge: config.edge.clone(),
-            boot: config.boot.clone(),
-            seq,
-            mailbox_ttl_ms: ttl_ms,
-            ..PresenceReport::default()
-        };
-        for (user, change) in pending.drain() {
-            match change {
-                Change::Online => report.online.push(user.to_string()),
-                Change::Offline => report.offline.push(user.to_string()),
-                Change::Sessions => {}
-            }
-            report.detail.push(UserSessions {
-                mailboxes: hub.sessions_of(&user),
-                user: user.to_string(),
-            });
-        }
         flush_at = None;
         heartbeat.reset();
         // No link connected: nobody to tell; the next heartbeat after a
         // reconnect tells the routers this edge is alive.
-        let _ = out.send(Arc::new(report));
+        for report in reports(&config, &mut seq, ttl_ms, &hub, pending.drain()) {
+            let _ = out.send(Arc::new(report));
+        }
     }
+}
+
+/// The reports of one batch of changes (one when there are none: a
+/// heartbeat), numbered from `seq + 1`: a report is closed early when its
+/// `missed-since` header would grow past [`MAX_MISSED_BYTES`] (many users
+/// moving here at once from an edge that died).
+fn reports(
+    config: &BatcherConfig,
+    seq: &mut u64,
+    ttl_ms: u64,
+    hub: &impl Mailboxes,
+    changes: impl Iterator<Item = (Arc<str>, Change)>,
+) -> Vec<PresenceReport> {
+    let new = |seq: &mut u64| {
+        *seq += 1;
+        PresenceReport {
+            edge: config.edge.clone(),
+            boot: config.boot.clone(),
+            seq: *seq,
+            mailbox_ttl_ms: ttl_ms,
+            ..PresenceReport::default()
+        }
+    };
+    let mut out = Vec::new();
+    let mut report = new(seq);
+    let mut missed_bytes = 0;
+    for (user, change) in changes {
+        let sessions = hub.user_sessions(&user);
+        if sessions.missed_since_ms > 0 {
+            // Each entry: the key, its length byte, a type byte, 8 bytes.
+            let bytes = user.len() + 10;
+            if missed_bytes + bytes > MAX_MISSED_BYTES {
+                out.push(std::mem::replace(&mut report, new(seq)));
+                missed_bytes = 0;
+            }
+            missed_bytes += bytes;
+        }
+        match change {
+            Change::Online => report.online.push(user.to_string()),
+            Change::Offline => report.offline.push(user.to_string()),
+            Change::Sessions => {}
+        }
+        report.detail.push(sessions);
+    }
+    out.push(report);
+    out
 }
 
 /// Send a snapshot of every mailbox of `hub`, in parts of at most
@@ -288,6 +317,7 @@ fn send_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_engine::schedule::presence::view::MailboxSessions;
 
     /// Alice with two sessions (and, for snapshots, `idle` users more
     /// without one).
@@ -303,10 +333,16 @@ mod tests {
     }
 
     impl Mailboxes for Fake {
-        fn sessions_of(&self, user: &str) -> Vec<MailboxSessions> {
-            match user {
-                "alice" => vec![alice()],
-                _ => vec![],
+        /// Alice, and users named `moved-...` who came from another edge.
+        fn user_sessions(&self, user: &str) -> UserSessions {
+            UserSessions {
+                user: user.to_owned(),
+                mailboxes: match user {
+                    "alice" => vec![alice()],
+                    u if u.starts_with("moved-") => vec![alice()],
+                    _ => vec![],
+                },
+                missed_since_ms: if user.starts_with("moved-") { 5 } else { 0 },
             }
         }
 
@@ -314,6 +350,7 @@ mod tests {
             let mut out = vec![UserSessions {
                 user: "alice".into(),
                 mailboxes: vec![alice()],
+                missed_since_ms: 0,
             }];
             out.extend((0..self.0).map(|i| UserSessions {
                 user: format!("idle-{i}"),
@@ -322,9 +359,61 @@ mod tests {
                     since_ms: 0,
                     ..alice()
                 }],
+                missed_since_ms: 0,
             }));
             out
         }
+    }
+
+    #[test]
+    fn a_batch_of_many_moved_users_is_split_to_keep_the_missed_header_bounded() {
+        let config = BatcherConfig {
+            edge: "e1".into(),
+            boot: "b1".into(),
+            batch: Duration::from_millis(100),
+            heartbeat: Duration::from_secs(10),
+            mailbox_ttl: Duration::from_secs(300),
+            sync: Duration::from_secs(60),
+        };
+        // 1,000 users with 200-byte ids came from a dead edge: 210 KB of
+        // missed-since entries, more than one header may hold.
+        let moved: Vec<(Arc<str>, Change)> = (0..1_000)
+            .map(|i| (Arc::from(format!("moved-{i:0>194}")), Change::Online))
+            .chain([(Arc::from("alice"), Change::Sessions)])
+            .collect();
+        let mut seq = 7;
+        let out = reports(&config, &mut seq, 300_000, &Fake(0), moved.into_iter());
+        assert!(out.len() >= 4, "{} reports", out.len());
+        assert_eq!(seq, 7 + out.len() as u64);
+        for (i, r) in out.iter().enumerate() {
+            assert_eq!(r.seq, 8 + i as u64, "numbered in order");
+            let bytes: usize = r
+                .detail
+                .iter()
+                .filter(|u| u.missed_since_ms > 0)
+                .map(|u| u.user.len() + 10)
+                .sum();
+            assert!(bytes <= MAX_MISSED_BYTES, "{bytes}");
+            assert_eq!(
+                r.online.len(),
+                r.detail.iter().filter(|u| u.user != "alice").count()
+            );
+        }
+        let users: usize = out.iter().map(|r| r.detail.len()).sum();
+        assert_eq!(users, 1_001, "every user in exactly one report");
+        // A batch with nobody who moved is one report, as before.
+        let mut seq = 0;
+        let one = reports(
+            &config,
+            &mut seq,
+            300_000,
+            &Fake(0),
+            [(Arc::from("alice"), Change::Online)].into_iter(),
+        );
+        assert_eq!(
+            (one.len(), seq, one[0].detail[0].missed_since_ms),
+            (1, 1, 0)
+        );
     }
 
     #[tokio::test(start_paused = true)]

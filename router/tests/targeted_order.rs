@@ -62,6 +62,7 @@ fn holds(edge: &str, user: &str) -> PresenceReport {
                 since_ms: now_ms(),
                 by_transport: [("websocket".to_owned(), 1)].into(),
             }],
+            missed_since_ms: 0,
         }],
         ..PresenceReport::default()
     }

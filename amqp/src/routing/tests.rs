@@ -68,6 +68,7 @@ fn report(edge: &str, seq: u64, users: &[(&str, Vec<MailboxSessions>)]) -> Prese
             .map(|(u, m)| UserSessions {
                 user: (*u).to_owned(),
                 mailboxes: m.clone(),
+                missed_since_ms: 0,
             })
             .collect(),
         mailbox_ttl_ms: TTL,
@@ -413,4 +414,81 @@ fn a_plan_keeps_each_edges_order_and_sends_global_ones_once() {
     assert_eq!(catch_up.len(), 1);
     assert_eq!(&*catch_up[0].0, "c");
     assert_eq!(catch_up[0].1[0].id, batch[5].id);
+}
+
+#[test]
+fn a_user_coming_from_a_dead_edge_is_caught_up_from_when_they_last_heard_from_it() {
+    let routing = Routing::new(
+        config(),
+        RecentConfig {
+            window_ms: 10_000,
+            max: 100,
+            max_bytes: 1 << 20,
+        },
+        RoutingMetrics::default(),
+    );
+    routing.start(T0);
+    let now = T0 + STALE;
+    for e in ["a", "b"] {
+        routing.apply(&report(e, 1, &[]), now);
+    }
+    routing.apply(&online("a", 2, "x", None, now), now);
+    // Edge a dies; x's notifications still go to it, one a second.
+    let sent: Vec<_> = (0..5)
+        .map(|i| {
+            let n = Arc::new(Notification {
+                id: format!("n{i}"),
+                ..(*user("x")).clone()
+            });
+            let plan = routing.plan(std::slice::from_ref(&n), now + 1_000 * (i + 1));
+            assert_eq!(
+                plan,
+                vec![Message {
+                    key: "a".into(),
+                    items: vec![0]
+                }]
+            );
+            n
+        })
+        .collect();
+    let arrived = now + 5_500;
+    // x's session on b began at `arrived` and said it last heard from its
+    // old one 4 s before that: the catch-up starts there (less the skew).
+    let mut r = online("b", 2, "x", None, arrived);
+    r.detail[0].missed_since_ms = arrived - 4_000;
+    let ids = |c: Vec<(Arc<str>, Vec<Arc<Notification>>)>| -> Vec<String> {
+        c.into_iter()
+            .flat_map(|(_, l)| l.into_iter().map(|n| n.id.clone()))
+            .collect()
+    };
+    assert_eq!(
+        ids(routing.apply(&r, arrived + 50)),
+        ["n0", "n1", "n2", "n3", "n4"][..]
+    );
+    // Without it, only from the session's start (less the skew).
+    let routing2 = Routing::new(
+        config(),
+        RecentConfig {
+            window_ms: 10_000,
+            max: 100,
+            max_bytes: 1 << 20,
+        },
+        RoutingMetrics::default(),
+    );
+    routing2.start(T0);
+    for e in ["a", "b"] {
+        routing2.apply(&report(e, 1, &[]), now);
+    }
+    routing2.apply(&online("a", 2, "x", None, now), now);
+    for (i, n) in sent.iter().enumerate() {
+        routing2.plan(std::slice::from_ref(n), now + 1_000 * (i as u64 + 1));
+    }
+    assert_eq!(
+        ids(routing2.apply(&online("b", 2, "x", None, arrived), arrived + 50)),
+        ["n4"][..]
+    );
+    // A later report saying the same re-sends nothing: b has them now.
+    let mut again = online("b", 3, "x", None, arrived);
+    again.detail[0].missed_since_ms = arrived - 4_000;
+    assert!(routing.apply(&again, arrived + 100).is_empty());
 }

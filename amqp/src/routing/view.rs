@@ -368,8 +368,7 @@ impl View {
                         &id,
                         &mut edge.users,
                         &mut edge.clients,
-                        &u.user,
-                        &u.mailboxes,
+                        u,
                         now,
                         ttl,
                         Some(&mut out.arrivals),
@@ -431,16 +430,7 @@ fn apply_sync(
     }
     *next += 1;
     for u in &r.detail {
-        set_user(
-            id,
-            users,
-            clients,
-            &u.user,
-            &u.mailboxes,
-            now,
-            edge.ttl_ms,
-            None,
-        );
+        set_user(id, users, clients, u, now, edge.ttl_ms, None);
     }
     if part.part < part.parts {
         return;

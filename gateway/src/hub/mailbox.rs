@@ -25,6 +25,21 @@ pub struct Resume {
     pub last_seq: u64,
 }
 
+/// A session resuming a mailbox that may not be this one (`offline-ms` on
+/// its CONNECT): the epoch it resumes, and how long ago it last heard from
+/// that session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missed {
+    /// The epoch of the mailbox the client resumes.
+    pub epoch: u64,
+    /// How long ago (ms) the client last heard from it.
+    pub offline_ms: u64,
+}
+
+/// Longest `offline-ms` taken at its word: a longer absence counts as this
+/// long (routers keep what they sent for seconds, not hours).
+pub(crate) const MAX_OFFLINE_MS: u64 = 3_600_000;
+
 /// What [`Mailbox::append`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Appended {
@@ -97,6 +112,11 @@ pub(crate) struct Mailbox {
     /// When its first live session began (wall clock, ms since the Unix
     /// epoch); 0 while it has none. For presence.
     pub(crate) online_since_ms: u64,
+    /// The earliest moment a live session that came from another mailbox
+    /// (not this one: another edge's, or one that expired) last heard from
+    /// it (wall clock, ms since the Unix epoch); 0 when none did. Reported
+    /// to the routers, which re-send what went elsewhere since.
+    pub(crate) missed_since_ms: u64,
 }
 
 impl Mailbox {
@@ -112,6 +132,20 @@ impl Mailbox {
             sessions: Vec::new(),
             idle_deadline: None,
             online_since_ms: 0,
+            missed_since_ms: 0,
+        }
+    }
+
+    /// A session that resumes `missed` began at `now_ms` (wall clock): when
+    /// it came from another mailbox, what it may have missed since it last
+    /// heard from there is remembered.
+    pub(crate) fn note_missed(&mut self, missed: &Missed, now_ms: u64) {
+        if missed.epoch == self.epoch {
+            return;
+        }
+        let since = now_ms.saturating_sub(missed.offline_ms.min(MAX_OFFLINE_MS));
+        if self.missed_since_ms == 0 || since < self.missed_since_ms {
+            self.missed_since_ms = since;
         }
     }
 
@@ -203,6 +237,7 @@ impl Mailbox {
         if self.sessions.is_empty() {
             self.sessions = Vec::new();
             self.online_since_ms = 0;
+            self.missed_since_ms = 0;
         }
         self.sessions.len() != before
     }

@@ -35,26 +35,47 @@ fn mailbox_sessions(m: &Mailbox) -> MailboxSessions {
     }
 }
 
+/// The earliest `missed_since_ms` of `mailboxes` that says one (0: none).
+fn missed_since<'a>(mailboxes: impl Iterator<Item = &'a Mailbox>) -> u64 {
+    mailboxes
+        .map(|m| m.missed_since_ms)
+        .filter(|&ms| ms > 0)
+        .min()
+        .unwrap_or(0)
+}
+
 impl Hub {
     /// `user`'s mailboxes with a live session here, with their sessions
     /// by transport; at most [`MAX_SITES_PER_USER`] (those with the most
     /// sessions).
     pub fn sessions_of(&self, user: &str) -> Vec<MailboxSessions> {
+        self.user_sessions(user).mailboxes
+    }
+
+    /// `user` as an edge reports them: [`Hub::sessions_of`], and since
+    /// when a live session of theirs that came from another mailbox may
+    /// have missed notifications (`missed_since_ms`).
+    pub fn user_sessions(&self, user: &str) -> UserSessions {
         let shard = self.shards[shard_of(user)].lock();
         let Some(list) = shard.users.get(user) else {
-            return Vec::new();
+            return UserSessions {
+                user: user.to_owned(),
+                ..UserSessions::default()
+            };
         };
-        let mut out: Vec<MailboxSessions> = list
-            .iter()
-            .filter(|m| !m.sessions.is_empty())
-            .map(mailbox_sessions)
-            .collect();
+        let live = || list.iter().filter(|m| !m.sessions.is_empty());
+        let mut mailboxes: Vec<MailboxSessions> = live().map(mailbox_sessions).collect();
+        let missed_since_ms = missed_since(live());
         drop(shard);
-        if out.len() > MAX_SITES_PER_USER {
-            out.sort_by_key(|m| std::cmp::Reverse(m.total()));
-            out.truncate(MAX_SITES_PER_USER);
+        if mailboxes.len() > MAX_SITES_PER_USER {
+            mailboxes.sort_by_key(|m| std::cmp::Reverse(m.total()));
+            mailboxes.truncate(MAX_SITES_PER_USER);
         }
-        out
+        UserSessions {
+            user: user.to_owned(),
+            mailboxes,
+            missed_since_ms,
+        }
     }
 
     /// Every user with a mailbox here, live or waiting out its TTL (with
@@ -75,6 +96,7 @@ impl Hub {
                 out.push(UserSessions {
                     user: user.to_string(),
                     mailboxes,
+                    missed_since_ms: missed_since(list.iter()),
                 });
             }
         }

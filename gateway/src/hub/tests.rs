@@ -68,7 +68,7 @@ fn session(h: &Hub, identity: &Identity) -> Arc<Outbox> {
 
 fn session_with_epoch(h: &Hub, identity: &Identity) -> (Arc<Outbox>, u64) {
     let o = outbox();
-    let attached = h.attach(identity, &o, usize::MAX).unwrap();
+    let attached = h.attach(identity, &o, usize::MAX, None).unwrap();
     h.subscribe(identity, &o, sub(0), None, Instant::now());
     (o, attached.epoch)
 }
@@ -133,7 +133,7 @@ async fn resume_replays_then_live_continues_without_duplicates() {
     h.detach(&alice, &first, now);
 
     let again = outbox();
-    let attached = h.attach(&alice, &again, usize::MAX).unwrap();
+    let attached = h.attach(&alice, &again, usize::MAX, None).unwrap();
     assert_eq!(attached.head, 3);
     let replay = h.subscribe(
         &alice,
@@ -164,7 +164,7 @@ async fn resume_past_the_buffer_gets_a_gap() {
     }
     h.detach(&alice, &o, now);
     let again = outbox();
-    h.attach(&alice, &again, usize::MAX).unwrap();
+    h.attach(&alice, &again, usize::MAX, None).unwrap();
     let replay = h.subscribe(
         &alice,
         &again,
@@ -203,7 +203,7 @@ async fn idle_mailbox_expires_after_ttl() {
 
     // Coming back makes a new mailbox: the old resume point is a gap.
     let again = outbox();
-    let attached = h.attach(&alice, &again, usize::MAX).unwrap();
+    let attached = h.attach(&alice, &again, usize::MAX, None).unwrap();
     assert_ne!(attached.epoch, epoch);
     let replay = h.subscribe(
         &alice,
@@ -256,15 +256,15 @@ fn presence_follows_the_first_and_last_session_of_a_user_across_sites() {
     let (a, b, c) = (outbox(), outbox(), outbox());
     assert!(!h.is_online("alice", &[]));
     assert!(
-        h.attach(&eu, &a, usize::MAX).unwrap().came_online,
+        h.attach(&eu, &a, usize::MAX, None).unwrap().came_online,
         "first session"
     );
     assert!(
-        !h.attach(&eu, &b, usize::MAX).unwrap().came_online,
+        !h.attach(&eu, &b, usize::MAX, None).unwrap().came_online,
         "second session, same site"
     );
     assert!(
-        !h.attach(&us, &c, usize::MAX).unwrap().came_online,
+        !h.attach(&us, &c, usize::MAX, None).unwrap().came_online,
         "another site, still online"
     );
     assert!(h.is_online("alice", &[]));
@@ -277,7 +277,9 @@ fn presence_follows_the_first_and_last_session_of_a_user_across_sites() {
     assert!(h.detach(&us, &c, now), "the last session left");
     assert!(!h.is_online("alice", &[]));
     assert!(
-        h.attach(&us, &outbox(), usize::MAX).unwrap().came_online,
+        h.attach(&us, &outbox(), usize::MAX, None)
+            .unwrap()
+            .came_online,
         "back online"
     );
 }
@@ -288,18 +290,19 @@ fn a_user_gets_at_most_max_sessions_per_site_and_a_freed_one_comes_back() {
     let eu = who("alice", None, "eu");
     let us = who("alice", None, "us");
     let (a, b, c) = (outbox(), outbox(), outbox());
-    h.attach(&eu, &a, 2).unwrap();
-    h.attach(&eu, &b, 2).unwrap();
+    h.attach(&eu, &a, 2, None).unwrap();
+    h.attach(&eu, &b, 2, None).unwrap();
     assert_eq!(
-        h.attach(&eu, &c, 2),
+        h.attach(&eu, &c, 2, None),
         Err(crate::hub::TooManySessions { max: 2 })
     );
     // Another site is another mailbox, another user as far as limits go;
     // another user has limits of their own.
-    h.attach(&us, &c, 2).unwrap();
-    h.attach(&who("bob", None, "eu"), &outbox(), 2).unwrap();
+    h.attach(&us, &c, 2, None).unwrap();
+    h.attach(&who("bob", None, "eu"), &outbox(), 2, None)
+        .unwrap();
     h.detach(&eu, &a, Instant::now());
-    h.attach(&eu, &outbox(), 2)
+    h.attach(&eu, &outbox(), 2, None)
         .expect("a freed slot is taken again");
 }
 
@@ -327,7 +330,7 @@ async fn mailboxes_keep_no_hold_on_the_routed_notification() {
     assert!(buffer.is_unique(), "a mailbox kept the payload's buffer");
     h.detach(&alice, &a, now);
     let again = outbox();
-    h.attach(&alice, &again, usize::MAX).unwrap();
+    h.attach(&alice, &again, usize::MAX, None).unwrap();
     let replay = h.subscribe(
         &alice,
         &again,
@@ -365,10 +368,10 @@ fn sessions_by_transport_and_companies_count_live_sessions_only() {
     );
     let us = outbox();
     let b = outbox();
-    h.attach(&a_eu, &ws, usize::MAX).unwrap();
-    h.attach(&a_eu, &xs, usize::MAX).unwrap();
-    h.attach(&a_us, &us, usize::MAX).unwrap();
-    h.attach(&bob, &b, usize::MAX).unwrap();
+    h.attach(&a_eu, &ws, usize::MAX, None).unwrap();
+    h.attach(&a_eu, &xs, usize::MAX, None).unwrap();
+    h.attach(&a_us, &us, usize::MAX, None).unwrap();
+    h.attach(&bob, &b, usize::MAX, None).unwrap();
     let mut alice = h.sessions_of("alice");
     alice.sort_by(|x, y| x.site.cmp(&y.site));
     assert_eq!(alice.len(), 2);
@@ -401,4 +404,73 @@ fn sessions_by_transport_and_companies_count_live_sessions_only() {
         .find(|m| m.site == "eu")
         .unwrap();
     assert_eq!((eu.total(), eu.since_ms), (1, since));
+}
+
+#[tokio::test]
+async fn a_session_from_another_mailbox_says_since_when_it_may_have_missed_notifications() {
+    let h = hub(300);
+    let alice = who("alice", None, "eu");
+    let before = herald_engine::schedule::timing::now_ms();
+    // Alice comes from another edge's mailbox (epoch 1, not this one's),
+    // last heard from it 4 s ago.
+    let o = outbox();
+    let epoch = h
+        .attach(
+            &alice,
+            &o,
+            usize::MAX,
+            Some(&Missed {
+                epoch: 1,
+                offline_ms: 4_000,
+            }),
+        )
+        .unwrap()
+        .epoch;
+    assert_ne!(epoch, 1);
+    let after = herald_engine::schedule::timing::now_ms();
+    let missed = h.user_sessions("alice").missed_since_ms;
+    assert!(
+        (before - 4_000..=after - 4_000).contains(&missed),
+        "{missed} not 4 s before {before}..{after}"
+    );
+    // A second session resuming this very mailbox missed nothing: unchanged.
+    let same = outbox();
+    h.attach(
+        &alice,
+        &same,
+        usize::MAX,
+        Some(&Missed {
+            epoch,
+            offline_ms: 60_000,
+        }),
+    )
+    .unwrap();
+    assert_eq!(h.user_sessions("alice").missed_since_ms, missed);
+    assert_eq!(h.held()[0].missed_since_ms, missed, "snapshots say it too");
+    // An absurd absence counts as an hour.
+    let bob = who("bob", None, "eu");
+    h.attach(
+        &bob,
+        &outbox(),
+        usize::MAX,
+        Some(&Missed {
+            epoch: 1,
+            offline_ms: u64::MAX,
+        }),
+    )
+    .unwrap();
+    let bob_missed = h.user_sessions("bob").missed_since_ms;
+    assert!(
+        bob_missed >= before - mailbox::MAX_OFFLINE_MS,
+        "{bob_missed}"
+    );
+    // Once every session left, the mailbox says nothing more of it.
+    let now = Instant::now();
+    h.detach(&alice, &o, now);
+    assert!(h.detach(&alice, &same, now));
+    assert_eq!(h.user_sessions("alice").missed_since_ms, 0);
+    // Without offline-ms: nothing.
+    let carol = who("carol", None, "eu");
+    h.attach(&carol, &outbox(), usize::MAX, None).unwrap();
+    assert_eq!(h.user_sessions("carol").missed_since_ms, 0);
 }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::host::Host;
 use super::stomp::{Action, Connect, Failure, StompSession, Subscribe};
-use crate::hub::{Attached, Identity, Resume};
+use crate::hub::{Attached, Identity, Missed, Resume};
 use crate::metrics::{DropReason, ProtocolError, RefuseReason, Transport, TransportLabels};
 use crate::outbox::{GapReason, Item, Outbox, QueueLimits, Subscription};
 
@@ -321,7 +321,11 @@ impl StompCore {
                 return;
             }
         };
-        let attached = match self.host.attach(&who, &self.outbox) {
+        let missed = c.resume.as_ref().zip(c.offline_ms).map(|(r, ms)| Missed {
+            epoch: r.epoch,
+            offline_ms: ms,
+        });
+        let attached = match self.host.attach(&who, &self.outbox, missed.as_ref()) {
             Ok(attached) => attached,
             Err(too_many) => {
                 self.host.metrics().refuse(RefuseReason::UserSessionLimit);

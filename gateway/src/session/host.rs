@@ -13,7 +13,7 @@ use herald_engine::schedule::presence_events::PresenceEvents;
 use crate::app::{Mode, Shared};
 use crate::auth::{AuthError, Verified};
 use crate::config::SessionConfig;
-use crate::hub::{Attached, Identity, Replay, Resume, TooManySessions};
+use crate::hub::{Attached, Identity, Missed, Replay, Resume, TooManySessions};
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, Subscription};
 use crate::presence::view::STANDALONE_EDGE;
@@ -31,7 +31,12 @@ pub trait Host: Send + Sync {
 
     /// Join the session's outbox to the user's mailbox, unless the user
     /// has `session.max_per_user` sessions already.
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions>;
+    fn attach(
+        &self,
+        who: &Identity,
+        outbox: &Arc<Outbox>,
+        missed: Option<&Missed>,
+    ) -> Result<Attached, TooManySessions>;
 
     /// Add a subscription, replaying from `resume` when given.
     fn subscribe(
@@ -82,10 +87,15 @@ impl Host for Shared {
         self.verifier.verify(token)
     }
 
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions> {
+    fn attach(
+        &self,
+        who: &Identity,
+        outbox: &Arc<Outbox>,
+        missed: Option<&Missed>,
+    ) -> Result<Attached, TooManySessions> {
         let attached = self
             .hub
-            .attach(who, outbox, self.config.session.max_per_user)?;
+            .attach(who, outbox, self.config.session.max_per_user, missed)?;
         // A first session is reported by `user_online`; another one
         // changes the user's counts, which the routers show.
         if let (Mode::Edge { presence }, false) = (&self.mode, attached.came_online) {

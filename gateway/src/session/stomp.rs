@@ -24,6 +24,9 @@ pub struct Connect {
     pub heartbeat: HeartBeat,
     /// Where the client left off (`last-seq` + `epoch`).
     pub resume: Option<Resume>,
+    /// How long ago the client last heard from the session it resumes
+    /// (`offline-ms`; only with `resume`).
+    pub offline_ms: Option<u64>,
 }
 
 /// A validated SUBSCRIBE.
@@ -152,6 +155,21 @@ fn parse_resume(frame: &Frame) -> Result<Option<Resume>, String> {
     }
 }
 
+fn parse_offline(frame: &Frame, resuming: bool) -> Result<Option<u64>, String> {
+    let Some(ms) = frame.header(names::OFFLINE_MS) else {
+        return Ok(None);
+    };
+    if !resuming {
+        return Err(
+            "offline-ms goes with last-seq and epoch: it says how long ago the resumed session was last heard from"
+                .into(),
+        );
+    }
+    ms.parse()
+        .map(Some)
+        .map_err(|_| format!("offline-ms {ms:?} is not a number of milliseconds"))
+}
+
 fn bearer(frame: &Frame) -> Option<String> {
     frame
         .header("Authorization")
@@ -243,6 +261,10 @@ impl StompSession {
             Ok(r) => r,
             Err(e) => return Action::Fail(Failure::refused(e, None)),
         };
+        let offline_ms = match parse_offline(frame, resume.is_some()) {
+            Ok(ms) => ms,
+            Err(e) => return Action::Fail(Failure::refused(e, None)),
+        };
         let token = frame
             .header(headers::PASSCODE)
             .filter(|p| !p.is_empty())
@@ -253,6 +275,7 @@ impl StompSession {
             token,
             heartbeat,
             resume,
+            offline_ms,
         })
     }
 
@@ -365,11 +388,13 @@ mod tests {
                 ("heart-beat", "5000,7000"),
                 ("last-seq", "4"),
                 ("epoch", "77"),
+                ("offline-ms", "2500"),
             ],
         ));
         let Action::Connect(c) = a else {
             panic!("{a:?}")
         };
+        assert_eq!(c.offline_ms, Some(2500));
         assert_eq!(c.version, Version::V1_2);
         assert_eq!(c.token.as_deref(), Some("tok"));
         assert_eq!(c.heartbeat, HeartBeat { cx: 5000, cy: 7000 });
@@ -406,6 +431,21 @@ mod tests {
             &[("accept-version", "1.2"), ("last-seq", "3")],
         )));
         assert!(f.message.contains("together"));
+        let f = failure(StompSession::new(8).on_frame(&frame(
+            Command::Connect,
+            &[
+                ("accept-version", "1.2"),
+                ("last-seq", "3"),
+                ("epoch", "9"),
+                ("offline-ms", "-4"),
+            ],
+        )));
+        assert!(f.message.contains("offline-ms \"-4\""), "{}", f.message);
+        let f = failure(StompSession::new(8).on_frame(&frame(
+            Command::Connect,
+            &[("accept-version", "1.2"), ("offline-ms", "40")],
+        )));
+        assert!(f.message.contains("goes with last-seq"), "{}", f.message);
         let f = failure(StompSession::new(8).on_frame(&frame(Command::Subscribe, &[])));
         assert!(f.message.contains("expected CONNECT"));
     }

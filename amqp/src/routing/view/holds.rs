@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use herald_engine::schedule::presence::view::MailboxSessions;
+use herald_engine::schedule::presence::view::UserSessions;
 
 use super::{Arrival, Key};
 
@@ -61,21 +61,22 @@ impl Holds {
     }
 }
 
-/// Record `user`'s mailboxes on an edge as `mailboxes` says (a mailbox
-/// with no session is kept for its TTL; no mailbox at all: the user's
-/// last session left, the mailboxes linger), pushing to `arrivals` the
-/// user and clients the edge did not hold before.
-#[allow(clippy::too_many_arguments)]
+/// Record a user's mailboxes on an edge as `u` says (a mailbox with no
+/// session is kept for its TTL; no mailbox at all: the user's last session
+/// left, the mailboxes linger), pushing to `arrivals` the user and clients
+/// the edge did not hold before, and the user again when a live session
+/// of theirs says since when it may have missed notifications
+/// (`missed_since_ms`: it came from another edge's mailbox).
 pub(super) fn set_user(
     edge: &Arc<str>,
     users: &mut Holds,
     clients: &mut Holds,
-    user: &str,
-    mailboxes: &[MailboxSessions],
+    u: &UserSessions,
     now: u64,
     ttl_ms: u64,
     arrivals: Option<&mut Vec<Arrival>>,
 ) {
+    let (user, mailboxes) = (u.user.as_str(), u.mailboxes.as_slice());
     let until = now.saturating_add(ttl_ms);
     let client_set = |live: bool| {
         let mut v: Vec<(&str, u64)> = mailboxes
@@ -145,7 +146,13 @@ pub(super) fn set_user(
         users.linger(user, until);
     }
     if let Some(a) = arrivals {
-        if !was_held {
+        // 0 is "unknown": everything the catch-up log keeps.
+        let since_ms = match (u.missed_since_ms, since_ms) {
+            (0, s) => s,
+            (_, 0) => 0,
+            (m, s) => m.min(s),
+        };
+        if !was_held || (u.missed_since_ms > 0 && live_mailboxes > 0) {
             a.push(Arrival {
                 edge: Arc::clone(edge),
                 key: Key::User(user.into()),

@@ -63,6 +63,13 @@ pub struct UserSessions {
     /// One entry per site with a live session, at most
     /// [`MAX_SITES_PER_USER`].
     pub mailboxes: Vec<MailboxSessions>,
+    /// When a session of this user that came from a mailbox this edge
+    /// does not have (another edge's, or one that expired) last heard from
+    /// it, as the client said (STOMP `offline-ms`; edge's wall clock, ms
+    /// since the Unix epoch): what was sent for the user since then may
+    /// never have reached them. 0 when no session said so. Routers routing
+    /// by edge re-send from here rather than from the sessions' start.
+    pub missed_since_ms: u64,
 }
 
 /// Sessions, counted.

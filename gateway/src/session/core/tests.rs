@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::auth::{AuthError, Claims, Verified, Verifier, sign_hs256};
 use crate::config::{MailboxConfig, SessionConfig};
-use crate::hub::{Attached, Hub, Identity, Replay, Resume, TooManySessions};
+use crate::hub::{Attached, Hub, Identity, Missed, Replay, Resume, TooManySessions};
 use crate::metrics::{ErrorLabels, Metrics, RefuseLabels, RefuseReason, Transport};
 use crate::outbox::{Outbox, Subscription};
 
@@ -105,8 +105,14 @@ impl Host for TestHost {
         self.verifier.verify(token)
     }
 
-    fn attach(&self, who: &Identity, outbox: &Arc<Outbox>) -> Result<Attached, TooManySessions> {
-        self.hub.attach(who, outbox, self.config.max_per_user)
+    fn attach(
+        &self,
+        who: &Identity,
+        outbox: &Arc<Outbox>,
+        missed: Option<&Missed>,
+    ) -> Result<Attached, TooManySessions> {
+        self.hub
+            .attach(who, outbox, self.config.max_per_user, missed)
     }
 
     fn subscribe(
@@ -715,6 +721,39 @@ fn a_sequence_no_longer_buffered_is_a_gap_marker() {
     c.subscribe("s1", &[]);
     let out = c.pull();
     assert_eq!(out[0].header("reason"), Some("epoch-changed"));
+}
+
+#[test]
+fn a_resume_from_another_mailbox_with_offline_ms_is_reported_as_missed() {
+    let host = TestHost::standard();
+    let t = token("alice");
+    let before = herald_engine::schedule::timing::now_ms();
+    let mut c = Client::new(&host);
+    // Its edge died: epoch 7 is no mailbox of this host.
+    c.connect(&[
+        ("passcode", &t),
+        (names::LAST_SEQ, "4"),
+        (names::EPOCH, "7"),
+        (names::OFFLINE_MS, "2500"),
+    ]);
+    c.subscribe("s1", &[]);
+    assert_eq!(c.pull()[0].header("reason"), Some("epoch-changed"));
+    let missed = host.hub.user_sessions("alice").missed_since_ms;
+    assert!(
+        missed >= before - 2_500 && missed <= herald_engine::schedule::timing::now_ms() - 2_500,
+        "{missed}"
+    );
+    // A bad value is refused with an ERROR naming it.
+    let mut bad = Client::new(&host);
+    let answer = bad.connect(&[
+        ("passcode", &t),
+        (names::LAST_SEQ, "4"),
+        (names::EPOCH, "7"),
+        (names::OFFLINE_MS, "soon"),
+    ]);
+    let (message, code) = error_of(&[answer], &bad.core);
+    assert!(message.contains("offline-ms"), "{message}");
+    assert_eq!(code, 1002);
 }
 
 #[test]
