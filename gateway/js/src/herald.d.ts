@@ -5,6 +5,8 @@
 export declare const DESTINATION: '/user/notifications';
 /** Event name of the gap marker. */
 export declare const GAP_EVENT: 'herald.gap';
+/** How many message ids the client remembers to drop a repeat of. */
+export declare const RECENT_IDS: number;
 /** Value of `transports` that selects a native WebSocket (no SockJS). */
 export declare const RAW_WEBSOCKET: 'websocket-raw';
 

@@ -19,7 +19,10 @@
  *
  * # Contract with the gateway (README "Contracts")
  * CONNECT carries `passcode` (the JWT), `heart-beat`, and on every reconnect
- * `last-seq` + `epoch`; CONNECTED answers with the mailbox `epoch` and `seq`.
+ * `last-seq` + `epoch` + `offline-ms` (how long ago the previous session was
+ * last heard from: if its edge died, the routers re-send to the new edge
+ * what went to the old one since then); CONNECTED answers with the mailbox
+ * `epoch` and `seq`.
  * SUBSCRIBE `/user/notifications` (optional `events` filter) with a receipt:
  * the client is `connected` once the receipt arrives; it carries `last-seq` +
  * `epoch` when they differ from the CONNECT's (a position restored from
@@ -27,7 +30,10 @@
  * frames carry `message-id`, `seq`, `epoch`, `event`, `scope`,
  * `content-type`; a MESSAGE with `event:herald.gap` means the replay could
  * not cover the reconnect: the app reloads its state, and the stream goes on
- * from the marker's `seq`.
+ * from the marker's `seq`. A message whose `message-id` was among the last
+ * {@link RECENT_IDS} handed to the app is not handed again (what the routers
+ * re-send after a move to another edge may include the last second before
+ * it).
  * Over SockJS (text only) a binary payload comes base64-encoded with
  * `content-transfer-encoding: base64`; `msg.bytes` is always the original.
  *
@@ -38,6 +44,8 @@
 export const DESTINATION = '/user/notifications';
 /** Event name of the gap marker. */
 export const GAP_EVENT = 'herald.gap';
+/** How many message ids the client remembers to drop a repeat of. */
+export const RECENT_IDS = 1024;
 /** Value of `transports` that selects a native WebSocket (no SockJS). */
 export const RAW_WEBSOCKET = 'websocket-raw';
 
@@ -594,6 +602,10 @@ export class HeraldClient {
     this._userName = null;
     /** @type {string | null} whose position _epoch/_lastSeq are (CONNECTED `user-name`) */
     this._positionUser = null;
+    /** @type {number | null} when a frame last came from a session (this._now()) */
+    this._lastHeard = null;
+    /** @type {Set<string>} the last RECENT_IDS message ids, oldest first */
+    this._recentIds = new Set();
     this._storageFailed = false;
     /** Counters for tests and debugging (every transport so far). */
     this._stats = { heartbeatsReceived: 0, heartbeatsSent: 0, connects: 0 };
@@ -804,12 +816,16 @@ export class HeraldClient {
       if (this._epoch !== null && this._lastSeq !== null) {
         headers['last-seq'] = this._lastSeq;
         headers.epoch = this._epoch;
+        if (this._lastHeard !== null) {
+          headers['offline-ms'] = Math.max(0, Math.round(this._now() - this._lastHeard));
+        }
       }
       this._send(encodeFrame('CONNECT', headers));
     };
     sock.onmessage = (ev) => {
       if (sock !== this._sock) return;
       s.lastRecv = this._now();
+      if (s.stomp) this._lastHeard = s.lastRecv;
       let frames;
       const beats = s.decoder.heartbeats;
       try {
@@ -845,6 +861,7 @@ export class HeraldClient {
     switch (f.command) {
       case 'CONNECTED': {
         s.stomp = true;
+        this._lastHeard = this._now();
         this._stats.connects++;
         const user = h['user-name'];
         if (user !== undefined) this._userName = user;
@@ -907,6 +924,15 @@ export class HeraldClient {
     }
     if (h.epoch !== undefined) this._epoch = h.epoch;
     if (seq !== null) this._lastSeq = seq;
+    const id = h['message-id'];
+    if (id !== undefined && id !== '') {
+      if (this._recentIds.has(id)) {
+        this._savePosition();
+        return; // handed to the app already (a copy re-sent after a move)
+      }
+      this._recentIds.add(id);
+      if (this._recentIds.size > RECENT_IDS) this._recentIds.delete(this._recentIds.values().next().value);
+    }
     const msg = new HeraldMessage(h, body);
     for (const [pattern, set] of [...this._handlers]) {
       if (RESERVED.has(pattern) || !matchEvent(pattern, msg.event)) continue;

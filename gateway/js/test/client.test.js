@@ -5,7 +5,7 @@
 import { test, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { connect } from '../src/herald.js';
+import { connect, RECENT_IDS } from '../src/herald.js';
 import { FakeClock, FakeSocket, flush } from '../testing/fakes.js';
 
 let clock;
@@ -451,4 +451,53 @@ test('websocket-raw with a SockJS base URL opens <base>/websocket natively', asy
 test('options are checked up front', () => {
   assert.throws(() => connect('ws://x/ws', {}), /token/);
   assert.throws(() => connect('http://x/sockjs', { token: 't' }), /SockJS/);
+});
+
+test('a reconnect says how long ago the last session was heard from, and copies re-sent after a move are dropped', async () => {
+  const { rec } = await client();
+  const first = FakeSocket.last;
+  first.handshake({ epoch: '5', seq: '0' });
+  clock.advance(1000);
+  first.message(1, { epoch: '5', 'message-id': 'n-a' });
+  clock.advance(1500);
+  first.message(2, { epoch: '5', 'message-id': 'n-b' });
+  clock.advance(700);
+  first.serverClose(1006); // its edge died 700 ms after the last frame
+  const second = await nextAttempt(); // after the backoff (500 ms)
+  const c = second.handshake({ epoch: '9', seq: '0' });
+  assert.equal(c.headers['last-seq'], '2');
+  assert.equal(c.headers.epoch, '5');
+  assert.equal(c.headers['offline-ms'], '1200', 'from the last frame to this CONNECT');
+
+  // The new edge's mailbox: a gap, then what the routers re-send, which
+  // may include the last second before the move.
+  second.frame('MESSAGE', {
+    subscription: 'sub-0', destination: '/user/notifications', 'message-id': 'gap-9-0', seq: '0', epoch: '9',
+    event: 'herald.gap', reason: 'epoch-changed', 'content-length': '0',
+  });
+  second.message(1, { epoch: '9', 'message-id': 'n-b' });
+  second.message(2, { epoch: '9', 'message-id': 'n-c' });
+  assert.deepEqual(rec.messages.map((m) => m.id), ['n-a', 'n-b', 'n-c']);
+
+  // The position moved past the copy all the same.
+  second.serverClose();
+  const third = await nextAttempt();
+  const again = third.handshake({ epoch: '9', seq: '2' });
+  assert.equal(again.headers['last-seq'], '2');
+  assert.equal(again.headers.epoch, '9');
+});
+
+test('a first CONNECT says nothing of offline-ms; the ids remembered are bounded', async () => {
+  const { rec } = await client();
+  const sock = FakeSocket.last;
+  const c = sock.handshake({ epoch: '5', seq: '0' });
+  assert.equal(c.headers['offline-ms'], undefined);
+  for (let i = 1; i <= RECENT_IDS + 1; i++) sock.message(i, { epoch: '5', 'message-id': `m-${i}` });
+  assert.equal(rec.messages.length, RECENT_IDS + 1);
+  // m-1 was forgotten: a message with its id (in a new epoch) is handed on;
+  // the newest one is still known.
+  sock.message(1, { epoch: '6', 'message-id': 'm-1' });
+  sock.message(2, { epoch: '6', 'message-id': `m-${RECENT_IDS + 1}` });
+  assert.equal(rec.messages.length, RECENT_IDS + 2);
+  assert.equal(rec.messages.at(-1).id, 'm-1');
 });
