@@ -86,6 +86,7 @@ class Subscriber:
         self.edge = self.client.edge
         self.resume = {"last-seq": self.client.connected.headers["seq"],
                        "epoch": self.client.connected.headers["epoch"]}
+        self.last_heard = self.client.connected.at  # the last frame's wall clock
         self._thread = threading.Thread(target=self._reconnect, daemon=True)
         self._thread.start()
 
@@ -101,6 +102,7 @@ class Subscriber:
                     else:
                         self.arrived[mid] = e.at
                 self.resume = {"last-seq": e.headers["seq"], "epoch": e.headers["epoch"]}
+                self.last_heard = e.at
                 self.cond.notify_all()
             return True
         if e.kind == "disconnected" and not self.stopping.is_set():
@@ -115,7 +117,10 @@ class Subscriber:
             self._dropped.clear()
             while not self.stopping.is_set():
                 with self.cond:
-                    resume = dict(self.resume)
+                    # As the browser client: how long ago the old session
+                    # last sent a frame (the routers catch up from then).
+                    resume = dict(self.resume,
+                                  **{"offline-ms": str(int((time.time() - self.last_heard) * 1000))})
                 c = Client(self.dep, self.uid, self.dep.token(self.uid), tap=self._tap)
                 try:
                     c.connect(resume)

@@ -586,7 +586,8 @@ class Deployment:
             c.subscribe(sub_headers)
         return c
 
-    def direct_client(self, edge: str, uid: str, client: str | None = None) -> Client:
+    def direct_client(self, edge: str, uid: str, client: str | None = None,
+                      headers: dict | None = None) -> Client:
         """A subscribed stomp.py session on `edge` itself (not through
         HAProxy, which hashes a user to one edge). Such sessions may sit
         idle longer than TIMEOUT, so it asks for the server's heart-beats
@@ -605,7 +606,7 @@ class Deployment:
         c.conn.set_listener("herald-dist", _Listener(c._sink))
         c.edge = edge
         self.sessions.append(c)
-        connected = c.connect()
+        connected = c.connect(headers)
         sx = int(connected.headers.get("heart-beat", "0,0").split(",")[0])
         if sx:
             c.read_timeout(max(TIMEOUT, 2.5 * sx / 1000))
@@ -871,7 +872,8 @@ def duplicates(ids) -> dict[str, int]:
 
 class ResumingSubscriber:
     """A user's stream through HAProxy that records every MESSAGE and, if
-    its session drops, reconnects (same uid) with `last-seq` + `epoch`, as
+    its session drops, reconnects (same uid) with `last-seq` + `epoch` +
+    `offline-ms` (how long ago the old session last sent a frame), as
     Herald's browser client does."""
 
     def __init__(self, dep: Deployment, uid: str):
@@ -889,6 +891,7 @@ class ResumingSubscriber:
         self.edge = self.client.edge
         self.epoch = self.client.connected.headers["epoch"]
         self.last_seq = self.client.connected.headers["seq"]
+        self.last_heard = self.client.connected.at
         self._thread = threading.Thread(target=self._reconnect_loop, daemon=True)
         self._thread.start()
 
@@ -901,6 +904,7 @@ class ResumingSubscriber:
                     self.messages.append(e)
                 self.last_seq = e.headers["seq"]
                 self.epoch = e.headers["epoch"]
+                self.last_heard = e.at
                 self.cond.notify_all()
             return True
         if e.kind == "disconnected" and not self._stopping.is_set():
@@ -915,7 +919,8 @@ class ResumingSubscriber:
             deadline = time.monotonic() + RECOVERY
             while not self._stopping.is_set() and time.monotonic() < deadline:
                 with self.cond:
-                    resume = {"last-seq": self.last_seq, "epoch": self.epoch}
+                    resume = {"last-seq": self.last_seq, "epoch": self.epoch,
+                              "offline-ms": str(int((time.time() - self.last_heard) * 1000))}
                 try:
                     c = self.dep.client(self.uid, headers=resume, tap=self._tap)
                 except Exception:  # noqa: BLE001 - retried until the deadline

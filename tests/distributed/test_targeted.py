@@ -186,6 +186,81 @@ def test_a_user_whose_edge_dies_misses_nothing_on_the_next(dep):
 
 
 @pytest.mark.targeted_only
+def test_a_user_whose_edge_dies_misses_nothing_published_while_away(dep):
+    """The user's edge SIGKILLed while a stream flows to them; they stay
+    away while more is published, then resume on another edge with
+    `offline-ms` (how long ago their old session last sent them a frame),
+    as the browser client does. The routers re-send from then: every
+    publication the old session did not get reaches the new one, those
+    published while nobody held the user included."""
+    needs_targeted(dep)
+    views_trusted(dep)
+    run = unique("away")
+    uid = unique("away-user")
+    first, second = list(dep.edges)[:2]
+    old = dep.direct_client(first, uid)
+    got_old: list[str] = []
+    last = {}
+
+    def seen(e):
+        got_old.append(e.headers["message-id"])
+        last.update(seq=e.headers["seq"], epoch=e.headers["epoch"], at=e.at)
+
+    killed = False
+    try:
+        with Stream(dep, uid, run) as stream:
+            for m in old.messages(5):
+                seen(m)
+            dep.kill(first)
+            killed = True
+            while True:  # what the old session still got, until it drops
+                e = old.next()
+                if e.kind == "disconnected":
+                    away_from = e.at
+                    break
+                assert e.kind == "message", e
+                seen(e)
+            # Away for a while: more than the routers' clock margin (1 s)
+            # of publications that no edge delivers to anyone.
+            wait_until("60 publications while the user is away",
+                       lambda: len(stream.since(away_from)) >= 60, TIMEOUT)
+            offline_ms = int((time.time() - last["at"]) * 1000)
+            new = dep.direct_client(second, uid, headers={
+                "last-seq": last["seq"], "epoch": last["epoch"], "offline-ms": str(offline_ms)})
+            subscribed = time.time()
+            wait_until("40 publications after the move",
+                       lambda: len(stream.since(subscribed)) >= 40, TIMEOUT)
+            stream.finish()
+        want = [mid for _, mid in stream.sent if mid not in set(got_old)]
+        away = [mid for began, mid in stream.sent if away_from < began <= subscribed]
+        got: list[str] = []
+
+        def all_in():
+            while True:
+                try:
+                    e = new.events.get(timeout=0.1)
+                except Exception:  # noqa: BLE001 - queue.Empty: nothing more yet
+                    return set(want) <= set(got)
+                if e.kind == "message" and e.headers["event"] != "herald.gap":
+                    got.append(e.headers["message-id"])
+
+        wait_until(f"every publication the old session did not get, on {second}", all_in,
+                   TIMEOUT)
+        missed = [m for m in want if m not in got]
+        assert not missed, f"missed: {missed}"
+        copies = [m for m in got if m in set(got_old)]
+        print(f"away {offline_ms} ms; {len(away)} published meanwhile; "
+              f"{len(want)} the old session did not get, all on {second}; "
+              f"{len(copies)} copies of what it had (the 1 s margin)")
+    finally:
+        dep.close_sessions()
+        if killed:
+            out = dep.up_again()
+            assert f"started {first}" in out, out
+    dep.wait_ready(RECOVERY)
+
+
+@pytest.mark.targeted_only
 def test_a_restarted_router_delivers_while_its_view_is_new_then_targets_again(dep):
     needs_targeted(dep)
     run = unique("rr")
