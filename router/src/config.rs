@@ -204,7 +204,9 @@ pub struct RoutingSection {
     /// Targeted: how long a notification sent to chosen edges is kept to
     /// be re-sent to an edge a recipient arrives on; longer than a
     /// presence report takes to reach the router
-    /// (`edge.presence_batch_ms` and the queue's lag).
+    /// (`edge.presence_batch_ms` and the queue's lag). Also the longest
+    /// absence from a dead edge after which a returning user (STOMP
+    /// `offline-ms`) still gets everything published meanwhile.
     pub catch_up_ms: u64,
     /// Targeted: most notifications kept for the catch-up (the oldest
     /// forgotten first, counted in `herald_routing_catch_up_evicted_total`).
