@@ -183,9 +183,15 @@ impl PresenceAmqp for PresenceReport {
         let mut missed = FieldTable::default();
         // An AMQP table's keys are short strings (255 bytes at most): a
         // longer user id goes without (its catch-up starts from its
-        // sessions' start).
-        for u in self
-            .detail
+        // sessions' start). A snapshot never carries it: routers catch up
+        // on what a snapshot shows them anew whatever it says, and its
+        // 10,000 users could overflow a header.
+        let detail = if self.sync.is_some() {
+            &[][..]
+        } else {
+            &self.detail[..]
+        };
+        for u in detail
             .iter()
             .filter(|u| u.missed_since_ms > 0 && u.user.len() <= 255)
         {
@@ -342,9 +348,13 @@ fn read_missed(v: &AMQPValue, detail: &mut [UserSessions]) -> Result<(), Rejecti
     if table.inner().len() > MAX_REPORT_USERS {
         return Err(bad());
     }
-    for (user, ms) in table.inner() {
-        let ms = seq_of(ms).ok_or_else(bad)?;
-        if let Some(u) = detail.iter_mut().find(|u| u.user == user.as_str()) {
+    let index: std::collections::HashMap<&str, u64> = table
+        .inner()
+        .iter()
+        .map(|(user, ms)| seq_of(ms).map(|ms| (user.as_str(), ms)).ok_or_else(bad))
+        .collect::<Result<_, _>>()?;
+    for u in detail.iter_mut() {
+        if let Some(&ms) = index.get(u.user.as_str()) {
             u.missed_since_ms = ms;
         }
     }
@@ -481,6 +491,21 @@ mod tests {
                 .unwrap();
         assert_eq!(read.detail[0].missed_since_ms, 5);
         assert_eq!(read.detail[1].missed_since_ms, 0);
+        // A snapshot's part never carries it.
+        let part = PresenceReport {
+            sync: Some(SyncPart { part: 1, parts: 1 }),
+            ..r.clone()
+        };
+        let props = part.to_amqp();
+        assert!(
+            props
+                .headers()
+                .as_ref()
+                .unwrap()
+                .inner()
+                .get(headers::MISSED_SINCE)
+                .is_none()
+        );
     }
 
     #[test]
@@ -512,9 +537,24 @@ mod tests {
             offline: vec!["carol".into()],
             detail: detail(),
             mailbox_ttl_ms: 300_000,
-            sync: Some(SyncPart { part: 2, parts: 3 }),
+            sync: None,
         };
-        assert_eq!(PresenceReport::from_amqp(&r.to_amqp(), &r.body()), Ok(r));
+        assert_eq!(
+            PresenceReport::from_amqp(&r.to_amqp(), &r.body()),
+            Ok(r.clone())
+        );
+        // A snapshot's part, whose users say nothing of what they missed.
+        let mut part = PresenceReport {
+            sync: Some(SyncPart { part: 2, parts: 3 }),
+            ..r
+        };
+        for u in &mut part.detail {
+            u.missed_since_ms = 0;
+        }
+        assert_eq!(
+            PresenceReport::from_amqp(&part.to_amqp(), &part.body()),
+            Ok(part)
+        );
     }
 
     #[test]
