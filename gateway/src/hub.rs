@@ -234,6 +234,24 @@ impl Hub {
         Ok(attached)
     }
 
+    /// A session of `who` resumes `missed` after it joined its mailbox (a
+    /// SUBSCRIBE's `offline-ms`): what [`Hub::attach`] does with a
+    /// CONNECT's. True when it changed the mailbox's missed-since.
+    pub fn note_missed(&self, who: &Identity, missed: &Missed) -> bool {
+        let now_ms = herald_engine::schedule::timing::now_ms();
+        let mut shard = self.shards[shard_of(&who.user)].lock();
+        let Some(mailbox) = shard
+            .users
+            .get_mut(&who.user)
+            .and_then(|list| list.iter_mut().find(|m| m.site == who.site))
+        else {
+            return false;
+        };
+        let before = mailbox.missed_since_ms;
+        mailbox.note_missed(missed, now_ms);
+        mailbox.missed_since_ms != before
+    }
+
     /// Whether `user` has a live session here on one of `sites` (any site
     /// when empty).
     pub fn is_online(&self, user: &str, sites: &[String]) -> bool {

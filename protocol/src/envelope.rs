@@ -37,10 +37,10 @@ pub mod names {
     pub const EPOCH: &str = "epoch";
     /// CONNECT/SUBSCRIBE header: the last sequence the client saw.
     pub const LAST_SEQ: &str = "last-seq";
-    /// CONNECT header, with `last-seq` + `epoch`: how many milliseconds
-    /// ago the client last heard from the session it resumes. When the
-    /// mailbox it resumes is not on this edge any more (its edge died),
-    /// routers re-send what went elsewhere for the user since then.
+    /// CONNECT or SUBSCRIBE header, with `last-seq` + `epoch`: how many
+    /// milliseconds ago the client last heard from the session it resumes.
+    /// When the mailbox it resumes is not on this edge any more (its edge
+    /// died), routers re-send what went elsewhere for the user since then.
     pub const OFFLINE_MS: &str = "offline-ms";
     /// SUBSCRIBE header: comma-separated event patterns (`chat.*`).
     pub const EVENTS: &str = "events";

@@ -487,6 +487,14 @@ fn a_user_coming_from_a_dead_edge_is_caught_up_from_when_they_last_heard_from_it
         ids(routing2.apply(&online("b", 2, "x", None, arrived), arrived + 50)),
         ["n4"][..]
     );
+    // A position restored after a page reload says it on the SUBSCRIBE, so
+    // a later report of the held user says it: the rest comes then.
+    let mut later = online("b", 3, "x", None, arrived);
+    later.detail[0].missed_since_ms = arrived - 4_000;
+    assert_eq!(
+        ids(routing2.apply(&later, arrived + 80)),
+        ["n0", "n1", "n2", "n3"][..]
+    );
     // A later report saying the same re-sends nothing: b has them now.
     let mut again = online("b", 3, "x", None, arrived);
     again.detail[0].missed_since_ms = arrived - 4_000;

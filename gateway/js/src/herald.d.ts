@@ -92,6 +92,8 @@ export interface Position {
   epoch: string;
   /** The last sequence seen. */
   seq: number;
+  /** When the session last sent a frame (ms since the Unix epoch); absent in older positions. */
+  heard?: number;
 }
 
 export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => SocketLike;

@@ -391,6 +391,9 @@ const U64_MAX = (1n << 64n) - 1n;
  * @property {string} user the user id the gateway authenticated (CONNECTED `user-name`)
  * @property {string} epoch the mailbox epoch, a u64 in decimal
  * @property {number} seq the last sequence seen
+ * @property {number} [heard] when the session last sent a frame (the client's
+ *   clock, ms since the Unix epoch): a reloaded page says how long it was
+ *   away (`offline-ms`)
  */
 
 /**
@@ -429,12 +432,15 @@ export function parsePosition(text) {
   if (typeof user !== 'string' || user === '' || encoder.encode(user).length > MAX_USER_BYTES) return null;
   if (typeof epoch !== 'string' || !/^\d{1,20}$/.test(epoch) || BigInt(epoch) > U64_MAX) return null;
   if (!Number.isSafeInteger(seq) || seq < 0) return null;
+  // Optional (positions stored before it existed have none): left out when
+  // missing or not a time.
+  if (Number.isSafeInteger(v.heard) && v.heard >= 0) return { user, epoch, seq, heard: v.heard };
   return { user, epoch, seq };
 }
 
 /** @param {Position} p */
-function encodePosition({ user, epoch, seq }) {
-  return JSON.stringify({ v: 1, user, epoch, seq });
+function encodePosition({ user, epoch, seq, heard }) {
+  return JSON.stringify(heard === undefined ? { v: 1, user, epoch, seq } : { v: 1, user, epoch, seq, heard });
 }
 
 /**
@@ -978,6 +984,10 @@ export class HeraldClient {
       sub['last-seq'] = from.seq;
       sub.epoch = from.epoch;
     }
+    if (usable && stored.heard !== undefined) {
+      // If the page's edge died, the routers re-send what went to it since.
+      sub['offline-ms'] = Math.max(0, Math.round(this._now() - stored.heard));
+    }
     this._savePosition();
   }
 
@@ -1004,7 +1014,10 @@ export class HeraldClient {
   /** Store the current position (with `resume`), for the next page load. */
   _savePosition() {
     if (!this._resume || this._positionUser === null || this._epoch === null || this._lastSeq === null) return;
-    const text = encodePosition({ user: this._positionUser, epoch: this._epoch, seq: this._lastSeq });
+    /** @type {Position} */
+    const position = { user: this._positionUser, epoch: this._epoch, seq: this._lastSeq };
+    if (this._lastHeard !== null) position.heard = Math.round(this._lastHeard);
+    const text = encodePosition(position);
     try {
       this._resume.storage().setItem(this._resume.key, text);
     } catch (e) {

@@ -39,6 +39,13 @@ async function client(options = {}) {
 
 const subscribe = (sock) => sock.sentFrames('SUBSCRIBE').at(-1).headers;
 
+/** The position stored, without when it was last heard (the tests of that say so). */
+function position(storage) {
+  const p = parsePosition(storage.getItem(KEY));
+  if (p !== null) delete p.heard;
+  return p;
+}
+
 test('parsePosition accepts a stored position and nothing else, without throwing', () => {
   assert.deepEqual(parsePosition(stored('alice', '18446744073709551615', 42)),
     { user: 'alice', epoch: '18446744073709551615', seq: 42 });
@@ -90,16 +97,16 @@ test('a first page starts live at the head and stores its position after every m
   const c = sock.handshake({ epoch: '77', seq: '4' });
   assert.equal(c.headers['last-seq'], undefined, 'a fresh page has nothing to resume');
   assert.equal(subscribe(sock)['last-seq'], undefined);
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 4 });
+  assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 4 });
 
   sock.message(5);
   sock.message(6);
   assert.deepEqual(rec.messages.map((m) => m.seq), [5, 6]);
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 6 });
+  assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 6 });
 
   // The gap is stored before the app hears of it (a handler may reload the page).
   let seen = null;
-  h.on('gap', () => { seen = parsePosition(storage.getItem(KEY)); });
+  h.on('gap', () => { seen = position(storage); });
   sock.message(9, { event: 'herald.gap', reason: 'queue-overflow', body: '' });
   assert.deepEqual(seen, { user: 'alice', epoch: '77', seq: 9 });
   assert.deepEqual(rec.errors, []);
@@ -126,7 +133,7 @@ test('a reloaded page resumes from the stored position on its SUBSCRIBE: the mis
   // The replay (at-least-once: 3 again), then live.
   for (const seq of [3, 4, 5, 6]) sock.message(seq);
   assert.deepEqual(rec.messages.map((m) => m.seq), [4, 5, 6], 'each once');
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 6 });
+  assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 6 });
 
   // A reconnect of this page resumes from memory on the CONNECT, as always.
   h._dropTransport();
@@ -148,7 +155,7 @@ test("another user's token never resumes the stored position; the entry becomes 
   assert.equal(h.epoch, '78');
   sock.message(11, { epoch: '78' });
   assert.deepEqual(rec.messages.map((m) => m.seq), [11]);
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'bob', epoch: '78', seq: 11 });
+  assert.deepEqual(position(storage), { user: 'bob', epoch: '78', seq: 11 });
 });
 
 test('a getToken that switches users: the CONNECT carried the old position, the SUBSCRIBE overrides it', async () => {
@@ -171,7 +178,7 @@ test('a getToken that switches users: the CONNECT carried the old position, the 
   assert.equal(h.lastSeq, 2);
   next.message(3, { epoch: '90' });
   assert.deepEqual(rec.messages.map((m) => [m.seq, m.epoch]), [[6, '77'], [3, '90']]);
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'bob', epoch: '90', seq: 3 });
+  assert.deepEqual(position(storage), { user: 'bob', epoch: '90', seq: 3 });
 });
 
 test('the same switch without the resume option also starts the new user live', async () => {
@@ -196,7 +203,7 @@ test('corrupt or foreign entries are ignored without an error, then overwritten'
     assert.equal(subscribe(sock)['last-seq'], undefined, text.slice(0, 40));
     assert.equal(h.lastSeq, 4);
     assert.deepEqual(rec.errors, []);
-    assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 4 });
+    assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 4 });
     h._dropTransport({ hold: true }); // this page is done
   }
 });
@@ -221,7 +228,7 @@ test("a stored position of an older epoch is sent; the gateway's epoch-changed g
   assert.deepEqual(rec.gaps.map((g) => [g.reason, g.seq, g.epoch]), [['epoch-changed', 4, '77']]);
   assert.deepEqual(rec.messages.map((m) => m.seq), [5]);
   assert.equal(h.epoch, '77');
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 5 });
+  assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 5 });
 });
 
 test('positions are per key and event filter', async () => {
@@ -299,5 +306,33 @@ test("{storage: 'session'} uses globalThis.sessionStorage", async () => {
   } finally {
     delete globalThis.sessionStorage;
   }
-  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 2 });
+  assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 2 });
+});
+
+test('a reloaded page says how long it was away: offline-ms on its SUBSCRIBE, from the stored heard time', async () => {
+  const storage = new FakeStorage();
+  clock.time = 1_795_000_000_000;
+  const first = await client({ resume: { storage } });
+  first.sock.handshake({ epoch: '77', seq: '0' });
+  clock.advance(500);
+  first.sock.message(1);
+  assert.deepEqual(parsePosition(storage.getItem(KEY)), { user: 'alice', epoch: '77', seq: 1, heard: 1_795_000_000_500 });
+  first.h._dropTransport({ hold: true });
+
+  // Its edge died; the page is reloaded 4 s after the last frame.
+  clock.advance(4000);
+  const { sock } = await client({ resume: { storage } });
+  sock.handshake({ epoch: '90', seq: '0' });
+  const sub = subscribe(sock);
+  assert.equal(sub['last-seq'], '1');
+  assert.equal(sub.epoch, '77');
+  assert.equal(sub['offline-ms'], '4000');
+
+  // A position stored before `heard` existed resumes without it.
+  const old = new FakeStorage({ [KEY]: stored('alice', '77', 1) });
+  const again = await client({ resume: { storage: old } });
+  again.sock.handshake({ epoch: '77', seq: '1' });
+  assert.equal(subscribe(again.sock)['offline-ms'], undefined);
+  assert.equal(parsePosition(JSON.stringify({ v: 1, user: 'a', epoch: '1', seq: 1, heard: -5 })).heard, undefined,
+    'a bad heard is left out, the position kept');
 });

@@ -407,6 +407,15 @@ impl StompCore {
         let Some(a) = self.attachment.as_mut() else {
             return;
         };
+        if let (Some(r), Some(ms)) = (&s.resume, s.offline_ms) {
+            self.host.missed(
+                &a.who,
+                &Missed {
+                    epoch: r.epoch,
+                    offline_ms: ms,
+                },
+            );
+        }
         let resume = s.resume.or_else(|| a.first_resume.take());
         a.first_resume = None;
         let sub = Subscription {

@@ -48,6 +48,10 @@ pub trait Host: Send + Sync {
         now: Instant,
     ) -> Replay;
 
+    /// A subscription resumes `missed` (its SUBSCRIBE's `offline-ms`: a
+    /// position restored after a page reload): see [`Missed`].
+    fn missed(&self, who: &Identity, missed: &Missed);
+
     /// Refill the outbox of a session that fell behind from its mailbox.
     fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant);
 
@@ -126,6 +130,15 @@ impl Host for Shared {
             presence.sessions(&who.user);
         }
         went_offline
+    }
+
+    fn missed(&self, who: &Identity, missed: &Missed) {
+        // Routers read it from the user's next report.
+        if self.hub.note_missed(who, missed)
+            && let Mode::Edge { presence } = &self.mode
+        {
+            presence.sessions(&who.user);
+        }
     }
 
     fn user_online(&self, who: &Identity) {

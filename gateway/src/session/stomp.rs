@@ -40,6 +40,9 @@ pub struct Subscribe {
     pub filter: EventFilter,
     /// Explicit resume point on the SUBSCRIBE.
     pub resume: Option<Resume>,
+    /// How long ago the client last heard from the session it resumes
+    /// (`offline-ms`; only with `resume`).
+    pub offline_ms: Option<u64>,
     /// Receipt to send.
     pub receipt: Option<String>,
 }
@@ -321,6 +324,10 @@ impl StompSession {
             Ok(r) => r,
             Err(e) => return fail(e),
         };
+        let offline_ms = match parse_offline(frame, resume.is_some()) {
+            Ok(ms) => ms,
+            Err(e) => return fail(e),
+        };
         let key = self.next_key;
         self.next_key += 1;
         self.subscriptions.push((key, id.clone()));
@@ -329,6 +336,7 @@ impl StompSession {
             id,
             filter,
             resume,
+            offline_ms,
             receipt,
         })
     }
@@ -482,6 +490,25 @@ mod tests {
         );
         let f = failure(s.on_frame(&frame(Command::Subscribe, &[("destination", DESTINATION)])));
         assert!(f.message.contains("id"));
+    }
+
+    #[test]
+    fn a_subscribe_may_say_offline_ms_with_its_resume_point() {
+        let mut s = connected();
+        let sub = |id: &str, extra: &[(&str, &str)]| {
+            let mut h = vec![("id", id), ("destination", DESTINATION)];
+            h.extend_from_slice(extra);
+            frame(Command::Subscribe, &h)
+        };
+        let Action::Subscribe(ok) = s.on_frame(&sub(
+            "a",
+            &[("last-seq", "3"), ("epoch", "9"), ("offline-ms", "1500")],
+        )) else {
+            panic!()
+        };
+        assert_eq!(ok.offline_ms, Some(1500));
+        let f = failure(s.on_frame(&sub("b", &[("offline-ms", "1500")])));
+        assert!(f.message.contains("goes with last-seq"), "{}", f.message);
     }
 
     #[test]

@@ -126,6 +126,10 @@ impl Host for TestHost {
         self.hub.subscribe(who, outbox, sub, resume, now)
     }
 
+    fn missed(&self, who: &Identity, missed: &Missed) {
+        self.hub.note_missed(who, missed);
+    }
+
     fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
         self.hub.refill(who, outbox, now);
     }
@@ -742,6 +746,25 @@ fn a_resume_from_another_mailbox_with_offline_ms_is_reported_as_missed() {
     assert!(
         missed >= before - 2_500 && missed <= herald_engine::schedule::timing::now_ms() - 2_500,
         "{missed}"
+    );
+    // A position restored after a page reload comes on the SUBSCRIBE.
+    let bob = token("bob");
+    let mut reloaded = Client::new(&host);
+    reloaded.connect(&[("passcode", &bob)]);
+    assert_eq!(host.hub.user_sessions("bob").missed_since_ms, 0);
+    reloaded.subscribe(
+        "s1",
+        &[
+            (names::LAST_SEQ, "9"),
+            (names::EPOCH, "7"),
+            (names::OFFLINE_MS, "60000"),
+        ],
+    );
+    let bob_missed = host.hub.user_sessions("bob").missed_since_ms;
+    assert!(
+        bob_missed >= before - 60_000
+            && bob_missed <= herald_engine::schedule::timing::now_ms() - 60_000,
+        "{bob_missed}"
     );
     // A bad value is refused with an ERROR naming it.
     let mut bad = Client::new(&host);
