@@ -365,16 +365,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_batch_of_many_moved_users_is_split_to_keep_the_missed_header_bounded() {
-        let config = BatcherConfig {
+    /// Batches of 100 ms, a heartbeat every 10 s, snapshots every `sync`.
+    fn batcher_config(sync: Duration) -> BatcherConfig {
+        BatcherConfig {
             edge: "e1".into(),
             boot: "b1".into(),
             batch: Duration::from_millis(100),
             heartbeat: Duration::from_secs(10),
             mailbox_ttl: Duration::from_secs(300),
-            sync: Duration::from_secs(60),
-        };
+            sync,
+        }
+    }
+
+    #[test]
+    fn a_batch_of_many_moved_users_is_split_to_keep_the_missed_header_bounded() {
+        let config = batcher_config(Duration::from_secs(60));
         // 1,000 users with 200-byte ids came from a dead edge: 210 KB of
         // missed-since entries, more than one header may hold.
         let moved: Vec<(Arc<str>, Change)> = (0..1_000)
@@ -480,14 +485,7 @@ mod tests {
         let (reporter, rx) = channel(16, metrics);
         let (out, mut reports) = broadcast::channel(8);
         let shutdown = CancellationToken::new();
-        let config = BatcherConfig {
-            edge: "e1".into(),
-            boot: "b1".into(),
-            batch: Duration::from_millis(100),
-            heartbeat: Duration::from_secs(10),
-            mailbox_ttl: Duration::from_secs(300),
-            sync: Duration::from_secs(3600),
-        };
+        let config = batcher_config(Duration::from_secs(3600));
         let task = tokio::spawn(run_batcher(
             config,
             rx,

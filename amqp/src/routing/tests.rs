@@ -416,8 +416,9 @@ fn a_plan_keeps_each_edges_order_and_sends_global_ones_once() {
     assert_eq!(catch_up[0].1[0].id, batch[5].id);
 }
 
-#[test]
-fn a_user_coming_from_a_dead_edge_is_caught_up_from_when_they_last_heard_from_it() {
+/// Edges a and b; x on a, then a dies and x's notifications n0..n4 go to
+/// it one a second from `now`. The routing and `now`.
+fn x_away_from_a_dead_edge() -> (Routing, u64) {
     let routing = Routing::new(
         config(),
         RecentConfig {
@@ -433,58 +434,54 @@ fn a_user_coming_from_a_dead_edge_is_caught_up_from_when_they_last_heard_from_it
         routing.apply(&report(e, 1, &[]), now);
     }
     routing.apply(&online("a", 2, "x", None, now), now);
-    // Edge a dies; x's notifications still go to it, one a second.
-    let sent: Vec<_> = (0..5)
-        .map(|i| {
-            let n = Arc::new(Notification {
-                id: format!("n{i}"),
-                ..(*user("x")).clone()
-            });
-            let plan = routing.plan(std::slice::from_ref(&n), now + 1_000 * (i + 1));
-            assert_eq!(
-                plan,
-                vec![Message {
-                    key: "a".into(),
-                    items: vec![0]
-                }]
-            );
-            n
-        })
-        .collect();
+    for i in 0..5 {
+        let n = Arc::new(Notification {
+            id: format!("n{i}"),
+            ..(*user("x")).clone()
+        });
+        let plan = routing.plan(std::slice::from_ref(&n), now + 1_000 * (i + 1));
+        assert_eq!(
+            plan,
+            vec![Message {
+                key: "a".into(),
+                items: vec![0]
+            }]
+        );
+    }
+    (routing, now)
+}
+
+fn ids(c: Vec<(Arc<str>, Vec<Arc<Notification>>)>) -> Vec<String> {
+    c.into_iter()
+        .flat_map(|(_, l)| l.into_iter().map(|n| n.id.clone()))
+        .collect()
+}
+
+#[test]
+fn a_user_coming_from_a_dead_edge_is_caught_up_from_when_they_last_heard_from_it() {
+    let (routing, now) = x_away_from_a_dead_edge();
     let arrived = now + 5_500;
     // x's session on b began at `arrived` and said it last heard from its
     // old one 4 s before that: the catch-up starts there (less the skew).
     let mut r = online("b", 2, "x", None, arrived);
     r.detail[0].missed_since_ms = arrived - 4_000;
-    let ids = |c: Vec<(Arc<str>, Vec<Arc<Notification>>)>| -> Vec<String> {
-        c.into_iter()
-            .flat_map(|(_, l)| l.into_iter().map(|n| n.id.clone()))
-            .collect()
-    };
     assert_eq!(
         ids(routing.apply(&r, arrived + 50)),
         ["n0", "n1", "n2", "n3", "n4"][..]
     );
-    // Without it, only from the session's start (less the skew).
-    let routing2 = Routing::new(
-        config(),
-        RecentConfig {
-            window_ms: 10_000,
-            max: 100,
-            max_bytes: 1 << 20,
-        },
-        RoutingMetrics::default(),
-    );
-    routing2.start(T0);
-    for e in ["a", "b"] {
-        routing2.apply(&report(e, 1, &[]), now);
-    }
-    routing2.apply(&online("a", 2, "x", None, now), now);
-    for (i, n) in sent.iter().enumerate() {
-        routing2.plan(std::slice::from_ref(n), now + 1_000 * (i as u64 + 1));
-    }
+    // A later report saying the same re-sends nothing: b has them now.
+    let mut again = online("b", 3, "x", None, arrived);
+    again.detail[0].missed_since_ms = arrived - 4_000;
+    assert!(routing.apply(&again, arrived + 100).is_empty());
+}
+
+#[test]
+fn without_missed_since_the_catch_up_starts_at_the_session_then_at_a_later_report_saying_it() {
+    let (routing, now) = x_away_from_a_dead_edge();
+    let arrived = now + 5_500;
+    // Only from the session's start (less the skew).
     assert_eq!(
-        ids(routing2.apply(&online("b", 2, "x", None, arrived), arrived + 50)),
+        ids(routing.apply(&online("b", 2, "x", None, arrived), arrived + 50)),
         ["n4"][..]
     );
     // A position restored after a page reload says it on the SUBSCRIBE, so
@@ -492,11 +489,7 @@ fn a_user_coming_from_a_dead_edge_is_caught_up_from_when_they_last_heard_from_it
     let mut later = online("b", 3, "x", None, arrived);
     later.detail[0].missed_since_ms = arrived - 4_000;
     assert_eq!(
-        ids(routing2.apply(&later, arrived + 80)),
+        ids(routing.apply(&later, arrived + 80)),
         ["n0", "n1", "n2", "n3"][..]
     );
-    // A later report saying the same re-sends nothing: b has them now.
-    let mut again = online("b", 3, "x", None, arrived);
-    again.detail[0].missed_since_ms = arrived - 4_000;
-    assert!(routing.apply(&again, arrived + 100).is_empty());
 }
