@@ -26,7 +26,8 @@
  * SUBSCRIBE `/user/notifications` (optional `events` filter) with a receipt:
  * the client is `connected` once the receipt arrives; it carries `last-seq` +
  * `epoch` when they differ from the CONNECT's (a position restored from
- * storage once CONNECTED's `user-name` showed whose session it is). MESSAGE
+ * storage once CONNECTED's `user-name` showed whose session it is; with
+ * `offline-ms` from the time stored with it). MESSAGE
  * frames carry `message-id`, `seq`, `epoch`, `event`, `scope`,
  * `content-type`; a MESSAGE with `event:herald.gap` means the replay could
  * not cover the reconnect: the app reloads its state, and the stream goes on
@@ -966,10 +967,12 @@ export class HeraldClient {
   _startPosition(user, h, sub) {
     const switched = this._epoch !== null && user !== undefined && this._positionUser !== null && user !== this._positionUser;
     if (switched) {
-      // The CONNECT carried the previous user's position: never resume it.
+      // The CONNECT carried the previous user's position: never resume it,
+      // nor drop the new user's messages as repeats of the old one's.
       this._epoch = null;
       this._lastSeq = null;
       this._positionUser = null;
+      this._recentIds.clear();
     }
     if (this._epoch !== null) return;
     const head = h.epoch !== undefined && /^\d+$/.test(h.seq ?? '') ? { epoch: h.epoch, seq: Number(h.seq) } : null;

@@ -177,8 +177,10 @@ test('a getToken that switches users: the CONNECT carried the old position, the 
   assert.equal(sub.epoch, '90');
   assert.equal(h.lastSeq, 2);
   next.message(3, { epoch: '90' });
-  assert.deepEqual(rec.messages.map((m) => [m.seq, m.epoch]), [[6, '77'], [3, '90']]);
-  assert.deepEqual(position(storage), { user: 'bob', epoch: '90', seq: 3 });
+  // A notification to both: bob's copy is his, not a repeat of alice's.
+  next.message(4, { epoch: '90', 'message-id': 'id-6' });
+  assert.deepEqual(rec.messages.map((m) => [m.seq, m.epoch]), [[6, '77'], [3, '90'], [4, '90']]);
+  assert.deepEqual(position(storage), { user: 'bob', epoch: '90', seq: 4 });
 });
 
 test('the same switch without the resume option also starts the new user live', async () => {

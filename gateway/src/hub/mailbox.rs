@@ -26,8 +26,8 @@ pub struct Resume {
 }
 
 /// A session resuming a mailbox that may not be this one (`offline-ms` on
-/// its CONNECT): the epoch it resumes, and how long ago it last heard from
-/// that session.
+/// its CONNECT or SUBSCRIBE): the epoch it resumes, and how long ago it
+/// last heard from that session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Missed {
     /// The epoch of the mailbox the client resumes.
