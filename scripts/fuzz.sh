@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Run every cargo-fuzz target of Herald for a bounded time (libFuzzer, nightly Rust): the
-# decoders of protocol/fuzz (STOMP, WebSocket, SockJS, bundles, streaming UTF-8) and engine/fuzz
-# (the HTTP publish envelope, the delayed store's records). See docs/fuzzing.md.
+# decoders of protocol/fuzz (STOMP, WebSocket, SockJS, bundles, streaming UTF-8), engine/fuzz
+# (the HTTP publish envelope, the delayed store's records) and amqp/fuzz (the edges' presence
+# reports). See docs/fuzzing.md.
 #
 #   scripts/fuzz.sh [--seconds N] [TARGET...]
 #
 # Each target starts from its checked-in seed corpus (protocol/fuzz/corpus/<target>,
-# engine/fuzz/corpus/<target>), which is only read: what the fuzzer finds goes to a temporary
+# engine/fuzz/corpus/<target>, amqp/fuzz/corpus/<target>), which is only read: what the fuzzer finds goes to a temporary
 # directory and is dropped. A crash or a failed check stops that target; its input is kept in
 # ${XDG_CACHE_HOME:-~/.cache}/herald/fuzz-artifacts/<target>/ (libFuzzer also prints it) and the
 # script exits 1 once every target has run.
@@ -26,7 +27,7 @@ CARGO_FUZZ_VERSION=0.13.1
 ARTIFACTS="${XDG_CACHE_HOME:-$HOME/.cache}/herald/fuzz-artifacts"
 SECONDS_EACH=20
 # crate directory (holding fuzz/... or being the fuzz crate) and targets.
-FUZZ_DIRS=(protocol/fuzz engine/fuzz)
+FUZZ_DIRS=(protocol/fuzz engine/fuzz amqp/fuzz)
 ONLY=()
 
 die() { printf 'fuzz: %s\n' "$*" >&2; exit 2; }
