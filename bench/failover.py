@@ -12,7 +12,7 @@ user in turn, `--rate` per second, through the two roots in turn, each
 confirmed; a publication whose root fails is published again (same id)
 through the other root, as a backend with two roots does. A user's session
 that drops reconnects through HAProxy at once, and every 0.2 s until it
-works, resuming (`last-seq`, `epoch`), as Herald's browser client does.
+works, resuming (`last-seq`, `epoch`, `offline-ms`), as Herald's browser client does.
 
 Scenarios (each runs `--before` seconds of stream, the event, then
 `--after` seconds, then waits for everything still due):
