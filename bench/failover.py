@@ -61,7 +61,7 @@ import requests
 
 from distbench import READY_S, deploy, down, routing_toml, session, switch_mode
 from herald_dist import (RECOVERY, Client, Deployment, amqp_publish, confirmed_channel,
-                         wait_until)
+                         offline_ms, wait_until)
 
 # How often a dropped session tries again (a browser backs off more; this
 # measures Herald and HAProxy, not a client's backoff).
@@ -119,8 +119,7 @@ class Subscriber:
                 with self.cond:
                     # As the browser client: how long ago the old session
                     # last sent a frame (the routers catch up from then).
-                    resume = dict(self.resume,
-                                  **{"offline-ms": str(int((time.time() - self.last_heard) * 1000))})
+                    resume = dict(self.resume, **{"offline-ms": offline_ms(self.last_heard)})
                 c = Client(self.dep, self.uid, self.dep.token(self.uid), tap=self._tap)
                 try:
                     c.connect(resume)

@@ -868,6 +868,13 @@ def duplicates(ids) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------
+def offline_ms(last_heard: float) -> str:
+    """The `offline-ms` of a resuming CONNECT: milliseconds since
+    `last_heard` (wall clock, as `Event.at`), when the old session last
+    sent a frame."""
+    return str(int((time.time() - last_heard) * 1000))
+
+
 # A subscriber that survives reconnects, resuming from its last sequence.
 
 class ResumingSubscriber:
@@ -920,7 +927,7 @@ class ResumingSubscriber:
             while not self._stopping.is_set() and time.monotonic() < deadline:
                 with self.cond:
                     resume = {"last-seq": self.last_seq, "epoch": self.epoch,
-                              "offline-ms": str(int((time.time() - self.last_heard) * 1000))}
+                              "offline-ms": offline_ms(self.last_heard)}
                 try:
                     c = self.dep.client(self.uid, headers=resume, tap=self._tap)
                 except Exception:  # noqa: BLE001 - retried until the deadline

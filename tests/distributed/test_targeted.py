@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from herald_dist import (RECOVERY, TIMEOUT, amqp_publish, confirmed_channel, ids_of, unique,
-                         wait_until)
+from herald_dist import (RECOVERY, TIMEOUT, amqp_publish, confirmed_channel, ids_of, offline_ms,
+                         unique, wait_until)
 
 def needs_targeted(dep):
     if dep.routing != "targeted":
@@ -224,9 +224,9 @@ def test_a_user_whose_edge_dies_misses_nothing_published_while_away(dep):
             # of publications that no edge delivers to anyone.
             wait_until("60 publications while the user is away",
                        lambda: len(stream.since(away_from)) >= 60, TIMEOUT)
-            offline_ms = int((time.time() - last["at"]) * 1000)
+            away_ms = offline_ms(last["at"])
             new = dep.direct_client(second, uid, headers={
-                "last-seq": last["seq"], "epoch": last["epoch"], "offline-ms": str(offline_ms)})
+                "last-seq": last["seq"], "epoch": last["epoch"], "offline-ms": away_ms})
             subscribed = time.time()
             wait_until("40 publications after the move",
                        lambda: len(stream.since(subscribed)) >= 40, TIMEOUT)
@@ -249,7 +249,7 @@ def test_a_user_whose_edge_dies_misses_nothing_published_while_away(dep):
         missed = [m for m in want if m not in got]
         assert not missed, f"missed: {missed}"
         copies = [m for m in got if m in set(got_old)]
-        print(f"away {offline_ms} ms; {len(away)} published meanwhile; "
+        print(f"away {away_ms} ms; {len(away)} published meanwhile; "
               f"{len(want)} the old session did not get, all on {second}; "
               f"{len(copies)} copies of what it had (the 1 s margin)")
     finally:
