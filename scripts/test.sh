@@ -113,12 +113,21 @@ ensure_deploy_tools() {
     command -v redis-cli >/dev/null || pkgs+=(redis-tools)
     # tests/python/test_varnish.py and deploy/up run Debian's varnishd.
     command -v varnishd >/dev/null || [ -x /usr/sbin/varnishd ] || pkgs+=(varnish)
+    # herald-bench compare's Nchan peer (bench/tests/compare.rs runs it): its
+    # own nginx on a port of its own, from Debian's packages.
+    [ -x /usr/sbin/nginx ] || pkgs+=(nginx-light)
+    [ -f /usr/lib/nginx/modules/ngx_nchan_module.so ] || pkgs+=(libnginx-mod-nchan)
     [ ${#pkgs[@]} -eq 0 ] || ensure_apt_packages "${pkgs[@]}"
     # The package enables and starts its own varnish.service (port 6081) on
     # a systemd host; the tests start their own varnishd, so stop it again.
     case " ${pkgs[*]} " in
         *" varnish "*) [ ! -d /run/systemd/system ] \
             || as_root systemctl disable --now varnish.service varnishncsa.service || true ;;
+    esac
+    # Likewise nginx.service (port 80): the bench starts its own nginx.
+    case " ${pkgs[*]} " in
+        *" nginx-light "*) [ ! -d /run/systemd/system ] \
+            || as_root systemctl disable --now nginx.service || true ;;
     esac
 }
 

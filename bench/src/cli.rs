@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::callbacks::CallbacksArgs;
+use crate::compare::CompareArgs;
 use crate::connections::ConnectionsArgs;
 use crate::delayed::DelayedArgs;
 use crate::latency::LatencyArgs;
@@ -43,6 +44,10 @@ pub(crate) enum Command {
     /// request (raw or JSON path) that stay in the users' mailboxes, and measure the gateway's
     /// RSS growth per retained notification.
     Retained(RetainedArgs),
+    /// Herald beside the servers its users would pick instead (Nchan), installed and started
+    /// by the bench: idle sessions and broadcasts, the same client, one run, ratios round by
+    /// round; Markdown and JSON.
+    Compare(CompareArgs),
     /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -261,6 +266,52 @@ mod tests {
                 "/bin/gw",
                 "--gateway-pid",
                 "1",
+            ])
+            .is_err()
+        );
+    }
+
+    fn compare(extra: &[&str]) -> crate::compare::CompareArgs {
+        let mut argv = vec!["herald-bench", "compare", "--gateway-bin", "/bin/gw"];
+        argv.extend_from_slice(extra);
+        let Command::Compare(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not compare");
+        };
+        args
+    }
+
+    #[test]
+    fn parses_compare() {
+        use crate::compare::args::{Peer, Scenario};
+        let args = compare(&[]);
+        assert_eq!(args.peers, vec![Peer::Nchan]);
+        assert_eq!(args.scenarios, vec![Scenario::Idle, Scenario::Broadcast]);
+        assert_eq!(args.idle_sessions, vec![2_000, 10_000]);
+        assert_eq!(args.rates, vec![10_000, 50_000]);
+        assert_eq!((args.rounds, args.broadcast_sessions), (2, 5_000));
+        assert!(args.peers_dir.ends_with("bench/peers"));
+        assert_eq!(args.check(), Ok(()));
+        let args = compare(&["--scenarios", "broadcast", "--rates", "1000,20000"]);
+        assert!(args.check().unwrap_err().contains("--rates: 1000"));
+        let args = compare(&["--idle-sessions", "500,20000"]);
+        assert!(args.check().unwrap_err().contains("--idle-sessions: 20000"));
+        // Idle counts are not checked when only the broadcast runs.
+        let args = compare(&["--idle-sessions", "20000", "--scenarios", "broadcast"]);
+        assert_eq!(args.check(), Ok(()));
+        let args = compare(&["--payload-bytes", "10"]);
+        assert!(args.check().unwrap_err().contains("--payload-bytes"));
+        let args = compare(&["--rounds", "0"]);
+        assert!(args.check().unwrap_err().contains("--rounds"));
+        let args = compare(&["--nchan-workers", "0"]);
+        assert!(args.check().unwrap_err().contains("--nchan-workers"));
+        assert!(
+            Cli::try_parse_from([
+                "herald-bench",
+                "compare",
+                "--gateway-bin",
+                "g",
+                "--peers",
+                "x"
             ])
             .is_err()
         );

@@ -9,14 +9,12 @@
 //! # Layout
 //! [`args`] (the command line), [`gateway`] (a gateway the bench starts itself),
 //! [`measure`](mod@measure) (one run in phases: baseline, workers, connect, RSS, report, hold,
-//! close), [`states`] (what the parent knows about each worker, and the totals; pure),
-//! [`report`] (the result).
+//! close; the workers' side of it is [`crate::harness::opening`]), [`report`] (the result).
 
 mod args;
 mod gateway;
 mod measure;
 mod report;
-mod states;
 
 pub(crate) use self::args::ConnectionsArgs;
 

@@ -5,7 +5,7 @@
 //! another command or [`cli`], [`harness`] imports neither the commands nor [`client`]):
 //!
 //! ```text
-//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | worker
+//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | compare | worker
 //!                     |               |               |         |  |      |          |         |
 //!                     |               |               |         |  +-> scheduled <---+         |
 //!                     |               |               |         +-> fleet <-+                  |
@@ -25,6 +25,8 @@
 //!   delayed notifications over HTTP, arrivals against due times, CPU per process.
 //! - [`retained`]: memory per notification a standalone gateway keeps in its mailboxes, on the
 //!   raw or the JSON publish path.
+//! - [`compare`]: Herald beside its peers (Nchan), same scenarios, same client, one run: idle
+//!   sessions, broadcast ramps; ratios round by round.
 //! - [`fleet`]: the recording sessions `delayed` and `retained` share: worker processes whose
 //!   sessions count the bench's messages as they arrive.
 //! - [`worker`]: a worker process (hidden command): opens its share of sessions, reports JSON
@@ -53,6 +55,7 @@
 mod callbacks;
 mod cli;
 mod client;
+mod compare;
 mod connections;
 mod delayed;
 mod fleet;
@@ -123,6 +126,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let code = exit_code(runtime.block_on(retained::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
+        Command::Compare(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(compare::run(args)));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             code
         }

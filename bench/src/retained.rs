@@ -13,30 +13,35 @@
 //! # Layout
 //! - [`args`]: the command line, checked (pure).
 //! - [`publish`]: the requests of each path (pure), and publishing them.
-//! - [`gateway`]: the gateway under test, started with files of the run's own and cleaned up.
+//! - [`crate::harness::standalone`]: the gateway under test, started with files of the run's own
+//!   and cleaned up.
 //! - [`measure`](mod@measure): the run's phases; [`report`]: the result.
 //!
-//! Imports go one way: `measure -> gateway | publish | report -> args`.
+//! Imports go one way: `measure -> publish | report -> args`.
 
 pub(crate) mod args;
-mod gateway;
 mod measure;
 pub(crate) mod publish;
 pub(crate) mod report;
 
 pub(crate) use self::args::RetainedArgs;
 
-use self::gateway::Gateway;
 use self::measure::measure;
 use crate::harness::outcome::{BenchError, Outcome};
 use crate::harness::run::interruptible;
+use crate::harness::standalone::{Gateway, Launch};
 
 pub(crate) async fn run(args: RetainedArgs) -> Result<Outcome, BenchError> {
     args.check().map_err(BenchError::Usage)?;
     if let Err(e) = crate::harness::sys::raise_nofile_limit() {
         eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
     }
-    let mut gateway = Gateway::start(&args).await?;
+    let mut gateway = Gateway::start(&Launch {
+        bin: &args.gateway_bin,
+        log: args.gateway_log.as_deref(),
+        startup_timeout: std::time::Duration::from_secs(args.startup_timeout),
+    })
+    .await?;
     eprintln!(
         "herald-bench: run {}: standalone gateway pid {} on {}",
         gateway.run_id,

@@ -189,8 +189,8 @@ impl Resolved {
     fn target(&self, config: &WorkerConfig) -> Arc<Target> {
         let path = match config.transport {
             Transport::WebSocket => self.endpoint.path.clone(),
-            // Session URLs are appended to the service's base path.
-            Transport::SockJsWebSocket | Transport::XhrStreaming => {
+            // Session URLs (or channel names) are appended to the base path.
+            Transport::SockJsWebSocket | Transport::XhrStreaming | Transport::RawWebSocket => {
                 self.endpoint.path.trim_end_matches('/').to_owned()
             }
         };
@@ -357,16 +357,22 @@ async fn spawn_sessions(
         let Ok(slot) = handshakes.clone().acquire_owned().await else {
             break;
         };
-        let token = match minter.mint(&Claims::for_session(config.index, i, exp)) {
-            Ok(token) => token,
-            Err(e) => {
-                let _ = outcomes.send(Err(Failure::Token(e.to_string()))).await;
-                continue;
+        let claims = Claims::for_session(config.index, i, exp);
+        // A raw WebSocket session subscribes to its user's channel; the others present a JWT.
+        let credential = if config.transport.speaks_stomp() {
+            match minter.mint(&claims) {
+                Ok(token) => token,
+                Err(e) => {
+                    let _ = outcomes.send(Err(Failure::Token(e.to_string()))).await;
+                    continue;
+                }
             }
+        } else {
+            claims.sub
         };
         tracker.spawn(session::run(
             target.clone(),
-            token,
+            credential,
             slot,
             outcomes.clone(),
             cancel.clone(),

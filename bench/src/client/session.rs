@@ -313,6 +313,7 @@ enum Opened {
 }
 
 async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
+    // `token` is the credential of `run`.
     match target.transport {
         Transport::WebSocket => websocket::open(target, token, websocket::Framing::Stomp)
             .await
@@ -323,10 +324,14 @@ async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
         Transport::XhrStreaming => xhr_streaming::open(target.clone(), token)
             .await
             .map(Opened::XhrStreaming),
+        Transport::RawWebSocket => websocket::open(target, token, websocket::Framing::Raw)
+            .await
+            .map(|ws| Opened::WebSocket(ws, websocket::Framing::Raw)),
     }
 }
 
-/// Opens one session. `handshake_slot` is held only while the handshake runs (it bounds the
+/// Opens one session with `credential`: the JWT of a STOMP session, or the channel a
+/// [`Transport::RawWebSocket`] session subscribes to. `handshake_slot` is held only while the handshake runs (it bounds the
 /// handshakes in flight); the result goes to `outcomes` as soon as it is known. An open session
 /// moves to a task of its own on `tracker` and this task ends, so the memory of the handshake's
 /// future (about 3 KiB) is not kept for the life of the session. With a `recorder` (only over
@@ -334,7 +339,7 @@ async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     target: Arc<Target>,
-    token: String,
+    credential: String,
     handshake_slot: OwnedSemaphorePermit,
     outcomes: mpsc::Sender<Result<(), Failure>>,
     cancel: CancellationToken,
@@ -345,7 +350,7 @@ pub(crate) async fn run(
     let opened = tokio::select! {
         biased;
         () = cancel.cancelled() => Err(Failure::Closed(Stage::Tcp)),
-        result = open(&target, &token) => result,
+        result = open(&target, &credential) => result,
     };
     drop(handshake_slot);
     let outcome = opened.map(|session| match (session, recorder) {

@@ -1,5 +1,6 @@
 //! How bench sessions reach the gateway: STOMP straight over WebSocket (`/ws`), or over SockJS
-//! (its websocket or its xhr-streaming transport).
+//! (its websocket or its xhr-streaming transport); and how they reach a peer that speaks no
+//! STOMP (`herald-bench compare`): a plain WebSocket per channel, as Nchan's subscriber takes.
 
 use clap::ValueEnum;
 
@@ -17,6 +18,10 @@ pub(crate) enum Transport {
     /// held open to receive, `POST .../xhr_send` to send.
     #[value(name = "xhr-streaming")]
     XhrStreaming,
+    /// A plain WebSocket to `{url}/{user}`, no subprotocol and no STOMP: open once upgraded,
+    /// every message one notification (Nchan's websocket subscriber, a channel per user).
+    #[value(name = "raw-websocket")]
+    RawWebSocket,
 }
 
 impl Transport {
@@ -26,7 +31,14 @@ impl Transport {
             Transport::WebSocket => "websocket",
             Transport::SockJsWebSocket => "sockjs-websocket",
             Transport::XhrStreaming => "xhr-streaming",
+            Transport::RawWebSocket => "raw-websocket",
         }
+    }
+
+    /// Whether sessions speak STOMP (and so present a JWT); a raw WebSocket session names its
+    /// channel instead.
+    pub(crate) fn speaks_stomp(self) -> bool {
+        self != Transport::RawWebSocket
     }
 
     /// The gateway path the URL points at: the STOMP WebSocket endpoint, or the SockJS service.
@@ -34,13 +46,16 @@ impl Transport {
         match self {
             Transport::WebSocket => "/ws",
             Transport::SockJsWebSocket | Transport::XhrStreaming => "/sockjs",
+            Transport::RawWebSocket => "/sub",
         }
     }
 
     /// The URL of a gateway listening on `authority` (`host:port`) for this transport.
     pub(crate) fn url(self, authority: &str) -> String {
         match self {
-            Transport::WebSocket => format!("ws://{authority}{}", self.gateway_path()),
+            Transport::WebSocket | Transport::RawWebSocket => {
+                format!("ws://{authority}{}", self.gateway_path())
+            }
             Transport::SockJsWebSocket | Transport::XhrStreaming => {
                 format!("http://{authority}{}", self.gateway_path())
             }
@@ -76,5 +91,16 @@ mod tests {
             "http://127.0.0.1:8080/sockjs"
         );
         assert_eq!(Transport::SockJsWebSocket.to_string(), "sockjs-websocket");
+        assert_eq!(
+            Transport::RawWebSocket.url("127.0.0.1:8080"),
+            "ws://127.0.0.1:8080/sub"
+        );
+    }
+
+    #[test]
+    fn only_raw_websocket_speaks_no_stomp() {
+        for t in Transport::value_variants() {
+            assert_eq!(t.speaks_stomp(), *t != Transport::RawWebSocket, "{t}");
+        }
     }
 }

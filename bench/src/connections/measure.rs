@@ -6,18 +6,12 @@ use std::time::Duration;
 use super::args::ConnectionsArgs;
 use super::gateway::SpawnedGateway;
 use super::report::{ConnectionsReport, Memory};
-use super::states::{Totals, WorkerState, apply, opened_and_failed};
-use crate::harness::events::CLOSE_DEADLINE;
+use crate::harness::opening::{Totals, WorkerState, close, connect};
 use crate::harness::outcome::{BenchError, Outcome};
 use crate::harness::plan::WorkerPlan;
-use crate::harness::progress::Progress;
 use crate::harness::rss::{self, Reading};
 use crate::harness::workers::{WorkerCommand, Workers};
 
-/// How often the parent prints connect progress on stderr.
-const PROGRESS_EVERY: Duration = Duration::from_secs(2);
-/// Extra time, beyond the workers' own close deadline, before stragglers are killed.
-const EXIT_SLACK: Duration = Duration::from_secs(5);
 /// Tokens stay valid this long beyond the hold.
 const TOKEN_SLACK: Duration = Duration::from_secs(3600);
 /// Worker lines read but not yet taken in.
@@ -38,7 +32,7 @@ pub(super) async fn measure(
 
     let mut workers: Vec<WorkerState> = plans.iter().cloned().map(WorkerState::new).collect();
     let mut processes = spawn_workers(args, plans, &url, jwt_secret)?;
-    connect(args, &mut workers, &mut processes).await;
+    connect(args.sessions, &mut workers, &mut processes).await;
     let totals = Totals::of(&workers);
     let memory = match (gateway_pid, baseline) {
         (Some(pid), Some(before)) => Some(memory(pid, &before, totals.opened).await?),
@@ -79,30 +73,6 @@ fn spawn_workers(
         jwt_secret,
     };
     Workers::spawn(&command, plans, QUEUE)
-}
-
-/// Takes in the workers' lines until every worker is ready (or gone), with a progress bar;
-/// sessions of a worker that never said `ready` count as failed.
-async fn connect(args: &ConnectionsArgs, workers: &mut [WorkerState], processes: &mut Workers) {
-    let mut progress = tokio::time::interval(PROGRESS_EVERY);
-    progress.tick().await;
-    let bar = Progress::new(args.sessions as u64);
-    while !workers.iter().all(|w| w.ready) {
-        tokio::select! {
-            msg = processes.recv() => match msg {
-                Some(msg) => apply(workers, msg),
-                None => break,
-            },
-            _ = progress.tick() => {
-                let (opened, failed) = opened_and_failed(workers);
-                bar.update(opened + failed, || format!("{opened} opened, {failed} failed of {}", args.sessions));
-            }
-        }
-    }
-    drop(bar);
-    for w in workers.iter_mut() {
-        w.fail_rest("worker exited before reporting");
-    }
 }
 
 /// The gateway's settled RSS now against `before`, per opened session.
@@ -155,43 +125,5 @@ async fn hold(seconds: u64) {
             () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
             _ = tokio::signal::ctrl_c() => eprintln!("herald-bench: interrupted; closing"),
         }
-    }
-}
-
-/// Tells every worker to close, waits for them with a deadline (killing stragglers), and says
-/// on stderr what did not end cleanly.
-async fn close(workers: &mut [WorkerState], processes: &mut Workers) {
-    processes.tell_close().await;
-    let deadline = tokio::time::Instant::now() + CLOSE_DEADLINE + EXIT_SLACK;
-    while !workers.iter().all(|w| w.exited) {
-        match tokio::time::timeout_at(deadline, processes.recv()).await {
-            Ok(Some(msg)) => apply(workers, msg),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    for (child, w) in processes.children_mut().iter_mut().zip(workers.iter()) {
-        match tokio::time::timeout_at(deadline, child.wait()).await {
-            Ok(Ok(status)) if !status.success() && w.plan.sessions > 0 => {
-                eprintln!("herald-bench: worker {} exited with {status}", w.plan.index);
-            }
-            Ok(_) => {}
-            Err(_) => {
-                eprintln!(
-                    "herald-bench: worker {} did not exit; killing it",
-                    w.plan.index
-                );
-                let _ = child.kill().await;
-            }
-        }
-    }
-    let dropped: u64 = workers.iter().map(|w| w.dropped).sum();
-    if dropped > 0 {
-        eprintln!(
-            "herald-bench: {dropped} sessions were closed by the server or network before the end"
-        );
-    }
-    let unclosed = workers.iter().filter(|w| !w.closed).count();
-    if unclosed > 0 {
-        eprintln!("herald-bench: {unclosed} workers did not report closing their sessions");
     }
 }

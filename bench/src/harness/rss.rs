@@ -82,11 +82,16 @@ pub(crate) struct Reading {
 
 /// Reads the RSS of `pid` until it settles (see the module docs).
 pub(crate) async fn settled_rss(pid: u32) -> std::io::Result<Reading> {
+    settled(|| read_rss(pid)).await
+}
+
+/// Reads a memory figure with `read` until it settles (see the module docs).
+pub(crate) async fn settled(read: impl Fn() -> std::io::Result<u64>) -> std::io::Result<Reading> {
     let started = Instant::now();
-    let mut previous = read_rss(pid)?;
+    let mut previous = read()?;
     loop {
         tokio::time::sleep(SETTLE_INTERVAL).await;
-        let current = read_rss(pid)?;
+        let current = read()?;
         if is_settled(previous, current) {
             return Ok(Reading {
                 bytes: current,

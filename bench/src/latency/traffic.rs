@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::session::websocket::{CLOSE_GRACE, Ws};
 use crate::client::stomp_client::{self, Decoded};
 use crate::harness::amqp::{self, Outgoing, Publisher};
+pub(crate) use crate::harness::clock::Clock;
 use crate::harness::pacing::Pacer;
 
 /// Routing key and `event` header of the publications.
@@ -20,31 +21,6 @@ const EVENT: &str = "bench.latency";
 /// Most publications handed to the broker in one burst (a publisher far behind its schedule
 /// catches up in bursts of this size, so confirms keep flowing).
 const MAX_BURST: u64 = 1000;
-
-/// Nanoseconds on a monotonic clock since a common start, read by the publisher and by every
-/// session (they share the process, so `Instant` is the same clock for all).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Clock {
-    start: Instant,
-}
-
-impl Clock {
-    pub(crate) fn new() -> Self {
-        Self {
-            start: Instant::now(),
-        }
-    }
-
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.ns_at(Instant::now())
-    }
-
-    /// `instant` on this clock (0 for an instant before its start).
-    pub(crate) fn ns_at(&self, instant: Instant) -> u64 {
-        let since = instant.saturating_duration_since(self.start);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-    }
-}
 
 /// The message id of publication `seq`, published at `ns` on the [`Clock`].
 fn message_id(seq: u64, ns: u64) -> String {
@@ -245,17 +221,5 @@ mod tests {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-')
         );
-    }
-
-    #[test]
-    fn the_clock_is_monotonic() {
-        let clock = Clock::new();
-        let a = clock.now_ns();
-        std::thread::sleep(Duration::from_millis(2));
-        let b = clock.now_ns();
-        assert!(b >= a + 2_000_000, "{a} {b}");
-        let later = Instant::now() + Duration::from_secs(1);
-        assert!(clock.ns_at(later) >= 1_000_000_000);
-        assert_eq!(clock.ns_at(clock.start - Duration::from_millis(1)), 0);
     }
 }

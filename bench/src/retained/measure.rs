@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use super::args::RetainedArgs;
-use super::gateway::Gateway;
 use super::publish::{Publisher, publish};
 use super::report::{Memory, Report};
 use crate::fleet::Fleet;
 use crate::harness::outcome::BenchError;
 use crate::harness::plan;
 use crate::harness::rss;
+use crate::harness::standalone::Gateway;
 use crate::harness::token::user_id;
 
 /// How long the sessions' tokens stay valid: longer than any run.

@@ -49,6 +49,9 @@ pub(crate) enum Framing {
     Stomp,
     /// SockJS frames (the SockJS websocket transport).
     SockJs,
+    /// No STOMP: a plain WebSocket to `{path}/{channel}`, open once upgraded, every message
+    /// one notification ([`crate::client::transport::Transport::RawWebSocket`]).
+    Raw,
 }
 
 impl Failure {
@@ -95,7 +98,8 @@ pub(crate) fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(MAX_MESSAGE_BYTES))
 }
 
-/// Opens one session and returns it once the subscription is live (RECEIPT received).
+/// Opens one session and returns it once the subscription is live (RECEIPT received; for
+/// [`Framing::Raw`], upgraded). `token` is the JWT, or for [`Framing::Raw`] the channel.
 pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Result<Ws, Failure> {
     let deadline = Instant::now() + target.handshake_timeout;
 
@@ -109,6 +113,7 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
             format!("{}{}/websocket", target.path, sockjs::new_session_path()),
             None,
         ),
+        Framing::Raw => (format!("{}/{token}", target.path), None),
     };
     let mut ws = timeout_at(
         deadline,
@@ -118,9 +123,13 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
     .map_err(|_| Failure::Timeout(Stage::Upgrade))?
     .map_err(Failure::from_upgrade)?;
 
+    if framing == Framing::Raw {
+        return Ok(ws);
+    }
     let mut frames = FrameReader::new(Stage::Open);
     timeout_at(deadline, async {
         match framing {
+            Framing::Raw => Ok(()),
             Framing::Stomp => {
                 super::stomp_handshake(&mut StompLink(&mut ws), token, &mut frames).await
             }
@@ -255,11 +264,17 @@ pub(crate) async fn drain(
             msg = ws.next() => match msg {
                 Some(Ok(Message::Text(t))) => match framing {
                     Framing::Stomp => count_frames(t.as_bytes(), frames),
+                    Framing::Raw => {
+                        frames.fetch_add(1, Ordering::Relaxed);
+                    }
                     Framing::SockJs if t.as_bytes().first() == Some(&b'c') => return End::Dropped,
                     Framing::SockJs => {
                         frames.fetch_add(sockjs::count_stomp_frames(t.as_bytes()), Ordering::Relaxed);
                     }
                 },
+                Some(Ok(Message::Binary(_))) if framing == Framing::Raw => {
+                    frames.fetch_add(1, Ordering::Relaxed);
+                }
                 Some(Ok(Message::Binary(b))) => count_frames(&b, frames),
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return End::Dropped,
                 Some(Ok(_)) => {}

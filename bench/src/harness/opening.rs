@@ -1,11 +1,19 @@
-//! What the parent knows about each worker, from the lines it wrote (pure), and the totals
-//! over all of them.
+//! Idle sessions opened by worker processes (`connections`, `compare`), from the parent's
+//! side: what it knows about each worker from the lines it wrote (pure), the totals over all
+//! of them, the connect phase until every worker is ready, and the close.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use crate::harness::events::WorkerEvent;
+use crate::harness::events::{CLOSE_DEADLINE, WorkerEvent};
 use crate::harness::plan::WorkerPlan;
-use crate::harness::workers::FromWorker;
+use crate::harness::progress::Progress;
+use crate::harness::workers::{FromWorker, Workers};
+
+/// How often the parent prints connect progress on stderr.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+/// Extra time, beyond the workers' own close deadline, before stragglers are killed.
+const EXIT_SLACK: Duration = Duration::from_secs(5);
 
 /// File descriptors a worker needs beyond one per session (runtime, pipes, std streams, the
 /// xhr_send connections).
@@ -13,20 +21,20 @@ const FD_MARGIN: usize = 64;
 
 /// What the parent knows about one worker.
 #[derive(Debug)]
-pub(super) struct WorkerState {
-    pub(super) plan: WorkerPlan,
-    pub(super) opened: u64,
-    pub(super) failed: u64,
-    pub(super) ready: bool,
+pub(crate) struct WorkerState {
+    pub(crate) plan: WorkerPlan,
+    pub(crate) opened: u64,
+    pub(crate) failed: u64,
+    pub(crate) ready: bool,
     failures: BTreeMap<String, u64>,
     connect_window: Option<(u64, u64)>,
-    pub(super) closed: bool,
-    pub(super) dropped: u64,
-    pub(super) exited: bool,
+    pub(crate) closed: bool,
+    pub(crate) dropped: u64,
+    pub(crate) exited: bool,
 }
 
 impl WorkerState {
-    pub(super) fn new(plan: WorkerPlan) -> Self {
+    pub(crate) fn new(plan: WorkerPlan) -> Self {
         Self {
             plan,
             opened: 0,
@@ -41,7 +49,7 @@ impl WorkerState {
     }
 
     /// Marks every session not reported yet as failed with `reason` (worker died or gave up).
-    pub(super) fn fail_rest(&mut self, reason: &str) {
+    pub(crate) fn fail_rest(&mut self, reason: &str) {
         if self.ready {
             return;
         }
@@ -54,7 +62,7 @@ impl WorkerState {
 }
 
 /// Takes in one line (or the end) of a worker's output.
-pub(super) fn apply(workers: &mut [WorkerState], msg: FromWorker) {
+pub(crate) fn apply(workers: &mut [WorkerState], msg: FromWorker) {
     match msg {
         FromWorker::Event(event) => {
             let Some(w) = workers.get_mut(event.worker()) else {
@@ -117,7 +125,7 @@ pub(super) fn apply(workers: &mut [WorkerState], msg: FromWorker) {
 }
 
 /// Sessions opened and failed so far, over every worker.
-pub(super) fn opened_and_failed(workers: &[WorkerState]) -> (u64, u64) {
+pub(crate) fn opened_and_failed(workers: &[WorkerState]) -> (u64, u64) {
     let opened: u64 = workers.iter().map(|w| w.opened).sum();
     let failed: u64 = workers.iter().map(|w| w.failed).sum();
     (opened, failed)
@@ -125,17 +133,17 @@ pub(super) fn opened_and_failed(workers: &[WorkerState]) -> (u64, u64) {
 
 /// The connect phase over every worker, once all are ready.
 #[derive(Debug)]
-pub(super) struct Totals {
-    pub(super) opened: u64,
-    pub(super) failed: u64,
+pub(crate) struct Totals {
+    pub(crate) opened: u64,
+    pub(crate) failed: u64,
     /// Failure counts by reason.
-    pub(super) failures: BTreeMap<String, u64>,
+    pub(crate) failures: BTreeMap<String, u64>,
     /// From the first handshake started to the last one finished, across workers.
-    pub(super) connect_seconds: f64,
+    pub(crate) connect_seconds: f64,
 }
 
 impl Totals {
-    pub(super) fn of(workers: &[WorkerState]) -> Self {
+    pub(crate) fn of(workers: &[WorkerState]) -> Self {
         let (opened, failed) = opened_and_failed(workers);
         let mut failures = BTreeMap::new();
         for w in workers {
@@ -157,6 +165,68 @@ impl Totals {
             failures,
             connect_seconds,
         }
+    }
+}
+
+/// Takes in the workers' lines until every worker is ready (or gone), with a progress bar
+/// towards `sessions`; sessions of a worker that never said `ready` count as failed.
+pub(crate) async fn connect(sessions: usize, workers: &mut [WorkerState], processes: &mut Workers) {
+    let mut progress = tokio::time::interval(PROGRESS_EVERY);
+    progress.tick().await;
+    let bar = Progress::new(sessions as u64);
+    while !workers.iter().all(|w| w.ready) {
+        tokio::select! {
+            msg = processes.recv() => match msg {
+                Some(msg) => apply(workers, msg),
+                None => break,
+            },
+            _ = progress.tick() => {
+                let (opened, failed) = opened_and_failed(workers);
+                bar.update(opened + failed, || format!("{opened} opened, {failed} failed of {sessions}"));
+            }
+        }
+    }
+    drop(bar);
+    for w in workers.iter_mut() {
+        w.fail_rest("worker exited before reporting");
+    }
+}
+
+/// Tells every worker to close, waits for them with a deadline (killing stragglers), and says
+/// on stderr what did not end cleanly.
+pub(crate) async fn close(workers: &mut [WorkerState], processes: &mut Workers) {
+    processes.tell_close().await;
+    let deadline = tokio::time::Instant::now() + CLOSE_DEADLINE + EXIT_SLACK;
+    while !workers.iter().all(|w| w.exited) {
+        match tokio::time::timeout_at(deadline, processes.recv()).await {
+            Ok(Some(msg)) => apply(workers, msg),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    for (child, w) in processes.children_mut().iter_mut().zip(workers.iter()) {
+        match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(Ok(status)) if !status.success() && w.plan.sessions > 0 => {
+                eprintln!("herald-bench: worker {} exited with {status}", w.plan.index);
+            }
+            Ok(_) => {}
+            Err(_) => {
+                eprintln!(
+                    "herald-bench: worker {} did not exit; killing it",
+                    w.plan.index
+                );
+                let _ = child.kill().await;
+            }
+        }
+    }
+    let dropped: u64 = workers.iter().map(|w| w.dropped).sum();
+    if dropped > 0 {
+        eprintln!(
+            "herald-bench: {dropped} sessions were closed by the server or network before the end"
+        );
+    }
+    let unclosed = workers.iter().filter(|w| !w.closed).count();
+    if unclosed > 0 {
+        eprintln!("herald-bench: {unclosed} workers did not report closing their sessions");
     }
 }
 

@@ -1,0 +1,223 @@
+//! `herald-bench compare`: Herald beside the servers its users would pick instead, the same
+//! scenarios with the same client in one run, one system after another, round by round.
+//!
+//! 1. Each peer is installed if missing (by the script beside it in `bench/peers/{peer}/`) and
+//!    started on a free 127.0.0.1 port with files of the run's own: never the machine's nginx,
+//!    RabbitMQ or Redis.
+//! 2. Scenarios ([`args::Scenario`]): idle sessions ([`idle`], worker processes as
+//!    `connections` opens them), and a broadcast ramped over delivery rates ([`broadcast`],
+//!    sessions in this process, a timestamp in every payload).
+//! 3. Within a scenario, a round measures Herald and then each peer, each on a fresh server; a
+//!    ratio is computed between runs of the same round ([`report`]).
+//! 4. The report: Markdown on stdout (JSON with `--json`), both written to `--out` as
+//!    `compare.md` and `compare.json`, with the version and exact command of each server, the
+//!    load average around the run and every way the comparison is not like for like.
+//!
+//! # Layout
+//! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
+//! [`nchan`] (nginx with Nchan: its configuration, install, start), [`idle`], [`broadcast`]
+//! (the scenarios), [`report`] (figures, ratios, Markdown; pure).
+
+pub(crate) mod args;
+mod broadcast;
+mod idle;
+mod nchan;
+mod report;
+mod system;
+
+pub(crate) use self::args::CompareArgs;
+
+use std::path::Path;
+
+use self::args::{Peer, Scenario};
+use self::report::{CompareReport, SystemInfo};
+use self::system::System;
+use crate::harness::cpu;
+use crate::harness::outcome::{BenchError, Outcome};
+use crate::harness::run::interruptible;
+use crate::harness::token::now_epoch_secs;
+
+pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
+    args.check().map_err(BenchError::Usage)?;
+    if let Err(e) = crate::harness::sys::raise_nofile_limit() {
+        eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
+    }
+    if let Some(dir) = &args.log_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| BenchError::Usage(format!("--log-dir {}: {e}", dir.display())))?;
+    }
+    let mut peers = args.peers.clone();
+    peers.sort_unstable();
+    peers.dedup();
+    for peer in &peers {
+        match peer {
+            Peer::Nchan => nchan::install(&args.peers_dir).await?,
+        }
+    }
+    let mut systems = vec![SystemInfo {
+        system: System::Herald,
+        version: herald_version(&args.gateway_bin).await,
+        notes: System::Herald.notes(&args),
+    }];
+    for &peer in &peers {
+        let system = System::of(peer);
+        let version = match peer {
+            Peer::Nchan => nchan::version().await,
+        };
+        systems.push(SystemInfo {
+            system,
+            version,
+            notes: system.notes(&args),
+        });
+    }
+    let order: Vec<System> = systems.iter().map(|s| s.system).collect();
+    let mut report = CompareReport {
+        command: "compare",
+        started_unix: now_epoch_secs(),
+        cores: cpu::cores(),
+        load_before: cpu::load_average(),
+        load_after: None,
+        rounds: args.rounds,
+        systems,
+        idle: Vec::new(),
+        broadcast: Vec::new(),
+        errors: Vec::new(),
+        unfairness: unfairness(&order),
+    };
+    let measured = interruptible(measure(&args, &order, &mut report)).await;
+    report.load_after = cpu::load_average();
+    if let Err(e) = measured {
+        report.errors.push(e.to_string());
+    }
+    let markdown = report.markdown();
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| BenchError::Failed(format!("encoding the report: {e}")))?;
+    if let Some(dir) = &args.out {
+        write_out(dir, &markdown, &json)?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{markdown}");
+    }
+    Ok(if report.errors.is_empty() {
+        Outcome::AllOpened
+    } else {
+        Outcome::SomeFailed
+    })
+}
+
+/// Every scenario, round by round, system by system. A run that fails is recorded and the
+/// others go on; only an interrupt ends it early.
+async fn measure(
+    args: &CompareArgs,
+    order: &[System],
+    report: &mut CompareReport,
+) -> Result<(), BenchError> {
+    for scenario in &args.scenarios {
+        match scenario {
+            Scenario::Idle => {
+                for &sessions in &args.idle_sessions {
+                    for round in 0..args.rounds {
+                        for &system in order {
+                            eprintln!(
+                                "herald-bench: idle, {sessions} sessions, round {}: {}",
+                                round + 1,
+                                system.name()
+                            );
+                            match idle::run(system, args, round, sessions).await {
+                                Ok(run) => report.idle.push(run),
+                                Err(e) => report.errors.push(format!(
+                                    "idle {sessions} round {} {}: {e}",
+                                    round + 1,
+                                    system.name()
+                                )),
+                            }
+                        }
+                    }
+                }
+            }
+            Scenario::Broadcast => {
+                for round in 0..args.rounds {
+                    for &system in order {
+                        eprintln!(
+                            "herald-bench: broadcast, round {}: {}",
+                            round + 1,
+                            system.name()
+                        );
+                        match broadcast::run(system, args, round).await {
+                            Ok(steps) => report.broadcast.extend(steps),
+                            Err(e) => report.errors.push(format!(
+                                "broadcast round {} {}: {e}",
+                                round + 1,
+                                system.name()
+                            )),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `herald-gateway --version`, or why not.
+async fn herald_version(bin: &Path) -> String {
+    match tokio::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .await
+    {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        Ok(o) => format!("--version failed ({})", o.status),
+        Err(e) => format!("{}: {e}", bin.display()),
+    }
+}
+
+/// What is not like for like between Herald and the peers measured.
+fn unfairness(systems: &[System]) -> Vec<String> {
+    let mut notes = vec![
+        "The bench's client processes share the machine's two cores with the server they \
+         measure, for every system alike."
+            .to_owned(),
+        "Memory is the summed proportional set size (PSS) of the server's processes, so a page \
+         several processes share counts once."
+            .to_owned(),
+    ];
+    if systems.contains(&System::Nchan) {
+        notes.extend([
+            "Nchan checks no token: Herald verifies a JWT (HS256) on every session.".to_owned(),
+            "Nchan sends each message as it was published; Herald wraps it in a STOMP MESSAGE \
+             frame with its headers (destination, subscription, message-id, sequence)."
+                .to_owned(),
+            "Herald keeps every notification in the user's mailbox for replay; Nchan keeps \
+             the last messages of each channel (its default buffer)."
+                .to_owned(),
+            "Broadcast: Herald publishes one global notification that reaches every user's \
+             mailbox; Nchan's sessions all subscribe to one channel."
+                .to_owned(),
+            "Nchan's worker count is stated with its version; a worker is a process, \
+             Herald's runtime threads are in one process."
+                .to_owned(),
+        ]);
+    }
+    notes
+}
+
+/// Writes `compare.md` and `compare.json` into `dir`.
+fn write_out(dir: &Path, markdown: &str, json: &str) -> Result<(), BenchError> {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| BenchError::Failed(format!("writing {}: {e}", path.display())))
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| BenchError::Failed(format!("creating {}: {e}", dir.display())))?;
+    write("compare.md", markdown)?;
+    write("compare.json", json)?;
+    eprintln!(
+        "herald-bench: wrote {}/compare.md and compare.json",
+        dir.display()
+    );
+    Ok(())
+}

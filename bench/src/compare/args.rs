@@ -1,0 +1,159 @@
+//! The arguments of `herald-bench compare`, and their check before anything starts (pure).
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// Most sessions a server here can hold: one process may have 20,000 file descriptors.
+pub(crate) const MAX_IDLE_SESSIONS: usize = 19_000;
+/// Most broadcast sessions: they live in the bench's own process, beside its other sockets.
+pub(crate) const MAX_BROADCAST_SESSIONS: usize = 10_000;
+/// A payload holds the publication's sequence number and its publish time, as text.
+pub(crate) const MIN_PAYLOAD_BYTES: usize = 48;
+pub(crate) const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+
+/// A server measured beside Herald.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub(crate) enum Peer {
+    /// Nchan, the pub/sub module of nginx (Debian's `nginx-light` + `libnginx-mod-nchan`).
+    Nchan,
+}
+
+/// What is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scenario {
+    /// Idle sessions (one user each): memory per session, connect rate, server CPU per session.
+    Idle,
+    /// One message to every session, ramped over delivery rates: deliveries reached with
+    /// nothing lost, server CPU per 100,000 deliveries, latency from publish to receipt.
+    Broadcast,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompareArgs {
+    /// The herald-gateway binary, run standalone.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) gateway_bin: PathBuf,
+
+    /// The servers measured beside Herald.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan])]
+    pub(crate) peers: Vec<Peer>,
+
+    /// The scenarios, in this order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Idle, Scenario::Broadcast])]
+    pub(crate) scenarios: Vec<Scenario>,
+
+    /// Rounds. A round measures every system once, one after another (Herald first, then each
+    /// peer), so a change in the machine's speed shows in every system's spread.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) rounds: usize,
+
+    /// Session counts of the idle scenario (a fresh server for each).
+    #[arg(long, value_delimiter = ',', default_values_t = [2_000usize, 10_000])]
+    pub(crate) idle_sessions: Vec<usize>,
+
+    /// Sessions the broadcast scenario delivers to.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) broadcast_sessions: usize,
+
+    /// The broadcast ramp, in deliveries per second (each publication reaches every session,
+    /// so publications per second = rate / sessions).
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000u64, 50_000])]
+    pub(crate) rates: Vec<u64>,
+
+    /// Seconds each step of the ramp publishes.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) seconds: u64,
+
+    /// Bytes of each broadcast payload.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) payload_bytes: usize,
+
+    /// Seconds without an arrival, after a step's last publication, before what has not
+    /// arrived counts as lost.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) drain_timeout: u64,
+
+    /// nginx worker processes serving Nchan [default: one per core, as Herald's runtime has
+    /// one thread per core].
+    #[arg(long)]
+    pub(crate) nchan_workers: Option<usize>,
+
+    /// Where the peers' install scripts are (`{dir}/nchan/install.sh`, ...).
+    #[arg(long, value_name = "DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/peers"))]
+    pub(crate) peers_dir: PathBuf,
+
+    /// Write `compare.json` and `compare.md` into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+
+    /// Write each server's stdout and stderr into this directory, a file per start
+    /// [default: discarded].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) log_dir: Option<PathBuf>,
+
+    /// Seconds to wait for a server to answer its readiness check.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) startup_timeout: u64,
+
+    /// Print the report as one JSON object on stdout instead of Markdown.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl CompareArgs {
+    /// Checks the arguments; `Err` says which one and why.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.rounds == 0 {
+            return Err("--rounds must be at least 1".into());
+        }
+        if self.scenarios.is_empty() {
+            return Err("--scenarios names none".into());
+        }
+        if self.scenarios.contains(&Scenario::Idle) {
+            if self.idle_sessions.is_empty() {
+                return Err("--idle-sessions names none".into());
+            }
+            if let Some(n) = self
+                .idle_sessions
+                .iter()
+                .find(|&&n| n == 0 || n > MAX_IDLE_SESSIONS)
+            {
+                return Err(format!(
+                    "--idle-sessions: {n} is not between 1 and {MAX_IDLE_SESSIONS} (a server \
+                     process here may hold 20,000 file descriptors)"
+                ));
+            }
+        }
+        if self.scenarios.contains(&Scenario::Broadcast) {
+            let sessions = self.broadcast_sessions;
+            if sessions == 0 || sessions > MAX_BROADCAST_SESSIONS {
+                return Err(format!(
+                    "--broadcast-sessions must be between 1 and {MAX_BROADCAST_SESSIONS} (they \
+                     live in this process)"
+                ));
+            }
+            if self.rates.is_empty() {
+                return Err("--rates names none".into());
+            }
+            if let Some(r) = self.rates.iter().find(|&&r| r < sessions as u64) {
+                return Err(format!(
+                    "--rates: {r} deliveries/s is less than one publication a second to \
+                     {sessions} sessions"
+                ));
+            }
+            if self.seconds == 0 {
+                return Err("--seconds must be at least 1".into());
+            }
+            if !(MIN_PAYLOAD_BYTES..=MAX_PAYLOAD_BYTES).contains(&self.payload_bytes) {
+                return Err(format!(
+                    "--payload-bytes must be between {MIN_PAYLOAD_BYTES} and {MAX_PAYLOAD_BYTES}"
+                ));
+            }
+        }
+        if self.nchan_workers == Some(0) {
+            return Err("--nchan-workers must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,370 @@
+//! The comparison's result: every run as measured (JSON), and a Markdown table per scenario
+//! with each system's figures (median and range over the rounds) and Herald's ratio to each
+//! peer, computed round by round (the two runs of a round were measured one after the other,
+//! so the machine's drift between hours cancels out of the ratio).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::broadcast::BroadcastStep;
+use super::idle::IdleRun;
+use super::system::System;
+use crate::harness::report::grouped;
+
+/// The whole comparison.
+#[derive(Debug, Serialize)]
+pub(crate) struct CompareReport {
+    pub(crate) command: &'static str,
+    /// Seconds since the epoch when the run began.
+    pub(crate) started_unix: u64,
+    pub(crate) cores: usize,
+    pub(crate) load_before: Option<f64>,
+    pub(crate) load_after: Option<f64>,
+    pub(crate) rounds: usize,
+    pub(crate) systems: Vec<SystemInfo>,
+    pub(crate) idle: Vec<IdleRun>,
+    pub(crate) broadcast: Vec<BroadcastStep>,
+    /// Runs that could not be measured, with why.
+    pub(crate) errors: Vec<String>,
+    /// Every way the comparison is not like for like.
+    pub(crate) unfairness: Vec<String>,
+}
+
+/// One system as run.
+#[derive(Debug, Serialize)]
+pub(crate) struct SystemInfo {
+    pub(crate) system: System,
+    pub(crate) version: String,
+    pub(crate) notes: String,
+}
+
+/// Which way a figure is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Better {
+    Lower,
+    Higher,
+}
+
+/// How a figure's values read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    Bytes,
+    PerSecond,
+    Micros,
+    Seconds,
+    NanosAsMillis,
+    Count,
+}
+
+impl Unit {
+    pub(crate) fn format(self, v: f64) -> String {
+        match self {
+            Unit::Bytes => format!("{} B", grouped(v)),
+            Unit::PerSecond => format!("{}/s", grouped(v)),
+            Unit::Micros => format!("{v:.0} µs"),
+            Unit::Seconds => format!("{v:.2} s"),
+            Unit::NanosAsMillis => format!("{:.1} ms", v / 1e6),
+            Unit::Count => grouped(v),
+        }
+    }
+}
+
+/// One line of a table: a figure's value per system and round.
+#[derive(Debug, Clone)]
+pub(crate) struct Figure {
+    pub(crate) name: String,
+    pub(crate) unit: Unit,
+    pub(crate) better: Better,
+    pub(crate) values: BTreeMap<System, BTreeMap<usize, f64>>,
+}
+
+impl Figure {
+    fn new(name: String, unit: Unit, better: Better) -> Self {
+        Self {
+            name,
+            unit,
+            better,
+            values: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, system: System, round: usize, value: f64) {
+        self.values.entry(system).or_default().insert(round, value);
+    }
+
+    /// Herald's value over `peer`'s, per round both have (pure).
+    pub(crate) fn ratios(&self, peer: System) -> Vec<f64> {
+        let (Some(herald), Some(other)) =
+            (self.values.get(&System::Herald), self.values.get(&peer))
+        else {
+            return Vec::new();
+        };
+        herald
+            .iter()
+            .filter_map(|(round, h)| other.get(round).map(|p| (h, p)))
+            .filter(|&(_, &p)| p != 0.0)
+            .map(|(h, p)| h / p)
+            .collect()
+    }
+}
+
+/// The median and the range of `values`, `None` when empty (pure).
+pub(crate) fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    Some((median, sorted[0], sorted[n - 1]))
+}
+
+fn cell(values: &[f64], format: impl Fn(f64) -> String) -> String {
+    match spread(values) {
+        None => "-".to_owned(),
+        Some((median, lo, hi)) if values.len() == 1 || lo == hi => format(median),
+        Some((median, lo, hi)) => format!("{} ({}–{})", format(median), format(lo), format(hi)),
+    }
+}
+
+/// The idle scenario's figures, one set per session count.
+pub(crate) fn idle_figures(runs: &[IdleRun]) -> Vec<Figure> {
+    let mut counts: Vec<usize> = runs.iter().map(|r| r.sessions).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let mut figures = Vec::new();
+    for n in counts {
+        let of_n = || runs.iter().filter(move |r| r.sessions == n);
+        let n_text = grouped(n as f64);
+        let mut memory = Figure::new(
+            format!("memory per idle session, {n_text} sessions (PSS)"),
+            Unit::Bytes,
+            Better::Lower,
+        );
+        let mut rate = Figure::new(
+            format!("connect rate, {n_text} sessions"),
+            Unit::PerSecond,
+            Better::Higher,
+        );
+        let mut cpu = Figure::new(
+            format!("server CPU per session opened, {n_text} sessions"),
+            Unit::Micros,
+            Better::Lower,
+        );
+        let mut failed = Figure::new(
+            format!("sessions failed, {n_text} sessions"),
+            Unit::Count,
+            Better::Lower,
+        );
+        for r in of_n() {
+            memory.add(r.system, r.round, r.bytes_per_session);
+            rate.add(r.system, r.round, r.connect_rate);
+            cpu.add(r.system, r.round, r.cpu_per_session_us);
+            failed.add(r.system, r.round, r.failed as f64);
+        }
+        figures.extend([memory, rate, cpu, failed]);
+    }
+    figures
+}
+
+/// The broadcast scenario's figures, one set per rate.
+pub(crate) fn broadcast_figures(steps: &[BroadcastStep]) -> Vec<Figure> {
+    let mut rates: Vec<u64> = steps.iter().map(|s| s.rate).collect();
+    rates.sort_unstable();
+    rates.dedup();
+    let mut figures = Vec::new();
+    for rate in rates {
+        let at = format!("at {} deliveries/s", grouped(rate as f64));
+        let mut cpu = Figure::new(
+            format!("server CPU per 100,000 deliveries {at}"),
+            Unit::Seconds,
+            Better::Lower,
+        );
+        let mut p50 = Figure::new(
+            format!("latency p50 {at}"),
+            Unit::NanosAsMillis,
+            Better::Lower,
+        );
+        let mut p99 = Figure::new(
+            format!("latency p99 {at}"),
+            Unit::NanosAsMillis,
+            Better::Lower,
+        );
+        let mut max = Figure::new(
+            format!("latency max {at}"),
+            Unit::NanosAsMillis,
+            Better::Lower,
+        );
+        let mut delivered = Figure::new(
+            format!("deliveries/s reached {at}"),
+            Unit::PerSecond,
+            Better::Higher,
+        );
+        let mut lost = Figure::new(format!("deliveries lost {at}"), Unit::Count, Better::Lower);
+        for s in steps.iter().filter(|s| s.rate == rate) {
+            cpu.add(s.system, s.round, s.cpu_per_100k_deliveries);
+            if let Some(l) = s.latency {
+                p50.add(s.system, s.round, l.p50_ns as f64);
+                p99.add(s.system, s.round, l.p99_ns as f64);
+                max.add(s.system, s.round, l.max_ns as f64);
+            }
+            delivered.add(s.system, s.round, s.delivered_rate);
+            lost.add(s.system, s.round, s.lost as f64);
+        }
+        figures.extend([cpu, p50, p99, max, delivered, lost]);
+    }
+    figures
+}
+
+/// One Markdown table: a row per figure, a column per system, then Herald's ratio to each peer.
+pub(crate) fn table(figures: &[Figure], systems: &[System]) -> String {
+    let peers: Vec<System> = systems
+        .iter()
+        .copied()
+        .filter(|&s| s != System::Herald)
+        .collect();
+    let mut out = String::from("| figure |");
+    for s in systems {
+        let _ = write!(out, " {} |", s.name());
+    }
+    for p in &peers {
+        let _ = write!(out, " herald / {} |", p.name());
+    }
+    out.push_str("\n|---|");
+    for _ in systems.iter().chain(&peers) {
+        out.push_str("---|");
+    }
+    out.push('\n');
+    for f in figures {
+        let better = match f.better {
+            Better::Lower => "lower is better",
+            Better::Higher => "higher is better",
+        };
+        let _ = write!(out, "| {} ({better}) |", f.name);
+        for s in systems {
+            let values: Vec<f64> = f
+                .values
+                .get(s)
+                .map(|v| v.values().copied().collect())
+                .unwrap_or_default();
+            let _ = write!(out, " {} |", cell(&values, |v| f.unit.format(v)));
+        }
+        for &p in &peers {
+            let ratios = f.ratios(p);
+            let _ = write!(out, " {} |", cell(&ratios, |v| format!("{v:.2}")));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+impl CompareReport {
+    /// The systems in the report's order (Herald first).
+    fn system_list(&self) -> Vec<System> {
+        self.systems.iter().map(|s| s.system).collect()
+    }
+
+    /// The Markdown report.
+    pub(crate) fn markdown(&self) -> String {
+        let systems = self.system_list();
+        let mut out = String::from("# herald-bench compare\n\n");
+        let _ = writeln!(
+            out,
+            "{} round(s), each system once per round, one after another; {} cores; load average \
+             {} before, {} after. Each cell: the median over the rounds (the range in \
+             brackets); a ratio is Herald's figure over the peer's, per round.\n",
+            self.rounds,
+            self.cores,
+            self.load_before.map_or("?".into(), |l| format!("{l:.2}")),
+            self.load_after.map_or("?".into(), |l| format!("{l:.2}")),
+        );
+        out.push_str("| system | version | how it ran |\n|---|---|---|\n");
+        for s in &self.systems {
+            let _ = writeln!(out, "| {} | {} | {} |", s.system.name(), s.version, s.notes);
+        }
+        if !self.idle.is_empty() {
+            out.push_str("\n## Idle sessions\n\n");
+            out.push_str(&table(&idle_figures(&self.idle), &systems));
+        }
+        if let Some(first) = self.broadcast.first() {
+            let _ = write!(
+                out,
+                "\n## Broadcast to {} sessions\n\n",
+                grouped(first.sessions as f64)
+            );
+            out.push_str(&table(&broadcast_figures(&self.broadcast), &systems));
+        }
+        if !self.errors.is_empty() {
+            out.push_str("\n## Runs that failed\n\n");
+            for e in &self.errors {
+                let _ = writeln!(out, "- {e}");
+            }
+        }
+        out.push_str("\n## Not like for like\n\n");
+        for u in &self.unfairness {
+            let _ = writeln!(out, "- {u}");
+        }
+        out.push_str("\n## Commands\n\n");
+        let mut commands: BTreeMap<System, &str> = BTreeMap::new();
+        for r in &self.idle {
+            commands.insert(r.system, &r.server_command);
+        }
+        for s in &self.broadcast {
+            commands.insert(s.system, &s.server_command);
+        }
+        for (system, command) in commands {
+            let _ = writeln!(out, "- {}: `{command}`", system.name());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_median_and_range() {
+        assert_eq!(spread(&[]), None);
+        assert_eq!(spread(&[3.0]), Some((3.0, 3.0, 3.0)));
+        assert_eq!(spread(&[5.0, 1.0, 3.0]), Some((3.0, 1.0, 5.0)));
+        assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(&[f64::NAN, 2.0]), Some((2.0, 2.0, 2.0)));
+    }
+
+    #[test]
+    fn ratios_pair_runs_of_the_same_round() {
+        let mut f = Figure::new("x".into(), Unit::Bytes, Better::Lower);
+        f.add(System::Herald, 0, 100.0);
+        f.add(System::Herald, 1, 300.0);
+        f.add(System::Herald, 2, 50.0);
+        f.add(System::Nchan, 0, 200.0);
+        f.add(System::Nchan, 1, 300.0);
+        // Round 2 has no Nchan figure; a zero divisor is left out.
+        assert_eq!(f.ratios(System::Nchan), vec![0.5, 1.0]);
+        let table = table(&[f], &[System::Herald, System::Nchan]);
+        assert!(
+            table.contains("| x (lower is better) | 100 B (50 B–300 B) | 250 B (200 B–300 B) | 0.75 (0.50–1.00) |"),
+            "{table}"
+        );
+        assert!(
+            table.starts_with("| figure | herald | nchan | herald / nchan |\n|---|---|---|---|\n")
+        );
+    }
+
+    #[test]
+    fn units_read_as_people_write_them() {
+        assert_eq!(Unit::Bytes.format(3551.4), "3,551 B");
+        assert_eq!(Unit::PerSecond.format(6415.0), "6,415/s");
+        assert_eq!(Unit::Micros.format(154.2), "154 µs");
+        assert_eq!(Unit::Seconds.format(2.041), "2.04 s");
+        assert_eq!(Unit::NanosAsMillis.format(45_120_000.0), "45.1 ms");
+    }
+}

@@ -1,0 +1,204 @@
+//! The systems a comparison runs: Herald (a standalone `herald-gateway`) and each peer, behind
+//! one face: start, where sessions connect and with what, where a broadcast is published, the
+//! CPU and memory of every process the server runs, stop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::args::{CompareArgs, Peer};
+use super::nchan::{self, Nchan};
+use crate::client::transport::Transport;
+use crate::harness::cpu::CpuTime;
+use crate::harness::outcome::BenchError;
+use crate::harness::proctree;
+use crate::harness::rss::Reading;
+use crate::harness::standalone::{Gateway, Launch};
+
+/// The `event` of Herald's broadcast notifications.
+const EVENT: &str = "bench.compare";
+
+/// Which system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum System {
+    Herald,
+    Nchan,
+}
+
+impl System {
+    pub(crate) fn of(peer: Peer) -> Self {
+        match peer {
+            Peer::Nchan => System::Nchan,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            System::Herald => "herald",
+            System::Nchan => "nchan",
+        }
+    }
+
+    /// How its sessions connect.
+    pub(crate) fn transport(self) -> Transport {
+        match self {
+            System::Herald => Transport::WebSocket,
+            System::Nchan => Transport::RawWebSocket,
+        }
+    }
+
+    /// What it does that the others may not, for the report.
+    pub(crate) fn notes(self, args: &CompareArgs) -> String {
+        match self {
+            System::Herald => "standalone herald-gateway, its defaults; every session checks a \
+                               JWT (HS256), speaks STOMP 1.2 over WebSocket, has a mailbox \
+                               that keeps its notifications for replay; tokio runtime with one \
+                               thread per core"
+                .to_owned(),
+            System::Nchan => format!(
+                "nginx with Nchan, {} worker process(es); no authentication; raw WebSocket \
+                 messages, no STOMP; a channel per user (idle) or one channel for all \
+                 (broadcast); its message buffer at its defaults",
+                nchan_workers(args)
+            ),
+        }
+    }
+}
+
+/// nginx workers for Nchan: `--nchan-workers`, or one per core.
+pub(crate) fn nchan_workers(args: &CompareArgs) -> usize {
+    args.nchan_workers
+        .unwrap_or_else(crate::harness::cpu::cores)
+        .max(1)
+}
+
+/// A running server.
+pub(crate) struct Server {
+    pub(crate) system: System,
+    pub(crate) addr: SocketAddr,
+    /// The exact command it runs, for the report.
+    pub(crate) command: String,
+    inner: Inner,
+}
+
+enum Inner {
+    Herald(Gateway),
+    Nchan(Nchan),
+}
+
+impl Server {
+    /// Starts `system`; `label` names its log file in `--log-dir`.
+    pub(crate) async fn start(
+        system: System,
+        args: &CompareArgs,
+        label: &str,
+    ) -> Result<Self, BenchError> {
+        let log: Option<PathBuf> = args
+            .log_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{}-{label}.log", system.name())));
+        let timeout = Duration::from_secs(args.startup_timeout);
+        match system {
+            System::Herald => {
+                let gateway = Gateway::start(&Launch {
+                    bin: &args.gateway_bin,
+                    log: log.as_deref(),
+                    startup_timeout: timeout,
+                })
+                .await?;
+                Ok(Self {
+                    system,
+                    addr: gateway.addr,
+                    command: gateway.command(),
+                    inner: Inner::Herald(gateway),
+                })
+            }
+            System::Nchan => {
+                let nchan = Nchan::start(nchan_workers(args), log.as_deref(), timeout).await?;
+                Ok(Self {
+                    system,
+                    addr: nchan.addr,
+                    command: nchan.command.clone(),
+                    inner: Inner::Nchan(nchan),
+                })
+            }
+        }
+    }
+
+    fn root_pid(&self) -> u32 {
+        match &self.inner {
+            Inner::Herald(g) => g.pid(),
+            Inner::Nchan(n) => n.pid(),
+        }
+    }
+
+    /// The processes it runs now.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        proctree::pids(self.root_pid())
+    }
+
+    /// CPU time used so far by all its processes.
+    pub(crate) fn cpu(&self) -> Result<CpuTime, BenchError> {
+        proctree::cpu(self.root_pid())
+            .map_err(|e| BenchError::Failed(format!("{}: reading CPU: {e}", self.system.name())))
+    }
+
+    /// Its processes' summed proportional set size, once settled.
+    pub(crate) async fn settled_pss(&self) -> Result<Reading, BenchError> {
+        proctree::settled_pss(self.root_pid())
+            .await
+            .map_err(|e| BenchError::Failed(format!("{}: reading PSS: {e}", self.system.name())))
+    }
+
+    /// Where sessions connect (for [`System::transport`]).
+    pub(crate) fn session_url(&self) -> String {
+        self.system.transport().url(&self.addr.to_string())
+    }
+
+    /// The HS256 secret Herald checks tokens with; `None` for a peer without authentication.
+    pub(crate) fn jwt_secret(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Herald(g) => Some(&g.jwt_secret),
+            Inner::Nchan(_) => None,
+        }
+    }
+
+    /// The API key for publishing (any value for a peer that checks none).
+    pub(crate) fn api_key(&self) -> &str {
+        match &self.inner {
+            Inner::Herald(g) => &g.api_key,
+            Inner::Nchan(_) => "none",
+        }
+    }
+
+    /// The request path and content type that publish one broadcast notification.
+    pub(crate) fn broadcast_request(&self) -> (String, &'static str) {
+        match self.system {
+            System::Herald => (
+                format!("/v1/notifications?scope=global&event={EVENT}"),
+                "text/plain",
+            ),
+            System::Nchan => (format!("/pub/{}", nchan::BROADCAST_CHANNEL), "text/plain"),
+        }
+    }
+
+    /// Whether a publish answer means accepted.
+    pub(crate) fn accepted(&self, status: u16) -> bool {
+        match self.system {
+            System::Herald => status == 202,
+            // 201 Created (no subscriber yet) or 202 Accepted (queued for subscribers).
+            System::Nchan => status == 201 || status == 202,
+        }
+    }
+
+    /// Stops it and removes its files; how it ended.
+    pub(crate) async fn finish(self) -> String {
+        match self.inner {
+            Inner::Herald(g) => g.finish().await,
+            Inner::Nchan(n) => n.finish().await,
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! `herald-bench compare` end to end, on a small scale: the real standalone `herald-gateway`
+//! (the workspace's build beside this bench's binary, or `HERALD_GATEWAY_BIN`) and the real
+//! Nchan (Debian's nginx and module, installed by `bench/peers/nchan/install.sh` when
+//! missing), both scenarios, one round: every session opens, every broadcast arrives, and the
+//! report holds what it says.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn gateway_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HERALD_GATEWAY_BIN") {
+        return PathBuf::from(bin);
+    }
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_herald-bench"));
+    let gateway = bench.with_file_name("herald-gateway");
+    assert!(
+        gateway.exists(),
+        "{} is missing: build it first (cargo build -p herald-gateway), or set HERALD_GATEWAY_BIN",
+        gateway.display()
+    );
+    gateway
+}
+
+#[test]
+fn compares_herald_with_nchan() {
+    let out = std::env::temp_dir().join(format!("herald-compare-test-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
+        .arg("compare")
+        .arg("--gateway-bin")
+        .arg(gateway_bin())
+        .args(["--rounds", "1", "--idle-sessions", "300"])
+        .args(["--broadcast-sessions", "200", "--rates", "1000,4000"])
+        .args(["--seconds", "1", "--drain-timeout", "10", "--json"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\n{stderr}", output.status);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
+    assert_eq!(report, written);
+    assert_eq!(report["errors"], Value::Array(vec![]));
+
+    let systems: Vec<&str> = report["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(systems, ["herald", "nchan"]);
+    assert!(
+        report["systems"][1]["version"]
+            .as_str()
+            .unwrap()
+            .contains("nginx/")
+    );
+
+    let idle = report["idle"].as_array().unwrap();
+    assert_eq!(idle.len(), 2);
+    for run in idle {
+        assert_eq!(run["opened"], 300, "{run}");
+        assert_eq!(run["failed"], 0, "{run}");
+        assert!(run["connect_rate"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(run["bytes_per_session"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(run["server_cpu_seconds"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    // nginx runs a master and its workers; Herald one process.
+    assert_eq!(idle[0]["server_processes"], 1);
+    assert!(idle[1]["server_processes"].as_u64().unwrap() >= 2);
+
+    let steps = report["broadcast"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    for step in steps {
+        // 1,000 and 4,000 deliveries/s to 200 sessions: 5 and 20 publications in 1 s.
+        let publications = step["rate"].as_u64().unwrap() / 200;
+        assert_eq!(step["publications"], publications, "{step}");
+        assert_eq!(step["refused"], 0, "{step}");
+        assert_eq!(step["expected"], publications * 200, "{step}");
+        assert_eq!(step["delivered"], step["expected"], "{step}");
+        assert_eq!(step["lost"], 0, "{step}");
+        assert_eq!(step["latency"]["count"], step["delivered"], "{step}");
+        assert!(step["latency"]["p50_ns"].as_u64().unwrap() > 0, "{step}");
+    }
+
+    let markdown = std::fs::read_to_string(out.join("compare.md")).unwrap();
+    assert!(
+        markdown.contains("| figure | herald | nchan | herald / nchan |"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("memory per idle session, 300 sessions"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("latency p99 at 4,000 deliveries/s"),
+        "{markdown}"
+    );
+    assert!(markdown.contains("Nchan checks no token"), "{markdown}");
+    let _ = std::fs::remove_dir_all(&out);
+}
