@@ -285,7 +285,12 @@ mod tests {
         use crate::compare::args::{Peer, Scenario};
         let args = compare(&[]);
         assert_eq!(args.peers, vec![Peer::Nchan]);
-        assert_eq!(args.scenarios, vec![Scenario::Idle, Scenario::Broadcast]);
+        assert_eq!(
+            args.scenarios,
+            vec![Scenario::Idle, Scenario::Broadcast, Scenario::PerUser]
+        );
+        assert_eq!(args.user_rates, vec![2_000, 5_000, 10_000, 15_000, 20_000]);
+        assert_eq!((args.user_sessions, args.publishers), (5_000, 16));
         assert_eq!(args.idle_sessions, vec![2_000, 10_000]);
         assert_eq!(args.rates, vec![10_000, 50_000]);
         assert_eq!((args.rounds, args.broadcast_sessions), (2, 5_000));
@@ -302,6 +307,12 @@ mod tests {
         assert!(args.check().unwrap_err().contains("--payload-bytes"));
         let args = compare(&["--rounds", "0"]);
         assert!(args.check().unwrap_err().contains("--rounds"));
+        let args = compare(&["--scenarios", "per-user", "--user-rates", "0"]);
+        assert!(args.check().unwrap_err().contains("--user-rates"));
+        let args = compare(&["--user-sessions", "10001"]);
+        assert!(args.check().unwrap_err().contains("--user-sessions"));
+        let args = compare(&["--publishers", "0"]);
+        assert!(args.check().unwrap_err().contains("--publishers"));
         let args = compare(&["--nchan-workers", "0"]);
         assert!(args.check().unwrap_err().contains("--nchan-workers"));
         assert!(

@@ -5,8 +5,9 @@
 //!    started on a free 127.0.0.1 port with files of the run's own: never the machine's nginx,
 //!    RabbitMQ or Redis.
 //! 2. Scenarios ([`args::Scenario`]): idle sessions ([`idle`], worker processes as
-//!    `connections` opens them), and a broadcast ramped over delivery rates ([`broadcast`],
-//!    sessions in this process, a timestamp in every payload).
+//!    `connections` opens them), and delivery ramps over rates ([`ramp`]: a broadcast to every
+//!    session, and notifications to one user at a time; sessions in this process, a timestamp
+//!    in every payload).
 //! 3. Within a scenario, a round measures Herald and then each peer, each on a fresh server; a
 //!    ratio is computed between runs of the same round ([`report`]).
 //! 4. The report: Markdown on stdout (JSON with `--json`), both written to `--out` as
@@ -15,13 +16,13 @@
 //!
 //! # Layout
 //! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
-//! [`nchan`] (nginx with Nchan: its configuration, install, start), [`idle`], [`broadcast`]
+//! [`nchan`] (nginx with Nchan: its configuration, install, start), [`idle`], [`ramp`]
 //! (the scenarios), [`report`] (figures, ratios, Markdown; pure).
 
 pub(crate) mod args;
-mod broadcast;
 mod idle;
 mod nchan;
+mod ramp;
 mod report;
 mod system;
 
@@ -30,6 +31,7 @@ pub(crate) use self::args::CompareArgs;
 use std::path::Path;
 
 use self::args::{Peer, Scenario};
+use self::ramp::{Audience, Ramp};
 use self::report::{CompareReport, SystemInfo};
 use self::system::System;
 use crate::harness::cpu;
@@ -80,7 +82,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
         rounds: args.rounds,
         systems,
         idle: Vec::new(),
-        broadcast: Vec::new(),
+        ramps: Vec::new(),
         errors: Vec::new(),
         unfairness: unfairness(&order),
     };
@@ -137,18 +139,32 @@ async fn measure(
                     }
                 }
             }
-            Scenario::Broadcast => {
+            Scenario::Broadcast | Scenario::PerUser => {
+                let ramp = if *scenario == Scenario::Broadcast {
+                    Ramp {
+                        audience: Audience::Broadcast,
+                        sessions: args.broadcast_sessions,
+                        rates: args.rates.clone(),
+                    }
+                } else {
+                    Ramp {
+                        audience: Audience::PerUser,
+                        sessions: args.user_sessions,
+                        rates: args.user_rates.clone(),
+                    }
+                };
+                let name = ramp.audience.name();
                 for round in 0..args.rounds {
                     for &system in order {
                         eprintln!(
-                            "herald-bench: broadcast, round {}: {}",
+                            "herald-bench: {name}, round {}: {}",
                             round + 1,
                             system.name()
                         );
-                        match broadcast::run(system, args, round).await {
-                            Ok(steps) => report.broadcast.extend(steps),
+                        match ramp::run(system, args, &ramp, round).await {
+                            Ok(steps) => report.ramps.extend(steps),
                             Err(e) => report.errors.push(format!(
-                                "broadcast round {} {}: {e}",
+                                "{name} round {} {}: {e}",
                                 round + 1,
                                 system.name()
                             )),
@@ -194,7 +210,8 @@ fn unfairness(systems: &[System]) -> Vec<String> {
              the last messages of each channel (its default buffer)."
                 .to_owned(),
             "Broadcast: Herald publishes one global notification that reaches every user's \
-             mailbox; Nchan's sessions all subscribe to one channel."
+             mailbox; Nchan's sessions all subscribe to one channel. Per user: a mailbox per \
+             user in Herald, a channel per user in Nchan."
                 .to_owned(),
             "Nchan's worker count is stated with its version; a worker is a process, \
              Herald's runtime threads are in one process."

@@ -1,7 +1,7 @@
 //! `herald-bench compare` end to end, on a small scale: the real standalone `herald-gateway`
 //! (the workspace's build beside this bench's binary, or `HERALD_GATEWAY_BIN`) and the real
 //! Nchan (Debian's nginx and module, installed by `bench/peers/nchan/install.sh` when
-//! missing), both scenarios, one round: every session opens, every broadcast arrives, and the
+//! missing), every scenario, one round: every session opens, every broadcast arrives, and the
 //! report holds what it says.
 
 use std::path::PathBuf;
@@ -32,6 +32,7 @@ fn compares_herald_with_nchan() {
         .arg(gateway_bin())
         .args(["--rounds", "1", "--idle-sessions", "300"])
         .args(["--broadcast-sessions", "200", "--rates", "1000,4000"])
+        .args(["--user-sessions", "200", "--user-rates", "300,1000"])
         .args(["--seconds", "1", "--drain-timeout", "10", "--json"])
         .arg("--out")
         .arg(&out)
@@ -72,14 +73,20 @@ fn compares_herald_with_nchan() {
     assert_eq!(idle[0]["server_processes"], 1);
     assert!(idle[1]["server_processes"].as_u64().unwrap() >= 2);
 
-    let steps = report["broadcast"].as_array().unwrap();
-    assert_eq!(steps.len(), 4);
+    let steps = report["ramps"].as_array().unwrap();
+    assert_eq!(steps.len(), 8);
     for step in steps {
-        // 1,000 and 4,000 deliveries/s to 200 sessions: 5 and 20 publications in 1 s.
-        let publications = step["rate"].as_u64().unwrap() / 200;
+        let rate = step["rate"].as_u64().unwrap();
+        // Broadcast: 1,000 and 4,000 deliveries/s to 200 sessions are 5 and 20 publications
+        // in 1 s, each to all; per user: 300 and 1,000 publications, one delivery each.
+        let (publications, expected) = match step["audience"].as_str().unwrap() {
+            "broadcast" => (rate / 200, rate),
+            "per-user" => (rate, rate),
+            other => panic!("audience {other}"),
+        };
         assert_eq!(step["publications"], publications, "{step}");
         assert_eq!(step["refused"], 0, "{step}");
-        assert_eq!(step["expected"], publications * 200, "{step}");
+        assert_eq!(step["expected"], expected, "{step}");
         assert_eq!(step["delivered"], step["expected"], "{step}");
         assert_eq!(step["lost"], 0, "{step}");
         assert_eq!(step["latency"]["count"], step["delivered"], "{step}");

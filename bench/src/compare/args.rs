@@ -6,8 +6,11 @@ use clap::{Args, ValueEnum};
 
 /// Most sessions a server here can hold: one process may have 20,000 file descriptors.
 pub(crate) const MAX_IDLE_SESSIONS: usize = 19_000;
-/// Most broadcast sessions: they live in the bench's own process, beside its other sockets.
-pub(crate) const MAX_BROADCAST_SESSIONS: usize = 10_000;
+/// Most sessions of a ramp (broadcast, per user): they live in the bench's own process,
+/// beside its other sockets.
+pub(crate) const MAX_RAMP_SESSIONS: usize = 10_000;
+/// Most publishing connections.
+pub(crate) const MAX_PUBLISHERS: usize = 256;
 /// A payload holds the publication's sequence number and its publish time, as text.
 pub(crate) const MIN_PAYLOAD_BYTES: usize = 48;
 pub(crate) const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
@@ -27,6 +30,9 @@ pub(crate) enum Scenario {
     /// One message to every session, ramped over delivery rates: deliveries reached with
     /// nothing lost, server CPU per 100,000 deliveries, latency from publish to receipt.
     Broadcast,
+    /// A message to one user at a time, in turn, ramped over rates: the same figures.
+    #[value(name = "per-user")]
+    PerUser,
 }
 
 #[derive(Debug, Args)]
@@ -40,7 +46,7 @@ pub(crate) struct CompareArgs {
     pub(crate) peers: Vec<Peer>,
 
     /// The scenarios, in this order.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Idle, Scenario::Broadcast])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Idle, Scenario::Broadcast, Scenario::PerUser])]
     pub(crate) scenarios: Vec<Scenario>,
 
     /// Rounds. A round measures every system once, one after another (Herald first, then each
@@ -61,11 +67,23 @@ pub(crate) struct CompareArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [10_000u64, 50_000])]
     pub(crate) rates: Vec<u64>,
 
-    /// Seconds each step of the ramp publishes.
+    /// Sessions (users) the per-user scenario delivers to.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) user_sessions: usize,
+
+    /// The per-user ramp, in deliveries (= publications) per second.
+    #[arg(long, value_delimiter = ',', default_values_t = [2_000u64, 5_000, 10_000, 15_000, 20_000])]
+    pub(crate) user_rates: Vec<u64>,
+
+    /// Keep-alive connections publishing, one request in flight each.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) publishers: usize,
+
+    /// Seconds each step of a ramp publishes.
     #[arg(long, default_value_t = 10)]
     pub(crate) seconds: u64,
 
-    /// Bytes of each broadcast payload.
+    /// Bytes of each payload (broadcast, per user).
     #[arg(long, default_value_t = 100)]
     pub(crate) payload_bytes: usize,
 
@@ -125,29 +143,61 @@ impl CompareArgs {
                 ));
             }
         }
-        if self.scenarios.contains(&Scenario::Broadcast) {
-            let sessions = self.broadcast_sessions;
-            if sessions == 0 || sessions > MAX_BROADCAST_SESSIONS {
+        let ramps = [
+            (
+                Scenario::Broadcast,
+                "--broadcast-sessions",
+                self.broadcast_sessions,
+                "--rates",
+                &self.rates,
+            ),
+            (
+                Scenario::PerUser,
+                "--user-sessions",
+                self.user_sessions,
+                "--user-rates",
+                &self.user_rates,
+            ),
+        ];
+        for (scenario, sessions_flag, sessions, rates_flag, rates) in ramps {
+            if !self.scenarios.contains(&scenario) {
+                continue;
+            }
+            if sessions == 0 || sessions > MAX_RAMP_SESSIONS {
                 return Err(format!(
-                    "--broadcast-sessions must be between 1 and {MAX_BROADCAST_SESSIONS} (they \
-                     live in this process)"
+                    "{sessions_flag} must be between 1 and {MAX_RAMP_SESSIONS} (they live in \
+                     this process)"
                 ));
             }
-            if self.rates.is_empty() {
-                return Err("--rates names none".into());
+            if rates.is_empty() {
+                return Err(format!("{rates_flag} names none"));
             }
-            if let Some(r) = self.rates.iter().find(|&&r| r < sessions as u64) {
+            if scenario == Scenario::Broadcast
+                && let Some(r) = rates.iter().find(|&&r| r < sessions as u64)
+            {
                 return Err(format!(
-                    "--rates: {r} deliveries/s is less than one publication a second to \
+                    "{rates_flag}: {r} deliveries/s is less than one publication a second to \
                      {sessions} sessions"
                 ));
             }
+            if rates.contains(&0) {
+                return Err(format!("{rates_flag}: a rate must be at least 1"));
+            }
+        }
+        let ramping = self.scenarios.contains(&Scenario::Broadcast)
+            || self.scenarios.contains(&Scenario::PerUser);
+        if ramping {
             if self.seconds == 0 {
                 return Err("--seconds must be at least 1".into());
             }
             if !(MIN_PAYLOAD_BYTES..=MAX_PAYLOAD_BYTES).contains(&self.payload_bytes) {
                 return Err(format!(
                     "--payload-bytes must be between {MIN_PAYLOAD_BYTES} and {MAX_PAYLOAD_BYTES}"
+                ));
+            }
+            if self.publishers == 0 || self.publishers > MAX_PUBLISHERS {
+                return Err(format!(
+                    "--publishers must be between 1 and {MAX_PUBLISHERS}"
                 ));
             }
         }

@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::broadcast::BroadcastStep;
 use super::idle::IdleRun;
+use super::ramp::{Audience, RampStep};
 use super::system::System;
 use crate::harness::report::grouped;
 
@@ -25,7 +25,8 @@ pub(crate) struct CompareReport {
     pub(crate) rounds: usize,
     pub(crate) systems: Vec<SystemInfo>,
     pub(crate) idle: Vec<IdleRun>,
-    pub(crate) broadcast: Vec<BroadcastStep>,
+    /// Every step of every ramp (broadcast, per user).
+    pub(crate) ramps: Vec<RampStep>,
     /// Runs that could not be measured, with why.
     pub(crate) errors: Vec<String>,
     /// Every way the comparison is not like for like.
@@ -174,8 +175,9 @@ pub(crate) fn idle_figures(runs: &[IdleRun]) -> Vec<Figure> {
     figures
 }
 
-/// The broadcast scenario's figures, one set per rate.
-pub(crate) fn broadcast_figures(steps: &[BroadcastStep]) -> Vec<Figure> {
+/// A ramp's figures (the steps of one audience), one set per rate, then the highest rate
+/// each run delivered with nothing lost.
+pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
     let mut rates: Vec<u64> = steps.iter().map(|s| s.rate).collect();
     rates.sort_unstable();
     rates.dedup();
@@ -220,6 +222,21 @@ pub(crate) fn broadcast_figures(steps: &[BroadcastStep]) -> Vec<Figure> {
         }
         figures.extend([cpu, p50, p99, max, delivered, lost]);
     }
+    let mut best = Figure::new(
+        "highest deliveries/s with nothing lost (over the ramp)".to_owned(),
+        Unit::PerSecond,
+        Better::Higher,
+    );
+    for s in steps.iter().filter(|s| s.lost == 0 && s.refused == 0) {
+        let entry = best
+            .values
+            .entry(s.system)
+            .or_default()
+            .entry(s.round)
+            .or_insert(0.0);
+        *entry = entry.max(s.delivered_rate);
+    }
+    figures.push(best);
     figures
 }
 
@@ -293,13 +310,26 @@ impl CompareReport {
             out.push_str("\n## Idle sessions\n\n");
             out.push_str(&table(&idle_figures(&self.idle), &systems));
         }
-        if let Some(first) = self.broadcast.first() {
+        for audience in [Audience::Broadcast, Audience::PerUser] {
+            let steps: Vec<RampStep> = self
+                .ramps
+                .iter()
+                .filter(|s| s.audience == audience)
+                .cloned()
+                .collect();
+            let Some(first) = steps.first() else {
+                continue;
+            };
+            let title = match audience {
+                Audience::Broadcast => "Broadcast to",
+                Audience::PerUser => "One user at a time, over",
+            };
             let _ = write!(
                 out,
-                "\n## Broadcast to {} sessions\n\n",
+                "\n## {title} {} sessions\n\n",
                 grouped(first.sessions as f64)
             );
-            out.push_str(&table(&broadcast_figures(&self.broadcast), &systems));
+            out.push_str(&table(&ramp_figures(&steps), &systems));
         }
         if !self.errors.is_empty() {
             out.push_str("\n## Runs that failed\n\n");
@@ -316,7 +346,7 @@ impl CompareReport {
         for r in &self.idle {
             commands.insert(r.system, &r.server_command);
         }
-        for s in &self.broadcast {
+        for s in &self.ramps {
             commands.insert(s.system, &s.server_command);
         }
         for (system, command) in commands {

@@ -1,5 +1,5 @@
 //! The systems a comparison runs: Herald (a standalone `herald-gateway`) and each peer, behind
-//! one face: start, where sessions connect and with what, where a broadcast is published, the
+//! one face: start, where sessions connect and with what, where a notification is published, the
 //! CPU and memory of every process the server runs, stop.
 
 use std::net::SocketAddr;
@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::args::{CompareArgs, Peer};
 use super::nchan::{self, Nchan};
+use super::ramp::Audience;
 use crate::client::transport::Transport;
 use crate::harness::cpu::CpuTime;
 use crate::harness::outcome::BenchError;
@@ -17,7 +18,7 @@ use crate::harness::proctree;
 use crate::harness::rss::Reading;
 use crate::harness::standalone::{Gateway, Launch};
 
-/// The `event` of Herald's broadcast notifications.
+/// The `event` of Herald's notifications.
 const EVENT: &str = "bench.compare";
 
 /// Which system.
@@ -60,8 +61,8 @@ impl System {
                 .to_owned(),
             System::Nchan => format!(
                 "nginx with Nchan, {} worker process(es); no authentication; raw WebSocket \
-                 messages, no STOMP; a channel per user (idle) or one channel for all \
-                 (broadcast); its message buffer at its defaults",
+                 messages, no STOMP; a channel per user, or one channel for all (broadcast); \
+                 its message buffer at its defaults",
                 nchan_workers(args)
             ),
         }
@@ -174,14 +175,25 @@ impl Server {
         }
     }
 
-    /// The request path and content type that publish one broadcast notification.
-    pub(crate) fn broadcast_request(&self) -> (String, &'static str) {
-        match self.system {
-            System::Herald => (
-                format!("/v1/notifications?scope=global&event={EVENT}"),
-                "text/plain",
-            ),
-            System::Nchan => (format!("/pub/{}", nchan::BROADCAST_CHANNEL), "text/plain"),
+    /// The channel a raw session subscribes to for `audience`, as user `user`.
+    pub(crate) fn channel(&self, audience: Audience, user: &str) -> String {
+        match audience {
+            Audience::Broadcast => nchan::BROADCAST_CHANNEL.to_owned(),
+            Audience::PerUser => user.to_owned(),
+        }
+    }
+
+    /// The request path that publishes one notification to `audience` (to `user` when
+    /// per user); the body is the payload as `text/plain`.
+    pub(crate) fn publish_path(&self, audience: Audience, user: &str) -> String {
+        match (self.system, audience) {
+            (System::Herald, Audience::Broadcast) => {
+                format!("/v1/notifications?scope=global&event={EVENT}")
+            }
+            (System::Herald, Audience::PerUser) => {
+                format!("/v1/notifications?users={user}&event={EVENT}")
+            }
+            (System::Nchan, _) => format!("/pub/{}", self.channel(audience, user)),
         }
     }
 

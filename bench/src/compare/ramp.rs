@@ -1,10 +1,18 @@
-//! The broadcast scenario on one system: a fresh server, `--broadcast-sessions` sessions in this
-//! process (Herald: a user each, reached by a global notification; Nchan: all on one channel),
-//! then for each rate of the ramp, publications over HTTP on a schedule for `--seconds`, each
-//! carrying its sequence number and its publish time on the [`Clock`] the sessions read too,
-//! so every delivery is a latency sample. A step ends when every delivery has arrived, or when
-//! nothing has arrived for `--drain-timeout` after the last publication; what has not arrived
-//! then is lost. The server's CPU is read around each step.
+//! The delivery ramps on one system, for an [`Audience`]: a fresh server and sessions in this
+//! process, a user each (Herald: its mailbox; Nchan: a channel per user, or one channel all
+//! subscribe to for a broadcast), then for each rate of the ramp, publications over HTTP on a
+//! schedule for `--seconds`, each carrying its sequence number and its publish time on the
+//! [`Clock`] the sessions read too, so every delivery is a latency sample.
+//!
+//! - [`Audience::Broadcast`]: each publication reaches every session (Herald: one
+//!   `scope=global` notification); publications per second = rate / sessions.
+//! - [`Audience::PerUser`]: publication k goes to user k % sessions (Herald: `users=` that
+//!   user); one delivery per publication.
+//!
+//! Publications go out over `--publishers` keep-alive connections, connection i taking every
+//! i-th one on its schedule, one request in flight each. A step ends when every delivery has
+//! arrived, or when nothing has arrived for `--drain-timeout` after the last publication; what
+//! has not arrived then is lost. The server's CPU is read around each step.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +27,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::args::CompareArgs;
-use super::nchan::BROADCAST_CHANNEL;
 use super::system::{Server, System};
 use crate::client::api::ApiConnection;
 use crate::client::session::websocket::{self, Framing, Ws};
@@ -39,9 +46,58 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a step checks whether every delivery has arrived.
 const POLL: Duration = Duration::from_millis(20);
 
-/// One step of the ramp on one system.
+/// Who a publication reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Audience {
+    /// Every session.
+    Broadcast,
+    /// One user, in turn.
+    PerUser,
+}
+
+impl Audience {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Audience::Broadcast => "broadcast",
+            Audience::PerUser => "per-user",
+        }
+    }
+
+    /// The user a session of index `i` is (the same id on every system).
+    pub(crate) fn user(i: usize) -> String {
+        crate::harness::token::user_id(0, i)
+    }
+
+    /// Publications per second for `rate` deliveries per second to `sessions`.
+    pub(crate) fn publications_per_second(self, rate: u64, sessions: usize) -> f64 {
+        match self {
+            Audience::Broadcast => rate as f64 / sessions as f64,
+            Audience::PerUser => rate as f64,
+        }
+    }
+
+    /// Deliveries one publication makes.
+    pub(crate) fn deliveries_per_publication(self, sessions: usize) -> u64 {
+        match self {
+            Audience::Broadcast => sessions as u64,
+            Audience::PerUser => 1,
+        }
+    }
+}
+
+/// How a ramp runs: its audience, sessions and rates.
+#[derive(Debug, Clone)]
+pub(crate) struct Ramp {
+    pub(crate) audience: Audience,
+    pub(crate) sessions: usize,
+    pub(crate) rates: Vec<u64>,
+}
+
+/// One step of a ramp on one system.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct BroadcastStep {
+pub(crate) struct RampStep {
+    pub(crate) audience: Audience,
     pub(crate) system: System,
     pub(crate) round: usize,
     pub(crate) sessions: usize,
@@ -101,14 +157,16 @@ pub(crate) fn stamps(framing: Framing, message: &[u8]) -> Vec<(u64, u64)> {
     found
 }
 
-/// Runs the ramp on a fresh `system`.
+/// Runs `ramp` on a fresh `system`.
 pub(crate) async fn run(
     system: System,
     args: &CompareArgs,
+    ramp: &Ramp,
     round: usize,
-) -> Result<Vec<BroadcastStep>, BenchError> {
-    let server = Server::start(system, args, &format!("broadcast-r{round}")).await?;
-    let measured = ramp(&server, args, round).await;
+) -> Result<Vec<RampStep>, BenchError> {
+    let label = format!("{}-r{round}", ramp.audience.name());
+    let server = Server::start(system, args, &label).await?;
+    let measured = run_on(&server, args, ramp, round).await;
     let how = server.finish().await;
     if measured.is_err() {
         eprintln!("herald-bench: {} {how}", system.name());
@@ -131,16 +189,17 @@ impl Arrivals {
     }
 }
 
-async fn ramp(
+async fn run_on(
     server: &Server,
     args: &CompareArgs,
+    ramp: &Ramp,
     round: usize,
-) -> Result<Vec<BroadcastStep>, BenchError> {
+) -> Result<Vec<RampStep>, BenchError> {
     let framing = match server.system {
         System::Herald => Framing::Stomp,
         System::Nchan => Framing::Raw,
     };
-    let sockets = open_sessions(server, args.broadcast_sessions, framing).await?;
+    let sockets = open_sessions(server, ramp, framing).await?;
     let clock = Clock::new();
     let arrivals = Arc::new(Arrivals {
         samples: Mutex::new(Vec::new()),
@@ -160,25 +219,29 @@ async fn ramp(
             )))
         })
         .collect();
-    let mut publisher = ApiConnection::new(server.addr, server.api_key());
+    let mut publishers: Vec<ApiConnection> = (0..args.publishers)
+        .map(|_| ApiConnection::new(server.addr, server.api_key()))
+        .collect();
     let mut steps = Vec::new();
     let mut next_seq = 0;
-    for &rate in &args.rates {
+    for &rate in &ramp.rates {
         let step = step(
             server,
             args,
+            ramp,
             round,
             rate,
             next_seq,
-            &mut publisher,
+            &mut publishers,
             clock,
             &arrivals,
         )
         .await?;
         next_seq += step.publications;
         eprintln!(
-            "herald-bench: {} {} deliveries/s: {} of {} delivered, {:.2} s CPU per 100,000, p50 {}",
+            "herald-bench: {} {:?} {} deliveries/s: {} of {} delivered, {:.2} s CPU per 100,000, p50 {}",
             server.system.name(),
+            ramp.audience,
             rate,
             step.delivered,
             step.expected,
@@ -201,8 +264,13 @@ async fn ramp(
     Ok(steps)
 }
 
-/// Opens `n` sessions, [`OPEN_CONCURRENCY`] at a time; any failure ends the scenario.
-async fn open_sessions(server: &Server, n: usize, framing: Framing) -> Result<Vec<Ws>, BenchError> {
+/// Opens the ramp's sessions, [`OPEN_CONCURRENCY`] at a time; any failure ends the scenario.
+async fn open_sessions(
+    server: &Server,
+    ramp: &Ramp,
+    framing: Framing,
+) -> Result<Vec<Ws>, BenchError> {
+    let n = ramp.sessions;
     let transport = server.system.transport();
     let target = Arc::new(Target {
         transport,
@@ -222,7 +290,7 @@ async fn open_sessions(server: &Server, n: usize, framing: Framing) -> Result<Ve
             Some(minter) => minter
                 .mint(&Claims::for_session(0, i, exp))
                 .map_err(|e| BenchError::Failed(format!("minting a token: {e}")))?,
-            None => BROADCAST_CHANNEL.to_owned(),
+            None => server.channel(ramp.audience, &Audience::user(i)),
         };
         let (target, slots) = (target.clone(), slots.clone());
         opening.push(tokio::spawn(async move {
@@ -241,7 +309,7 @@ async fn open_sessions(server: &Server, n: usize, framing: Framing) -> Result<Ve
     }
     if !failures.is_empty() {
         return Err(BenchError::Failed(format!(
-            "{}: {} of {n} broadcast sessions did not open: {failures:?}",
+            "{}: {} of {n} sessions did not open: {failures:?}",
             server.system.name(),
             failures.values().sum::<u64>(),
         )));
@@ -290,63 +358,130 @@ async fn read(
     }
 }
 
-/// One step: publish `rate / sessions` a second for `--seconds`, then wait for the arrivals.
+/// What the publishing connections did in one step.
+#[derive(Debug, Default)]
+struct Published {
+    refused: u64,
+    max_lag: Duration,
+}
+
+/// Publication `k` of a step: its path and body.
+fn publication(
+    server: &Server,
+    ramp: &Ramp,
+    seq: u64,
+    ns: u64,
+    payload_bytes: usize,
+) -> (String, Vec<u8>) {
+    let user = Audience::user((seq % ramp.sessions as u64) as usize);
+    (
+        server.publish_path(ramp.audience, &user),
+        payload(seq, ns, payload_bytes),
+    )
+}
+
+/// Publishes `count` publications from `first_seq` at `per_second`, over the connections
+/// (connection i takes every i-th, one request in flight each).
+#[allow(clippy::too_many_arguments)]
+async fn publish(
+    server: &Server,
+    ramp: &Ramp,
+    publishers: &mut [ApiConnection],
+    first_seq: u64,
+    count: u64,
+    per_second: f64,
+    clock: Clock,
+    payload_bytes: usize,
+) -> Published {
+    let interval = Duration::from_secs_f64(1.0 / per_second);
+    let started = Instant::now();
+    let connections = publishers.len() as u64;
+    let done = AtomicU64::new(0);
+    let bar = Progress::new(count);
+    let sending = publishers.iter_mut().enumerate().map(|(i, publisher)| {
+        let done = &done;
+        async move {
+            let mut mine = Published::default();
+            for k in (i as u64..count).step_by(connections as usize) {
+                let due = started + interval.mul_f64(k as f64);
+                tokio::time::sleep_until(due.into()).await;
+                mine.max_lag = mine.max_lag.max(due.elapsed());
+                let (path, body) =
+                    publication(server, ramp, first_seq + k, clock.now_ns(), payload_bytes);
+                let answer = publisher.post(&path, "text/plain", &body).await;
+                let refusal = match answer {
+                    Ok(r) if server.accepted(r.status) => None,
+                    Ok(r) => Some(format!("{} {}", r.status, String::from_utf8_lossy(&r.body))),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = refusal {
+                    mine.refused += 1;
+                    if mine.refused == 1 {
+                        eprintln!(
+                            "herald-bench: {} refused a publication: {why}",
+                            server.system.name()
+                        );
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            mine
+        }
+    });
+    let all = futures_util::future::join_all(sending);
+    tokio::pin!(all);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let results = loop {
+        tokio::select! {
+            results = &mut all => break results,
+            _ = tick.tick() => {
+                let n = done.load(Ordering::Relaxed);
+                bar.update(n, || format!("{} {:?}: {n} of {count} published", server.system.name(), ramp.audience));
+            }
+        }
+    };
+    drop(bar);
+    results
+        .into_iter()
+        .fold(Published::default(), |a, b| Published {
+            refused: a.refused + b.refused,
+            max_lag: a.max_lag.max(b.max_lag),
+        })
+}
+
+/// One step: publish at `rate` deliveries per second for `--seconds`, then wait for the
+/// arrivals.
 #[allow(clippy::too_many_arguments)]
 async fn step(
     server: &Server,
     args: &CompareArgs,
+    ramp: &Ramp,
     round: usize,
     rate: u64,
     first_seq: u64,
-    publisher: &mut ApiConnection,
+    publishers: &mut [ApiConnection],
     clock: Clock,
     arrivals: &Arrivals,
-) -> Result<BroadcastStep, BenchError> {
-    let sessions = args.broadcast_sessions as u64;
-    let per_second = rate as f64 / sessions as f64;
+) -> Result<RampStep, BenchError> {
+    let per_second = ramp.audience.publications_per_second(rate, ramp.sessions);
     let publications = ((args.seconds as f64 * per_second).round() as u64).max(1);
-    let interval = Duration::from_secs_f64(1.0 / per_second);
-    let expected = publications * sessions;
-    let (path, content_type) = server.broadcast_request();
+    let expected = publications * ramp.audience.deliveries_per_publication(ramp.sessions);
     let load_before = cpu::load_average();
     arrivals.take();
     let count_before = arrivals.count.load(Ordering::Relaxed);
     let cpu_before = server.cpu()?;
     let started = Instant::now();
-    let mut refused = 0;
-    let mut max_lag = Duration::ZERO;
-    let bar = Progress::new(publications);
-    for k in 0..publications {
-        let due = started + interval.mul_f64(k as f64);
-        tokio::time::sleep_until(due.into()).await;
-        max_lag = max_lag.max(due.elapsed());
-        let seq = first_seq + k;
-        let body = payload(seq, clock.now_ns(), args.payload_bytes);
-        match publisher.post(&path, content_type, &body).await {
-            Ok(r) if server.accepted(r.status) => {}
-            Ok(r) => {
-                refused += 1;
-                if refused == 1 {
-                    eprintln!(
-                        "herald-bench: {} refused a publication: {} {}",
-                        server.system.name(),
-                        r.status,
-                        String::from_utf8_lossy(&r.body)
-                    );
-                }
-            }
-            Err(e) => {
-                refused += 1;
-                if refused == 1 {
-                    eprintln!("herald-bench: publishing to {}: {e}", server.system.name());
-                }
-            }
-        }
-        bar.update(k + 1, || {
-            format!("{} at {rate} deliveries/s", server.system.name())
-        });
-    }
-    drop(bar);
+    let published = publish(
+        server,
+        ramp,
+        publishers,
+        first_seq,
+        publications,
+        per_second,
+        clock,
+        args.payload_bytes,
+    )
+    .await;
     // Wait for the deliveries: all of them, or none for the drain timeout.
     let drain = Duration::from_secs(args.drain_timeout);
     let mut last_count = arrivals.count.load(Ordering::Relaxed);
@@ -373,13 +508,14 @@ async fn step(
         .collect();
     let delivered = latencies.len() as u64;
     let seconds = last_arrival.as_secs_f64();
-    Ok(BroadcastStep {
+    Ok(RampStep {
+        audience: ramp.audience,
         system: server.system,
         round,
-        sessions: args.broadcast_sessions,
+        sessions: ramp.sessions,
         rate,
         publications,
-        refused,
+        refused: published.refused,
         expected,
         delivered,
         lost: expected.saturating_sub(delivered),
@@ -389,7 +525,7 @@ async fn step(
         } else {
             0.0
         },
-        max_publish_lag_ms: max_lag.as_secs_f64() * 1e3,
+        max_publish_lag_ms: published.max_lag.as_secs_f64() * 1e3,
         server_cpu_seconds: cpu_used,
         cpu_per_100k_deliveries: if delivered == 0 {
             0.0
@@ -405,6 +541,21 @@ async fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audiences_count_their_deliveries() {
+        assert_eq!(
+            Audience::Broadcast.publications_per_second(10_000, 5_000),
+            2.0
+        );
+        assert_eq!(Audience::Broadcast.deliveries_per_publication(5_000), 5_000);
+        assert_eq!(
+            Audience::PerUser.publications_per_second(10_000, 5_000),
+            10_000.0
+        );
+        assert_eq!(Audience::PerUser.deliveries_per_publication(5_000), 1);
+        assert_eq!(Audience::user(7), "bench-0-7");
+    }
 
     #[test]
     fn payloads_carry_their_seq_and_time() {
