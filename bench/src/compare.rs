@@ -22,6 +22,7 @@
 pub(crate) mod args;
 mod idle;
 mod nchan;
+mod rabbitmq;
 mod ramp;
 mod report;
 mod system;
@@ -54,6 +55,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     for peer in &peers {
         match peer {
             Peer::Nchan => nchan::install(&args.peers_dir).await?,
+            Peer::Rabbitmq => rabbitmq::install(&args.peers_dir).await?,
         }
     }
     let mut systems = vec![SystemInfo {
@@ -65,6 +67,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
         let system = System::of(peer);
         let version = match peer {
             Peer::Nchan => nchan::version().await,
+            Peer::Rabbitmq => rabbitmq::version().await,
         };
         systems.push(SystemInfo {
             system,
@@ -215,6 +218,19 @@ fn unfairness(systems: &[System]) -> Vec<String> {
                 .to_owned(),
             "Nchan's worker count is stated with its version; a worker is a process, \
              Herald's runtime threads are in one process."
+                .to_owned(),
+        ]);
+    }
+    if systems.contains(&System::Rabbitmq) {
+        notes.extend([
+            "RabbitMQ checks a login (guest), not a token; every subscription is a queue of its \
+             own bound to amq.topic, which is how Web STOMP serves /topic destinations."
+                .to_owned(),
+            "RabbitMQ is published to over AMQP (confirmed, one in flight per lane), Herald and \
+             Nchan over HTTP (one request in flight per connection)."
+                .to_owned(),
+            "RabbitMQ keeps nothing for a session that reconnects (its queues go with the \
+             subscription); Herald's mailboxes replay."
                 .to_owned(),
         ]);
     }

@@ -35,6 +35,13 @@ pub(crate) async fn run(args: ConnectionsArgs) -> Result<Outcome, BenchError> {
     }
 
     // Validate everything before starting anything.
+    if args.jwt_secret.is_none() && args.spawn_gateway.is_none() && args.transport.presents_jwt() {
+        return Err(BenchError::Usage(format!(
+            "--jwt-secret (or {}) is required for --transport {} unless --spawn-gateway",
+            crate::harness::token::JWT_SECRET_ENV,
+            args.transport
+        )));
+    }
     let target_ip = match &args.spawn_gateway {
         Some(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         None => {

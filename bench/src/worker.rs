@@ -188,7 +188,7 @@ impl Resolved {
     /// Where and how every session connects.
     fn target(&self, config: &WorkerConfig) -> Arc<Target> {
         let path = match config.transport {
-            Transport::WebSocket => self.endpoint.path.clone(),
+            Transport::WebSocket | Transport::BrokerStomp => self.endpoint.path.clone(),
             // Session URLs (or channel names) are appended to the base path.
             Transport::SockJsWebSocket | Transport::XhrStreaming | Transport::RawWebSocket => {
                 self.endpoint.path.trim_end_matches('/').to_owned()
@@ -358,8 +358,8 @@ async fn spawn_sessions(
             break;
         };
         let claims = Claims::for_session(config.index, i, exp);
-        // A raw WebSocket session subscribes to its user's channel; the others present a JWT.
-        let credential = if config.transport.speaks_stomp() {
+        // A peer's session subscribes to its user's channel; Herald's present a JWT.
+        let credential = if config.transport.presents_jwt() {
             match minter.mint(&claims) {
                 Ok(token) => token,
                 Err(e) => {

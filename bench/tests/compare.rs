@@ -1,8 +1,8 @@
 //! `herald-bench compare` end to end, on a small scale: the real standalone `herald-gateway`
-//! (the workspace's build beside this bench's binary, or `HERALD_GATEWAY_BIN`) and the real
-//! Nchan (Debian's nginx and module, installed by `bench/peers/nchan/install.sh` when
-//! missing), every scenario, one round: every session opens, every broadcast arrives, and the
-//! report holds what it says.
+//! (the workspace's build beside this bench's binary, or `HERALD_GATEWAY_BIN`), the real
+//! Nchan (Debian's nginx and module) and a real RabbitMQ node with Web STOMP of the run's own
+//! (installed by `bench/peers/*/install.sh` when missing), every scenario, one round: every
+//! session opens, every notification arrives, and the report holds what it says.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,7 +24,7 @@ fn gateway_bin() -> PathBuf {
 }
 
 #[test]
-fn compares_herald_with_nchan() {
+fn compares_herald_with_nchan_and_rabbitmq() {
     let out = std::env::temp_dir().join(format!("herald-compare-test-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
         .arg("compare")
@@ -52,16 +52,13 @@ fn compares_herald_with_nchan() {
         .iter()
         .map(|s| s["system"].as_str().unwrap())
         .collect();
-    assert_eq!(systems, ["herald", "nchan"]);
-    assert!(
-        report["systems"][1]["version"]
-            .as_str()
-            .unwrap()
-            .contains("nginx/")
-    );
+    assert_eq!(systems, ["herald", "nchan", "rabbitmq"]);
+    let version = |i: usize| report["systems"][i]["version"].as_str().unwrap().to_owned();
+    assert!(version(1).contains("nginx/"), "{}", version(1));
+    assert!(version(2).contains("rabbitmq-server"), "{}", version(2));
 
     let idle = report["idle"].as_array().unwrap();
-    assert_eq!(idle.len(), 2);
+    assert_eq!(idle.len(), 3);
     for run in idle {
         assert_eq!(run["opened"], 300, "{run}");
         assert_eq!(run["failed"], 0, "{run}");
@@ -69,12 +66,14 @@ fn compares_herald_with_nchan() {
         assert!(run["bytes_per_session"].as_f64().unwrap() > 0.0, "{run}");
         assert!(run["server_cpu_seconds"].as_f64().unwrap() > 0.0, "{run}");
     }
-    // nginx runs a master and its workers; Herald one process.
+    // nginx runs a master and its workers, RabbitMQ a script and its Erlang VM; Herald one
+    // process.
     assert_eq!(idle[0]["server_processes"], 1);
     assert!(idle[1]["server_processes"].as_u64().unwrap() >= 2);
+    assert!(idle[2]["server_processes"].as_u64().unwrap() >= 2);
 
     let steps = report["ramps"].as_array().unwrap();
-    assert_eq!(steps.len(), 8);
+    assert_eq!(steps.len(), 12);
     for step in steps {
         let rate = step["rate"].as_u64().unwrap();
         // Broadcast: 1,000 and 4,000 deliveries/s to 200 sessions are 5 and 20 publications
@@ -95,7 +94,9 @@ fn compares_herald_with_nchan() {
 
     let markdown = std::fs::read_to_string(out.join("compare.md")).unwrap();
     assert!(
-        markdown.contains("| figure | herald | nchan | herald / nchan |"),
+        markdown.contains(
+            "| figure | herald | nchan | rabbitmq | herald / nchan | herald / rabbitmq |"
+        ),
         "{markdown}"
     );
     assert!(

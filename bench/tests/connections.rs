@@ -176,6 +176,33 @@ async fn all_open_exits_zero_with_a_text_report() {
 }
 
 #[tokio::test]
+async fn a_herald_transport_needs_the_secret_and_a_peer_transport_does_not() {
+    let run = |transport: &'static str| async move {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_herald-bench"))
+            .args(["connections", "--sessions", "1", "--transport", transport])
+            // Nothing listens there: a peer's session fails to connect, after the checks.
+            .args(["--url", "ws://127.0.0.1:9/sub", "--handshake-timeout", "5"])
+            .env_remove("HERALD_BENCH_JWT_SECRET")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap()
+    };
+    let out = run("websocket").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--jwt-secret"), "{stderr}");
+    let out = run("raw-websocket").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test]
 async fn refuses_too_many_sessions_per_process() {
     let (code, _, stderr) = bench(&[
         "connections",

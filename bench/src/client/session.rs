@@ -203,23 +203,61 @@ pub(crate) trait Link {
     async fn receive(&mut self, buffer: &mut Vec<u8>, stage: Stage) -> Result<(), Failure>;
 }
 
-/// `CONNECT` (the token as passcode) -> `CONNECTED`, `SUBSCRIBE` with a receipt -> `RECEIPT`.
+/// Who a STOMP session is and what it subscribes to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Login<'a> {
+    /// Herald: the JWT as passcode, the user's destination [`DESTINATION`].
+    Jwt(&'a str),
+    /// A broker (RabbitMQ Web STOMP): `guest` on the vhost `/`, the destination
+    /// `/topic/{topic}`.
+    BrokerGuest { topic: &'a str },
+}
+
+impl<'a> Login<'a> {
+    /// The login of a session over `transport` with `credential` (see [`run`]).
+    pub(crate) fn of(transport: Transport, credential: &'a str) -> Self {
+        if transport == Transport::BrokerStomp {
+            Login::BrokerGuest { topic: credential }
+        } else {
+            Login::Jwt(credential)
+        }
+    }
+
+    fn connect_frame(self) -> String {
+        let headers: &[(&str, &str)] = match self {
+            Login::Jwt(token) => &[
+                ("accept-version", "1.2"),
+                ("host", "herald"),
+                ("passcode", token),
+                ("heart-beat", "0,0"),
+            ],
+            Login::BrokerGuest { .. } => &[
+                ("accept-version", "1.2"),
+                ("host", "/"),
+                ("login", "guest"),
+                ("passcode", "guest"),
+                ("heart-beat", "0,0"),
+            ],
+        };
+        stomp_client::encode_text("CONNECT", headers, "")
+    }
+
+    fn destination(self) -> String {
+        match self {
+            Login::Jwt(_) => DESTINATION.to_owned(),
+            Login::BrokerGuest { topic } => format!("/topic/{topic}"),
+        }
+    }
+}
+
+/// `CONNECT` -> `CONNECTED`, `SUBSCRIBE` with a receipt -> `RECEIPT`, as `login`.
 /// `frames.stage` says how far it got (to name a timeout).
 pub(crate) async fn stomp_handshake<L: Link>(
     link: &mut L,
-    token: &str,
+    login: Login<'_>,
     frames: &mut FrameReader,
 ) -> Result<(), Failure> {
-    let connect = stomp_client::encode_text(
-        "CONNECT",
-        &[
-            ("accept-version", "1.2"),
-            ("host", "herald"),
-            ("passcode", token),
-            ("heart-beat", "0,0"),
-        ],
-        "",
-    );
+    let connect = login.connect_frame();
     frames.stage = Stage::Connected;
     link.send_frame(&connect, Stage::Connected).await?;
     frames.expect(link, Stage::Connected, "CONNECTED").await?;
@@ -227,7 +265,7 @@ pub(crate) async fn stomp_handshake<L: Link>(
         "SUBSCRIBE",
         &[
             ("id", "sub-0"),
-            ("destination", DESTINATION),
+            ("destination", &login.destination()),
             ("ack", "auto"),
             ("receipt", "r-0"),
         ],
@@ -327,6 +365,9 @@ async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
         Transport::RawWebSocket => websocket::open(target, token, websocket::Framing::Raw)
             .await
             .map(|ws| Opened::WebSocket(ws, websocket::Framing::Raw)),
+        Transport::BrokerStomp => websocket::open(target, token, websocket::Framing::Stomp)
+            .await
+            .map(|ws| Opened::WebSocket(ws, websocket::Framing::Stomp)),
     }
 }
 

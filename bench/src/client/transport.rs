@@ -22,6 +22,10 @@ pub(crate) enum Transport {
     /// every message one notification (Nchan's websocket subscriber, a channel per user).
     #[value(name = "raw-websocket")]
     RawWebSocket,
+    /// STOMP over WebSocket to a broker (RabbitMQ Web STOMP) at the URL, subprotocols
+    /// `v1x.stomp`: `CONNECT` as `guest` to the vhost `/`, `SUBSCRIBE` to `/topic/{user}`.
+    #[value(name = "broker-stomp")]
+    BrokerStomp,
 }
 
 impl Transport {
@@ -32,13 +36,14 @@ impl Transport {
             Transport::SockJsWebSocket => "sockjs-websocket",
             Transport::XhrStreaming => "xhr-streaming",
             Transport::RawWebSocket => "raw-websocket",
+            Transport::BrokerStomp => "broker-stomp",
         }
     }
 
-    /// Whether sessions speak STOMP (and so present a JWT); a raw WebSocket session names its
-    /// channel instead.
-    pub(crate) fn speaks_stomp(self) -> bool {
-        self != Transport::RawWebSocket
+    /// Whether sessions present a JWT (Herald's transports); the peers' sessions name their
+    /// channel (or topic) instead.
+    pub(crate) fn presents_jwt(self) -> bool {
+        !matches!(self, Transport::RawWebSocket | Transport::BrokerStomp)
     }
 
     /// The gateway path the URL points at: the STOMP WebSocket endpoint, or the SockJS service.
@@ -47,13 +52,14 @@ impl Transport {
             Transport::WebSocket => "/ws",
             Transport::SockJsWebSocket | Transport::XhrStreaming => "/sockjs",
             Transport::RawWebSocket => "/sub",
+            Transport::BrokerStomp => "/ws",
         }
     }
 
     /// The URL of a gateway listening on `authority` (`host:port`) for this transport.
     pub(crate) fn url(self, authority: &str) -> String {
         match self {
-            Transport::WebSocket | Transport::RawWebSocket => {
+            Transport::WebSocket | Transport::RawWebSocket | Transport::BrokerStomp => {
                 format!("ws://{authority}{}", self.gateway_path())
             }
             Transport::SockJsWebSocket | Transport::XhrStreaming => {
@@ -98,9 +104,10 @@ mod tests {
     }
 
     #[test]
-    fn only_raw_websocket_speaks_no_stomp() {
+    fn only_herald_transports_present_a_jwt() {
         for t in Transport::value_variants() {
-            assert_eq!(t.speaks_stomp(), *t != Transport::RawWebSocket, "{t}");
+            let peer = matches!(t, Transport::RawWebSocket | Transport::BrokerStomp);
+            assert_eq!(t.presents_jwt(), !peer, "{t}");
         }
     }
 }

@@ -20,6 +20,9 @@ pub(crate) const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 pub(crate) enum Peer {
     /// Nchan, the pub/sub module of nginx (Debian's `nginx-light` + `libnginx-mod-nchan`).
     Nchan,
+    /// RabbitMQ Web STOMP (Debian's `rabbitmq-server` and its `rabbitmq_web_stomp` plugin),
+    /// published to over AMQP.
+    Rabbitmq,
 }
 
 /// What is measured.
@@ -42,7 +45,7 @@ pub(crate) struct CompareArgs {
     pub(crate) gateway_bin: PathBuf,
 
     /// The servers measured beside Herald.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan, Peer::Rabbitmq])]
     pub(crate) peers: Vec<Peer>,
 
     /// The scenarios, in this order.

@@ -27,11 +27,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::args::CompareArgs;
-use super::system::{Server, System};
+use super::rabbitmq;
+use super::system::{PublishTo, Server, System};
 use crate::client::api::ApiConnection;
 use crate::client::session::websocket::{self, Framing, Ws};
 use crate::client::session::{Target, xhr_streaming};
 use crate::client::stomp_client::{self, Decoded};
+use crate::harness::amqp;
 use crate::harness::clock::Clock;
 use crate::harness::cpu;
 use crate::harness::outcome::BenchError;
@@ -196,7 +198,7 @@ async fn run_on(
     round: usize,
 ) -> Result<Vec<RampStep>, BenchError> {
     let framing = match server.system {
-        System::Herald => Framing::Stomp,
+        System::Herald | System::Rabbitmq => Framing::Stomp,
         System::Nchan => Framing::Raw,
     };
     let sockets = open_sessions(server, ramp, framing).await?;
@@ -219,24 +221,21 @@ async fn run_on(
             )))
         })
         .collect();
-    let mut publishers: Vec<ApiConnection> = (0..args.publishers)
-        .map(|_| ApiConnection::new(server.addr, server.api_key()))
-        .collect();
+    let mut lanes = Lanes::open(server, args.publishers).await?;
     let mut steps = Vec::new();
     let mut next_seq = 0;
     for &rate in &ramp.rates {
         let step = step(
-            server,
-            args,
-            ramp,
-            round,
-            rate,
-            next_seq,
-            &mut publishers,
-            clock,
-            &arrivals,
+            server, args, ramp, round, rate, next_seq, &mut lanes, clock, &arrivals,
         )
-        .await?;
+        .await;
+        let step = match step {
+            Ok(step) => step,
+            Err(e) => {
+                lanes.close().await;
+                return Err(e);
+            }
+        };
         next_seq += step.publications;
         eprintln!(
             "herald-bench: {} {:?} {} deliveries/s: {} of {} delivered, {:.2} s CPU per 100,000, p50 {}",
@@ -253,6 +252,7 @@ async fn run_on(
         );
         steps.push(step);
     }
+    lanes.close().await;
     cancel.cancel();
     let dropped = arrivals.dropped.load(Ordering::Relaxed);
     if dropped > 0 {
@@ -365,28 +365,99 @@ struct Published {
     max_lag: Duration,
 }
 
-/// Publication `k` of a step: its path and body.
-fn publication(
-    server: &Server,
-    ramp: &Ramp,
-    seq: u64,
-    ns: u64,
-    payload_bytes: usize,
-) -> (String, Vec<u8>) {
-    let user = Audience::user((seq % ramp.sessions as u64) as usize);
-    (
-        server.publish_path(ramp.audience, &user),
-        payload(seq, ns, payload_bytes),
-    )
+/// One publishing lane: a keep-alive HTTP connection, or a share of an AMQP channel in
+/// confirm mode. Either way one publication is in flight at a time, until the server accepted
+/// it (an HTTP answer, a broker confirm).
+pub(crate) enum Lane {
+    Http(ApiConnection),
+    Amqp(amqp::Publisher),
 }
 
-/// Publishes `count` publications from `first_seq` at `per_second`, over the connections
-/// (connection i takes every i-th, one request in flight each).
+impl Lane {
+    /// Publishes `body` to `to`; `Err` says why it was not accepted.
+    async fn send(&mut self, server: &Server, to: PublishTo, body: Vec<u8>) -> Result<(), String> {
+        match (self, to) {
+            (Lane::Http(connection), PublishTo::Http(path)) => {
+                match connection.post(&path, "text/plain", &body).await {
+                    Ok(r) if server.accepted(r.status) => Ok(()),
+                    Ok(r) => Err(format!("{} {}", r.status, String::from_utf8_lossy(&r.body))),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            (Lane::Amqp(publisher), PublishTo::Amqp { routing_key }) => {
+                let outgoing = amqp::Outgoing {
+                    routing_key: routing_key.into(),
+                    properties: lapin::BasicProperties::default(),
+                    body,
+                };
+                let confirms = publisher
+                    .publish_batch(vec![outgoing])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let confirmed = amqp::settle(confirms).await;
+                if confirmed.acked == 1 {
+                    Ok(())
+                } else {
+                    Err(format!("not confirmed: {confirmed:?}"))
+                }
+            }
+            (_, to) => Err(format!("this lane cannot publish to {to:?}")),
+        }
+    }
+}
+
+/// The lanes of a ramp, and the AMQP connection they share, if any.
+pub(crate) struct Lanes {
+    lanes: Vec<Lane>,
+    connection: Option<lapin::Connection>,
+}
+
+impl Lanes {
+    /// `count` lanes to `server`: HTTP connections, or channels' shares on one AMQP connection.
+    async fn open(server: &Server, count: usize) -> Result<Self, BenchError> {
+        let Some(url) = server.amqp_url() else {
+            return Ok(Self {
+                lanes: (0..count)
+                    .map(|_| Lane::Http(ApiConnection::new(server.addr, server.api_key())))
+                    .collect(),
+                connection: None,
+            });
+        };
+        let failed = |e: lapin::Error| {
+            BenchError::Failed(format!("{}: AMQP publisher: {e}", server.system.name()))
+        };
+        let connection = amqp::connect(url, "herald-bench compare publisher")
+            .await
+            .map_err(failed)?;
+        let publisher = amqp::Publisher::open(&connection, rabbitmq::EXCHANGE)
+            .await
+            .map_err(failed)?;
+        Ok(Self {
+            lanes: (0..count).map(|_| Lane::Amqp(publisher.clone())).collect(),
+            connection: Some(connection),
+        })
+    }
+
+    async fn close(self) {
+        for lane in &self.lanes {
+            if let Lane::Amqp(publisher) = lane {
+                publisher.close().await;
+                break;
+            }
+        }
+        if let Some(connection) = self.connection {
+            let _ = connection.close(200, "bench done".into()).await;
+        }
+    }
+}
+
+/// Publishes `count` publications from `first_seq` at `per_second`, over the lanes (lane i
+/// takes every i-th, one in flight each).
 #[allow(clippy::too_many_arguments)]
 async fn publish(
     server: &Server,
     ramp: &Ramp,
-    publishers: &mut [ApiConnection],
+    lanes: &mut Lanes,
     first_seq: u64,
     count: u64,
     per_second: f64,
@@ -395,10 +466,10 @@ async fn publish(
 ) -> Published {
     let interval = Duration::from_secs_f64(1.0 / per_second);
     let started = Instant::now();
-    let connections = publishers.len() as u64;
+    let connections = lanes.lanes.len() as u64;
     let done = AtomicU64::new(0);
     let bar = Progress::new(count);
-    let sending = publishers.iter_mut().enumerate().map(|(i, publisher)| {
+    let sending = lanes.lanes.iter_mut().enumerate().map(|(i, lane)| {
         let done = &done;
         async move {
             let mut mine = Published::default();
@@ -406,15 +477,11 @@ async fn publish(
                 let due = started + interval.mul_f64(k as f64);
                 tokio::time::sleep_until(due.into()).await;
                 mine.max_lag = mine.max_lag.max(due.elapsed());
-                let (path, body) =
-                    publication(server, ramp, first_seq + k, clock.now_ns(), payload_bytes);
-                let answer = publisher.post(&path, "text/plain", &body).await;
-                let refusal = match answer {
-                    Ok(r) if server.accepted(r.status) => None,
-                    Ok(r) => Some(format!("{} {}", r.status, String::from_utf8_lossy(&r.body))),
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(why) = refusal {
+                let seq = first_seq + k;
+                let user = Audience::user((seq % ramp.sessions as u64) as usize);
+                let to = server.publish_to(ramp.audience, &user);
+                let body = payload(seq, clock.now_ns(), payload_bytes);
+                if let Err(why) = lane.send(server, to, body).await {
                     mine.refused += 1;
                     if mine.refused == 1 {
                         eprintln!(
@@ -459,7 +526,7 @@ async fn step(
     round: usize,
     rate: u64,
     first_seq: u64,
-    publishers: &mut [ApiConnection],
+    lanes: &mut Lanes,
     clock: Clock,
     arrivals: &Arrivals,
 ) -> Result<RampStep, BenchError> {
@@ -474,7 +541,7 @@ async fn step(
     let published = publish(
         server,
         ramp,
-        publishers,
+        lanes,
         first_seq,
         publications,
         per_second,

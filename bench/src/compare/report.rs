@@ -64,7 +64,7 @@ impl Unit {
         match self {
             Unit::Bytes => format!("{} B", grouped(v)),
             Unit::PerSecond => format!("{}/s", grouped(v)),
-            Unit::Micros => format!("{v:.0} µs"),
+            Unit::Micros => format!("{} µs", grouped(v)),
             Unit::Seconds => format!("{v:.2} s"),
             Unit::NanosAsMillis => format!("{:.1} ms", v / 1e6),
             Unit::Count => grouped(v),
@@ -394,6 +394,7 @@ mod tests {
         assert_eq!(Unit::Bytes.format(3551.4), "3,551 B");
         assert_eq!(Unit::PerSecond.format(6415.0), "6,415/s");
         assert_eq!(Unit::Micros.format(154.2), "154 µs");
+        assert_eq!(Unit::Micros.format(3400.0), "3,400 µs");
         assert_eq!(Unit::Seconds.format(2.041), "2.04 s");
         assert_eq!(Unit::NanosAsMillis.format(45_120_000.0), "45.1 ms");
     }

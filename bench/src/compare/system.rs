@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::args::{CompareArgs, Peer};
 use super::nchan::{self, Nchan};
+use super::rabbitmq::Rabbit;
 use super::ramp::Audience;
 use crate::client::transport::Transport;
 use crate::harness::cpu::CpuTime;
@@ -27,12 +28,14 @@ const EVENT: &str = "bench.compare";
 pub(crate) enum System {
     Herald,
     Nchan,
+    Rabbitmq,
 }
 
 impl System {
     pub(crate) fn of(peer: Peer) -> Self {
         match peer {
             Peer::Nchan => System::Nchan,
+            Peer::Rabbitmq => System::Rabbitmq,
         }
     }
 
@@ -40,6 +43,7 @@ impl System {
         match self {
             System::Herald => "herald",
             System::Nchan => "nchan",
+            System::Rabbitmq => "rabbitmq",
         }
     }
 
@@ -48,6 +52,7 @@ impl System {
         match self {
             System::Herald => Transport::WebSocket,
             System::Nchan => Transport::RawWebSocket,
+            System::Rabbitmq => Transport::BrokerStomp,
         }
     }
 
@@ -65,15 +70,32 @@ impl System {
                  its message buffer at its defaults",
                 nchan_workers(args)
             ),
+            System::Rabbitmq => "a RabbitMQ node of its own with rabbitmq_web_stomp, its \
+                                 defaults; STOMP 1.2 over WebSocket as guest (no token); a \
+                                 queue per subscription on amq.topic (/topic/{user}, or \
+                                 /topic/broadcast); published over AMQP, transient, confirmed"
+                .to_owned(),
         }
     }
 }
+
+/// At least this long for a RabbitMQ node to boot.
+const RABBIT_STARTUP: Duration = Duration::from_secs(90);
 
 /// nginx workers for Nchan: `--nchan-workers`, or one per core.
 pub(crate) fn nchan_workers(args: &CompareArgs) -> usize {
     args.nchan_workers
         .unwrap_or_else(crate::harness::cpu::cores)
         .max(1)
+}
+
+/// Where a publication goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PublishTo {
+    /// `POST` to this path (with its query) on the server's address.
+    Http(String),
+    /// An AMQP message to [`super::rabbitmq::EXCHANGE`] with this routing key.
+    Amqp { routing_key: String },
 }
 
 /// A running server.
@@ -88,6 +110,7 @@ pub(crate) struct Server {
 enum Inner {
     Herald(Gateway),
     Nchan(Nchan),
+    Rabbit(Rabbit),
 }
 
 impl Server {
@@ -126,6 +149,17 @@ impl Server {
                     inner: Inner::Nchan(nchan),
                 })
             }
+            System::Rabbitmq => {
+                // A node takes longer to boot than the others.
+                let timeout = timeout.max(RABBIT_STARTUP);
+                let rabbit = Rabbit::start(log.as_deref(), timeout).await?;
+                Ok(Self {
+                    system,
+                    addr: rabbit.addr,
+                    command: rabbit.command.clone(),
+                    inner: Inner::Rabbit(rabbit),
+                })
+            }
         }
     }
 
@@ -133,6 +167,7 @@ impl Server {
         match &self.inner {
             Inner::Herald(g) => g.pid(),
             Inner::Nchan(n) => n.pid(),
+            Inner::Rabbit(r) => r.pid(),
         }
     }
 
@@ -163,7 +198,15 @@ impl Server {
     pub(crate) fn jwt_secret(&self) -> Option<&str> {
         match &self.inner {
             Inner::Herald(g) => Some(&g.jwt_secret),
-            Inner::Nchan(_) => None,
+            Inner::Nchan(_) | Inner::Rabbit(_) => None,
+        }
+    }
+
+    /// The AMQP URL publications go to, for a peer published to over AMQP.
+    pub(crate) fn amqp_url(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Rabbit(r) => Some(&r.amqp_url),
+            Inner::Herald(_) | Inner::Nchan(_) => None,
         }
     }
 
@@ -171,7 +214,7 @@ impl Server {
     pub(crate) fn api_key(&self) -> &str {
         match &self.inner {
             Inner::Herald(g) => &g.api_key,
-            Inner::Nchan(_) => "none",
+            Inner::Nchan(_) | Inner::Rabbit(_) => "none",
         }
     }
 
@@ -183,26 +226,30 @@ impl Server {
         }
     }
 
-    /// The request path that publishes one notification to `audience` (to `user` when
-    /// per user); the body is the payload as `text/plain`.
-    pub(crate) fn publish_path(&self, audience: Audience, user: &str) -> String {
+    /// Where one notification to `audience` (to `user` when per user) is published; the body
+    /// is the payload (`text/plain` over HTTP).
+    pub(crate) fn publish_to(&self, audience: Audience, user: &str) -> PublishTo {
         match (self.system, audience) {
             (System::Herald, Audience::Broadcast) => {
-                format!("/v1/notifications?scope=global&event={EVENT}")
+                PublishTo::Http(format!("/v1/notifications?scope=global&event={EVENT}"))
             }
             (System::Herald, Audience::PerUser) => {
-                format!("/v1/notifications?users={user}&event={EVENT}")
+                PublishTo::Http(format!("/v1/notifications?users={user}&event={EVENT}"))
             }
-            (System::Nchan, _) => format!("/pub/{}", self.channel(audience, user)),
+            (System::Nchan, _) => PublishTo::Http(format!("/pub/{}", self.channel(audience, user))),
+            (System::Rabbitmq, _) => PublishTo::Amqp {
+                routing_key: self.channel(audience, user),
+            },
         }
     }
 
-    /// Whether a publish answer means accepted.
+    /// Whether an HTTP publish answer means accepted.
     pub(crate) fn accepted(&self, status: u16) -> bool {
         match self.system {
             System::Herald => status == 202,
             // 201 Created (no subscriber yet) or 202 Accepted (queued for subscribers).
             System::Nchan => status == 201 || status == 202,
+            System::Rabbitmq => false,
         }
     }
 
@@ -211,6 +258,7 @@ impl Server {
         match self.inner {
             Inner::Herald(g) => g.finish().await,
             Inner::Nchan(n) => n.finish().await,
+            Inner::Rabbit(r) => r.finish().await,
         }
     }
 }

@@ -29,8 +29,8 @@ pub(crate) struct ConnectionsArgs {
     pub(crate) processes: Option<usize>,
 
     /// HS256 secret the gateway verifies tokens with. Required unless --spawn-gateway (which
-    /// then uses a random one).
-    #[arg(long, env = JWT_SECRET_ENV, hide_env_values = true, required_unless_present = "spawn_gateway")]
+    /// then uses a random one) or a peer's transport (raw-websocket, broker-stomp: no token).
+    #[arg(long, env = JWT_SECRET_ENV, hide_env_values = true)]
     pub(crate) jwt_secret: Option<String>,
 
     /// Pid of the running gateway, to measure its RSS. Without it (and without

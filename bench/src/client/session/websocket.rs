@@ -131,7 +131,8 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
         match framing {
             Framing::Raw => Ok(()),
             Framing::Stomp => {
-                super::stomp_handshake(&mut StompLink(&mut ws), token, &mut frames).await
+                let login = super::Login::of(target.transport, token);
+                super::stomp_handshake(&mut StompLink(&mut ws), login, &mut frames).await
             }
             Framing::SockJs => {
                 let mut link = SockJsLink {
@@ -139,7 +140,7 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
                     opened: false,
                 };
                 link.wait_open().await?;
-                super::stomp_handshake(&mut link, token, &mut frames).await
+                super::stomp_handshake(&mut link, super::Login::Jwt(token), &mut frames).await
             }
         }
     })

@@ -277,7 +277,7 @@ pub(crate) async fn open(target: Arc<Target>, token: &str) -> Result<Stream, Fai
             }
             other => return Err(Failure::SockJs(format!("expected o, got {other:?}"))),
         }
-        super::stomp_handshake(&mut stream, token, &mut frames).await
+        super::stomp_handshake(&mut stream, super::Login::Jwt(token), &mut frames).await
     })
     .await
     .map_err(|_| Failure::Timeout(frames.stage))??;
