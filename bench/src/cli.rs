@@ -287,9 +287,18 @@ mod tests {
         assert_eq!(args.peers, vec![Peer::Nchan, Peer::Rabbitmq]);
         assert_eq!(
             args.scenarios,
-            vec![Scenario::Idle, Scenario::Broadcast, Scenario::PerUser]
+            vec![
+                Scenario::Idle,
+                Scenario::Broadcast,
+                Scenario::PerUser,
+                Scenario::Large
+            ]
         );
-        assert_eq!(args.user_rates, vec![2_000, 5_000, 10_000, 15_000, 20_000]);
+        assert_eq!((args.large_sessions, args.large_bytes), (1_000, 409_600));
+        assert_eq!(
+            args.user_rates,
+            vec![2_000, 5_000, 10_000, 20_000, 30_000, 40_000]
+        );
         assert_eq!((args.user_sessions, args.publishers), (5_000, 16));
         assert_eq!(args.idle_sessions, vec![2_000, 10_000]);
         assert_eq!(args.rates, vec![10_000, 50_000]);
@@ -311,6 +320,8 @@ mod tests {
         assert!(args.check().unwrap_err().contains("--user-rates"));
         let args = compare(&["--user-sessions", "10001"]);
         assert!(args.check().unwrap_err().contains("--user-sessions"));
+        let args = compare(&["--large-bytes", "2000000"]);
+        assert!(args.check().unwrap_err().contains("--large-bytes"));
         let args = compare(&["--publishers", "0"]);
         assert!(args.check().unwrap_err().contains("--publishers"));
         let args = compare(&["--nchan-workers", "0"]);

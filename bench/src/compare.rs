@@ -7,20 +7,23 @@
 //! 2. Scenarios ([`args::Scenario`]): idle sessions ([`idle`], worker processes as
 //!    `connections` opens them), and delivery ramps over rates ([`ramp`]: a broadcast to every
 //!    session, and notifications to one user at a time; sessions in this process, a timestamp
-//!    in every payload).
+//!    in every payload), and one large message to every session ([`large`]).
 //! 3. Within a scenario, a round measures Herald and then each peer, each on a fresh server; a
 //!    ratio is computed between runs of the same round ([`report`]).
 //! 4. The report: Markdown on stdout (JSON with `--json`), both written to `--out` as
-//!    `compare.md` and `compare.json`, with the version and exact command of each server, the
-//!    load average around the run and every way the comparison is not like for like.
+//!    `compare.md` and `compare.json` with SVG charts ([`chart`]), with the version and exact
+//!    command of each server, the load average around the run and every way the comparison is
+//!    not like for like.
 //!
 //! # Layout
 //! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
-//! [`nchan`] (nginx with Nchan: its configuration, install, start), [`idle`], [`ramp`]
-//! (the scenarios), [`report`] (figures, ratios, Markdown; pure).
+//! [`nchan`] and [`rabbitmq`] (the peers: configuration, install, start), [`idle`], [`ramp`],
+//! [`large`] (the scenarios), [`chart`] (SVG, pure), [`report`] (figures, ratios, Markdown; pure).
 
 pub(crate) mod args;
+mod chart;
 mod idle;
+mod large;
 mod nchan;
 mod rabbitmq;
 mod ramp;
@@ -86,6 +89,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
         systems,
         idle: Vec::new(),
         ramps: Vec::new(),
+        large: Vec::new(),
         errors: Vec::new(),
         unfairness: unfairness(&order),
     };
@@ -98,7 +102,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| BenchError::Failed(format!("encoding the report: {e}")))?;
     if let Some(dir) = &args.out {
-        write_out(dir, &markdown, &json)?;
+        write_out(dir, &markdown, &json, &report.charts())?;
     }
     if args.json {
         println!("{json}");
@@ -138,6 +142,25 @@ async fn measure(
                                     system.name()
                                 )),
                             }
+                        }
+                    }
+                }
+            }
+            Scenario::Large => {
+                for round in 0..args.rounds {
+                    for &system in order {
+                        eprintln!(
+                            "herald-bench: large, round {}: {}",
+                            round + 1,
+                            system.name()
+                        );
+                        match large::run(system, args, round).await {
+                            Ok(run) => report.large.push(run),
+                            Err(e) => report.errors.push(format!(
+                                "large round {} {}: {e}",
+                                round + 1,
+                                system.name()
+                            )),
                         }
                     }
                 }
@@ -237,8 +260,13 @@ fn unfairness(systems: &[System]) -> Vec<String> {
     notes
 }
 
-/// Writes `compare.md` and `compare.json` into `dir`.
-fn write_out(dir: &Path, markdown: &str, json: &str) -> Result<(), BenchError> {
+/// Writes `compare.md`, `compare.json` and the charts into `dir`.
+fn write_out(
+    dir: &Path,
+    markdown: &str,
+    json: &str,
+    charts: &[(String, String)],
+) -> Result<(), BenchError> {
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text)
@@ -248,9 +276,13 @@ fn write_out(dir: &Path, markdown: &str, json: &str) -> Result<(), BenchError> {
         .map_err(|e| BenchError::Failed(format!("creating {}: {e}", dir.display())))?;
     write("compare.md", markdown)?;
     write("compare.json", json)?;
+    for (name, svg) in charts {
+        write(name, svg)?;
+    }
     eprintln!(
-        "herald-bench: wrote {}/compare.md and compare.json",
-        dir.display()
+        "herald-bench: wrote {}/compare.md, compare.json and {} charts",
+        dir.display(),
+        charts.len()
     );
     Ok(())
 }

@@ -33,6 +33,7 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         .args(["--rounds", "1", "--idle-sessions", "300"])
         .args(["--broadcast-sessions", "200", "--rates", "1000,4000"])
         .args(["--user-sessions", "200", "--user-rates", "300,1000"])
+        .args(["--large-sessions", "50", "--large-bytes", "409600"])
         .args(["--seconds", "1", "--drain-timeout", "10", "--json"])
         .arg("--out")
         .arg(&out)
@@ -92,7 +93,24 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         assert!(step["latency"]["p50_ns"].as_u64().unwrap() > 0, "{step}");
     }
 
+    let large = report["large"].as_array().unwrap();
+    assert_eq!(large.len(), 3);
+    for run in large {
+        assert_eq!(run["delivered"], 50, "{run}");
+        assert_eq!(run["damaged"], 0, "{run}");
+        assert_eq!(run["lost"], 0, "{run}");
+        assert!(run["seconds_until_all"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(
+            run["pss_peak_bytes"].as_u64() >= run["pss_before_bytes"].as_u64(),
+            "{run}"
+        );
+    }
+
     let markdown = std::fs::read_to_string(out.join("compare.md")).unwrap();
+    assert!(
+        markdown.contains("## One message of 409,600 B to 50 sessions"),
+        "{markdown}"
+    );
     assert!(
         markdown.contains(
             "| figure | herald | nchan | rabbitmq | herald / nchan | herald / rabbitmq |"
@@ -108,5 +126,20 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         "{markdown}"
     );
     assert!(markdown.contains("Nchan checks no token"), "{markdown}");
+    for chart in [
+        "broadcast-latency-p99.svg",
+        "per-user-cpu.svg",
+        "idle-memory.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join(chart)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains(">rabbitmq</text>"),
+            "{chart}"
+        );
+        assert!(
+            markdown.contains(&format!("![{chart}]({chart})")),
+            "{markdown}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&out);
 }

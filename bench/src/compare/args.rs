@@ -14,6 +14,8 @@ pub(crate) const MAX_PUBLISHERS: usize = 256;
 /// A payload holds the publication's sequence number and its publish time, as text.
 pub(crate) const MIN_PAYLOAD_BYTES: usize = 48;
 pub(crate) const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Herald's default `publish.max_payload_bytes` (1 MiB) bounds the large message.
+pub(crate) const MAX_LARGE_BYTES: usize = 1024 * 1024;
 
 /// A server measured beside Herald.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -36,6 +38,9 @@ pub(crate) enum Scenario {
     /// A message to one user at a time, in turn, ramped over rates: the same figures.
     #[value(name = "per-user")]
     PerUser,
+    /// One large message to every session: peak memory growth while delivering it, time
+    /// until every session has it intact.
+    Large,
 }
 
 #[derive(Debug, Args)]
@@ -49,7 +54,7 @@ pub(crate) struct CompareArgs {
     pub(crate) peers: Vec<Peer>,
 
     /// The scenarios, in this order.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Idle, Scenario::Broadcast, Scenario::PerUser])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Idle, Scenario::Broadcast, Scenario::PerUser, Scenario::Large])]
     pub(crate) scenarios: Vec<Scenario>,
 
     /// Rounds. A round measures every system once, one after another (Herald first, then each
@@ -75,8 +80,16 @@ pub(crate) struct CompareArgs {
     pub(crate) user_sessions: usize,
 
     /// The per-user ramp, in deliveries (= publications) per second.
-    #[arg(long, value_delimiter = ',', default_values_t = [2_000u64, 5_000, 10_000, 15_000, 20_000])]
+    #[arg(long, value_delimiter = ',', default_values_t = [2_000u64, 5_000, 10_000, 20_000, 30_000, 40_000])]
     pub(crate) user_rates: Vec<u64>,
+
+    /// Sessions the large message goes to.
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) large_sessions: usize,
+
+    /// Bytes of the large message.
+    #[arg(long, default_value_t = 400 * 1024)]
+    pub(crate) large_bytes: usize,
 
     /// Keep-alive connections publishing, one request in flight each.
     #[arg(long, default_value_t = 16)]
@@ -201,6 +214,19 @@ impl CompareArgs {
             if self.publishers == 0 || self.publishers > MAX_PUBLISHERS {
                 return Err(format!(
                     "--publishers must be between 1 and {MAX_PUBLISHERS}"
+                ));
+            }
+        }
+        if self.scenarios.contains(&Scenario::Large) {
+            if self.large_sessions == 0 || self.large_sessions > MAX_RAMP_SESSIONS {
+                return Err(format!(
+                    "--large-sessions must be between 1 and {MAX_RAMP_SESSIONS} (they live in \
+                     this process)"
+                ));
+            }
+            if !(MIN_PAYLOAD_BYTES..=MAX_LARGE_BYTES).contains(&self.large_bytes) {
+                return Err(format!(
+                    "--large-bytes must be between {MIN_PAYLOAD_BYTES} and {MAX_LARGE_BYTES}"
                 ));
             }
         }

@@ -43,6 +43,11 @@ events {{
 }}
 http {{
     access_log off;
+    # The large-message scenario publishes up to 1 MiB (nginx's default limit is 1m), kept in
+    # memory: a temporary file would land in the run's directory, which nginx's workers (user
+    # nobody when started as root) may not enter.
+    client_max_body_size 2m;
+    client_body_buffer_size 2m;
     client_body_temp_path {d}/client_body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
@@ -204,6 +209,7 @@ mod tests {
         }
         assert!(text.contains("nchan_subscriber websocket;"));
         assert!(text.contains("location = /readyz"));
+        assert!(text.contains("client_body_buffer_size 2m;"));
         assert_eq!(text.matches('{').count(), text.matches('}').count());
     }
 }

@@ -45,6 +45,8 @@ use crate::harness::token::{Claims, Minter, now_epoch_secs};
 const OPEN_CONCURRENCY: usize = 64;
 /// Seconds one session may take to open.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often publishing progress is shown.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How often a step checks whether every delivery has arrived.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -139,24 +141,58 @@ pub(crate) fn parse_payload(body: &[u8]) -> Option<(u64, u64)> {
     Some((seq, ns))
 }
 
-/// The bench's `(seq, ns)` pairs in one WebSocket message: the message itself for a raw
-/// session, the body of each `MESSAGE` frame for STOMP.
-pub(crate) fn stamps(framing: Framing, message: &[u8]) -> Vec<(u64, u64)> {
+/// The bench's notifications in one WebSocket message (the message itself for a raw session,
+/// the body of each `MESSAGE` frame for STOMP), each as [`Stamp`]: its `(seq, ns)` and whether
+/// it arrived whole, that is `expect_len` bytes (any length when 0) of which every byte after
+/// the stamp is the padding.
+pub(crate) fn stamps(framing: Framing, message: &[u8], expect_len: usize) -> Vec<Stamp> {
+    let stamp = |body: &[u8]| {
+        parse_payload(body).map(|(seq, ns)| Stamp {
+            seq,
+            ns,
+            intact: intact(body, expect_len),
+        })
+    };
     if framing != Framing::Stomp {
-        return parse_payload(message).into_iter().collect();
+        return stamp(message).into_iter().collect();
     }
     let mut found = Vec::new();
     let mut rest = message;
     while let Ok(Some((decoded, used))) = stomp_client::decode(rest) {
         if let Decoded::Frame(frame) = decoded
             && frame.command == "MESSAGE"
-            && let Some(stamp) = parse_payload(&frame.body)
+            && let Some(s) = stamp(&frame.body)
         {
-            found.push(stamp);
+            found.push(s);
         }
         rest = &rest[used..];
     }
     found
+}
+
+/// One notification as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub(crate) seq: u64,
+    pub(crate) ns: u64,
+    pub(crate) intact: bool,
+}
+
+/// Whether `body` is a whole [`payload`] of `expect_len` bytes (any length when 0).
+fn intact(body: &[u8], expect_len: usize) -> bool {
+    if expect_len == 0 {
+        return true;
+    }
+    let Some(head) = body
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b' ')
+        .nth(1)
+        .map(|(i, _)| i + 1)
+    else {
+        return false;
+    };
+    body.len() == expect_len && body[head..].iter().all(|&b| b == b'x')
 }
 
 /// Runs `ramp` on a fresh `system`.
@@ -177,16 +213,30 @@ pub(crate) async fn run(
 }
 
 /// What every reader shares.
-struct Arrivals {
-    /// `(seq, latency ns)` of every delivery since the last [`Arrivals::take`].
+pub(super) struct Arrivals {
+    /// `(seq, latency ns)` of every intact delivery since the last [`Arrivals::take`].
     samples: Mutex<Vec<(u64, u64)>>,
-    count: AtomicU64,
+    pub(super) count: AtomicU64,
     /// Sessions the server ended.
-    dropped: AtomicU64,
+    pub(super) dropped: AtomicU64,
+    /// Deliveries that did not arrive whole (`expect_len`).
+    pub(super) damaged: AtomicU64,
+    /// The length every delivery must have (0: any).
+    expect_len: usize,
 }
 
 impl Arrivals {
-    fn take(&self) -> Vec<(u64, u64)> {
+    pub(super) fn new(expect_len: usize) -> Arc<Self> {
+        Arc::new(Self {
+            samples: Mutex::new(Vec::new()),
+            count: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            damaged: AtomicU64::new(0),
+            expect_len,
+        })
+    }
+
+    pub(super) fn take(&self) -> Vec<(u64, u64)> {
         std::mem::take(&mut *self.samples.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -197,30 +247,12 @@ async fn run_on(
     ramp: &Ramp,
     round: usize,
 ) -> Result<Vec<RampStep>, BenchError> {
-    let framing = match server.system {
-        System::Herald | System::Rabbitmq => Framing::Stomp,
-        System::Nchan => Framing::Raw,
-    };
-    let sockets = open_sessions(server, ramp, framing).await?;
+    let framing = framing(server.system);
+    let sockets = open_sessions(server, ramp.audience, ramp.sessions).await?;
     let clock = Clock::new();
-    let arrivals = Arc::new(Arrivals {
-        samples: Mutex::new(Vec::new()),
-        count: AtomicU64::new(0),
-        dropped: AtomicU64::new(0),
-    });
+    let arrivals = Arrivals::new(0);
     let cancel = CancellationToken::new();
-    let _readers: Vec<AbortOnDropHandle<()>> = sockets
-        .into_iter()
-        .map(|ws| {
-            AbortOnDropHandle::new(tokio::spawn(read(
-                ws,
-                framing,
-                clock,
-                arrivals.clone(),
-                cancel.clone(),
-            )))
-        })
-        .collect();
+    let _readers = start_readers(sockets, framing, clock, &arrivals, &cancel);
     let mut lanes = Lanes::open(server, args.publishers).await?;
     let mut steps = Vec::new();
     let mut next_seq = 0;
@@ -238,9 +270,9 @@ async fn run_on(
         };
         next_seq += step.publications;
         eprintln!(
-            "herald-bench: {} {:?} {} deliveries/s: {} of {} delivered, {:.2} s CPU per 100,000, p50 {}",
+            "herald-bench: {} {} {} deliveries/s: {} of {} delivered, {:.2} s CPU per 100,000, p50 {}",
             server.system.name(),
-            ramp.audience,
+            ramp.audience.name(),
             rate,
             step.delivered,
             step.expected,
@@ -264,13 +296,44 @@ async fn run_on(
     Ok(steps)
 }
 
-/// Opens the ramp's sessions, [`OPEN_CONCURRENCY`] at a time; any failure ends the scenario.
-async fn open_sessions(
-    server: &Server,
-    ramp: &Ramp,
+/// A reader per session until `cancel`, all recording into `arrivals`.
+pub(super) fn start_readers(
+    sockets: Vec<Ws>,
     framing: Framing,
+    clock: Clock,
+    arrivals: &Arc<Arrivals>,
+    cancel: &CancellationToken,
+) -> Vec<AbortOnDropHandle<()>> {
+    sockets
+        .into_iter()
+        .map(|ws| {
+            AbortOnDropHandle::new(tokio::spawn(read(
+                ws,
+                framing,
+                clock,
+                arrivals.clone(),
+                cancel.clone(),
+            )))
+        })
+        .collect()
+}
+
+/// How `system`'s sessions carry notifications.
+pub(super) fn framing(system: System) -> Framing {
+    match system {
+        System::Herald | System::Rabbitmq => Framing::Stomp,
+        System::Nchan => Framing::Raw,
+    }
+}
+
+/// Opens `n` sessions of `audience`, [`OPEN_CONCURRENCY`] at a time; any failure ends the
+/// scenario.
+pub(super) async fn open_sessions(
+    server: &Server,
+    audience: Audience,
+    n: usize,
 ) -> Result<Vec<Ws>, BenchError> {
-    let n = ramp.sessions;
+    let framing = framing(server.system);
     let transport = server.system.transport();
     let target = Arc::new(Target {
         transport,
@@ -290,7 +353,7 @@ async fn open_sessions(
             Some(minter) => minter
                 .mint(&Claims::for_session(0, i, exp))
                 .map_err(|e| BenchError::Failed(format!("minting a token: {e}")))?,
-            None => server.channel(ramp.audience, &Audience::user(i)),
+            None => server.channel(audience, &Audience::user(i)),
         };
         let (target, slots) = (target.clone(), slots.clone());
         opening.push(tokio::spawn(async move {
@@ -340,10 +403,14 @@ async fn read(
             }
         };
         let now = clock.now_ns();
-        let found: Vec<(u64, u64)> = stamps(framing, &bytes)
-            .into_iter()
-            .map(|(seq, ns)| (seq, now.saturating_sub(ns)))
-            .collect();
+        let mut found: Vec<(u64, u64)> = Vec::new();
+        for stamp in stamps(framing, &bytes, arrivals.expect_len) {
+            if stamp.intact {
+                found.push((stamp.seq, now.saturating_sub(stamp.ns)));
+            } else {
+                arrivals.damaged.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if found.is_empty() {
             continue;
         }
@@ -414,7 +481,7 @@ pub(crate) struct Lanes {
 
 impl Lanes {
     /// `count` lanes to `server`: HTTP connections, or channels' shares on one AMQP connection.
-    async fn open(server: &Server, count: usize) -> Result<Self, BenchError> {
+    pub(super) async fn open(server: &Server, count: usize) -> Result<Self, BenchError> {
         let Some(url) = server.amqp_url() else {
             return Ok(Self {
                 lanes: (0..count)
@@ -438,7 +505,7 @@ impl Lanes {
         })
     }
 
-    async fn close(self) {
+    pub(super) async fn close(self) {
         for lane in &self.lanes {
             if let Lane::Amqp(publisher) = lane {
                 publisher.close().await;
@@ -448,6 +515,21 @@ impl Lanes {
         if let Some(connection) = self.connection {
             let _ = connection.close(200, "bench done".into()).await;
         }
+    }
+}
+
+/// Publishes one broadcast of `bytes` (sequence number 0) on the first lane.
+pub(super) async fn publish_one(
+    server: &Server,
+    lanes: &mut Lanes,
+    clock: Clock,
+    bytes: usize,
+) -> Result<(), String> {
+    let to = server.publish_to(Audience::Broadcast, &Audience::user(0));
+    let body = payload(0, clock.now_ns(), bytes);
+    match lanes.lanes.first_mut() {
+        Some(lane) => lane.send(server, to, body).await,
+        None => Err("no lane".into()),
     }
 }
 
@@ -497,13 +579,13 @@ async fn publish(
     });
     let all = futures_util::future::join_all(sending);
     tokio::pin!(all);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
     let results = loop {
         tokio::select! {
             results = &mut all => break results,
             _ = tick.tick() => {
                 let n = done.load(Ordering::Relaxed);
-                bar.update(n, || format!("{} {:?}: {n} of {count} published", server.system.name(), ramp.audience));
+                bar.update(n, || format!("{} {}: {n} of {count} published", server.system.name(), ramp.audience.name()));
             }
         }
     };
@@ -642,11 +724,30 @@ mod tests {
         let mut two = frame.clone();
         two.extend_from_slice(b"\n");
         two.extend_from_slice(&stomp_client::encode("MESSAGE", &[], &payload(8, 10, 60)));
-        assert_eq!(stamps(Framing::Stomp, &frame), vec![(7, 9)]);
-        assert_eq!(stamps(Framing::Stomp, &two), vec![(7, 9), (8, 10)]);
+        let pairs = |found: Vec<Stamp>| -> Vec<(u64, u64)> {
+            found.iter().map(|s| (s.seq, s.ns)).collect()
+        };
+        assert_eq!(pairs(stamps(Framing::Stomp, &frame, 0)), vec![(7, 9)]);
+        assert_eq!(
+            pairs(stamps(Framing::Stomp, &two, 0)),
+            vec![(7, 9), (8, 10)]
+        );
         let receipt = stomp_client::encode("RECEIPT", &[("receipt-id", "r")], b"");
-        assert!(stamps(Framing::Stomp, &receipt).is_empty());
-        assert_eq!(stamps(Framing::Raw, &body), vec![(7, 9)]);
-        assert!(stamps(Framing::Raw, b"hello").is_empty());
+        assert!(stamps(Framing::Stomp, &receipt, 0).is_empty());
+        assert_eq!(pairs(stamps(Framing::Raw, &body, 0)), vec![(7, 9)]);
+        assert!(stamps(Framing::Raw, b"hello", 0).is_empty());
+    }
+
+    #[test]
+    fn a_delivery_is_intact_at_its_full_length_with_its_padding() {
+        let body = payload(3, 4, 1000);
+        assert!(stamps(Framing::Raw, &body, 1000)[0].intact);
+        assert!(stamps(Framing::Raw, &body, 0)[0].intact);
+        assert!(!stamps(Framing::Raw, &body[..999], 1000)[0].intact);
+        let mut bad = body.clone();
+        bad[500] = b'y';
+        assert!(!stamps(Framing::Raw, &bad, 1000)[0].intact);
+        let frame = stomp_client::encode("MESSAGE", &[], &body);
+        assert!(stamps(Framing::Stomp, &frame, 1000)[0].intact);
     }
 }

@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::chart::{Chart, series_of};
 use super::idle::IdleRun;
+use super::large::LargeRun;
 use super::ramp::{Audience, RampStep};
 use super::system::System;
 use crate::harness::report::grouped;
@@ -27,6 +29,8 @@ pub(crate) struct CompareReport {
     pub(crate) idle: Vec<IdleRun>,
     /// Every step of every ramp (broadcast, per user).
     pub(crate) ramps: Vec<RampStep>,
+    /// Every large-message run.
+    pub(crate) large: Vec<LargeRun>,
     /// Runs that could not be measured, with why.
     pub(crate) errors: Vec<String>,
     /// Every way the comparison is not like for like.
@@ -240,6 +244,31 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
     figures
 }
 
+/// The large-message scenario's figures.
+pub(crate) fn large_figures(runs: &[LargeRun]) -> Vec<Figure> {
+    let mut growth = Figure::new(
+        "peak memory growth while delivering it (PSS)".to_owned(),
+        Unit::Bytes,
+        Better::Lower,
+    );
+    let mut time = Figure::new(
+        "time until every session has it intact".to_owned(),
+        Unit::Seconds,
+        Better::Lower,
+    );
+    let mut missing = Figure::new(
+        "sessions without it intact (lost or damaged)".to_owned(),
+        Unit::Count,
+        Better::Lower,
+    );
+    for r in runs {
+        growth.add(r.system, r.round, r.peak_growth_bytes as f64);
+        time.add(r.system, r.round, r.seconds_until_all);
+        missing.add(r.system, r.round, (r.lost + r.damaged) as f64);
+    }
+    vec![growth, time, missing]
+}
+
 /// One Markdown table: a row per figure, a column per system, then Herald's ratio to each peer.
 pub(crate) fn table(figures: &[Figure], systems: &[System]) -> String {
     let peers: Vec<System> = systems
@@ -283,6 +312,82 @@ pub(crate) fn table(figures: &[Figure], systems: &[System]) -> String {
 }
 
 impl CompareReport {
+    /// The charts: `(file name, SVG)` for each that has points: latency p50 and p99 and CPU
+    /// per delivery against the rate, per ramp; memory and CPU per session against the count.
+    pub(crate) fn charts(&self) -> Vec<(String, String)> {
+        let mut charts = Vec::new();
+        for audience in [Audience::Broadcast, Audience::PerUser] {
+            let steps = || self.ramps.iter().filter(move |s| s.audience == audience);
+            let name = audience.name();
+            let x_label = "deliveries per second asked for".to_owned();
+            let latency = |pick: fn(&crate::harness::stats::Summary) -> u64| {
+                series_of(steps().filter_map(move |s| {
+                    s.latency
+                        .map(|l| (s.system, s.rate as f64, pick(&l) as f64 / 1e6))
+                }))
+            };
+            charts.push((
+                format!("{name}-latency-p50.svg"),
+                Chart {
+                    title: format!("{name}: latency p50, publish to receipt"),
+                    x_label: x_label.clone(),
+                    y_label: "ms".into(),
+                    series: latency(|l| l.p50_ns),
+                },
+            ));
+            charts.push((
+                format!("{name}-latency-p99.svg"),
+                Chart {
+                    title: format!("{name}: latency p99, publish to receipt"),
+                    x_label: x_label.clone(),
+                    y_label: "ms".into(),
+                    series: latency(|l| l.p99_ns),
+                },
+            ));
+            charts.push((
+                format!("{name}-cpu.svg"),
+                Chart {
+                    title: format!("{name}: server CPU per 100,000 deliveries"),
+                    x_label,
+                    y_label: "CPU seconds".into(),
+                    series: series_of(
+                        steps().map(|s| (s.system, s.rate as f64, s.cpu_per_100k_deliveries)),
+                    ),
+                },
+            ));
+        }
+        charts.push((
+            "idle-memory.svg".into(),
+            Chart {
+                title: "memory per idle session (PSS)".into(),
+                x_label: "sessions".into(),
+                y_label: "bytes".into(),
+                series: series_of(
+                    self.idle
+                        .iter()
+                        .map(|r| (r.system, r.sessions as f64, r.bytes_per_session)),
+                ),
+            },
+        ));
+        charts.push((
+            "idle-cpu.svg".into(),
+            Chart {
+                title: "server CPU per session opened".into(),
+                x_label: "sessions".into(),
+                y_label: "µs".into(),
+                series: series_of(
+                    self.idle
+                        .iter()
+                        .map(|r| (r.system, r.sessions as f64, r.cpu_per_session_us)),
+                ),
+            },
+        ));
+        charts
+            .into_iter()
+            .filter_map(|(file, chart)| chart.svg().map(|svg| (file, svg)))
+            .collect()
+    }
+
     /// The systems in the report's order (Herald first).
     fn system_list(&self) -> Vec<System> {
         self.systems.iter().map(|s| s.system).collect()
@@ -331,6 +436,24 @@ impl CompareReport {
             );
             out.push_str(&table(&ramp_figures(&steps), &systems));
         }
+        if let Some(first) = self.large.first() {
+            let _ = write!(
+                out,
+                "\n## One message of {} to {} sessions\n\n",
+                Unit::Bytes.format(first.bytes as f64),
+                grouped(first.sessions as f64)
+            );
+            out.push_str(&table(&large_figures(&self.large), &systems));
+        }
+        let charts = self.charts();
+        if !charts.is_empty() {
+            out.push_str(
+                "\n## Charts\n\nMedians over the rounds (files beside this one with `--out`).\n\n",
+            );
+            for (file, _) in &charts {
+                let _ = writeln!(out, "![{file}]({file})");
+            }
+        }
         if !self.errors.is_empty() {
             out.push_str("\n## Runs that failed\n\n");
             for e in &self.errors {
@@ -348,6 +471,9 @@ impl CompareReport {
         }
         for s in &self.ramps {
             commands.insert(s.system, &s.server_command);
+        }
+        for r in &self.large {
+            commands.insert(r.system, &r.server_command);
         }
         for (system, command) in commands {
             let _ = writeln!(out, "- {}: `{command}`", system.name());
