@@ -44,6 +44,9 @@ use crate::harness::run::interruptible;
 use crate::harness::token::now_epoch_secs;
 
 pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
+    if let Some(path) = &args.render {
+        return render(path, &args);
+    }
     args.check().map_err(BenchError::Usage)?;
     if let Err(e) = crate::harness::sys::raise_nofile_limit() {
         eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
@@ -63,7 +66,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     }
     let mut systems = vec![SystemInfo {
         system: System::Herald,
-        version: herald_version(&args.gateway_bin).await,
+        version: herald_version(args.gateway_bin()).await,
         notes: System::Herald.notes(&args),
     }];
     for &peer in &peers {
@@ -80,7 +83,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     }
     let order: Vec<System> = systems.iter().map(|s| s.system).collect();
     let mut report = CompareReport {
-        command: "compare",
+        command: "compare".to_owned(),
         started_unix: now_epoch_secs(),
         cores: cpu::cores(),
         load_before: cpu::load_average(),
@@ -114,6 +117,29 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     } else {
         Outcome::SomeFailed
     })
+}
+
+/// `--render`: the report of an earlier run's `compare.json`, written and printed again with
+/// this build's tables and charts; nothing is measured.
+fn render(path: &Path, args: &CompareArgs) -> Result<Outcome, BenchError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BenchError::Usage(format!("--render {}: {e}", path.display())))?;
+    let report: CompareReport = serde_json::from_str(&text).map_err(|e| {
+        BenchError::Usage(format!(
+            "--render {}: not a compare.json: {e}",
+            path.display()
+        ))
+    })?;
+    let markdown = report.markdown();
+    if let Some(dir) = &args.out {
+        write_out(dir, &markdown, &text, &report.charts())?;
+    }
+    if args.json {
+        println!("{text}");
+    } else {
+        print!("{markdown}");
+    }
+    Ok(Outcome::AllOpened)
 }
 
 /// Every scenario, round by round, system by system. A run that fails is recorded and the

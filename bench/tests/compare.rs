@@ -30,7 +30,8 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         .arg("compare")
         .arg("--gateway-bin")
         .arg(gateway_bin())
-        .args(["--rounds", "1", "--idle-sessions", "300"])
+        // 1,000 sessions: enough CPU to show in /proc's 10 ms ticks for every server.
+        .args(["--rounds", "1", "--idle-sessions", "1000"])
         .args(["--broadcast-sessions", "200", "--rates", "1000,4000"])
         .args(["--user-sessions", "200", "--user-rates", "300,1000"])
         .args(["--large-sessions", "50", "--large-bytes", "409600"])
@@ -61,7 +62,7 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     let idle = report["idle"].as_array().unwrap();
     assert_eq!(idle.len(), 3);
     for run in idle {
-        assert_eq!(run["opened"], 300, "{run}");
+        assert_eq!(run["opened"], 1000, "{run}");
         assert_eq!(run["failed"], 0, "{run}");
         assert!(run["connect_rate"].as_f64().unwrap() > 0.0, "{run}");
         assert!(run["bytes_per_session"].as_f64().unwrap() > 0.0, "{run}");
@@ -118,7 +119,7 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         "{markdown}"
     );
     assert!(
-        markdown.contains("memory per idle session, 300 sessions"),
+        markdown.contains("memory per idle session, 1,000 sessions"),
         "{markdown}"
     );
     assert!(

@@ -45,9 +45,9 @@ pub(crate) enum Scenario {
 
 #[derive(Debug, Args)]
 pub(crate) struct CompareArgs {
-    /// The herald-gateway binary, run standalone.
-    #[arg(long, value_name = "PATH")]
-    pub(crate) gateway_bin: PathBuf,
+    /// The herald-gateway binary, run standalone (required unless --render).
+    #[arg(long, value_name = "PATH", required_unless_present = "render")]
+    pub(crate) gateway_bin: Option<PathBuf>,
 
     /// The servers measured beside Herald.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan, Peer::Rabbitmq])]
@@ -130,12 +130,24 @@ pub(crate) struct CompareArgs {
     #[arg(long, default_value_t = 30)]
     pub(crate) startup_timeout: u64,
 
+    /// Measure nothing: read an earlier run's `compare.json` and write its report (Markdown,
+    /// charts with `--out`) as this build makes it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) render: Option<PathBuf>,
+
     /// Print the report as one JSON object on stdout instead of Markdown.
     #[arg(long)]
     pub(crate) json: bool,
 }
 
 impl CompareArgs {
+    /// `--gateway-bin` (clap requires it unless `--render`, which starts nothing).
+    pub(crate) fn gateway_bin(&self) -> &std::path::Path {
+        self.gateway_bin
+            .as_deref()
+            .unwrap_or(std::path::Path::new("herald-gateway"))
+    }
+
     /// Checks the arguments; `Err` says which one and why.
     pub(crate) fn check(&self) -> Result<(), String> {
         if self.rounds == 0 {

@@ -14,8 +14,63 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 150.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
-/// Ticks on the y axis.
+/// Ticks on a linear y axis.
 const Y_TICKS: usize = 5;
+/// Largest over smallest value beyond which the y axis is logarithmic.
+const LOG_SPAN: f64 = 20.0;
+
+/// The y axis: linear from 0 to a round ceiling, or logarithmic between powers of ten.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum YAxis {
+    Linear { max: f64 },
+    Log { low_exp: i32, high_exp: i32 },
+}
+
+impl YAxis {
+    /// The axis for `values`; `None` when none is finite.
+    pub(crate) fn for_values(values: impl Iterator<Item = f64>) -> Option<Self> {
+        let values: Vec<f64> = values.filter(|v| v.is_finite()).collect();
+        let max = values.iter().copied().reduce(f64::max)?;
+        let min_positive = values.iter().copied().filter(|&v| v > 0.0).reduce(f64::min);
+        match min_positive {
+            Some(min) if max / min > LOG_SPAN => {
+                let low_exp = min.log10().floor() as i32;
+                let high_exp = (max.log10().ceil() as i32).max(low_exp + 1);
+                Some(YAxis::Log { low_exp, high_exp })
+            }
+            _ => Some(YAxis::Linear {
+                max: nice_ceiling(max),
+            }),
+        }
+    }
+
+    /// Where `v` sits, from 0 (bottom) to 1 (top).
+    pub(crate) fn fraction(self, v: f64) -> f64 {
+        match self {
+            YAxis::Linear { max } => v / max,
+            YAxis::Log { low_exp, high_exp } => {
+                (v.log10() - f64::from(low_exp)) / f64::from(high_exp - low_exp)
+            }
+        }
+    }
+
+    /// Whether `v` can be drawn (a log axis has no place for 0).
+    pub(crate) fn shows(self, v: f64) -> bool {
+        v.is_finite() && (v > 0.0 || matches!(self, YAxis::Linear { .. }))
+    }
+
+    /// The values the grid lines stand at.
+    pub(crate) fn ticks(self) -> Vec<f64> {
+        match self {
+            YAxis::Linear { max } => (0..=Y_TICKS)
+                .map(|i| max * i as f64 / Y_TICKS as f64)
+                .collect(),
+            YAxis::Log { low_exp, high_exp } => {
+                (low_exp..=high_exp).map(|e| 10f64.powi(e)).collect()
+            }
+        }
+    }
+}
 
 /// One line: a system's (x, y) points.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,18 +145,27 @@ fn tick_label(value: f64) -> String {
         crate::harness::report::grouped(value)
     } else if value >= 10.0 || value == 0.0 {
         format!("{value:.0}")
-    } else {
+    } else if value >= 0.01 {
         format!("{value:.2}")
+    } else {
+        format!("{value}")
     }
 }
 
 impl Chart {
-    /// The chart as an SVG document; `None` when it has no point.
+    /// The chart as an SVG document; `None` when it has no point. The y axis is logarithmic
+    /// (a tick per power of ten) when the values span more than [`LOG_SPAN`] (a peer far off
+    /// would flatten the others into the axis), else linear from 0.
     pub(crate) fn svg(&self) -> Option<String> {
-        let points = || self.series.iter().flat_map(|s| s.points.iter());
+        let points = || {
+            self.series
+                .iter()
+                .flat_map(|s| s.points.iter())
+                .filter(|p| p.1.is_finite() && p.0.is_finite())
+        };
         let x_min = points().map(|p| p.0).reduce(f64::min)?;
         let x_max = points().map(|p| p.0).reduce(f64::max)?;
-        let y_max = nice_ceiling(points().map(|p| p.1).reduce(f64::max)?);
+        let y = YAxis::for_values(points().map(|p| p.1))?;
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
         let x_of = |x: f64| {
@@ -111,7 +175,7 @@ impl Chart {
                 LEFT + plot_w / 2.0
             }
         };
-        let y_of = |y: f64| TOP + plot_h - y / y_max * plot_h;
+        let y_of = |v: f64| TOP + plot_h - y.fraction(v) * plot_h;
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -125,15 +189,14 @@ impl Chart {
             escape(&self.title)
         );
         // Axes and the y grid.
-        for i in 0..=Y_TICKS {
-            let value = y_max * i as f64 / Y_TICKS as f64;
-            let y = y_of(value);
+        for value in y.ticks() {
+            let at = y_of(value);
             let _ = writeln!(
                 out,
-                r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                r##"<line x1="{LEFT}" y1="{at:.1}" x2="{:.1}" y2="{at:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
                 LEFT + plot_w,
                 LEFT - 6.0,
-                y + 4.0,
+                at + 4.0,
                 tick_label(value)
             );
         }
@@ -168,27 +231,35 @@ impl Chart {
             out,
             r#"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
             TOP + plot_h / 2.0,
-            escape(&self.y_label)
+            escape(&match y {
+                YAxis::Log { .. } => format!("{} (log scale)", self.y_label),
+                YAxis::Linear { .. } => self.y_label.clone(),
+            })
         );
         // The lines, their points, the legend.
         for (i, s) in self.series.iter().enumerate() {
             let c = color(s.system);
-            let path: Vec<String> = s
+            let shown: Vec<(f64, f64)> = s
                 .points
                 .iter()
-                .map(|&(x, y)| format!("{:.1},{:.1}", x_of(x), y_of(y)))
+                .copied()
+                .filter(|&(_, v)| y.shows(v))
+                .collect();
+            let path: Vec<String> = shown
+                .iter()
+                .map(|&(x, v)| format!("{:.1},{:.1}", x_of(x), y_of(v)))
                 .collect();
             let _ = writeln!(
                 out,
                 r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
                 path.join(" ")
             );
-            for &(x, y) in &s.points {
+            for &(x, v) in &shown {
                 let _ = writeln!(
                     out,
                     r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
                     x_of(x),
-                    y_of(y)
+                    y_of(v)
                 );
             }
             let ly = TOP + 10.0 + 20.0 * i as f64;
@@ -233,6 +304,26 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn the_y_axis_turns_logarithmic_past_a_span() {
+        let linear = YAxis::for_values([26.0, 45.0].into_iter()).unwrap();
+        assert_eq!(linear, YAxis::Linear { max: 50.0 });
+        assert_eq!(linear.ticks(), vec![0.0, 10.0, 20.0, 30.0, 40.0, 50.0]);
+        assert!(linear.shows(0.0));
+        let log = YAxis::for_values([23.0, 56.0, 4_673.0, 0.0].into_iter()).unwrap();
+        assert_eq!(
+            log,
+            YAxis::Log {
+                low_exp: 1,
+                high_exp: 4
+            }
+        );
+        assert_eq!(log.ticks(), vec![10.0, 100.0, 1_000.0, 10_000.0]);
+        assert!((log.fraction(100.0) - 1.0 / 3.0).abs() < 1e-9);
+        assert!(!log.shows(0.0));
+        assert_eq!(YAxis::for_values([f64::NAN].into_iter()), None);
     }
 
     #[test]

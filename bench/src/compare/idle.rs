@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::args::CompareArgs;
 use super::system::{Server, System};
@@ -27,7 +27,7 @@ const TOKEN_TTL: Duration = Duration::from_secs(3600);
 const QUEUE: usize = 256;
 
 /// One idle run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct IdleRun {
     pub(crate) system: System,
     pub(crate) round: usize,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::args::CompareArgs;
@@ -26,7 +26,7 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(10);
 const POLL: Duration = Duration::from_millis(5);
 
 /// One large-message run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct LargeRun {
     pub(crate) system: System,
     pub(crate) round: usize,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -51,7 +51,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(20);
 
 /// Who a publication reaches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Audience {
     /// Every session.
@@ -99,7 +99,7 @@ pub(crate) struct Ramp {
 }
 
 /// One step of a ramp on one system.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RampStep {
     pub(crate) audience: Audience,
     pub(crate) system: System,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::chart::{Chart, series_of};
 use super::idle::IdleRun;
@@ -16,9 +16,9 @@ use super::system::System;
 use crate::harness::report::grouped;
 
 /// The whole comparison.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct CompareReport {
-    pub(crate) command: &'static str,
+    pub(crate) command: String,
     /// Seconds since the epoch when the run began.
     pub(crate) started_unix: u64,
     pub(crate) cores: usize,
@@ -26,10 +26,13 @@ pub(crate) struct CompareReport {
     pub(crate) load_after: Option<f64>,
     pub(crate) rounds: usize,
     pub(crate) systems: Vec<SystemInfo>,
+    #[serde(default)]
     pub(crate) idle: Vec<IdleRun>,
     /// Every step of every ramp (broadcast, per user).
+    #[serde(default)]
     pub(crate) ramps: Vec<RampStep>,
     /// Every large-message run.
+    #[serde(default)]
     pub(crate) large: Vec<LargeRun>,
     /// Runs that could not be measured, with why.
     pub(crate) errors: Vec<String>,
@@ -38,7 +41,7 @@ pub(crate) struct CompareReport {
 }
 
 /// One system as run.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct SystemInfo {
     pub(crate) system: System,
     pub(crate) version: String,
@@ -215,7 +218,10 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
         );
         let mut lost = Figure::new(format!("deliveries lost {at}"), Unit::Count, Better::Lower);
         for s in steps.iter().filter(|s| s.rate == rate) {
-            cpu.add(s.system, s.round, s.cpu_per_100k_deliveries);
+            // Nothing delivered: no cost per delivery to speak of.
+            if s.delivered > 0 {
+                cpu.add(s.system, s.round, s.cpu_per_100k_deliveries);
+            }
             if let Some(l) = s.latency {
                 p50.add(s.system, s.round, l.p50_ns as f64);
                 p99.add(s.system, s.round, l.p99_ns as f64);
@@ -351,7 +357,9 @@ impl CompareReport {
                     x_label,
                     y_label: "CPU seconds".into(),
                     series: series_of(
-                        steps().map(|s| (s.system, s.rate as f64, s.cpu_per_100k_deliveries)),
+                        steps()
+                            .filter(|s| s.delivered > 0)
+                            .map(|s| (s.system, s.rate as f64, s.cpu_per_100k_deliveries)),
                     ),
                 },
             ));

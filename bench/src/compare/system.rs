@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::args::{CompareArgs, Peer};
 use super::nchan::{self, Nchan};
@@ -23,7 +23,7 @@ use crate::harness::standalone::{Gateway, Launch};
 const EVENT: &str = "bench.compare";
 
 /// Which system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum System {
     Herald,
@@ -128,7 +128,7 @@ impl Server {
         match system {
             System::Herald => {
                 let gateway = Gateway::start(&Launch {
-                    bin: &args.gateway_bin,
+                    bin: args.gateway_bin(),
                     log: log.as_deref(),
                     startup_timeout: timeout,
                 })

@@ -3,7 +3,7 @@
 //! The bench keeps every sample (8 bytes each: 2 MB for 250,000 messages) and sorts once at the
 //! end, so percentiles are exact, not histogram buckets.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The nearest-rank `p`-th percentile (0 < p <= 100) of `sorted` (ascending): the smallest value
 /// such that at least p% of the samples are at or below it. `None` when empty.
@@ -20,7 +20,7 @@ pub(crate) fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
 }
 
 /// A latency distribution, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Summary {
     pub(crate) count: u64,
     pub(crate) min_ns: u64,
