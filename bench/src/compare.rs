@@ -17,10 +17,12 @@
 //!
 //! # Layout
 //! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
-//! [`nchan`] and [`rabbitmq`] (the peers: configuration, install, start), [`idle`], [`ramp`],
+//! [`nchan`] and [`rabbitmq`] (the peers: configuration, install, start), [`audience`] (who a
+//! publication reaches; pure), [`idle`], [`ramp`],
 //! [`large`] (the scenarios), [`chart`] (SVG, pure), [`report`] (figures, ratios, Markdown; pure).
 
 pub(crate) mod args;
+mod audience;
 mod chart;
 mod idle;
 mod large;
@@ -35,7 +37,8 @@ pub(crate) use self::args::CompareArgs;
 use std::path::Path;
 
 use self::args::{Peer, Scenario};
-use self::ramp::{Audience, Ramp};
+use self::audience::Audience;
+use self::ramp::Ramp;
 use self::report::{CompareReport, SystemInfo};
 use self::system::System;
 use crate::harness::cpu;

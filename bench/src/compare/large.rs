@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::args::CompareArgs;
-use super::ramp::{self, Arrivals, Audience, Lanes};
+use super::audience::Audience;
+use super::ramp::{self, Arrivals, Lanes};
 use super::system::{Server, System};
 use crate::harness::clock::Clock;
 use crate::harness::cpu;

@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::chart::{Chart, series_of};
+use super::audience::Audience;
+use super::chart::{Chart, series_of, spread};
 use super::idle::IdleRun;
 use super::large::LargeRun;
-use super::ramp::{Audience, RampStep};
+use super::ramp::RampStep;
 use super::system::System;
 use crate::harness::report::grouped;
 
@@ -116,22 +117,6 @@ impl Figure {
             .map(|(h, p)| h / p)
             .collect()
     }
-}
-
-/// The median and the range of `values`, `None` when empty (pure).
-pub(crate) fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    Some((median, sorted[0], sorted[n - 1]))
 }
 
 fn cell(values: &[f64], format: impl Fn(f64) -> String) -> String {
@@ -493,15 +478,6 @@ impl CompareReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_is_median_and_range() {
-        assert_eq!(spread(&[]), None);
-        assert_eq!(spread(&[3.0]), Some((3.0, 3.0, 3.0)));
-        assert_eq!(spread(&[5.0, 1.0, 3.0]), Some((3.0, 1.0, 5.0)));
-        assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]), Some((2.5, 1.0, 4.0)));
-        assert_eq!(spread(&[f64::NAN, 2.0]), Some((2.0, 2.0, 2.0)));
-    }
 
     #[test]
     fn ratios_pair_runs_of_the_same_round() {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::args::{CompareArgs, Peer};
+use super::audience::Audience;
 use super::nchan::{self, Nchan};
 use super::rabbitmq::Rabbit;
-use super::ramp::Audience;
 use crate::client::transport::Transport;
 use crate::harness::cpu::CpuTime;
 use crate::harness::outcome::BenchError;
