@@ -104,22 +104,28 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     if let Err(e) = measured {
         report.errors.push(e.to_string());
     }
-    let markdown = report.markdown();
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| BenchError::Failed(format!("encoding the report: {e}")))?;
+    emit(&report, &json, &args)?;
+    Ok(if report.errors.is_empty() {
+        Outcome::AllOpened
+    } else {
+        Outcome::SomeFailed
+    })
+}
+
+/// Prints the report (Markdown, or `json` with `--json`) and writes it to `--out`.
+fn emit(report: &CompareReport, json: &str, args: &CompareArgs) -> Result<(), BenchError> {
+    let markdown = report.markdown();
     if let Some(dir) = &args.out {
-        write_out(dir, &markdown, &json, &report.charts())?;
+        write_out(dir, &markdown, json, &report.charts())?;
     }
     if args.json {
         println!("{json}");
     } else {
         print!("{markdown}");
     }
-    Ok(if report.errors.is_empty() {
-        Outcome::AllOpened
-    } else {
-        Outcome::SomeFailed
-    })
+    Ok(())
 }
 
 /// `--render`: the report of an earlier run's `compare.json`, written and printed again with
@@ -133,15 +139,7 @@ fn render(path: &Path, args: &CompareArgs) -> Result<Outcome, BenchError> {
             path.display()
         ))
     })?;
-    let markdown = report.markdown();
-    if let Some(dir) = &args.out {
-        write_out(dir, &markdown, &text, &report.charts())?;
-    }
-    if args.json {
-        println!("{text}");
-    } else {
-        print!("{markdown}");
-    }
+    emit(&report, &text, args)?;
     Ok(Outcome::AllOpened)
 }
 

@@ -58,13 +58,10 @@ pub(crate) async fn run(
     sessions: usize,
 ) -> Result<IdleRun, BenchError> {
     let label = format!("idle-{sessions}-r{round}");
-    let server = Server::start(system, args, &label).await?;
-    let measured = measure(&server, round, sessions).await;
-    let how = server.finish().await;
-    if measured.is_err() {
-        eprintln!("herald-bench: {} {how}", system.name());
-    }
-    measured
+    Server::with_fresh(system, args, &label, async |server| {
+        measure(server, round, sessions).await
+    })
+    .await
 }
 
 async fn measure(server: &Server, round: usize, sessions: usize) -> Result<IdleRun, BenchError> {

@@ -54,13 +54,10 @@ pub(crate) async fn run(
     args: &CompareArgs,
     round: usize,
 ) -> Result<LargeRun, BenchError> {
-    let server = Server::start(system, args, &format!("large-r{round}")).await?;
-    let measured = measure(&server, args, round).await;
-    let how = server.finish().await;
-    if measured.is_err() {
-        eprintln!("herald-bench: {} {how}", system.name());
-    }
-    measured
+    Server::with_fresh(system, args, &format!("large-r{round}"), async |server| {
+        measure(server, args, round).await
+    })
+    .await
 }
 
 async fn measure(

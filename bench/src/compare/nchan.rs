@@ -79,23 +79,8 @@ pub(crate) fn installed() -> bool {
 
 /// Installs them with `{peers_dir}/nchan/install.sh` unless they are there.
 pub(crate) async fn install(peers_dir: &Path) -> Result<(), BenchError> {
-    if installed() {
-        return Ok(());
-    }
-    let script = peers_dir.join("nchan/install.sh");
-    eprintln!("herald-bench: installing Nchan ({})", script.display());
-    let status = tokio::process::Command::new("sh")
-        .arg(&script)
-        .status()
-        .await
-        .map_err(|e| BenchError::Failed(format!("{}: {e}", script.display())))?;
-    if !status.success() || !installed() {
-        return Err(BenchError::Failed(format!(
-            "{} ({status}) did not install {NGINX} and {MODULE}",
-            script.display()
-        )));
-    }
-    Ok(())
+    let what = format!("{NGINX} and {MODULE}");
+    super::system::install(peers_dir, "nchan/install.sh", installed, &what).await
 }
 
 /// The versions, for the report: `nginx/1.22.1, nchan 1:1.3.6+dfsg-2`.

@@ -55,23 +55,7 @@ pub(crate) fn installed() -> bool {
 
 /// Installs it with `{peers_dir}/rabbitmq/install.sh` unless it is there.
 pub(crate) async fn install(peers_dir: &Path) -> Result<(), BenchError> {
-    if installed() {
-        return Ok(());
-    }
-    let script = peers_dir.join("rabbitmq/install.sh");
-    eprintln!("herald-bench: installing RabbitMQ ({})", script.display());
-    let status = Command::new("sh")
-        .arg(&script)
-        .status()
-        .await
-        .map_err(|e| BenchError::Failed(format!("{}: {e}", script.display())))?;
-    if !status.success() || !installed() {
-        return Err(BenchError::Failed(format!(
-            "{} ({status}) did not install {SERVER}",
-            script.display()
-        )));
-    }
-    Ok(())
+    super::system::install(peers_dir, "rabbitmq/install.sh", installed, SERVER).await
 }
 
 /// The version, for the report: `rabbitmq-server 3.10.8-1.1+deb12u1, rabbitmq_web_stomp`.

@@ -164,13 +164,10 @@ pub(crate) async fn run(
     round: usize,
 ) -> Result<Vec<RampStep>, BenchError> {
     let label = format!("{}-r{round}", ramp.audience.name());
-    let server = Server::start(system, args, &label).await?;
-    let measured = run_on(&server, args, ramp, round).await;
-    let how = server.finish().await;
-    if measured.is_err() {
-        eprintln!("herald-bench: {} {how}", system.name());
-    }
-    measured
+    Server::with_fresh(system, args, &label, async |server| {
+        run_on(server, args, ramp, round).await
+    })
+    .await
 }
 
 /// What every reader shares.

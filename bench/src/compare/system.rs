@@ -82,6 +82,32 @@ impl System {
 /// At least this long for a RabbitMQ node to boot.
 const RABBIT_STARTUP: Duration = Duration::from_secs(90);
 
+/// Runs `{peers_dir}/{script}` unless `installed()`, and checks it installed `what`.
+pub(crate) async fn install(
+    peers_dir: &std::path::Path,
+    script: &str,
+    installed: fn() -> bool,
+    what: &str,
+) -> Result<(), BenchError> {
+    if installed() {
+        return Ok(());
+    }
+    let script = peers_dir.join(script);
+    eprintln!("herald-bench: installing {what} ({})", script.display());
+    let status = tokio::process::Command::new("sh")
+        .arg(&script)
+        .status()
+        .await
+        .map_err(|e| BenchError::Failed(format!("{}: {e}", script.display())))?;
+    if !status.success() || !installed() {
+        return Err(BenchError::Failed(format!(
+            "{} ({status}) did not install {what}",
+            script.display()
+        )));
+    }
+    Ok(())
+}
+
 /// nginx workers for Nchan: `--nchan-workers`, or one per core.
 pub(crate) fn nchan_workers(args: &CompareArgs) -> usize {
     args.nchan_workers
@@ -161,6 +187,23 @@ impl Server {
                 })
             }
         }
+    }
+
+    /// Starts `system`, runs `measure` on it, and stops it whatever came of that (saying on
+    /// stderr how it stopped when the measurement failed).
+    pub(crate) async fn with_fresh<T>(
+        system: System,
+        args: &CompareArgs,
+        label: &str,
+        measure: impl AsyncFnOnce(&Server) -> Result<T, BenchError>,
+    ) -> Result<T, BenchError> {
+        let server = Server::start(system, args, label).await?;
+        let measured = measure(&server).await;
+        let how = server.finish().await;
+        if measured.is_err() {
+            eprintln!("herald-bench: {} {how}", system.name());
+        }
+        measured
     }
 
     fn root_pid(&self) -> u32 {
