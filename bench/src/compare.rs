@@ -17,7 +17,7 @@
 //!
 //! # Layout
 //! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
-//! [`nchan`] and [`rabbitmq`] (the peers: configuration, install, start), [`audience`] (who a
+//! [`nchan`] and [`rabbitmq`] (the peers: configuration, start), [`install`] (their scripts), [`audience`] (who a
 //! publication reaches; pure), [`idle`], [`ramp`],
 //! [`large`] (the scenarios), [`chart`] (SVG, pure), [`report`] (figures, ratios, Markdown; pure).
 
@@ -25,6 +25,7 @@ pub(crate) mod args;
 mod audience;
 mod chart;
 mod idle;
+mod install;
 mod large;
 mod nchan;
 mod rabbitmq;

@@ -82,32 +82,6 @@ impl System {
 /// At least this long for a RabbitMQ node to boot.
 const RABBIT_STARTUP: Duration = Duration::from_secs(90);
 
-/// Runs `{peers_dir}/{script}` unless `installed()`, and checks it installed `what`.
-pub(crate) async fn install(
-    peers_dir: &std::path::Path,
-    script: &str,
-    installed: fn() -> bool,
-    what: &str,
-) -> Result<(), BenchError> {
-    if installed() {
-        return Ok(());
-    }
-    let script = peers_dir.join(script);
-    eprintln!("herald-bench: installing {what} ({})", script.display());
-    let status = tokio::process::Command::new("sh")
-        .arg(&script)
-        .status()
-        .await
-        .map_err(|e| BenchError::Failed(format!("{}: {e}", script.display())))?;
-    if !status.success() || !installed() {
-        return Err(BenchError::Failed(format!(
-            "{} ({status}) did not install {what}",
-            script.display()
-        )));
-    }
-    Ok(())
-}
-
 /// nginx workers for Nchan: `--nchan-workers`, or one per core.
 pub(crate) fn nchan_workers(args: &CompareArgs) -> usize {
     args.nchan_workers
