@@ -129,7 +129,9 @@ class Gateway:
                 r = requests.get(f"{self.base}/healthz", timeout=1)
                 if r.status_code == 200:
                     return True
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
+                # Not listening yet, or slow to answer on a loaded machine: the
+                # deadline, not one probe, decides.
                 pass
             time.sleep(0.02)  # polling interval, bounded by the deadline
         return False

@@ -111,7 +111,8 @@ class Varnish:
             try:
                 if requests.get(f"{self.base}/healthz", timeout=1).status_code == 200:
                     return True
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
+                # Not serving yet, or slow on a loaded machine: the deadline decides.
                 pass
             time.sleep(0.05)  # polling interval, bounded by the deadline
         return False
