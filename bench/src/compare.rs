@@ -155,43 +155,28 @@ async fn measure(
         match scenario {
             Scenario::Idle => {
                 for &sessions in &args.idle_sessions {
-                    for round in 0..args.rounds {
-                        for &system in order {
-                            eprintln!(
-                                "herald-bench: idle, {sessions} sessions, round {}: {}",
-                                round + 1,
-                                system.name()
-                            );
-                            match idle::run(system, args, round, sessions).await {
-                                Ok(run) => report.idle.push(run),
-                                Err(e) => report.errors.push(format!(
-                                    "idle {sessions} round {} {}: {e}",
-                                    round + 1,
-                                    system.name()
-                                )),
-                            }
-                        }
-                    }
+                    let label = format!("idle {sessions}");
+                    let runs = each_run(
+                        args,
+                        order,
+                        &label,
+                        &mut report.errors,
+                        async |system, round| idle::run(system, args, round, sessions).await,
+                    )
+                    .await;
+                    report.idle.extend(runs);
                 }
             }
             Scenario::Large => {
-                for round in 0..args.rounds {
-                    for &system in order {
-                        eprintln!(
-                            "herald-bench: large, round {}: {}",
-                            round + 1,
-                            system.name()
-                        );
-                        match large::run(system, args, round).await {
-                            Ok(run) => report.large.push(run),
-                            Err(e) => report.errors.push(format!(
-                                "large round {} {}: {e}",
-                                round + 1,
-                                system.name()
-                            )),
-                        }
-                    }
-                }
+                let runs = each_run(
+                    args,
+                    order,
+                    "large",
+                    &mut report.errors,
+                    async |system, round| large::run(system, args, round).await,
+                )
+                .await;
+                report.large.extend(runs);
             }
             Scenario::Broadcast | Scenario::PerUser => {
                 let ramp = if *scenario == Scenario::Broadcast {
@@ -208,27 +193,43 @@ async fn measure(
                     }
                 };
                 let name = ramp.audience.name();
-                for round in 0..args.rounds {
-                    for &system in order {
-                        eprintln!(
-                            "herald-bench: {name}, round {}: {}",
-                            round + 1,
-                            system.name()
-                        );
-                        match ramp::run(system, args, &ramp, round).await {
-                            Ok(steps) => report.ramps.extend(steps),
-                            Err(e) => report.errors.push(format!(
-                                "{name} round {} {}: {e}",
-                                round + 1,
-                                system.name()
-                            )),
-                        }
-                    }
-                }
+                let runs = each_run(
+                    args,
+                    order,
+                    name,
+                    &mut report.errors,
+                    async |system, round| ramp::run(system, args, &ramp, round).await,
+                )
+                .await;
+                report.ramps.extend(runs.into_iter().flatten());
             }
         }
     }
     Ok(())
+}
+
+/// Runs `measure` for every round and, within it, every system in `order`, saying on stderr
+/// which; a run that fails is recorded in `errors` (as "{label} round N system: why") and the
+/// others go on.
+async fn each_run<T>(
+    args: &CompareArgs,
+    order: &[System],
+    label: &str,
+    errors: &mut Vec<String>,
+    mut measure: impl AsyncFnMut(System, usize) -> Result<T, BenchError>,
+) -> Vec<T> {
+    let mut runs = Vec::new();
+    for round in 0..args.rounds {
+        for &system in order {
+            let name = system.name();
+            eprintln!("herald-bench: {label}, round {}: {name}", round + 1);
+            match measure(system, round).await {
+                Ok(run) => runs.push(run),
+                Err(e) => errors.push(format!("{label} round {} {name}: {e}", round + 1)),
+            }
+        }
+    }
+    runs
 }
 
 /// `herald-gateway --version`, or why not.

@@ -351,9 +351,9 @@ async fn read(
             () = cancel.cancelled() => return,
             message = ws.next() => message,
         };
-        let bytes = match message {
-            Some(Ok(Message::Text(t))) => t.as_bytes().to_vec(),
-            Some(Ok(Message::Binary(b))) => b.to_vec(),
+        let bytes: &[u8] = match &message {
+            Some(Ok(Message::Text(t))) => t.as_bytes(),
+            Some(Ok(Message::Binary(b))) => b,
             Some(Ok(_)) => continue,
             Some(Err(_)) | None => {
                 arrivals.dropped.fetch_add(1, Ordering::Relaxed);
@@ -362,7 +362,7 @@ async fn read(
         };
         let now = clock.now_ns();
         let mut found: Vec<(u64, u64)> = Vec::new();
-        for stamp in stamps(framing, &bytes, arrivals.expect_len) {
+        for stamp in stamps(framing, bytes, arrivals.expect_len) {
             if stamp.intact {
                 found.push((stamp.seq, now.saturating_sub(stamp.ns)));
             } else {
