@@ -38,6 +38,87 @@ mod folding_often {
     store_suite_tests!(open);
 }
 
+/// The whole suite again with room in memory for one user with something
+/// held, so every case with two such users runs past the bound (every
+/// claim reads the tables) and back (nothing held: tracked again).
+mod held_users_overflowing {
+    use super::*;
+
+    async fn open() -> (Arc<dyn Store>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig {
+            held_users: 1,
+            ..EmbeddedConfig::default()
+        };
+        let store = EmbeddedStore::open_with(dir.path(), config).unwrap();
+        (Arc::new(store), dir)
+    }
+
+    store_suite_tests!(open);
+}
+
+#[tokio::test]
+async fn users_with_something_held_are_known_after_a_reopen() {
+    use store_suite::{LEASE, T0, ids, online_entry};
+    let dir = tempfile::tempdir().unwrap();
+    // "al" is a prefix of "alice": learning the users skips from one to
+    // the next without missing either.
+    let users = ["al", "alice", "bob"];
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let entries = users
+            .iter()
+            .enumerate()
+            .flat_map(|(i, u)| {
+                (0..3).map(move |k| online_entry(&format!("{u}-{k}"), T0 + i as u64, u))
+            })
+            .collect();
+        store.insert(entries, T0).await.unwrap();
+        let claimed = store.claim_due(T0 + 10, 100, LEASE).await.unwrap();
+        assert_eq!(claimed.len(), 9);
+        store
+            .hold(ids(&claimed), T0 + 60_000, T0 + 10)
+            .await
+            .unwrap();
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    assert!(
+        store
+            .claim_held("carol", T0 + 11, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for u in users {
+        let got = store.claim_held(u, T0 + 11, 10, LEASE).await.unwrap();
+        assert_eq!(
+            ids(&got),
+            vec![format!("{u}-0"), format!("{u}-1"), format!("{u}-2")]
+        );
+        // Delivered, nothing is held for them any more; held again, it is
+        // found again.
+        store.delivered(ids(&got), T0 + 12).await.unwrap();
+        assert!(
+            store
+                .claim_held(u, T0 + 13, 10, LEASE)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        store
+            .insert(
+                vec![online_entry(&format!("{u}-again"), T0 + 14, u)],
+                T0 + 13,
+            )
+            .await
+            .unwrap();
+        let again = store.claim_due(T0 + 14, 10, LEASE).await.unwrap();
+        store.hold(ids(&again), T0 + 60_000, T0 + 14).await.unwrap();
+        let got = store.claim_held(u, T0 + 15, 10, LEASE).await.unwrap();
+        assert_eq!(ids(&got), vec![format!("{u}-again")]);
+    }
+}
+
 #[tokio::test]
 async fn ids_folded_or_not_are_known_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();

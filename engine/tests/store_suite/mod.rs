@@ -70,7 +70,7 @@ pub fn online_entry(id: &str, due_ms: Millis, user: &str) -> Entry {
     }
 }
 
-fn ids(entries: &[Entry]) -> Vec<String> {
+pub fn ids(entries: &[Entry]) -> Vec<String> {
     entries.iter().map(|e| e.id().to_owned()).collect()
 }
 

@@ -21,7 +21,8 @@
 //! times, with the partial minutes at the bucket edges counted exactly.
 //! Nothing proportional to the number of entries is held in memory (redb's
 //! page cache is bounded by [`EmbeddedConfig::cache_bytes`], the ids not
-//! yet folded into the id index by [`EmbeddedConfig::fold_ids`]).
+//! yet folded into the id index by [`EmbeddedConfig::fold_ids`], the users
+//! with something held by [`EmbeddedConfig::held_users`]).
 //!
 //! Why redb: see `docs/delayed-store.md`.
 //!
@@ -31,11 +32,12 @@
 //! - `group_commit`: the writer thread (requests, group commit, folds);
 //! - `write`: the state transitions inside one write transaction;
 //! - `read`: the reads (upcoming, list, status, counts);
-//! - `layout`: tables, keys and the stored value (pure); `claims` and
-//!   `recent`: what is kept in memory.
+//! - `layout`: tables, keys and the stored value (pure); `claims`,
+//!   `recent` and `held_users`: what is kept in memory.
 
 mod claims;
 mod group_commit;
+mod held_users;
 mod layout;
 mod read;
 mod recent;
@@ -52,6 +54,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::claims::Claims;
 use self::group_commit::{Limits, Request, run_writer};
+use self::held_users::HeldUsers;
 use self::layout::*;
 use self::read::StatusTables;
 use self::recent::RecentIds;
@@ -80,6 +83,10 @@ pub struct EmbeddedConfig {
     /// New ids kept in memory before they are folded into the on-disk id
     /// index in one sorted batch (about 70 bytes of memory each).
     pub fold_ids: usize,
+    /// Users with something held known in memory (about 60 bytes each), so
+    /// a user coming online with nothing held is answered without a read
+    /// (policy when full: read for everyone until nothing is held).
+    pub held_users: usize,
 }
 
 impl Default for EmbeddedConfig {
@@ -89,16 +96,28 @@ impl Default for EmbeddedConfig {
             max_group: 1024,
             cache_bytes: 64 * 1024 * 1024,
             fold_ids: 200_000,
+            held_users: 200_000,
         }
     }
 }
 
 /// What the store keeps in memory, shared by the writer and readers: the
-/// ids not folded yet, and the claims.
-#[derive(Debug, Default)]
+/// ids not folded yet, the claims, and the users with something held.
+#[derive(Debug)]
 struct Memory {
     recent: RecentIds,
     claims: Mutex<Claims>,
+    held: HeldUsers,
+}
+
+impl Memory {
+    fn new(config: &EmbeddedConfig) -> Memory {
+        Memory {
+            recent: RecentIds::default(),
+            claims: Mutex::new(Claims::default()),
+            held: HeldUsers::new(config.held_users.max(1)),
+        }
+    }
 }
 
 /// The embedded store. Cheap to share (`Arc`).
@@ -158,11 +177,11 @@ impl EmbeddedStore {
             })?;
         // Check the format, and create every table, so reads never find one
         // missing.
-        let mem = Arc::new(Memory::default());
+        let mem = Arc::new(Memory::new(&config));
         let txn = db.begin_write().map_err(io)?;
         check_format(&txn, &path)?;
         let unleased = {
-            let mut t = Tables::open(&txn, &mem.recent, &mem.claims)?;
+            let mut t = Tables::open(&txn, &mem)?;
             let n = t.unlease()?;
             t.flush_counters()?;
             n
@@ -175,6 +194,10 @@ impl EmbeddedStore {
             );
         }
         read_recent(&db, &mem.recent)?;
+        {
+            let txn = db.begin_read().map_err(io)?;
+            mem.held.load(&txn.open_table(HELD).map_err(io)?)?;
+        }
         let db = Arc::new(db);
         let (requests, rx) = mpsc::channel(config.queue.max(1));
         let writer = {
@@ -371,14 +394,20 @@ impl Store for EmbeddedStore {
         limit: usize,
         lease_ms: u64,
     ) -> StoreFuture<'_, Vec<Entry>> {
+        // Most users coming online have nothing held: answer that from
+        // memory, or (past its bound) from a read, without a commit.
+        let known = self.mem.held.may_hold(user);
+        if known == Some(false) {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
         let user = user.to_owned();
         Box::pin(async move {
-            // Most users coming online have nothing held: answer that from
-            // a read, without a commit.
-            let probe = user.clone();
-            let any = self.read(move |txn| read::any_held(txn, &probe)).await?;
-            if !any {
-                return Ok(Vec::new());
+            if known.is_none() {
+                let probe = user.clone();
+                let any = self.read(move |txn| read::any_held(txn, &probe)).await?;
+                if !any {
+                    return Ok(Vec::new());
+                }
             }
             self.ask(move |tx| Request::ClaimHeld(user, now, limit, lease_ms, tx))
                 .await

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Memory;
 use super::io;
-use super::write::Tables;
+use super::write::{Tables, Unheld};
 use crate::schedule::entry::{Entry, Millis, Step};
 use crate::schedule::store::{
     Cancel, Finish, Insert, PutTopic, Replay, RetryWait, Settled, StoreError,
@@ -172,7 +172,7 @@ fn fold(db: &Database, mem: &Memory) {
     let n = recent.len();
     let outcome = (|| -> Result<u64, StoreError> {
         let txn = db.begin_write().map_err(io)?;
-        let folded = Tables::open(&txn, recent, &mem.claims)?.fold()?;
+        let folded = Tables::open(&txn, mem)?.fold()?;
         txn.commit().map_err(io)?;
         Ok(folded)
     })();
@@ -197,10 +197,11 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
     let mut added = Vec::new();
     let mut removed = Vec::new();
     let mut settled = std::collections::HashSet::new();
+    let mut unheld = Unheld::default();
     let outcome = (|| -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(io)?;
         let wrote = {
-            let mut t = Tables::open(&txn, recent, &mem.claims)?;
+            let mut t = Tables::open(&txn, mem)?;
             // Claims (and steps, which change claims) first, answered at
             // once: they write nothing (claims live in memory) and,
             // applied before anything else of the group, see only what is
@@ -232,6 +233,7 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
             removed = std::mem::take(&mut t.removed);
             settled = std::mem::take(&mut t.settled);
             t.flush_counters()?;
+            unheld = t.unheld(mem.held.overflowed())?;
             t.wrote
         };
         if !wrote {
@@ -250,6 +252,11 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
     match outcome {
         Ok(()) => {
             recent.remove(&removed);
+            if unheld.nothing_held {
+                mem.held.nothing_held();
+            } else {
+                mem.held.remove(&unheld.users);
+            }
             answers.into_iter().for_each(Answer::send);
         }
         Err(e) => {

@@ -8,6 +8,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use parking_lot::Mutex;
 
 use super::claims::{Claim, Claims};
+use super::held_users::HeldUsers;
 use super::io;
 use super::layout::*;
 use super::recent::RecentIds;
@@ -45,6 +46,11 @@ pub(super) struct Tables<'t> {
     recent: &'t RecentIds,
     /// The claims (in memory).
     claims: &'t Mutex<Claims>,
+    /// The users with something held (in memory), and those whose held
+    /// keys this transaction removed: [`Tables::unheld`] says which of
+    /// them have none left.
+    held_users: &'t HeldUsers,
+    unheld_users: Vec<String>,
     /// Seqs settled by this transaction: their claims go once it commits,
     /// and until then they settle nothing more.
     pub(super) settled: HashSet<u64>,
@@ -60,12 +66,15 @@ pub(super) struct Tables<'t> {
 
 type R<T> = Result<T, StoreError>;
 
+/// What a transaction leaves unheld (see [`Tables::unheld`]).
+#[derive(Debug, Default)]
+pub(super) struct Unheld {
+    pub(super) users: Vec<String>,
+    pub(super) nothing_held: bool,
+}
+
 impl<'t> Tables<'t> {
-    pub(super) fn open(
-        txn: &'t WriteTransaction,
-        recent: &'t RecentIds,
-        claims: &'t Mutex<Claims>,
-    ) -> R<Tables<'t>> {
+    pub(super) fn open(txn: &'t WriteTransaction, mem: &'t super::Memory) -> R<Tables<'t>> {
         let meta = txn.open_table(META).map_err(io)?;
         let next_seq = meta.get(NEXT_SEQ).map_err(io)?.map_or(0, |v| v.value());
         Ok(Tables {
@@ -86,8 +95,10 @@ impl<'t> Tables<'t> {
             count_deltas: [0; State::COUNT],
             hist_deltas: BTreeMap::new(),
             next_seq,
-            recent,
-            claims,
+            recent: &mem.recent,
+            claims: &mem.claims,
+            held_users: &mem.held,
+            unheld_users: Vec::new(),
             settled: HashSet::new(),
             wrote: false,
             added: Vec::new(),
@@ -114,6 +125,43 @@ impl<'t> Tables<'t> {
         }
         self.meta.insert(FOLDED, self.next_seq).map_err(io)?;
         Ok(self.next_seq)
+    }
+
+    /// What this transaction leaves unheld, to tell [`HeldUsers`] once it
+    /// commits: the users whose held keys it removed and who have none
+    /// left, and (when the set has `overflowed`) whether nothing is held
+    /// at all. Call after [`Tables::flush_counters`].
+    pub(super) fn unheld(&mut self, overflowed: bool) -> R<Unheld> {
+        let mut users = std::mem::take(&mut self.unheld_users);
+        users.sort_unstable();
+        users.dedup();
+        if overflowed {
+            let held = self
+                .counts
+                .get(State::Held.code())
+                .map_err(io)?
+                .map_or(0, |v| v.value());
+            return Ok(Unheld {
+                users: Vec::new(),
+                nothing_held: held == 0,
+            });
+        }
+        let mut none_left = Vec::new();
+        for user in users {
+            let prefix = held_prefix(&user);
+            let end = prefix_end(&prefix);
+            let mut range = self
+                .held
+                .range(prefix.as_slice()..end.as_slice())
+                .map_err(io)?;
+            if range.next().is_none() {
+                none_left.push(user);
+            }
+        }
+        Ok(Unheld {
+            users: none_left,
+            nothing_held: false,
+        })
     }
 
     /// Write the counter changes of the transaction; call once, before
@@ -216,6 +264,7 @@ impl<'t> Tables<'t> {
                     self.held
                         .remove(held_key(&user, s.due(), id).as_slice())
                         .map_err(io)?;
+                    self.unheld_users.push(user);
                 }
                 self.holdx
                     .remove(time_key(h.deadline, id).as_slice())
@@ -271,6 +320,7 @@ impl<'t> Tables<'t> {
                     .as_ref()
                     .and_then(|e| e.online_user().map(str::to_owned))
                 {
+                    self.held_users.add(&user);
                     self.held
                         .insert(held_key(&user, s.due(), id).as_slice(), ())
                         .map_err(io)?;
