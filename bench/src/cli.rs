@@ -326,6 +326,13 @@ mod tests {
         assert!(args.check().unwrap_err().contains("--publishers"));
         let args = compare(&["--nchan-workers", "0"]);
         assert!(args.check().unwrap_err().contains("--nchan-workers"));
+        let args = compare(&["--peers", "baseline"]);
+        assert!(args.check().unwrap_err().contains("--baseline-gateway-bin"));
+        let args = compare(&["--baseline-gateway-bin", "/bin/old"]);
+        assert!(args.check().unwrap_err().contains("does not name baseline"));
+        let args = compare(&["--peers", "baseline", "--baseline-gateway-bin", "/bin/old"]);
+        assert_eq!(args.peers, vec![Peer::Baseline]);
+        assert_eq!(args.check(), Ok(()));
         assert!(
             Cli::try_parse_from([
                 "herald-bench",

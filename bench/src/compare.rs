@@ -64,6 +64,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     peers.dedup();
     for peer in &peers {
         match peer {
+            Peer::Baseline => {}
             Peer::Nchan => nchan::install(&args.peers_dir).await?,
             Peer::Rabbitmq => rabbitmq::install(&args.peers_dir).await?,
         }
@@ -76,6 +77,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
     for &peer in &peers {
         let system = System::of(peer);
         let version = match peer {
+            Peer::Baseline => herald_version(args.baseline_gateway_bin()).await,
             Peer::Nchan => nchan::version().await,
             Peer::Rabbitmq => rabbitmq::version().await,
         };
@@ -255,6 +257,13 @@ fn unfairness(systems: &[System]) -> Vec<String> {
          several processes share counts once."
             .to_owned(),
     ];
+    if systems.contains(&System::Baseline) {
+        notes.push(
+            "herald-baseline is another build of Herald, run exactly as Herald is, right after \
+             it in every round (A B A B): their ratio is the change's."
+                .to_owned(),
+        );
+    }
     if systems.contains(&System::Nchan) {
         notes.extend([
             "Nchan checks no token: Herald verifies a JWT (HS256) on every session.".to_owned(),

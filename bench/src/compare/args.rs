@@ -20,6 +20,9 @@ pub(crate) const MAX_LARGE_BYTES: usize = 1024 * 1024;
 /// A server measured beside Herald.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Peer {
+    /// Another build of Herald (`--baseline-gateway-bin`), measured in turn with this one in
+    /// every round: the A/B of a change.
+    Baseline,
     /// Nchan, the pub/sub module of nginx (Debian's `nginx-light` + `libnginx-mod-nchan`).
     Nchan,
     /// RabbitMQ Web STOMP (Debian's `rabbitmq-server` and its `rabbitmq_web_stomp` plugin),
@@ -52,6 +55,11 @@ pub(crate) struct CompareArgs {
     /// The servers measured beside Herald.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan, Peer::Rabbitmq])]
     pub(crate) peers: Vec<Peer>,
+
+    /// The herald-gateway binary of the `baseline` peer (required with it): the previous
+    /// build, to measure a change against.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) baseline_gateway_bin: Option<PathBuf>,
 
     /// The scenarios, in this order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Idle, Scenario::Broadcast, Scenario::PerUser, Scenario::Large])]
@@ -144,6 +152,13 @@ impl CompareArgs {
     /// `--gateway-bin` (clap requires it unless `--render`, which starts nothing).
     pub(crate) fn gateway_bin(&self) -> &std::path::Path {
         self.gateway_bin
+            .as_deref()
+            .unwrap_or(std::path::Path::new("herald-gateway"))
+    }
+
+    /// `--baseline-gateway-bin` ([`CompareArgs::check`] requires it with the baseline peer).
+    pub(crate) fn baseline_gateway_bin(&self) -> &std::path::Path {
+        self.baseline_gateway_bin
             .as_deref()
             .unwrap_or(std::path::Path::new("herald-gateway"))
     }
@@ -241,6 +256,20 @@ impl CompareArgs {
                     "--large-bytes must be between {MIN_PAYLOAD_BYTES} and {MAX_LARGE_BYTES}"
                 ));
             }
+        }
+        match (
+            self.peers.contains(&Peer::Baseline),
+            &self.baseline_gateway_bin,
+        ) {
+            (true, None) => {
+                return Err("--peers baseline needs --baseline-gateway-bin PATH".into());
+            }
+            (false, Some(_)) => {
+                return Err(
+                    "--baseline-gateway-bin is given but --peers does not name baseline".into(),
+                );
+            }
+            _ => {}
         }
         if self.nchan_workers == Some(0) {
             return Err("--nchan-workers must be at least 1".into());

@@ -131,6 +131,7 @@ pub(crate) fn series_of(samples: impl IntoIterator<Item = (System, f64, f64)>) -
 fn color(system: System) -> &'static str {
     match system {
         System::Herald => "#1b7837",
+        System::Baseline => "#7fbf7b",
         System::Nchan => "#2166ac",
         System::Rabbitmq => "#d6604d",
     }

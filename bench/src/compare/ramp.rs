@@ -279,7 +279,7 @@ pub(super) fn start_readers(
 /// How `system`'s sessions carry notifications.
 pub(super) fn framing(system: System) -> Framing {
     match system {
-        System::Herald | System::Rabbitmq => Framing::Stomp,
+        System::Herald | System::Baseline | System::Rabbitmq => Framing::Stomp,
         System::Nchan => Framing::Raw,
     }
 }

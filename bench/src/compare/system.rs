@@ -27,6 +27,9 @@ const EVENT: &str = "bench.compare";
 #[serde(rename_all = "lowercase")]
 pub(crate) enum System {
     Herald,
+    /// Another build of Herald (`--baseline-gateway-bin`), run exactly as Herald is.
+    #[serde(rename = "herald-baseline")]
+    Baseline,
     Nchan,
     Rabbitmq,
 }
@@ -34,6 +37,7 @@ pub(crate) enum System {
 impl System {
     pub(crate) fn of(peer: Peer) -> Self {
         match peer {
+            Peer::Baseline => System::Baseline,
             Peer::Nchan => System::Nchan,
             Peer::Rabbitmq => System::Rabbitmq,
         }
@@ -42,6 +46,7 @@ impl System {
     pub(crate) fn name(self) -> &'static str {
         match self {
             System::Herald => "herald",
+            System::Baseline => "herald-baseline",
             System::Nchan => "nchan",
             System::Rabbitmq => "rabbitmq",
         }
@@ -50,7 +55,7 @@ impl System {
     /// How its sessions connect.
     pub(crate) fn transport(self) -> Transport {
         match self {
-            System::Herald => Transport::WebSocket,
+            System::Herald | System::Baseline => Transport::WebSocket,
             System::Nchan => Transport::RawWebSocket,
             System::Rabbitmq => Transport::BrokerStomp,
         }
@@ -63,6 +68,9 @@ impl System {
                                JWT (HS256), speaks STOMP 1.2 over WebSocket, has a mailbox \
                                that keeps its notifications for replay; tokio runtime with one \
                                thread per core"
+                .to_owned(),
+            System::Baseline => "the herald-gateway of --baseline-gateway-bin, run exactly as \
+                                 Herald is (its defaults, the same client)"
                 .to_owned(),
             System::Nchan => format!(
                 "nginx with Nchan, {} worker process(es); no authentication; raw WebSocket \
@@ -126,9 +134,13 @@ impl Server {
             .map(|dir| dir.join(format!("{}-{label}.log", system.name())));
         let timeout = Duration::from_secs(args.startup_timeout);
         match system {
-            System::Herald => {
+            System::Herald | System::Baseline => {
+                let bin = match system {
+                    System::Baseline => args.baseline_gateway_bin(),
+                    _ => args.gateway_bin(),
+                };
                 let gateway = Gateway::start(&Launch {
-                    bin: args.gateway_bin(),
+                    bin,
                     log: log.as_deref(),
                     startup_timeout: timeout,
                 })
@@ -247,10 +259,10 @@ impl Server {
     /// is the payload (`text/plain` over HTTP).
     pub(crate) fn publish_to(&self, audience: Audience, user: &str) -> PublishTo {
         match (self.system, audience) {
-            (System::Herald, Audience::Broadcast) => {
+            (System::Herald | System::Baseline, Audience::Broadcast) => {
                 PublishTo::Http(format!("/v1/notifications?scope=global&event={EVENT}"))
             }
-            (System::Herald, Audience::PerUser) => {
+            (System::Herald | System::Baseline, Audience::PerUser) => {
                 PublishTo::Http(format!("/v1/notifications?users={user}&event={EVENT}"))
             }
             (System::Nchan, _) => PublishTo::Http(format!("/pub/{}", self.channel(audience, user))),
@@ -263,7 +275,7 @@ impl Server {
     /// Whether an HTTP publish answer means accepted.
     pub(crate) fn accepted(&self, status: u16) -> bool {
         match self.system {
-            System::Herald => status == 202,
+            System::Herald | System::Baseline => status == 202,
             // 201 Created (no subscriber yet) or 202 Accepted (queued for subscribers).
             System::Nchan => status == 201 || status == 202,
             System::Rabbitmq => false,
