@@ -117,6 +117,16 @@ fn parse_forwarded_ip(entry: &str) -> Option<IpAddr> {
         .and_then(|e| e.parse::<IpAddr>().ok())
 }
 
+/// The whole answer, with `Connection: close`, to a connection over its
+/// address's rate on a path that writes its own HTTP (the native ones).
+pub(crate) fn rate_limited_answer(retry_after: u64) -> String {
+    let body = format!("too many new connections from this address: retry after {retry_after} s\n");
+    format!(
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: {retry_after}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

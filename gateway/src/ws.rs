@@ -1,6 +1,8 @@
 //! `GET /ws`: the WebSocket upgrade (RFC 6455 section 4.2), done here so the
 //! session can take the raw `TcpStream` back from hyper and run without
-//! per-connection read buffers.
+//! per-connection read buffers. A well-formed `/ws` upgrade on a new
+//! connection does not reach hyper at all ([`native`]); what it refuses
+//! does, and is answered here.
 
 use std::sync::Arc;
 
@@ -16,32 +18,121 @@ use crate::app::Shared;
 use crate::metrics::RefuseReason;
 use crate::session::websocket::{self, Framing, Upgraded};
 
-fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+pub(crate) mod native;
+
+/// A request's headers, wherever they were parsed (hyper's map, or
+/// httparse's list on the native path).
+pub(crate) trait Headers {
+    /// Every value of `name` (lower case), in order.
+    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]>;
+
+    /// The first value of `name`.
+    fn header<'a>(&'a self, name: &'a str) -> Option<&'a [u8]> {
+        self.header_values(name).next()
+    }
+}
+
+impl Headers for HeaderMap {
+    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+        self.get_all(name).iter().map(HeaderValue::as_bytes)
+    }
+}
+
+impl Headers for [httparse::Header<'_>] {
+    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+        self.iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+}
+
+/// The comma-separated items of every value of `name`, trimmed.
+fn items<'a>(headers: &'a (impl Headers + ?Sized), name: &'a str) -> impl Iterator<Item = &'a str> {
     headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .header_values(name)
+        .filter_map(|v| std::str::from_utf8(v).ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+        .map(str::trim)
+}
+
+fn header_has_token(headers: &(impl Headers + ?Sized), name: &str, token: &str) -> bool {
+    items(headers, name).any(|t| t.eq_ignore_ascii_case(token))
 }
 
 /// The highest STOMP subprotocol the client offers, if any.
-fn choose_subprotocol(headers: &HeaderMap) -> Option<&'static str> {
-    headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|p| Version::from_subprotocol(p.trim()))
+fn choose_subprotocol(headers: &(impl Headers + ?Sized)) -> Option<&'static str> {
+    items(headers, "sec-websocket-protocol")
+        .filter_map(Version::from_subprotocol)
         .max()
         .map(Version::subprotocol)
 }
 
-fn query_token(req: &Request) -> Option<String> {
-    let query = req.uri().query()?;
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == "token")
-        .map(|(_, v)| v.into_owned())
+/// The token of `?token=` in `query`, or else of `Authorization: Bearer`.
+fn token(headers: &(impl Headers + ?Sized), query: Option<&str>) -> Option<String> {
+    query
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v.into_owned())
+        })
+        .or_else(|| {
+            headers
+                .header("authorization")
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(|t| t.trim().to_owned())
+        })
+}
+
+/// What a valid upgrade request is answered with, and the token it carries.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Handshake {
+    /// `Sec-WebSocket-Accept`.
+    pub(crate) accept: String,
+    /// `Sec-WebSocket-Protocol`, when the client offered a STOMP version.
+    pub(crate) subprotocol: Option<&'static str>,
+    pub(crate) token: Option<String>,
+}
+
+/// Check a STOMP upgrade request (RFC 6455 section 4.2.1): its answer, or
+/// the status and message it is refused with.
+fn check(
+    headers: &(impl Headers + ?Sized),
+    query: Option<&str>,
+) -> Result<Handshake, (StatusCode, &'static str)> {
+    if !header_has_token(headers, "upgrade", "websocket")
+        || !header_has_token(headers, "connection", "upgrade")
+    {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            "this endpoint speaks STOMP over WebSocket: send Connection: Upgrade and Upgrade: websocket",
+        ));
+    }
+    // 13 is RFC 6455; 7 and 8 are the hybi drafts some browsers shipped,
+    // framed the same way.
+    if headers
+        .header("sec-websocket-version")
+        .is_none_or(|v| !matches!(v, b"13" | b"8" | b"7"))
+    {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            "Sec-WebSocket-Version must be 13",
+        ));
+    }
+    let Some(key) = headers
+        .header("sec-websocket-key")
+        .filter(|k| k.len() == 24)
+    else {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "Sec-WebSocket-Key is missing or not 16 base64-encoded bytes",
+        ));
+    };
+    Ok(Handshake {
+        accept: accept_key(key),
+        subprotocol: choose_subprotocol(headers),
+        token: token(headers, query),
+    })
 }
 
 /// How the handshake's own errors are answered.
@@ -104,9 +195,9 @@ where
 {
     let headers = req.headers();
     if flavor == Flavor::Sockjs {
-        let problem = if !header_has_token(headers, header::UPGRADE, "websocket") {
+        let problem = if !header_has_token(headers, "upgrade", "websocket") {
             Some("Can \"Upgrade\" only to \"WebSocket\".")
-        } else if !header_has_token(headers, header::CONNECTION, "upgrade") {
+        } else if !header_has_token(headers, "connection", "upgrade") {
             Some("\"Connection\" must be \"Upgrade\".")
         } else {
             None
@@ -116,46 +207,14 @@ where
             return (StatusCode::BAD_REQUEST, message).into_response();
         }
     }
-    if !header_has_token(headers, header::UPGRADE, "websocket")
-        || !header_has_token(headers, header::CONNECTION, "upgrade")
-    {
-        return refuse(
-            &shared,
-            StatusCode::UPGRADE_REQUIRED,
-            "this endpoint speaks STOMP over WebSocket: send Connection: Upgrade and Upgrade: websocket",
-        );
-    }
-    // 13 is RFC 6455; 7 and 8 are the hybi drafts some browsers shipped,
-    // framed the same way.
-    if headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_none_or(|v| !matches!(v.as_bytes(), b"13" | b"8" | b"7"))
-    {
-        return refuse(
-            &shared,
-            StatusCode::UPGRADE_REQUIRED,
-            "Sec-WebSocket-Version must be 13",
-        );
-    }
-    let Some(key) = headers
-        .get(header::SEC_WEBSOCKET_KEY)
-        .filter(|k| k.len() == 24)
-    else {
-        return refuse(
-            &shared,
-            StatusCode::BAD_REQUEST,
-            "Sec-WebSocket-Key is missing or not 16 base64-encoded bytes",
-        );
+    let Handshake {
+        accept,
+        subprotocol,
+        token: http_token,
+    } = match check(headers, req.uri().query()) {
+        Ok(h) => h,
+        Err((status, message)) => return refuse(&shared, status, message),
     };
-    let accept = accept_key(key.as_bytes());
-    let subprotocol = choose_subprotocol(headers);
-    let http_token = query_token(&req).or_else(|| {
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| t.trim().to_owned())
-    });
     if shared.shutdown.is_cancelled() {
         return refuse(
             &shared,

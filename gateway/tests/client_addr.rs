@@ -158,6 +158,10 @@ async fn without_the_proxy_protocol_x_forwarded_for_names_the_client() {
     let stream = "POST /sockjs/000/abcdef/xhr_streaming HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 192.0.2.1\r\nContent-Length: 0\r\n\r\n";
     let a = exchange(&gw, "127.0.0.1", stream.as_bytes()).await;
     assert!(a.starts_with("HTTP/1.1 429"), "{a}");
+    // So is a WebSocket upgrade, also read by the native path.
+    let upgrade = "GET /ws HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 192.0.2.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let a = exchange(&gw, "127.0.0.1", upgrade.as_bytes()).await;
+    assert!(a.starts_with("HTTP/1.1 429"), "{a}");
     // An untrusted peer's X-Forwarded-For is ignored: it is counted as
     // itself (its burst of 2), whatever it claims.
     for _ in 0..2 {
@@ -169,5 +173,5 @@ async fn without_the_proxy_protocol_x_forwarded_for_names_the_client() {
     // A PROXY header is no HTTP: nothing is served.
     let a = exchange(&gw, "127.0.0.1", &proxied("192.0.2.5", PROBE)).await;
     assert!(!a.contains(" 200 "), "{a}");
-    assert_eq!(refused(&gw, RefuseReason::RateLimited), 3);
+    assert_eq!(refused(&gw, RefuseReason::RateLimited), 4);
 }

@@ -113,9 +113,9 @@ async fn half_sent_heads_cost_no_cpu_and_leave_when_their_peers_close() {
     );
 }
 
-/// One `session.header_timeout_ms` from accept, whoever reads the head:
-/// the native path (a streaming receiver's head or its body) or hyper
-/// (`/ws`). Each is closed without an answer.
+/// One `session.header_timeout_ms` from accept, for every head the native
+/// path reads (a streaming receiver's head or its body, a `/ws` upgrade's
+/// head). Each is closed without an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_that_never_finish_are_closed_at_the_header_timeout() {
     const TIMEOUT: Duration = Duration::from_millis(1000);
@@ -153,9 +153,9 @@ async fn heads_that_never_finish_are_closed_at_the_header_timeout() {
             "{what} closed after {after:?}"
         );
     }
-    // The native path's two; hyper's is not counted (its idle keep-alive
-    // closes look the same).
-    assert_eq!(refused(&gw, RefuseReason::HeaderTimeout), 2);
+    // All three on the native path (hyper's own timeouts are not counted:
+    // its idle keep-alive closes look the same).
+    assert_eq!(refused(&gw, RefuseReason::HeaderTimeout), 3);
     sniffing_reaches(&gw, 0, WAIT).await;
 }
 

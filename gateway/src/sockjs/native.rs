@@ -1,4 +1,6 @@
-//! Streaming receivers served straight on the socket.
+//! Streaming receivers served straight on the socket; and where a new
+//! connection's first request is looked at, so that `GET /ws` upgrades are
+//! served straight on it too ([`crate::ws::native`]).
 //!
 //! A hyper connection keeps about 16 KiB of buffers for as long as it
 //! streams a response, which would make an idle xhr-streaming or
@@ -68,6 +70,8 @@ enum Sniffed {
     Hyper,
     /// A streaming receiver: `kind`, session id, head length to consume.
     Stream(Kind, String, usize),
+    /// `GET /ws`, for [`crate::ws::native`]: the head's length.
+    Upgrade(usize),
 }
 
 /// The connection a streaming request came on.
@@ -137,7 +141,8 @@ impl Native {
             }
             return None;
         };
-        let sniffed = match timeout_at(deadline, self.sniff(&stream)).await {
+        let mut buf = vec![0u8; MAX_HEAD];
+        let sniffed = match timeout_at(deadline, self.sniff(&stream, &mut buf)).await {
             Ok(Ok(Some(s))) => s,
             Ok(Ok(None)) => {
                 tracing::debug!("peer closed before its request head was whole");
@@ -155,6 +160,14 @@ impl Native {
         };
         match sniffed {
             Sniffed::Hyper => Some(stream),
+            Sniffed::Upgrade(head_len) => {
+                let conn = crate::ws::native::Conn {
+                    peer,
+                    client,
+                    clients,
+                };
+                crate::ws::native::serve(&self.shared, stream, buf, head_len, conn, deadline).await
+            }
             Sniffed::Stream(kind, session, head_len) => {
                 let this = Arc::clone(self);
                 let conn = Conn {
@@ -173,9 +186,8 @@ impl Native {
 
     /// Wait (on readiness) until the request line or the whole head says
     /// whose the connection is; None if the peer closed first.
-    async fn sniff(&self, stream: &TcpStream) -> std::io::Result<Option<Sniffed>> {
-        let mut buf = vec![0u8; MAX_HEAD];
-        peek_until(stream, &mut buf, |bytes| self.decide(bytes)).await
+    async fn sniff(&self, stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<Option<Sniffed>> {
+        peek_until(stream, buf, |bytes| self.decide(bytes)).await
     }
 
     /// Whose the connection is, from its first `bytes`, if they tell.
@@ -202,6 +214,9 @@ impl Native {
     }
 
     fn classify(&self, method: &str, path: &str, head_len: usize) -> Sniffed {
+        if crate::ws::native::is_upgrade_line(method, path) {
+            return Sniffed::Upgrade(head_len);
+        }
         let path = path.split('?').next().unwrap_or("");
         let Some(rest) = path.strip_prefix(self.prefix) else {
             return Sniffed::Hyper;
@@ -253,13 +268,7 @@ impl Native {
                 .forwarded_for(conn.peer, head.forwarded_for.iter().map(Vec::as_slice));
             if let Err(retry_after) = conn.clients.admit(client.ip()) {
                 tracing::debug!(client = %client, peer = %conn.peer, retry_after, "connection over the per-address rate; answered 429");
-                let body = format!(
-                    "too many new connections from this address: retry after {retry_after} s\n"
-                );
-                let answer = format!(
-                    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: {retry_after}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let answer = crate::client_addr::rate_limited_answer(retry_after);
                 let _ = stream.write_all(answer.as_bytes()).await;
                 return;
             }
