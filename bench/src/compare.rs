@@ -100,7 +100,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
         ramps: Vec::new(),
         large: Vec::new(),
         errors: Vec::new(),
-        unfairness: unfairness(&order),
+        unfairness: unfairness(&order, &args),
     };
     let measured = interruptible(measure(&args, &order, &mut report)).await;
     report.load_after = cpu::load_average();
@@ -248,7 +248,7 @@ async fn herald_version(bin: &Path) -> String {
 }
 
 /// What is not like for like between Herald and the peers measured.
-fn unfairness(systems: &[System]) -> Vec<String> {
+fn unfairness(systems: &[System], args: &CompareArgs) -> Vec<String> {
     let mut notes = vec![
         "The bench's client processes share the machine's two cores with the server they \
          measure, for every system alike."
@@ -257,6 +257,14 @@ fn unfairness(systems: &[System]) -> Vec<String> {
          several processes share counts once."
             .to_owned(),
     ];
+    if args.pipelined && args.scenarios.contains(&Scenario::Idle) {
+        notes.push(
+            "Idle sessions were opened pipelined (--pipelined): the STOMP clients (Herald's, \
+             RabbitMQ's) sent SUBSCRIBE in the same WebSocket message as CONNECT, one round trip \
+             less than a client that waits for CONNECTED."
+                .to_owned(),
+        );
+    }
     if systems.contains(&System::Baseline) {
         notes.push(
             "herald-baseline is another build of Herald, run exactly as Herald is, right after \

@@ -78,6 +78,7 @@ impl Fleet {
             handshake_timeout_secs: handshake_timeout.as_secs(),
             token_ttl,
             record: true,
+            pipelined: false,
             jwt_secret,
         };
         Ok(Self {

@@ -69,6 +69,9 @@ pub(crate) struct WorkerArgs {
     /// Record the delayed benchmark's messages and report them (websocket only).
     #[arg(long)]
     pub(crate) record: bool,
+    /// STOMP: send `SUBSCRIBE` in the same message as `CONNECT`.
+    #[arg(long)]
+    pub(crate) pipelined: bool,
 }
 
 /// What a worker was told to do.
@@ -85,6 +88,8 @@ pub(crate) struct WorkerConfig {
     pub(crate) jwt_secret: String,
     /// Record the delayed benchmark's messages (WebSocket transport only).
     pub(crate) record: bool,
+    /// STOMP: `SUBSCRIBE` in the same message as `CONNECT`.
+    pub(crate) pipelined: bool,
 }
 
 impl From<WorkerArgs> for WorkerConfig {
@@ -100,6 +105,7 @@ impl From<WorkerArgs> for WorkerConfig {
             token_ttl: Duration::from_secs(a.token_ttl),
             jwt_secret: a.jwt_secret,
             record: a.record,
+            pipelined: a.pipelined,
         }
     }
 }
@@ -201,6 +207,7 @@ impl Resolved {
             addr: self.addr,
             source: config.source,
             handshake_timeout: config.handshake_timeout,
+            pipelined: config.pipelined,
             xhr_sends: SendPool::new(SEND_CONNECTIONS),
         })
     }

@@ -144,3 +144,48 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The A/B form and the pipelined handshake: a baseline build (here the same binary) beside
+/// Herald and RabbitMQ, idle sessions whose STOMP clients send `SUBSCRIBE` in the same message
+/// as `CONNECT`: every session opens on all three, and the report says how they were opened.
+#[test]
+fn pipelined_sessions_open_beside_a_baseline_build() {
+    let gateway = gateway_bin();
+    let output = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
+        .arg("compare")
+        .arg("--gateway-bin")
+        .arg(&gateway)
+        .args(["--peers", "baseline,rabbitmq", "--baseline-gateway-bin"])
+        .arg(&gateway)
+        .args([
+            "--scenarios",
+            "idle",
+            "--idle-sessions",
+            "300",
+            "--rounds",
+            "1",
+        ])
+        .args(["--pipelined", "--json"])
+        .output()
+        .expect("herald-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\n{stderr}", output.status);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["errors"], Value::Array(vec![]));
+    let systems: Vec<&str> = report["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(systems, ["herald", "herald-baseline", "rabbitmq"]);
+    let idle = report["idle"].as_array().unwrap();
+    assert_eq!(idle.len(), 3);
+    for run in idle {
+        assert_eq!(run["opened"], 300, "{run}");
+        assert_eq!(run["failed"], 0, "{run}");
+    }
+    let notes = report["unfairness"].to_string();
+    assert!(notes.contains("--pipelined"), "{notes}");
+    assert!(notes.contains("A B A B"), "{notes}");
+}

@@ -51,6 +51,8 @@ pub(crate) struct Target {
     pub(crate) source: Option<IpAddr>,
     /// Deadline for the whole handshake (TCP to RECEIPT).
     pub(crate) handshake_timeout: Duration,
+    /// STOMP: `SUBSCRIBE` in the same message as `CONNECT`, not after `CONNECTED`.
+    pub(crate) pipelined: bool,
     /// The keep-alive connections xhr-streaming sessions send on (unused by the others).
     pub(crate) xhr_sends: xhr_streaming::SendPool,
 }
@@ -250,17 +252,17 @@ impl<'a> Login<'a> {
     }
 }
 
-/// `CONNECT` -> `CONNECTED`, `SUBSCRIBE` with a receipt -> `RECEIPT`, as `login`.
-/// `frames.stage` says how far it got (to name a timeout).
+/// `CONNECT` -> `CONNECTED`, `SUBSCRIBE` with a receipt -> `RECEIPT`, as `login`; `pipelined`:
+/// `CONNECT` and `SUBSCRIBE` in one message, then `CONNECTED` and `RECEIPT` (one round trip
+/// less). `frames.stage` says how far it got (to name a timeout).
 pub(crate) async fn stomp_handshake<L: Link>(
     link: &mut L,
     login: Login<'_>,
     frames: &mut FrameReader,
+    pipelined: bool,
 ) -> Result<(), Failure> {
     let connect = login.connect_frame();
     frames.stage = Stage::Connected;
-    link.send_frame(&connect, Stage::Connected).await?;
-    frames.expect(link, Stage::Connected, "CONNECTED").await?;
     let subscribe = stomp_client::encode_text(
         "SUBSCRIBE",
         &[
@@ -271,8 +273,16 @@ pub(crate) async fn stomp_handshake<L: Link>(
         ],
         "",
     );
+    if pipelined {
+        link.send_frame(&format!("{connect}{subscribe}"), Stage::Connected)
+            .await?;
+        frames.expect(link, Stage::Connected, "CONNECTED").await?;
+    } else {
+        link.send_frame(&connect, Stage::Connected).await?;
+        frames.expect(link, Stage::Connected, "CONNECTED").await?;
+        link.send_frame(&subscribe, Stage::Receipt).await?;
+    }
     frames.stage = Stage::Receipt;
-    link.send_frame(&subscribe, Stage::Receipt).await?;
     loop {
         let receipt = frames.expect(link, Stage::Receipt, "RECEIPT").await?;
         if receipt.header("receipt-id") == Some("r-0") {
@@ -412,6 +422,62 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that answers each message it is sent with the next canned answer.
+    struct Scripted {
+        sent: Vec<String>,
+        answers: std::collections::VecDeque<&'static str>,
+    }
+
+    impl Link for Scripted {
+        async fn send_frame(&mut self, frame: &str, _stage: Stage) -> Result<(), Failure> {
+            self.sent.push(frame.to_owned());
+            Ok(())
+        }
+
+        async fn receive(&mut self, buffer: &mut Vec<u8>, stage: Stage) -> Result<(), Failure> {
+            let answer = self.answers.pop_front().ok_or(Failure::Timeout(stage))?;
+            buffer.extend_from_slice(answer.as_bytes());
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pipelined_handshake_sends_connect_and_subscribe_in_one_message() {
+        for pipelined in [false, true] {
+            let mut link = Scripted {
+                sent: Vec::new(),
+                answers: if pipelined {
+                    ["CONNECTED\nversion:1.2\n\n\0RECEIPT\nreceipt-id:r-0\n\n\0"].into()
+                } else {
+                    [
+                        "CONNECTED\nversion:1.2\n\n\0",
+                        "RECEIPT\nreceipt-id:r-0\n\n\0",
+                    ]
+                    .into()
+                },
+            };
+            let mut frames = FrameReader::new(Stage::Connected);
+            stomp_handshake(&mut link, Login::Jwt("tok"), &mut frames, pipelined)
+                .await
+                .unwrap();
+            let commands: Vec<Vec<&str>> = link
+                .sent
+                .iter()
+                .map(|m| {
+                    m.split('\0')
+                        .filter(|f| !f.is_empty())
+                        .map(|f| f.lines().next().unwrap())
+                        .collect()
+                })
+                .collect();
+            if pipelined {
+                assert_eq!(commands, [vec!["CONNECT", "SUBSCRIBE"]]);
+            } else {
+                assert_eq!(commands, [vec!["CONNECT"], vec!["SUBSCRIBE"]]);
+            }
+        }
+    }
 
     #[test]
     fn failure_reasons_are_stable_keys() {

@@ -74,6 +74,11 @@ pub(crate) struct CompareArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [2_000usize, 10_000])]
     pub(crate) idle_sessions: Vec<usize>,
 
+    /// Idle sessions: STOMP clients (Herald's, RabbitMQ's) send `SUBSCRIBE` in the same message
+    /// as `CONNECT` instead of after `CONNECTED`: one round trip less per session.
+    #[arg(long)]
+    pub(crate) pipelined: bool,
+
     /// Sessions the broadcast scenario delivers to.
     #[arg(long, default_value_t = 5_000)]
     pub(crate) broadcast_sessions: usize,

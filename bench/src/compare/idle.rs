@@ -59,12 +59,17 @@ pub(crate) async fn run(
 ) -> Result<IdleRun, BenchError> {
     let label = format!("idle-{sessions}-r{round}");
     Server::with_fresh(system, args, &label, async |server| {
-        measure(server, round, sessions).await
+        measure(server, round, sessions, args.pipelined).await
     })
     .await
 }
 
-async fn measure(server: &Server, round: usize, sessions: usize) -> Result<IdleRun, BenchError> {
+async fn measure(
+    server: &Server,
+    round: usize,
+    sessions: usize,
+    pipelined: bool,
+) -> Result<IdleRun, BenchError> {
     let load_before = cpu::load_average();
     let plans = plan::plan(sessions, None, &[], IpAddr::V4(Ipv4Addr::LOCALHOST))
         .map_err(|e| BenchError::Usage(e.to_string()))?;
@@ -82,6 +87,7 @@ async fn measure(server: &Server, round: usize, sessions: usize) -> Result<IdleR
         handshake_timeout_secs: HANDSHAKE_TIMEOUT_SECS,
         token_ttl: TOKEN_TTL,
         record: false,
+        pipelined,
         jwt_secret: &secret,
     };
     let mut workers: Vec<WorkerState> = plans.iter().cloned().map(WorkerState::new).collect();

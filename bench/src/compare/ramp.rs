@@ -300,6 +300,7 @@ pub(super) async fn open_sessions(
         addr: server.addr,
         source: None,
         handshake_timeout: HANDSHAKE_TIMEOUT,
+        pipelined: false,
         xhr_sends: xhr_streaming::SendPool::new(1),
     });
     let minter = server.jwt_secret().map(Minter::new);

@@ -64,6 +64,11 @@ pub(crate) struct ConnectionsArgs {
     #[arg(long, default_value_t = 30)]
     pub(crate) handshake_timeout: u64,
 
+    /// STOMP transports: send `SUBSCRIBE` in the same message as `CONNECT` instead of after
+    /// `CONNECTED` (one round trip less per session).
+    #[arg(long)]
+    pub(crate) pipelined: bool,
+
     /// Seconds to keep the sessions open after measuring.
     #[arg(long, default_value_t = 0)]
     pub(crate) hold: u64,

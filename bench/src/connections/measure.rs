@@ -70,6 +70,7 @@ fn spawn_workers(
         handshake_timeout_secs: args.handshake_timeout,
         token_ttl: Duration::from_secs(args.hold) + TOKEN_SLACK,
         record: false,
+        pipelined: args.pipelined,
         jwt_secret,
     };
     Workers::spawn(&command, plans, QUEUE)

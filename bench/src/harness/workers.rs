@@ -34,6 +34,8 @@ pub(crate) struct WorkerCommand<'a> {
     pub(crate) token_ttl: Duration,
     /// `--record`: record the bench's messages (`herald-bench delayed`).
     pub(crate) record: bool,
+    /// `--pipelined`: STOMP `SUBSCRIBE` in the same message as `CONNECT`.
+    pub(crate) pipelined: bool,
     /// Handed over in the environment ([`JWT_SECRET_ENV`]), not on the command line.
     pub(crate) jwt_secret: &'a str,
 }
@@ -88,6 +90,9 @@ impl Workers {
                 .kill_on_drop(true);
             if command.record {
                 cmd.arg("--record");
+            }
+            if command.pipelined {
+                cmd.arg("--pipelined");
             }
             if let Some(source) = plan.source {
                 cmd.args(["--source", &source.to_string()]);

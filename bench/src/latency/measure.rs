@@ -147,6 +147,7 @@ async fn open_sessions(
         addr: gateway_addr,
         source: None,
         handshake_timeout: Duration::from_secs(args.handshake_timeout),
+        pipelined: false,
         xhr_sends: xhr_streaming::SendPool::new(1),
     });
     let minter = Minter::new(jwt_secret);

@@ -179,6 +179,7 @@ mod tests {
             addr,
             source: None,
             handshake_timeout: Duration::from_secs(10),
+            pipelined: false,
             xhr_sends: crate::client::session::xhr_streaming::SendPool::new(1),
         };
         let ws = open(&target, "tok", Framing::Stomp).await.unwrap();

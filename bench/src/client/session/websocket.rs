@@ -132,7 +132,13 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
             Framing::Raw => Ok(()),
             Framing::Stomp => {
                 let login = super::Login::of(target.transport, token);
-                super::stomp_handshake(&mut StompLink(&mut ws), login, &mut frames).await
+                super::stomp_handshake(
+                    &mut StompLink(&mut ws),
+                    login,
+                    &mut frames,
+                    target.pipelined,
+                )
+                .await
             }
             Framing::SockJs => {
                 let mut link = SockJsLink {
@@ -140,7 +146,8 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
                     opened: false,
                 };
                 link.wait_open().await?;
-                super::stomp_handshake(&mut link, super::Login::Jwt(token), &mut frames).await
+                let login = super::Login::Jwt(token);
+                super::stomp_handshake(&mut link, login, &mut frames, target.pipelined).await
             }
         }
     })
@@ -382,6 +389,7 @@ mod tests {
             addr,
             source: None,
             handshake_timeout: Duration::from_secs(10),
+            pipelined: false,
             xhr_sends: super::super::xhr_streaming::SendPool::new(1),
         };
         let ws = open(&target, "tok", Framing::SockJs).await.unwrap();

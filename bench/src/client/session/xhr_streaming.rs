@@ -277,7 +277,14 @@ pub(crate) async fn open(target: Arc<Target>, token: &str) -> Result<Stream, Fai
             }
             other => return Err(Failure::SockJs(format!("expected o, got {other:?}"))),
         }
-        super::stomp_handshake(&mut stream, super::Login::Jwt(token), &mut frames).await
+        let pipelined = stream.target.pipelined;
+        super::stomp_handshake(
+            &mut stream,
+            super::Login::Jwt(token),
+            &mut frames,
+            pipelined,
+        )
+        .await
     })
     .await
     .map_err(|_| Failure::Timeout(frames.stage))??;
@@ -552,6 +559,7 @@ mod tests {
             addr,
             source: None,
             handshake_timeout: Duration::from_secs(10),
+            pipelined: false,
             xhr_sends: SendPool::new(1),
         });
         let stream = open(target, "tok").await.unwrap();
@@ -594,6 +602,7 @@ mod tests {
             addr,
             source: None,
             handshake_timeout: Duration::from_secs(10),
+            pipelined: false,
             xhr_sends: SendPool::new(1),
         });
         assert_eq!(
