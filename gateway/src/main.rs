@@ -14,15 +14,6 @@ use herald_gateway::{Gateway, StartError};
 use herald_gateway::{dev, server};
 use tokio_util::sync::CancellationToken;
 
-/// mimalloc rather than glibc's malloc: side by side in one run
-/// (`herald-bench compare --peers baseline`, 3 rounds, 10,000 idle sessions
-/// and a broadcast to 5,000), 0.89-0.92x the memory per idle session and
-/// 0.86-1.02x the CPU per broadcast delivery, connect CPU unchanged
-/// (bench/reports/compare.md). The library and its tests keep the system
-/// allocator; this binary is what is deployed.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let config = match Config::load(&cli) {
