@@ -23,6 +23,16 @@ fn gateway_bin() -> PathBuf {
     gateway
 }
 
+/// The systems a report ran, in order.
+fn systems(report: &Value) -> Vec<&str> {
+    report["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn compares_herald_with_nchan_and_rabbitmq() {
     let out = std::env::temp_dir().join(format!("herald-compare-test-{}", std::process::id()));
@@ -48,12 +58,7 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     assert_eq!(report, written);
     assert_eq!(report["errors"], Value::Array(vec![]));
 
-    let systems: Vec<&str> = report["systems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["system"].as_str().unwrap())
-        .collect();
+    let systems = systems(&report);
     assert_eq!(systems, ["herald", "nchan", "rabbitmq"]);
     let version = |i: usize| report["systems"][i]["version"].as_str().unwrap().to_owned();
     assert!(version(1).contains("nginx/"), "{}", version(1));
@@ -172,12 +177,7 @@ fn pipelined_sessions_open_beside_a_baseline_build() {
     assert!(output.status.success(), "{}\n{stderr}", output.status);
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["errors"], Value::Array(vec![]));
-    let systems: Vec<&str> = report["systems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["system"].as_str().unwrap())
-        .collect();
+    let systems = systems(&report);
     assert_eq!(systems, ["herald", "herald-baseline", "rabbitmq"]);
     let idle = report["idle"].as_array().unwrap();
     assert_eq!(idle.len(), 3);
