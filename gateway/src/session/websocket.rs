@@ -313,7 +313,7 @@ impl Session {
         let now = Instant::now();
         loop {
             let mut chunk = [0u8; READ_CHUNK];
-            match self.stream.try_read(&mut chunk) {
+            match read_draining(&self.stream, &mut chunk) {
                 Ok(0) => return Err(Stop::Eof),
                 Ok(n) => {
                     self.received.inc_by(n as u64);
@@ -396,5 +396,28 @@ impl Session {
         let message = e.to_string();
         let code = e.close_code();
         self.with_sink(|core, sink| core.transport_error(&message, kind, code, sink));
+    }
+}
+
+/// Read what `stream` has into `chunk`, without waiting. A read shorter
+/// than `chunk` took everything the socket had (epoll, as tokio's own
+/// `poll_read` assumes), so it is reported to tokio as `WouldBlock`: its
+/// readiness is cleared and the session's next wait sleeps until new bytes
+/// come, where `try_read` would leave it set and cost a read that finds
+/// nothing (a system call per request the client sends).
+fn read_draining(stream: &TcpStream, chunk: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let mut drained = None;
+    let read = stream.try_io(tokio::io::Interest::READABLE, || {
+        let n = (&*socket2::SockRef::from(stream)).read(chunk)?;
+        if n > 0 && n < chunk.len() {
+            drained = Some(n);
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    });
+    match drained {
+        Some(n) => Ok(n),
+        None => read,
     }
 }
