@@ -233,7 +233,7 @@ fn commit_group(db: &Database, mem: &Memory, group: Vec<Request>) {
             removed = std::mem::take(&mut t.removed);
             settled = std::mem::take(&mut t.settled);
             t.flush_counters()?;
-            unheld = t.unheld(mem.held.overflowed())?;
+            unheld = t.unheld()?;
             t.wrote
         };
         if !wrote {

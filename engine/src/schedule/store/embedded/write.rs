@@ -129,13 +129,16 @@ impl<'t> Tables<'t> {
 
     /// What this transaction leaves unheld, to tell [`HeldUsers`] once it
     /// commits: the users whose held keys it removed and who have none
-    /// left, and (when the set has `overflowed`) whether nothing is held
-    /// at all. Call after [`Tables::flush_counters`].
-    pub(super) fn unheld(&mut self, overflowed: bool) -> R<Unheld> {
+    /// left, and (when the set has overflowed) whether nothing is held at
+    /// all. Only a removed held key can change either, so a transaction
+    /// that removed none reads nothing. Call after
+    /// [`Tables::flush_counters`].
+    pub(super) fn unheld(&mut self) -> R<Unheld> {
         let mut users = std::mem::take(&mut self.unheld_users);
-        users.sort_unstable();
-        users.dedup();
-        if overflowed {
+        if users.is_empty() {
+            return Ok(Unheld::default());
+        }
+        if self.held_users.overflowed() {
             let held = self
                 .counts
                 .get(State::Held.code())
@@ -146,6 +149,8 @@ impl<'t> Tables<'t> {
                 nothing_held: held == 0,
             });
         }
+        users.sort_unstable();
+        users.dedup();
         let mut none_left = Vec::new();
         for user in users {
             let prefix = held_prefix(&user);
