@@ -273,13 +273,14 @@ pub(crate) async fn stomp_handshake<L: Link>(
         ],
         "",
     );
-    if pipelined {
-        link.send_frame(&format!("{connect}{subscribe}"), Stage::Connected)
-            .await?;
-        frames.expect(link, Stage::Connected, "CONNECTED").await?;
+    let first = if pipelined {
+        format!("{connect}{subscribe}")
     } else {
-        link.send_frame(&connect, Stage::Connected).await?;
-        frames.expect(link, Stage::Connected, "CONNECTED").await?;
+        connect
+    };
+    link.send_frame(&first, Stage::Connected).await?;
+    frames.expect(link, Stage::Connected, "CONNECTED").await?;
+    if !pipelined {
         link.send_frame(&subscribe, Stage::Receipt).await?;
     }
     frames.stage = Stage::Receipt;
