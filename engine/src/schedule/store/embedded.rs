@@ -30,7 +30,8 @@
 //! - this file: the config, opening the store, and [`Store`] as requests
 //!   to the writer or reads on the blocking pool;
 //! - `group_commit`: the writer thread (requests, group commit, folds);
-//! - `write`: the state transitions inside one write transaction;
+//! - `write`: the state transitions inside one write transaction (`write/held`:
+//!   claiming what is held, and what a transaction leaves unheld);
 //! - `read`: the reads (upcoming, list, status, counts);
 //! - `layout`: tables, keys and the stored value (pure); `claims`,
 //!   `recent` and `held_users`: what is kept in memory.

@@ -16,6 +16,9 @@ use crate::schedule::entry::{Entry, Millis, State};
 use crate::schedule::store::{Cancel, Insert, StoreError};
 
 mod callback;
+mod held;
+
+pub(super) use self::held::Unheld;
 
 /// Every table, open in one write transaction.
 pub(super) struct Tables<'t> {
@@ -65,13 +68,6 @@ pub(super) struct Tables<'t> {
 }
 
 type R<T> = Result<T, StoreError>;
-
-/// What a transaction leaves unheld (see [`Tables::unheld`]).
-#[derive(Debug, Default)]
-pub(super) struct Unheld {
-    pub(super) users: Vec<String>,
-    pub(super) nothing_held: bool,
-}
 
 impl<'t> Tables<'t> {
     pub(super) fn open(txn: &'t WriteTransaction, mem: &'t super::Memory) -> R<Tables<'t>> {
@@ -125,48 +121,6 @@ impl<'t> Tables<'t> {
         }
         self.meta.insert(FOLDED, self.next_seq).map_err(io)?;
         Ok(self.next_seq)
-    }
-
-    /// What this transaction leaves unheld, to tell [`HeldUsers`] once it
-    /// commits: the users whose held keys it removed and who have none
-    /// left, and (when the set has overflowed) whether nothing is held at
-    /// all. Only a removed held key can change either, so a transaction
-    /// that removed none reads nothing. Call after
-    /// [`Tables::flush_counters`].
-    pub(super) fn unheld(&mut self) -> R<Unheld> {
-        let mut users = std::mem::take(&mut self.unheld_users);
-        if users.is_empty() {
-            return Ok(Unheld::default());
-        }
-        if self.held_users.overflowed() {
-            let held = self
-                .counts
-                .get(State::Held.code())
-                .map_err(io)?
-                .map_or(0, |v| v.value());
-            return Ok(Unheld {
-                users: Vec::new(),
-                nothing_held: held == 0,
-            });
-        }
-        users.sort_unstable();
-        users.dedup();
-        let mut none_left = Vec::new();
-        for user in users {
-            let prefix = held_prefix(&user);
-            let end = prefix_end(&prefix);
-            let mut range = self
-                .held
-                .range(prefix.as_slice()..end.as_slice())
-                .map_err(io)?;
-            if range.next().is_none() {
-                none_left.push(user);
-            }
-        }
-        Ok(Unheld {
-            users: none_left,
-            nothing_held: false,
-        })
     }
 
     /// Write the counter changes of the transaction; call once, before
@@ -522,50 +476,6 @@ impl<'t> Tables<'t> {
             s.header.deadline = 0;
             s.header.fire = at;
         })
-    }
-
-    /// Claim what is held for `user`, at most `limit` (in memory, as
-    /// [`Tables::claim_due`]: they stay held in the tables until settled).
-    pub(super) fn claim_held(
-        &mut self,
-        user: &str,
-        now: Millis,
-        limit: usize,
-        lease_ms: u64,
-    ) -> R<Vec<Entry>> {
-        let claims = self.claims;
-        let mut claims = claims.lock();
-        let prefix = held_prefix(user);
-        let end = prefix_end(&prefix);
-        let mut ids = Vec::new();
-        for kv in self
-            .held
-            .range(prefix.as_slice()..end.as_slice())
-            .map_err(io)?
-        {
-            if ids.len() >= limit {
-                break;
-            }
-            let (k, _) = kv.map_err(io)?;
-            if let Some((_, id)) = id_after(k.value(), prefix.len()) {
-                ids.push(id.to_owned());
-            }
-        }
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some((seq, s)) = self.get(&id)? else {
-                continue;
-            };
-            if s.header.state != State::Held || claims.get(seq).is_some() {
-                continue;
-            }
-            let deadline = now.saturating_add(lease_ms);
-            let Some(e) = first_claim(&mut claims, seq, id, &s, now, deadline) else {
-                continue;
-            };
-            out.push(e);
-        }
-        Ok(out)
     }
 
     /// Entries of the first layouts left firing (a crash) go back to
