@@ -216,7 +216,12 @@ impl Sessions {
 }
 
 /// Sends a burst's confirms to [`PublisherLink`]'s settling task.
-type ConfirmSender = mpsc::UnboundedSender<Vec<lapin::PublisherConfirm>>;
+type ConfirmSender = mpsc::Sender<Vec<lapin::PublisherConfirm>>;
+
+/// Bursts whose confirms wait to be settled, at most (each up to
+/// [`super::traffic::MAX_BURST`] publications). Policy when full: the publisher waits, which
+/// shows as its lag behind the schedule (`max_lag`).
+const CONFIRM_BURSTS: usize = 64;
 
 /// The publisher's connection and channel, and the task settling its confirms (until the
 /// [`ConfirmSender`] is dropped).
@@ -235,7 +240,7 @@ impl PublisherLink {
             .await
             .map_err(|e| failed("publisher channel", e))?;
         let (confirm_tx, mut confirm_rx) =
-            mpsc::unbounded_channel::<Vec<lapin::PublisherConfirm>>();
+            mpsc::channel::<Vec<lapin::PublisherConfirm>>(CONFIRM_BURSTS);
         let confirming = AbortOnDropHandle::new(tokio::spawn(async move {
             let mut total = Confirmed::default();
             while let Some(confirms) = confirm_rx.recv().await {

@@ -20,7 +20,7 @@ use crate::harness::pacing::Pacer;
 const EVENT: &str = "bench.latency";
 /// Most publications handed to the broker in one burst (a publisher far behind its schedule
 /// catches up in bursts of this size, so confirms keep flowing).
-const MAX_BURST: u64 = 1000;
+pub(super) const MAX_BURST: u64 = 1000;
 
 /// The message id of publication `seq`, published at `ns` on the [`Clock`].
 fn message_id(seq: u64, ns: u64) -> String {
@@ -60,7 +60,7 @@ pub(super) struct Published {
 pub(super) async fn publish_on_schedule(
     publisher: Publisher,
     schedule: Schedule,
-    confirms: mpsc::UnboundedSender<Vec<lapin::PublisherConfirm>>,
+    confirms: mpsc::Sender<Vec<lapin::PublisherConfirm>>,
     published: Arc<AtomicU64>,
 ) -> Published {
     let Schedule {
@@ -96,7 +96,9 @@ pub(super) async fn publish_on_schedule(
             .collect();
         match publisher.publish_batch(batch).await {
             Ok(batch_confirms) => {
-                let _ = confirms.send(batch_confirms);
+                // The settling task outlives the publisher: a send fails only if it panicked,
+                // and then the run counts no confirm at all (`Confirmed::default`).
+                let _ = confirms.send(batch_confirms).await;
             }
             Err(e) => {
                 return Published {
