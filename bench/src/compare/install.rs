@@ -1,5 +1,6 @@
 //! Installing a peer: its script beside the bench (`bench/peers/{peer}/install.sh`), run only
-//! when what it installs is missing, and checked afterwards.
+//! when what it installs is missing, and checked afterwards. The script's output goes to the
+//! bench's stderr: stdout is the report's (`--json`).
 
 use crate::harness::outcome::BenchError;
 
@@ -7,7 +8,7 @@ use crate::harness::outcome::BenchError;
 pub(crate) async fn run(
     peers_dir: &std::path::Path,
     script: &str,
-    installed: fn() -> bool,
+    installed: &(dyn Fn() -> bool + Sync),
     what: &str,
 ) -> Result<(), BenchError> {
     if installed() {
@@ -17,6 +18,8 @@ pub(crate) async fn run(
     eprintln!("herald-bench: installing {what} ({})", script.display());
     let status = tokio::process::Command::new("sh")
         .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(std::io::stderr()))
         .status()
         .await
         .map_err(|e| BenchError::Failed(format!("{}: {e}", script.display())))?;

@@ -80,7 +80,7 @@ pub(crate) fn installed() -> bool {
 /// Installs them with `{peers_dir}/nchan/install.sh` unless they are there.
 pub(crate) async fn install(peers_dir: &Path) -> Result<(), BenchError> {
     let what = format!("{NGINX} and {MODULE}");
-    super::install::run(peers_dir, "nchan/install.sh", installed, &what).await
+    super::install::run(peers_dir, "nchan/install.sh", &installed, &what).await
 }
 
 /// The versions, for the report: `nginx/1.22.1, nchan 1:1.3.6+dfsg-2`.

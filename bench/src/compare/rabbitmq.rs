@@ -55,7 +55,7 @@ pub(crate) fn installed() -> bool {
 
 /// Installs it with `{peers_dir}/rabbitmq/install.sh` unless it is there.
 pub(crate) async fn install(peers_dir: &Path) -> Result<(), BenchError> {
-    super::install::run(peers_dir, "rabbitmq/install.sh", installed, SERVER).await
+    super::install::run(peers_dir, "rabbitmq/install.sh", &installed, SERVER).await
 }
 
 /// The version, for the report: `rabbitmq-server 3.10.8-1.1+deb12u1, rabbitmq_web_stomp`.
