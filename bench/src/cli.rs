@@ -284,7 +284,10 @@ mod tests {
     fn parses_compare() {
         use crate::compare::args::{Peer, Scenario};
         let args = compare(&[]);
-        assert_eq!(args.peers, vec![Peer::Nchan, Peer::Rabbitmq]);
+        assert_eq!(
+            args.peers,
+            vec![Peer::Nchan, Peer::Rabbitmq, Peer::Socketio, Peer::Sockjs]
+        );
         assert_eq!(
             args.scenarios,
             vec![

@@ -17,7 +17,8 @@
 //!
 //! # Layout
 //! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
-//! [`nchan`] and [`rabbitmq`] (the peers: configuration, start), [`install`] (their scripts), [`audience`] (who a
+//! [`nchan`], [`rabbitmq`] and [`node_peer`] (the peers: configuration, start), [`install`]
+//! (their scripts), [`audience`] (who a
 //! publication reaches; pure), [`idle`], [`ramp`],
 //! [`large`] (the scenarios), [`chart`] (SVG, pure), [`report`] (figures, ratios, Markdown; pure).
 
@@ -28,6 +29,7 @@ mod idle;
 mod install;
 mod large;
 mod nchan;
+mod node_peer;
 mod rabbitmq;
 mod ramp;
 mod report;
@@ -67,6 +69,7 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
             Peer::Baseline => {}
             Peer::Nchan => nchan::install(&args.peers_dir).await?,
             Peer::Rabbitmq => rabbitmq::install(&args.peers_dir).await?,
+            Peer::Socketio | Peer::Sockjs => node_peer::install(&args.peers_dir).await?,
         }
     }
     let mut systems = vec![SystemInfo {
@@ -80,6 +83,8 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
             Peer::Baseline => herald_version(args.baseline_gateway_bin()).await,
             Peer::Nchan => nchan::version().await,
             Peer::Rabbitmq => rabbitmq::version().await,
+            Peer::Socketio => node_peer::version(node_peer::Kind::SocketIo, &args.peers_dir).await,
+            Peer::Sockjs => node_peer::version(node_peer::Kind::Sockjs, &args.peers_dir).await,
         };
         systems.push(SystemInfo {
             system,
@@ -301,6 +306,31 @@ fn unfairness(systems: &[System], args: &CompareArgs) -> Vec<String> {
             "RabbitMQ keeps nothing for a session that reconnects (its queues go with the \
              subscription); Herald's mailboxes replay."
                 .to_owned(),
+        ]);
+    }
+    let node: Vec<&str> = systems
+        .iter()
+        .filter(|s| matches!(s, System::SocketIo | System::Sockjs))
+        .map(|s| s.name())
+        .collect();
+    if !node.is_empty() {
+        let which = node.join(" and ");
+        notes.extend([
+            format!(
+                "{which}: one Node.js process, so one core; Herald's runtime has a thread per \
+                 core. Socket.IO's in-memory adapter cannot span processes (a cluster needs \
+                 Redis or a cluster adapter)."
+            ),
+            format!(
+                "{which} check no token and keep nothing for a session that is away (no \
+                 replay); their notifications travel bare, inside their own framing \
+                 (Socket.IO's event packet, SockJS's a[...] frame), not in STOMP frames."
+            ),
+            format!(
+                "{which}: the channel of each session (a user, or `broadcast`) is a room (Socket.IO) \
+                 or a set kept by the peer's script (sockjs), named in the session's URL; \
+                 published to over HTTP with Nchan's interface (bench/peers/node-pubsub)."
+            ),
         ]);
     }
     notes

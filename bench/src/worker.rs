@@ -196,9 +196,11 @@ impl Resolved {
         let path = match config.transport {
             Transport::WebSocket | Transport::BrokerStomp => self.endpoint.path.clone(),
             // Session URLs (or channel names) are appended to the base path.
-            Transport::SockJsWebSocket | Transport::XhrStreaming | Transport::RawWebSocket => {
-                self.endpoint.path.trim_end_matches('/').to_owned()
-            }
+            Transport::SockJsWebSocket
+            | Transport::XhrStreaming
+            | Transport::RawWebSocket
+            | Transport::SocketIo
+            | Transport::SockJsPlain => self.endpoint.path.trim_end_matches('/').to_owned(),
         };
         Arc::new(Target {
             transport: config.transport,

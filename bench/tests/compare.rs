@@ -1,8 +1,9 @@
 //! `herald-bench compare` end to end, on a small scale: the real standalone `herald-gateway`
 //! (the workspace's build beside this bench's binary, or `HERALD_GATEWAY_BIN`), the real
-//! Nchan (Debian's nginx and module) and a real RabbitMQ node with Web STOMP of the run's own
-//! (installed by `bench/peers/*/install.sh` when missing), every scenario, one round: every
-//! session opens, every notification arrives, and the report holds what it says.
+//! Nchan (Debian's nginx and module), a real RabbitMQ node with Web STOMP of the run's own, and
+//! real Socket.IO 4 and sockjs-node servers on Node.js (installed by `bench/peers/*/install.sh`
+//! when missing), every scenario, one round: every session opens, every notification arrives,
+//! and the report holds what it says.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -34,7 +35,7 @@ fn systems(report: &Value) -> Vec<&str> {
 }
 
 #[test]
-fn compares_herald_with_nchan_and_rabbitmq() {
+fn compares_herald_with_every_peer() {
     let out = std::env::temp_dir().join(format!("herald-compare-test-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
         .arg("compare")
@@ -59,13 +60,19 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     assert_eq!(report["errors"], Value::Array(vec![]));
 
     let systems = systems(&report);
-    assert_eq!(systems, ["herald", "nchan", "rabbitmq"]);
+    assert_eq!(
+        systems,
+        ["herald", "nchan", "rabbitmq", "socketio", "sockjs"]
+    );
     let version = |i: usize| report["systems"][i]["version"].as_str().unwrap().to_owned();
     assert!(version(1).contains("nginx/"), "{}", version(1));
     assert!(version(2).contains("rabbitmq-server"), "{}", version(2));
+    assert!(version(3).starts_with("socket.io 4."), "{}", version(3));
+    assert!(version(4).starts_with("sockjs 0."), "{}", version(4));
+    assert!(version(4).contains(", node v"), "{}", version(4));
 
     let idle = report["idle"].as_array().unwrap();
-    assert_eq!(idle.len(), 3);
+    assert_eq!(idle.len(), 5);
     for run in idle {
         assert_eq!(run["opened"], 1000, "{run}");
         assert_eq!(run["failed"], 0, "{run}");
@@ -73,14 +80,16 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         assert!(run["bytes_per_session"].as_f64().unwrap() > 0.0, "{run}");
         assert!(run["server_cpu_seconds"].as_f64().unwrap() > 0.0, "{run}");
     }
-    // nginx runs a master and its workers, RabbitMQ a script and its Erlang VM; Herald one
-    // process.
+    // nginx runs a master and its workers, RabbitMQ a script and its Erlang VM; Herald and
+    // the Node peers one process.
     assert_eq!(idle[0]["server_processes"], 1);
     assert!(idle[1]["server_processes"].as_u64().unwrap() >= 2);
     assert!(idle[2]["server_processes"].as_u64().unwrap() >= 2);
+    assert_eq!(idle[3]["server_processes"], 1);
+    assert_eq!(idle[4]["server_processes"], 1);
 
     let steps = report["ramps"].as_array().unwrap();
-    assert_eq!(steps.len(), 12);
+    assert_eq!(steps.len(), 20);
     for step in steps {
         let rate = step["rate"].as_u64().unwrap();
         // Broadcast: 1,000 and 4,000 deliveries/s to 200 sessions are 5 and 20 publications
@@ -100,7 +109,7 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     }
 
     let large = report["large"].as_array().unwrap();
-    assert_eq!(large.len(), 3);
+    assert_eq!(large.len(), 5);
     for run in large {
         assert_eq!(run["delivered"], 50, "{run}");
         assert_eq!(run["damaged"], 0, "{run}");
@@ -119,7 +128,8 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     );
     assert!(
         markdown.contains(
-            "| figure | herald | nchan | rabbitmq | herald / nchan | herald / rabbitmq |"
+            "| figure | herald | nchan | rabbitmq | socketio | sockjs | herald / nchan | \
+             herald / rabbitmq | herald / socketio | herald / sockjs |"
         ),
         "{markdown}"
     );
@@ -132,6 +142,10 @@ fn compares_herald_with_nchan_and_rabbitmq() {
         "{markdown}"
     );
     assert!(markdown.contains("Nchan checks no token"), "{markdown}");
+    assert!(
+        markdown.contains("socketio and sockjs check no token"),
+        "{markdown}"
+    );
     for chart in [
         "broadcast-latency-p99.svg",
         "per-user-cpu.svg",
@@ -139,7 +153,10 @@ fn compares_herald_with_nchan_and_rabbitmq() {
     ] {
         let svg = std::fs::read_to_string(out.join(chart)).unwrap();
         assert!(
-            svg.starts_with("<svg") && svg.contains(">rabbitmq</text>"),
+            svg.starts_with("<svg")
+                && svg.contains(">rabbitmq</text>")
+                && svg.contains(">socketio</text>")
+                && svg.contains(">sockjs</text>"),
             "{chart}"
         );
         assert!(

@@ -66,17 +66,20 @@ pub(crate) enum Stage {
     Stream,
     /// Waiting for the SockJS open frame.
     Open,
+    /// Waiting for Socket.IO's open packet (Engine.IO's `0`).
+    SocketIoOpen,
     Connected,
     Receipt,
 }
 
 impl Stage {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stage::Tcp => "tcp",
             Stage::Upgrade => "upgrade",
             Stage::Stream => "xhr_streaming request",
             Stage::Open => "sockjs open",
+            Stage::SocketIoOpen => "socket.io open",
             Stage::Connected => "connected",
             Stage::Receipt => "receipt",
         }
@@ -379,11 +382,17 @@ async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
         Transport::BrokerStomp => websocket::open(target, token, websocket::Framing::Stomp)
             .await
             .map(|ws| Opened::WebSocket(ws, websocket::Framing::Stomp)),
+        Transport::SocketIo => websocket::open(target, token, websocket::Framing::SocketIo)
+            .await
+            .map(|ws| Opened::WebSocket(ws, websocket::Framing::SocketIo)),
+        Transport::SockJsPlain => websocket::open(target, token, websocket::Framing::SockJsPlain)
+            .await
+            .map(|ws| Opened::WebSocket(ws, websocket::Framing::SockJsPlain)),
     }
 }
 
-/// Opens one session with `credential`: the JWT of a STOMP session, or the channel a
-/// [`Transport::RawWebSocket`] session subscribes to. `handshake_slot` is held only while the handshake runs (it bounds the
+/// Opens one session with `credential`: the JWT of a Herald session, or the channel (topic) a
+/// peer's session subscribes to ([`Transport::is_peer`]). `handshake_slot` is held only while the handshake runs (it bounds the
 /// handshakes in flight); the result goes to `outcomes` as soon as it is known. An open session
 /// moves to a task of its own on `tracker` and this task ends, so the memory of the handshake's
 /// future (about 3 KiB) is not kept for the life of the session. With a `recorder` (only over

@@ -1,6 +1,7 @@
 //! How bench sessions reach the gateway: STOMP straight over WebSocket (`/ws`), or over SockJS
-//! (its websocket or its xhr-streaming transport); and how they reach a peer that speaks no
-//! STOMP (`herald-bench compare`): a plain WebSocket per channel, as Nchan's subscriber takes.
+//! (its websocket or its xhr-streaming transport); and how they reach the peers of
+//! `herald-bench compare`: a plain WebSocket per channel (Nchan), STOMP to a broker (RabbitMQ
+//! Web STOMP), Socket.IO, or SockJS frames without STOMP (sockjs-node).
 
 use clap::ValueEnum;
 
@@ -26,6 +27,16 @@ pub(crate) enum Transport {
     /// `v1x.stomp`: `CONNECT` as `guest` to the vhost `/`, `SUBSCRIBE` to `/topic/{user}`.
     #[value(name = "broker-stomp")]
     BrokerStomp,
+    /// Socket.IO 4 over its websocket transport, no STOMP:
+    /// `{url}/?EIO=4&transport=websocket&channel={channel}`, open once connected to the main
+    /// namespace, every `n` event one notification (the Socket.IO peer); pings answered.
+    #[value(name = "socketio")]
+    SocketIo,
+    /// The SockJS websocket transport without STOMP:
+    /// `{url}/{server}/{session}/websocket?channel={channel}`, open at the `o` frame, every
+    /// message of an `a[...]` frame one notification (the sockjs-node peer).
+    #[value(name = "sockjs-plain")]
+    SockJsPlain,
 }
 
 impl Transport {
@@ -37,32 +48,49 @@ impl Transport {
             Transport::XhrStreaming => "xhr-streaming",
             Transport::RawWebSocket => "raw-websocket",
             Transport::BrokerStomp => "broker-stomp",
+            Transport::SocketIo => "socketio",
+            Transport::SockJsPlain => "sockjs-plain",
         }
     }
 
     /// Whether sessions present a JWT (Herald's transports); the peers' sessions name their
     /// channel (or topic) instead.
     pub(crate) fn presents_jwt(self) -> bool {
-        !matches!(self, Transport::RawWebSocket | Transport::BrokerStomp)
+        !self.is_peer()
+    }
+
+    /// Whether it is a peer's transport (`herald-bench compare`), not one of Herald's.
+    pub(crate) fn is_peer(self) -> bool {
+        matches!(
+            self,
+            Transport::RawWebSocket
+                | Transport::BrokerStomp
+                | Transport::SocketIo
+                | Transport::SockJsPlain
+        )
     }
 
     /// The gateway path the URL points at: the STOMP WebSocket endpoint, or the SockJS service.
     pub(crate) fn gateway_path(self) -> &'static str {
         match self {
             Transport::WebSocket => "/ws",
-            Transport::SockJsWebSocket | Transport::XhrStreaming => "/sockjs",
+            Transport::SockJsWebSocket | Transport::XhrStreaming | Transport::SockJsPlain => {
+                "/sockjs"
+            }
             Transport::RawWebSocket => "/sub",
             Transport::BrokerStomp => "/ws",
+            Transport::SocketIo => "/socket.io",
         }
     }
 
     /// The URL of a gateway listening on `authority` (`host:port`) for this transport.
     pub(crate) fn url(self, authority: &str) -> String {
         match self {
-            Transport::WebSocket | Transport::RawWebSocket | Transport::BrokerStomp => {
-                format!("ws://{authority}{}", self.gateway_path())
-            }
-            Transport::SockJsWebSocket | Transport::XhrStreaming => {
+            Transport::WebSocket
+            | Transport::RawWebSocket
+            | Transport::BrokerStomp
+            | Transport::SocketIo => format!("ws://{authority}{}", self.gateway_path()),
+            Transport::SockJsWebSocket | Transport::XhrStreaming | Transport::SockJsPlain => {
                 format!("http://{authority}{}", self.gateway_path())
             }
         }
@@ -101,12 +129,26 @@ mod tests {
             Transport::RawWebSocket.url("127.0.0.1:8080"),
             "ws://127.0.0.1:8080/sub"
         );
+        assert_eq!(
+            Transport::SocketIo.url("127.0.0.1:8080"),
+            "ws://127.0.0.1:8080/socket.io"
+        );
+        assert_eq!(
+            Transport::SockJsPlain.url("127.0.0.1:8080"),
+            "http://127.0.0.1:8080/sockjs"
+        );
     }
 
     #[test]
     fn only_herald_transports_present_a_jwt() {
         for t in Transport::value_variants() {
-            let peer = matches!(t, Transport::RawWebSocket | Transport::BrokerStomp);
+            let peer = matches!(
+                t,
+                Transport::RawWebSocket
+                    | Transport::BrokerStomp
+                    | Transport::SocketIo
+                    | Transport::SockJsPlain
+            );
             assert_eq!(t.presents_jwt(), !peer, "{t}");
         }
     }

@@ -28,6 +28,10 @@ pub(crate) enum Peer {
     /// RabbitMQ Web STOMP (Debian's `rabbitmq-server` and its `rabbitmq_web_stomp` plugin),
     /// published to over AMQP.
     Rabbitmq,
+    /// Socket.IO 4 on Node.js (npm `socket.io`, its in-memory adapter), published to over HTTP.
+    Socketio,
+    /// sockjs-node (npm `sockjs`), published to over HTTP.
+    Sockjs,
 }
 
 /// What is measured.
@@ -53,7 +57,7 @@ pub(crate) struct CompareArgs {
     pub(crate) gateway_bin: Option<PathBuf>,
 
     /// The servers measured beside Herald.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan, Peer::Rabbitmq])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Peer::Nchan, Peer::Rabbitmq, Peer::Socketio, Peer::Sockjs])]
     pub(crate) peers: Vec<Peer>,
 
     /// The herald-gateway binary of the `baseline` peer (required with it): the previous

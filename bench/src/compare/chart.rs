@@ -134,6 +134,8 @@ fn color(system: System) -> &'static str {
         System::Baseline => "#7fbf7b",
         System::Nchan => "#2166ac",
         System::Rabbitmq => "#d6604d",
+        System::SocketIo => "#762a83",
+        System::Sockjs => "#e08214",
     }
 }
 

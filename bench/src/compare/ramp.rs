@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::Message;
@@ -28,12 +28,13 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::args::CompareArgs;
 use super::audience::Audience;
-use super::rabbitmq;
 use super::system::{PublishTo, Server, System};
+use super::{node_peer, rabbitmq};
 use crate::client::api::ApiConnection;
 use crate::client::session::websocket::{self, Framing, Ws};
 use crate::client::session::{Target, xhr_streaming};
 use crate::client::stomp_client::{self, Decoded};
+use crate::client::{socketio, sockjs};
 use crate::harness::amqp;
 use crate::harness::clock::Clock;
 use crate::harness::cpu;
@@ -103,7 +104,8 @@ pub(crate) fn parse_payload(body: &[u8]) -> Option<(u64, u64)> {
 }
 
 /// The bench's notifications in one WebSocket message (the message itself for a raw session,
-/// the body of each `MESSAGE` frame for STOMP), each as [`Stamp`]: its `(seq, ns)` and whether
+/// the body of each `MESSAGE` frame for STOMP, the text of each `n` event for Socket.IO, each
+/// message of an `a[...]` frame for SockJS), each as [`Stamp`]: its `(seq, ns)` and whether
 /// it arrived whole, that is `expect_len` bytes (any length when 0) of which every byte after
 /// the stamp is the padding.
 pub(crate) fn stamps(framing: Framing, message: &[u8], expect_len: usize) -> Vec<Stamp> {
@@ -114,11 +116,34 @@ pub(crate) fn stamps(framing: Framing, message: &[u8], expect_len: usize) -> Vec
             intact: intact(body, expect_len),
         })
     };
-    if framing != Framing::Stomp {
-        return stamp(message).into_iter().collect();
+    let sockjs_messages = || match sockjs::parse(message) {
+        Ok(sockjs::Frame::Messages(messages)) => messages,
+        _ => Vec::new(),
+    };
+    match framing {
+        Framing::Raw => stamp(message).into_iter().collect(),
+        Framing::Stomp => stomp_stamps(message, &stamp),
+        Framing::SockJs => sockjs_messages()
+            .iter()
+            .flat_map(|m| stomp_stamps(m.as_bytes(), &stamp))
+            .collect(),
+        Framing::SockJsPlain => sockjs_messages()
+            .iter()
+            .filter_map(|m| stamp(m.as_bytes()))
+            .collect(),
+        Framing::SocketIo => socketio::parse(message)
+            .map(|packet| socketio::event_texts(packet, node_peer::EVENT))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| stamp(m.as_bytes()))
+            .collect(),
     }
+}
+
+/// The stamps of the `MESSAGE` frames in STOMP bytes.
+fn stomp_stamps(bytes: &[u8], stamp: &impl Fn(&[u8]) -> Option<Stamp>) -> Vec<Stamp> {
     let mut found = Vec::new();
-    let mut rest = message;
+    let mut rest = bytes;
     while let Ok(Some((decoded, used))) = stomp_client::decode(rest) {
         if let Decoded::Frame(frame) = decoded
             && frame.command == "MESSAGE"
@@ -281,6 +306,8 @@ pub(super) fn framing(system: System) -> Framing {
     match system {
         System::Herald | System::Baseline | System::Rabbitmq => Framing::Stomp,
         System::Nchan => Framing::Raw,
+        System::SocketIo => Framing::SocketIo,
+        System::Sockjs => Framing::SockJsPlain,
     }
 }
 
@@ -362,6 +389,14 @@ async fn read(
             }
         };
         let now = clock.now_ns();
+        if framing == Framing::SocketIo && bytes == b"2" {
+            // Socket.IO ends a session that does not answer its ping.
+            if ws.send(Message::text(socketio::PONG)).await.is_err() {
+                arrivals.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            continue;
+        }
         let mut found: Vec<(u64, u64)> = Vec::new();
         for stamp in stamps(framing, bytes, arrivals.expect_len) {
             if stamp.intact {
@@ -680,6 +715,40 @@ mod tests {
         assert!(stamps(Framing::Stomp, &receipt, 0).is_empty());
         assert_eq!(pairs(stamps(Framing::Raw, &body, 0)), vec![(7, 9)]);
         assert!(stamps(Framing::Raw, b"hello", 0).is_empty());
+    }
+
+    #[test]
+    fn stamps_of_socketio_and_sockjs_messages() {
+        let pairs = |found: Vec<Stamp>| -> Vec<(u64, u64)> {
+            found.iter().map(|s| (s.seq, s.ns)).collect()
+        };
+        let text = |seq, ns| String::from_utf8(payload(seq, ns, 60)).unwrap();
+        let event = format!(r#"42["n","{}"]"#, text(7, 9));
+        assert_eq!(
+            pairs(stamps(Framing::SocketIo, event.as_bytes(), 0)),
+            vec![(7, 9)]
+        );
+        let other = format!(r#"42["other","{}"]"#, text(7, 9));
+        assert!(stamps(Framing::SocketIo, other.as_bytes(), 0).is_empty());
+        assert!(stamps(Framing::SocketIo, b"2", 0).is_empty());
+        let frame = format!("a{}", sockjs::encode(&[&text(1, 2), &text(3, 4)]));
+        assert_eq!(
+            pairs(stamps(Framing::SockJsPlain, frame.as_bytes(), 0)),
+            vec![(1, 2), (3, 4)]
+        );
+        assert!(stamps(Framing::SockJsPlain, b"h", 0).is_empty());
+        let stomp =
+            String::from_utf8(stomp_client::encode("MESSAGE", &[], &payload(5, 6, 60))).unwrap();
+        let frame = format!("a{}", sockjs::encode(&[&stomp]));
+        assert_eq!(
+            pairs(stamps(Framing::SockJs, frame.as_bytes(), 0)),
+            vec![(5, 6)]
+        );
+        let large = format!(
+            "a{}",
+            sockjs::encode(&[&String::from_utf8(payload(8, 9, 1000)).unwrap()])
+        );
+        assert!(stamps(Framing::SockJsPlain, large.as_bytes(), 1000)[0].intact);
     }
 
     #[test]

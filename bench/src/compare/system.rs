@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::args::{CompareArgs, Peer};
 use super::audience::Audience;
 use super::nchan::{self, Nchan};
+use super::node_peer::{self, NodePeer};
 use super::rabbitmq::Rabbit;
 use crate::client::transport::Transport;
 use crate::harness::cpu::CpuTime;
@@ -32,6 +33,11 @@ pub(crate) enum System {
     Baseline,
     Nchan,
     Rabbitmq,
+    /// Socket.IO 4 on Node.js.
+    #[serde(rename = "socketio")]
+    SocketIo,
+    /// sockjs-node.
+    Sockjs,
 }
 
 impl System {
@@ -40,6 +46,8 @@ impl System {
             Peer::Baseline => System::Baseline,
             Peer::Nchan => System::Nchan,
             Peer::Rabbitmq => System::Rabbitmq,
+            Peer::Socketio => System::SocketIo,
+            Peer::Sockjs => System::Sockjs,
         }
     }
 
@@ -49,6 +57,8 @@ impl System {
             System::Baseline => "herald-baseline",
             System::Nchan => "nchan",
             System::Rabbitmq => "rabbitmq",
+            System::SocketIo => "socketio",
+            System::Sockjs => "sockjs",
         }
     }
 
@@ -58,6 +68,8 @@ impl System {
             System::Herald | System::Baseline => Transport::WebSocket,
             System::Nchan => Transport::RawWebSocket,
             System::Rabbitmq => Transport::BrokerStomp,
+            System::SocketIo => Transport::SocketIo,
+            System::Sockjs => Transport::SockJsPlain,
         }
     }
 
@@ -82,6 +94,18 @@ impl System {
                                  defaults; STOMP 1.2 over WebSocket as guest (no token); a \
                                  queue per subscription on amq.topic (/topic/{user}, or \
                                  /topic/broadcast); published over AMQP, transient, confirmed"
+                .to_owned(),
+            System::SocketIo => "Socket.IO 4 in one Node.js process (its in-memory adapter \
+                                 cannot span processes), websocket transport only, its \
+                                 defaults (ping every 25 s, no connection-state recovery); no \
+                                 authentication; a room per user, or one room for all \
+                                 (broadcast); published over HTTP to the same process, each \
+                                 notification emitted as the event `n`"
+                .to_owned(),
+            System::Sockjs => "sockjs-node in one Node.js process, its websocket transport, \
+                               its defaults (heartbeat every 25 s); no authentication; a set of \
+                               sessions per channel (a user, or one for all), kept by the peer's \
+                               script; published over HTTP to the same process"
                 .to_owned(),
         }
     }
@@ -119,6 +143,7 @@ enum Inner {
     Herald(Gateway),
     Nchan(Nchan),
     Rabbit(Rabbit),
+    Node(NodePeer),
 }
 
 impl Server {
@@ -172,6 +197,20 @@ impl Server {
                     inner: Inner::Rabbit(rabbit),
                 })
             }
+            System::SocketIo | System::Sockjs => {
+                let kind = if system == System::SocketIo {
+                    node_peer::Kind::SocketIo
+                } else {
+                    node_peer::Kind::Sockjs
+                };
+                let peer = NodePeer::start(kind, &args.peers_dir, log.as_deref(), timeout).await?;
+                Ok(Self {
+                    system,
+                    addr: peer.addr,
+                    command: peer.command.clone(),
+                    inner: Inner::Node(peer),
+                })
+            }
         }
     }
 
@@ -197,6 +236,7 @@ impl Server {
             Inner::Herald(g) => g.pid(),
             Inner::Nchan(n) => n.pid(),
             Inner::Rabbit(r) => r.pid(),
+            Inner::Node(n) => n.pid(),
         }
     }
 
@@ -227,7 +267,7 @@ impl Server {
     pub(crate) fn jwt_secret(&self) -> Option<&str> {
         match &self.inner {
             Inner::Herald(g) => Some(&g.jwt_secret),
-            Inner::Nchan(_) | Inner::Rabbit(_) => None,
+            Inner::Nchan(_) | Inner::Rabbit(_) | Inner::Node(_) => None,
         }
     }
 
@@ -235,7 +275,7 @@ impl Server {
     pub(crate) fn amqp_url(&self) -> Option<&str> {
         match &self.inner {
             Inner::Rabbit(r) => Some(&r.amqp_url),
-            Inner::Herald(_) | Inner::Nchan(_) => None,
+            Inner::Herald(_) | Inner::Nchan(_) | Inner::Node(_) => None,
         }
     }
 
@@ -243,7 +283,7 @@ impl Server {
     pub(crate) fn api_key(&self) -> &str {
         match &self.inner {
             Inner::Herald(g) => &g.api_key,
-            Inner::Nchan(_) | Inner::Rabbit(_) => "none",
+            Inner::Nchan(_) | Inner::Rabbit(_) | Inner::Node(_) => "none",
         }
     }
 
@@ -265,7 +305,10 @@ impl Server {
             (System::Herald | System::Baseline, Audience::PerUser) => {
                 PublishTo::Http(format!("/v1/notifications?users={user}&event={EVENT}"))
             }
-            (System::Nchan, _) => PublishTo::Http(format!("/pub/{}", self.channel(audience, user))),
+            // The Node peers take Nchan's publishing interface.
+            (System::Nchan | System::SocketIo | System::Sockjs, _) => {
+                PublishTo::Http(format!("/pub/{}", self.channel(audience, user)))
+            }
             (System::Rabbitmq, _) => PublishTo::Amqp {
                 routing_key: self.channel(audience, user),
             },
@@ -278,6 +321,7 @@ impl Server {
             System::Herald | System::Baseline => status == 202,
             // 201 Created (no subscriber yet) or 202 Accepted (queued for subscribers).
             System::Nchan => status == 201 || status == 202,
+            System::SocketIo | System::Sockjs => status == 202,
             System::Rabbitmq => false,
         }
     }
@@ -288,6 +332,7 @@ impl Server {
             Inner::Herald(g) => g.finish().await,
             Inner::Nchan(n) => n.finish().await,
             Inner::Rabbit(r) => r.finish().await,
+            Inner::Node(n) => n.finish().await,
         }
     }
 }

@@ -4,7 +4,11 @@
 //! - [`Framing::SockJs`]: the SockJS websocket transport, `{prefix}/{server}/{session}/websocket`
 //!   without subprotocols; the server opens with `o`, then sends `a[...]` arrays of STOMP frames
 //!   (JSON strings), `h` heartbeats and finally `c[code,"reason"]`; the client sends each STOMP
-//!   frame as a one-string array `["CONNECT\n..."]` (see [`crate::client::sockjs`]).
+//!   frame as a one-string array `["CONNECT\n..."]` (see [`crate::client::sockjs`]);
+//!
+//! and, for the peers of `herald-bench compare`, three framings without STOMP: [`Framing::Raw`]
+//! (Nchan), [`Framing::SocketIo`] (Socket.IO 4, see [`crate::client::socketio`]) and
+//! [`Framing::SockJsPlain`] (sockjs-node).
 //!
 //! Memory per open session is kept small because a worker holds up to 19,000 of them: the
 //! WebSocket read buffer is [`READ_BUFFER_BYTES`], writes go straight to the socket, and an open
@@ -25,6 +29,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 
 use super::{Counters, Failure, FrameReader, Link, Stage, Target, connect_tcp, is_reset};
+use crate::client::socketio::{self, Packet};
 use crate::client::sockjs;
 use crate::client::upgrade::{self, UpgradeError};
 
@@ -52,6 +57,22 @@ pub(crate) enum Framing {
     /// No STOMP: a plain WebSocket to `{path}/{channel}`, open once upgraded, every message
     /// one notification ([`crate::client::transport::Transport::RawWebSocket`]).
     Raw,
+    /// No STOMP: Socket.IO 4 (`{path}/?EIO=4&transport=websocket&channel={channel}`), open once
+    /// connected to the main namespace, every event one notification, pings answered
+    /// ([`crate::client::transport::Transport::SocketIo`]).
+    SocketIo,
+    /// No STOMP: SockJS frames (`{path}/{server}/{session}/websocket?channel={channel}`), open at
+    /// `o`, every message of an `a[...]` frame one notification
+    /// ([`crate::client::transport::Transport::SockJsPlain`]).
+    SockJsPlain,
+}
+
+impl Framing {
+    /// Whether its sessions speak STOMP (Herald, RabbitMQ) rather than carry notifications
+    /// bare (the other peers).
+    pub(crate) fn is_stomp(self) -> bool {
+        matches!(self, Framing::Stomp | Framing::SockJs)
+    }
 }
 
 impl Failure {
@@ -99,7 +120,9 @@ pub(crate) fn ws_config() -> WebSocketConfig {
 }
 
 /// Opens one session and returns it once the subscription is live (RECEIPT received; for
-/// [`Framing::Raw`], upgraded). `token` is the JWT, or for [`Framing::Raw`] the channel.
+/// [`Framing::Raw`], upgraded; for [`Framing::SocketIo`], connected; for
+/// [`Framing::SockJsPlain`], open). `token` is the JWT, or for the framings without STOMP the
+/// channel.
 pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Result<Ws, Failure> {
     let deadline = Instant::now() + target.handshake_timeout;
 
@@ -114,6 +137,18 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
             None,
         ),
         Framing::Raw => (format!("{}/{token}", target.path), None),
+        Framing::SocketIo => (
+            format!("{}/?EIO=4&transport=websocket&channel={token}", target.path),
+            None,
+        ),
+        Framing::SockJsPlain => (
+            format!(
+                "{}{}/websocket?channel={token}",
+                target.path,
+                sockjs::new_session_path()
+            ),
+            None,
+        ),
     };
     let mut ws = timeout_at(
         deadline,
@@ -149,11 +184,66 @@ pub(crate) async fn open(target: &Target, token: &str, framing: Framing) -> Resu
                 let login = super::Login::Jwt(token);
                 super::stomp_handshake(&mut link, login, &mut frames, target.pipelined).await
             }
+            Framing::SocketIo => socketio_connect(&mut ws, &mut frames.stage).await,
+            Framing::SockJsPlain => {
+                SockJsLink {
+                    ws: &mut ws,
+                    opened: false,
+                }
+                .wait_open()
+                .await
+            }
         }
     })
     .await
     .map_err(|_| Failure::Timeout(frames.stage))??;
     Ok(ws)
+}
+
+/// Socket.IO's opening: the Engine.IO open packet, then `40` (connect to the main namespace)
+/// until the server's `40` (connected); pings on the way are answered. `stage` says which of
+/// the two is awaited.
+async fn socketio_connect(ws: &mut Ws, stage: &mut Stage) -> Result<(), Failure> {
+    *stage = Stage::SocketIoOpen;
+    let send = async |ws: &mut Ws, text: &str, stage: Stage| {
+        ws.send(Message::text(text))
+            .await
+            .map_err(|e| Failure::from_ws(stage, e))
+    };
+    loop {
+        let packet = match ws.next().await {
+            Some(Ok(Message::Text(t))) => socketio::parse(t.as_bytes())
+                .map_err(|e| Failure::Protocol(format!("socket.io: {e}")))?,
+            Some(Ok(Message::Binary(_))) => {
+                return Err(Failure::Protocol("socket.io: binary message".into()));
+            }
+            Some(Ok(Message::Close(_))) | None => return Err(Failure::Closed(*stage)),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(Failure::from_ws(*stage, e)),
+        };
+        match packet {
+            Packet::Open if *stage == Stage::SocketIoOpen => {
+                send(ws, socketio::CONNECT, *stage).await?;
+                *stage = Stage::Connected;
+            }
+            Packet::Connected if *stage == Stage::Connected => return Ok(()),
+            Packet::Ping => send(ws, socketio::PONG, *stage).await?,
+            Packet::ConnectError(message) => {
+                return Err(Failure::Protocol(format!(
+                    "socket.io connect_error: {}",
+                    message.chars().take(80).collect::<String>()
+                )));
+            }
+            Packet::Close => return Err(Failure::Closed(*stage)),
+            Packet::Other => {}
+            other => {
+                return Err(Failure::Protocol(format!(
+                    "socket.io: unexpected {other:?} during {}",
+                    stage.name()
+                )));
+            }
+        }
+    }
 }
 
 /// STOMP frames as WebSocket messages.
@@ -258,7 +348,8 @@ pub(crate) enum End {
 /// Reads and discards everything the server sends (so it never sees a stuck reader) until
 /// `cancel` fires, then closes the WebSocket politely. Counts STOMP frames (and heart-beats)
 /// without parsing: NUL bytes and lone EOLs, or for SockJS escaped NULs and `h` frames; a
-/// SockJS close frame ends the session.
+/// SockJS close frame ends the session. Without STOMP it counts messages (raw), events
+/// (Socket.IO, whose pings it answers) or the messages of `a[...]` frames (SockJS).
 pub(crate) async fn drain(
     mut ws: Ws,
     framing: Framing,
@@ -279,8 +370,28 @@ pub(crate) async fn drain(
                     Framing::SockJs => {
                         frames.fetch_add(sockjs::count_stomp_frames(t.as_bytes()), Ordering::Relaxed);
                     }
+                    Framing::SockJsPlain => match sockjs::parse(t.as_bytes()) {
+                        Ok(sockjs::Frame::Messages(m)) => {
+                            frames.fetch_add(m.len() as u64, Ordering::Relaxed);
+                        }
+                        Ok(sockjs::Frame::Close { .. }) | Err(_) => return End::Dropped,
+                        Ok(_) => {}
+                    },
+                    Framing::SocketIo => match t.as_bytes() {
+                        b"2" => {
+                            let pong = ws.send(Message::text(socketio::PONG)).await;
+                            if pong.is_err() {
+                                return End::Dropped;
+                            }
+                        }
+                        [b'4', b'2', ..] => {
+                            frames.fetch_add(1, Ordering::Relaxed);
+                        }
+                        b"1" | b"41" => return End::Dropped,
+                        _ => {}
+                    },
                 },
-                Some(Ok(Message::Binary(_))) if framing == Framing::Raw => {
+                Some(Ok(Message::Binary(_))) if !framing.is_stomp() => {
                     frames.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(Ok(Message::Binary(b))) => count_frames(&b, frames),
@@ -341,6 +452,8 @@ mod tests {
     /// A one-connection SockJS websocket server: checks the upgrade offers no subprotocol,
     /// sends `o`, answers CONNECT and SUBSCRIBE inside `a[...]` frames (with a heartbeat in
     /// between), then closes with `c[...]` when the client's next message arrives.
+    use crate::client::transport::Transport;
+
     #[tokio::test]
     async fn sockjs_handshake_against_a_stand_in() {
         use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
@@ -400,5 +513,127 @@ mod tests {
         assert_eq!(end, End::Dropped);
         assert_eq!(frames.load(Ordering::Relaxed), 1);
         server.await.unwrap();
+    }
+
+    fn target_at(addr: std::net::SocketAddr, transport: Transport, path: &str) -> Target {
+        Target {
+            transport,
+            host_header: addr.to_string(),
+            path: path.into(),
+            addr,
+            source: None,
+            handshake_timeout: Duration::from_secs(10),
+            pipelined: false,
+            xhr_sends: super::super::xhr_streaming::SendPool::new(1),
+        }
+    }
+
+    /// A one-connection Socket.IO server: checks the query names the channel, sends the open
+    /// packet, a ping before the client's namespace connect is answered (which must be
+    /// ponged), `40` once `40` arrives; then a ping (ponged by the drain), an event, and a
+    /// disconnect, which ends the session.
+    #[tokio::test]
+    async fn socketio_connect_and_pings_against_a_stand_in() {
+        use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            #[allow(clippy::result_large_err)]
+            let cb = |req: &Request, resp: Response| {
+                assert_eq!(req.uri().path(), "/socket.io/");
+                assert_eq!(
+                    req.uri().query(),
+                    Some("EIO=4&transport=websocket&channel=u7")
+                );
+                Ok(resp)
+            };
+            let mut ws = tokio_tungstenite::accept_hdr_async(s, cb).await.unwrap();
+            ws.send(Message::text(
+                r#"0{"sid":"s","pingInterval":25000,"pingTimeout":20000}"#,
+            ))
+            .await
+            .unwrap();
+            ws.send(Message::text("2")).await.unwrap();
+            assert_eq!(ws_text(&mut ws).await, "40");
+            assert_eq!(ws_text(&mut ws).await, "3");
+            ws.send(Message::text(r#"40{"sid":"n"}"#)).await.unwrap();
+            ws.send(Message::text("2")).await.unwrap();
+            assert_eq!(ws_text(&mut ws).await, "3");
+            ws.send(Message::text(r#"42["n","1 2 xx"]"#)).await.unwrap();
+            ws.send(Message::text("41")).await.unwrap();
+            let _ = ws.next().await;
+        });
+        let target = target_at(addr, Transport::SocketIo, "/socket.io");
+        let ws = open(&target, "u7", Framing::SocketIo).await.unwrap();
+        let frames = AtomicU64::new(0);
+        let end = drain(ws, Framing::SocketIo, &CancellationToken::new(), &frames).await;
+        assert_eq!(end, End::Dropped);
+        assert_eq!(frames.load(Ordering::Relaxed), 1);
+        server.await.unwrap();
+    }
+
+    /// A refused namespace connect (`44`) is a failure that names it.
+    #[tokio::test]
+    async fn a_refused_socketio_connect_fails_the_session() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
+            ws.send(Message::text(r#"0{"sid":"s"}"#)).await.unwrap();
+            assert_eq!(ws_text(&mut ws).await, "40");
+            ws.send(Message::text(r#"44{"message":"no channel"}"#))
+                .await
+                .unwrap();
+            let _ = ws.next().await;
+        });
+        let target = target_at(addr, Transport::SocketIo, "/socket.io");
+        let failure = open(&target, "u7", Framing::SocketIo).await.unwrap_err();
+        assert_eq!(
+            failure.reason(),
+            "protocol: socket.io connect_error: no channel"
+        );
+        server.await.unwrap();
+    }
+
+    /// sockjs-node's subscribers: the channel in the query, open at `o`, each message of an
+    /// `a[...]` frame counted, `c[...]` the end.
+    #[tokio::test]
+    async fn plain_sockjs_against_a_stand_in() {
+        use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            #[allow(clippy::result_large_err)]
+            let cb = |req: &Request, resp: Response| {
+                assert!(req.uri().path().starts_with("/sockjs/"));
+                assert!(req.uri().path().ends_with("/websocket"));
+                assert_eq!(req.uri().query(), Some("channel=u3"));
+                Ok(resp)
+            };
+            let mut ws = tokio_tungstenite::accept_hdr_async(s, cb).await.unwrap();
+            for frame in ["o", "h", r#"a["1 2 x","3 4 x"]"#, r#"c[3000,"bye"]"#] {
+                ws.send(Message::text(frame)).await.unwrap();
+            }
+            let _ = ws.next().await;
+        });
+        let target = target_at(addr, Transport::SockJsPlain, "/sockjs");
+        let ws = open(&target, "u3", Framing::SockJsPlain).await.unwrap();
+        let frames = AtomicU64::new(0);
+        let end = drain(ws, Framing::SockJsPlain, &CancellationToken::new(), &frames).await;
+        assert_eq!(end, End::Dropped);
+        assert_eq!(frames.load(Ordering::Relaxed), 2);
+        server.await.unwrap();
+    }
+
+    async fn ws_text(ws: &mut WebSocketStream<tokio::net::TcpStream>) -> String {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => t.to_string(),
+            other => panic!("expected a text message, got {other:?}"),
+        }
     }
 }
