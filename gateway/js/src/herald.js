@@ -24,7 +24,10 @@
  * what went to the old one since then); CONNECTED answers with the mailbox
  * `epoch` and `seq`.
  * SUBSCRIBE `/user/notifications` (optional `events` filter) with a receipt:
- * the client is `connected` once the receipt arrives; it carries `last-seq` +
+ * the client is `connected` once the receipt arrives. A reconnect that
+ * presents the same token as the session its position comes from sends
+ * SUBSCRIBE in the same message as CONNECT (the gateway answers CONNECTED,
+ * then the RECEIPT); otherwise SUBSCRIBE waits for CONNECTED. It carries `last-seq` +
  * `epoch` when they differ from the CONNECT's (a position restored from
  * storage once CONNECTED's `user-name` showed whose session it is; with
  * `offline-ms` from the time stored with it). MESSAGE
@@ -609,6 +612,8 @@ export class HeraldClient {
     this._userName = null;
     /** @type {string | null} whose position _epoch/_lastSeq are (CONNECTED `user-name`) */
     this._positionUser = null;
+    /** @type {string | null} the token a CONNECTED last showed to be _positionUser's */
+    this._positionToken = null;
     /** @type {number | null} when a frame last came from a session (this._now()) */
     this._lastHeard = null;
     /** @type {Set<string>} the last RECENT_IDS message ids, oldest first */
@@ -806,6 +811,8 @@ export class HeraldClient {
       closeTimer: null,
       onDisconnected: null,
       receipt: `herald-sub-${generation}`,
+      token,
+      pipelined: false, // SUBSCRIBE sent with CONNECT
     };
     this._sock = sock;
     this._session = s;
@@ -827,7 +834,15 @@ export class HeraldClient {
           headers['offline-ms'] = Math.max(0, Math.round(this._now() - this._lastHeard));
         }
       }
-      this._send(encodeFrame('CONNECT', headers));
+      let text = encodeFrame('CONNECT', headers);
+      // A reconnect with the token that last showed whose position this is
+      // needs nothing from CONNECTED to subscribe: SUBSCRIBE goes in the same
+      // message, one round trip less (the gateway answers both in order).
+      if (this._epoch !== null && this._lastSeq !== null && this._positionUser !== null && token === this._positionToken) {
+        s.pipelined = true;
+        text += encodeFrame('SUBSCRIBE', this._subscribeHeaders(s));
+      }
+      this._send(text);
     };
     sock.onmessage = (ev) => {
       if (sock !== this._sock) return;
@@ -872,12 +887,19 @@ export class HeraldClient {
         this._stats.connects++;
         const user = h['user-name'];
         if (user !== undefined) this._userName = user;
-        /** @type {Record<string, string | number>} */
-        const sub = { id: SUBSCRIPTION_ID, destination: DESTINATION, ack: 'auto', receipt: s.receipt };
-        if (this.options.events && this.options.events.length) sub.events = this.options.events.join(',');
+        if (s.pipelined && user !== undefined && user !== this._positionUser) {
+          // The SUBSCRIBE went out with another user's position: forget it
+          // and come back at once without one (the next CONNECTED then
+          // starts this user's stream as a first session would).
+          this._forgetPosition();
+          this._lose('the token names another user than the position resumed', false, true);
+          break;
+        }
+        const sub = this._subscribeHeaders(s);
         this._startPosition(user, h, sub);
+        this._positionToken = this._positionUser !== null ? s.token : null;
         this._startHeartbeats(h['heart-beat'], s);
-        this._send(encodeFrame('SUBSCRIBE', sub));
+        if (!s.pipelined) this._send(encodeFrame('SUBSCRIBE', sub));
         break;
       }
       case 'RECEIPT':
@@ -949,6 +971,29 @@ export class HeraldClient {
   }
 
   /**
+   * The SUBSCRIBE of session `s`, without resume headers (the CONNECT's
+   * position applies unless {@link HeraldClient#_startPosition} adds them).
+   *
+   * @param {{receipt: string}} s
+   * @returns {Record<string, string | number>}
+   */
+  _subscribeHeaders(s) {
+    /** @type {Record<string, string | number>} */
+    const sub = { id: SUBSCRIPTION_ID, destination: DESTINATION, ack: 'auto', receipt: s.receipt };
+    if (this.options.events && this.options.events.length) sub.events = this.options.events.join(',');
+    return sub;
+  }
+
+  /** Forgets the position in memory (another user's session begins). */
+  _forgetPosition() {
+    this._epoch = null;
+    this._lastSeq = null;
+    this._positionUser = null;
+    this._positionToken = null;
+    this._recentIds.clear();
+  }
+
+  /**
    * At CONNECTED: where this session's stream starts, setting the SUBSCRIBE's
    * resume headers when they differ from the CONNECT's.
    * - A reconnect of the same user resumes from the position in memory (the
@@ -969,10 +1014,7 @@ export class HeraldClient {
     if (switched) {
       // The CONNECT carried the previous user's position: never resume it,
       // nor drop the new user's messages as repeats of the old one's.
-      this._epoch = null;
-      this._lastSeq = null;
-      this._positionUser = null;
-      this._recentIds.clear();
+      this._forgetPosition();
     }
     if (this._epoch !== null) return;
     const head = h.epoch !== undefined && /^\d+$/.test(h.seq ?? '') ? { epoch: h.epoch, seq: Number(h.seq) } : null;

@@ -501,3 +501,88 @@ test('a first CONNECT says nothing of offline-ms; the ids remembered are bounded
   assert.equal(rec.messages.length, RECENT_IDS + 2);
   assert.equal(rec.messages.at(-1).id, 'm-1');
 });
+
+test('a reconnect with the same token sends SUBSCRIBE in the same message as CONNECT', async () => {
+  const { h, rec } = await client({ events: ['chat.*'] });
+  const first = FakeSocket.last;
+  first.open();
+  assert.equal(first.sent.length, 1);
+  assert.deepEqual(first.frames.map((f) => f.command), ['CONNECT'], 'a first session waits for CONNECTED');
+  first.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '77', seq: '4', 'user-name': 'alice' });
+  assert.deepEqual(first.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE']);
+  first.frame('RECEIPT', { 'receipt-id': first.sentFrames('SUBSCRIBE')[0].headers.receipt });
+  first.message(5);
+  first.serverClose();
+
+  const second = await nextAttempt();
+  second.open();
+  assert.equal(second.sent.length, 1, 'one message');
+  assert.deepEqual(second.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE']);
+  const [connectFrame, sub] = second.frames;
+  assert.equal(connectFrame.headers['last-seq'], '5');
+  assert.equal(connectFrame.headers.epoch, '77');
+  assert.equal(sub.headers['last-seq'], undefined, 'the CONNECT carries the position');
+  assert.equal(sub.headers.events, 'chat.*');
+  assert.equal(sub.headers.destination, '/user/notifications');
+  second.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '77', seq: '6', 'user-name': 'alice' });
+  assert.equal(second.sent.length, 1, 'nothing more at CONNECTED');
+  assert.equal(h.state, 'reconnecting');
+  second.message(6);
+  second.frame('RECEIPT', { 'receipt-id': sub.headers.receipt });
+  assert.equal(h.state, 'connected');
+  assert.deepEqual(rec.messages.map((m) => m.seq), [5, 6]);
+  assert.deepEqual(rec.errors, []);
+});
+
+test('a reconnect with another token waits for CONNECTED to subscribe', async () => {
+  const tokens = ['jwt-a', 'jwt-b', 'jwt-b'];
+  const { h } = await client({ token: undefined, getToken: async () => tokens.shift() });
+  const first = FakeSocket.last;
+  first.handshake({ seq: '1' });
+  first.serverClose();
+
+  // A fresh token: whose it is shows only in CONNECTED.
+  const second = await nextAttempt();
+  second.open();
+  assert.deepEqual(second.frames.map((f) => f.command), ['CONNECT']);
+  assert.equal(second.frames[0].headers['last-seq'], '1');
+  second.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '77', seq: '1', 'user-name': 'alice' });
+  assert.deepEqual(second.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE']);
+  second.frame('RECEIPT', { 'receipt-id': second.sentFrames('SUBSCRIBE')[0].headers.receipt });
+  assert.equal(h.state, 'connected');
+  second.serverClose();
+
+  // The same token again: it was shown to be alice's.
+  const third = await nextAttempt();
+  third.open();
+  assert.deepEqual(third.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE']);
+});
+
+test('a pipelined SUBSCRIBE answered for another user is abandoned: the client reconnects at once without a position', async () => {
+  const { h, rec } = await client();
+  const first = FakeSocket.last;
+  first.handshake({ epoch: '77', seq: '3', user: 'alice' });
+  first.serverClose();
+
+  const second = await nextAttempt();
+  second.open();
+  assert.deepEqual(second.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE']);
+  // The gateway's user for this token is now another one (its claims changed).
+  second.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '12', seq: '40', 'user-name': 'bob' });
+  second.message(38, { epoch: '12' });
+  assert.ok(second.closed, 'the session with the wrong position is closed');
+  assert.deepEqual(rec.messages, [], 'nothing from it reaches the app');
+  await flush();
+  assert.equal(FakeSocket.all.length, 3, 'a new transport without waiting for a timer');
+  const third = FakeSocket.last;
+  third.open();
+  assert.deepEqual(third.frames.map((f) => f.command), ['CONNECT'], 'no position, so no pipelining');
+  assert.equal(third.frames[0].headers['last-seq'], undefined);
+  third.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '12', seq: '40', 'user-name': 'bob' });
+  const [sub] = third.sentFrames('SUBSCRIBE');
+  third.frame('RECEIPT', { 'receipt-id': sub.headers.receipt });
+  assert.equal(h.state, 'connected');
+  assert.equal(h.epoch, '12');
+  assert.equal(h.lastSeq, 40);
+  assert.equal(h.userName, 'bob');
+});
