@@ -81,6 +81,10 @@ pub(crate) struct RampStep {
     /// How far behind its schedule the publisher was at worst.
     pub(crate) max_publish_lag_ms: f64,
     pub(crate) server_cpu_seconds: f64,
+    /// CPU of the bench's own process (its sessions and publishers) over the same span: with
+    /// the server's, whether the two cores were the limit.
+    #[serde(default)]
+    pub(crate) bench_cpu_seconds: f64,
     pub(crate) cpu_per_100k_deliveries: f64,
     /// Publish to receipt, over every delivery.
     pub(crate) latency: Option<Summary>,
@@ -613,6 +617,7 @@ async fn step(
     arrivals.take();
     let count_before = arrivals.count.load(Ordering::Relaxed);
     let cpu_before = server.cpu()?;
+    let bench_before = bench_cpu();
     let started = Instant::now();
     let published = publish(
         server,
@@ -642,6 +647,7 @@ async fn step(
         tokio::time::sleep(POLL).await;
     }
     let cpu_used = server.cpu()?.since(&cpu_before).total();
+    let bench_used = bench_cpu() - bench_before;
     let last = first_seq + publications;
     let mut latencies: Vec<u64> = arrivals
         .take()
@@ -670,6 +676,7 @@ async fn step(
         },
         max_publish_lag_ms: published.max_lag.as_secs_f64() * 1e3,
         server_cpu_seconds: cpu_used,
+        bench_cpu_seconds: bench_used,
         cpu_per_100k_deliveries: if delivered == 0 {
             0.0
         } else {
@@ -679,6 +686,11 @@ async fn step(
         load_before,
         server_command: server.command.clone(),
     })
+}
+
+/// CPU-seconds the bench's own process has used (0 if `/proc` cannot say).
+fn bench_cpu() -> f64 {
+    cpu::read_cpu(std::process::id()).map_or(0.0, |c| c.total())
 }
 
 #[cfg(test)]

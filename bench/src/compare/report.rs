@@ -65,6 +65,8 @@ pub(crate) enum Unit {
     Seconds,
     NanosAsMillis,
     Count,
+    /// CPU-seconds per second.
+    Cores,
 }
 
 impl Unit {
@@ -76,6 +78,7 @@ impl Unit {
             Unit::Seconds => format!("{v:.2} s"),
             Unit::NanosAsMillis => format!("{:.1} ms", v / 1e6),
             Unit::Count => grouped(v),
+            Unit::Cores => format!("{v:.2}"),
         }
     }
 }
@@ -202,6 +205,11 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
             Better::Higher,
         );
         let mut lost = Figure::new(format!("deliveries lost {at}"), Unit::Count, Better::Lower);
+        let mut busy = Figure::new(
+            format!("cores busy, server and bench together, {at}"),
+            Unit::Cores,
+            Better::Lower,
+        );
         for s in steps.iter().filter(|s| s.rate == rate) {
             // Nothing delivered: no cost per delivery to speak of.
             if s.delivered > 0 {
@@ -214,8 +222,19 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
             }
             delivered.add(s.system, s.round, s.delivered_rate);
             lost.add(s.system, s.round, s.lost as f64);
+            // Runs from before the bench read its own CPU have none.
+            if s.bench_cpu_seconds > 0.0 && s.seconds > 0.0 {
+                busy.add(
+                    s.system,
+                    s.round,
+                    (s.server_cpu_seconds + s.bench_cpu_seconds) / s.seconds,
+                );
+            }
         }
         figures.extend([cpu, p50, p99, max, delivered, lost]);
+        if !busy.values.is_empty() {
+            figures.push(busy);
+        }
     }
     let mut best = Figure::new(
         "highest deliveries/s with nothing lost (over the ramp)".to_owned(),
@@ -507,5 +526,44 @@ mod tests {
         assert_eq!(Unit::Micros.format(3400.0), "3,400 µs");
         assert_eq!(Unit::Seconds.format(2.041), "2.04 s");
         assert_eq!(Unit::NanosAsMillis.format(45_120_000.0), "45.1 ms");
+        assert_eq!(Unit::Cores.format(1.957), "1.96");
+    }
+
+    fn step(system: System, bench_cpu_seconds: f64) -> RampStep {
+        RampStep {
+            audience: Audience::PerUser,
+            system,
+            round: 0,
+            sessions: 10,
+            rate: 1000,
+            publications: 1000,
+            refused: 0,
+            expected: 1000,
+            delivered: 1000,
+            lost: 0,
+            seconds: 2.0,
+            delivered_rate: 500.0,
+            max_publish_lag_ms: 0.0,
+            server_cpu_seconds: 1.5,
+            bench_cpu_seconds,
+            cpu_per_100k_deliveries: 150.0,
+            latency: None,
+            load_before: None,
+            server_command: String::new(),
+        }
+    }
+
+    #[test]
+    fn cores_busy_adds_the_bench_to_the_server_when_it_was_read() {
+        let figures = ramp_figures(&[step(System::Herald, 2.0), step(System::Nchan, 1.0)]);
+        let busy = figures
+            .iter()
+            .find(|f| f.name.starts_with("cores busy"))
+            .expect("a cores-busy figure");
+        assert_eq!(busy.values[&System::Herald][&0], 1.75);
+        assert_eq!(busy.values[&System::Nchan][&0], 1.25);
+        // A run recorded before the bench read its own CPU has no such figure.
+        let old = ramp_figures(&[step(System::Herald, 0.0)]);
+        assert!(!old.iter().any(|f| f.name.starts_with("cores busy")));
     }
 }
