@@ -366,36 +366,29 @@ enum Opened {
 
 async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
     // `token` is the credential of `run`.
-    match target.transport {
-        Transport::WebSocket => websocket::open(target, token, websocket::Framing::Stomp)
-            .await
-            .map(|ws| Opened::WebSocket(ws, websocket::Framing::Stomp)),
-        Transport::SockJsWebSocket => websocket::open(target, token, websocket::Framing::SockJs)
-            .await
-            .map(|ws| Opened::WebSocket(ws, websocket::Framing::SockJs)),
-        Transport::XhrStreaming => xhr_streaming::open(target.clone(), token)
-            .await
-            .map(Opened::XhrStreaming),
-        Transport::RawWebSocket => websocket::open(target, token, websocket::Framing::Raw)
-            .await
-            .map(|ws| Opened::WebSocket(ws, websocket::Framing::Raw)),
-        Transport::BrokerStomp => websocket::open(target, token, websocket::Framing::Stomp)
-            .await
-            .map(|ws| Opened::WebSocket(ws, websocket::Framing::Stomp)),
-        Transport::SocketIo => websocket::open(target, token, websocket::Framing::SocketIo)
-            .await
-            .map(|ws| Opened::WebSocket(ws, websocket::Framing::SocketIo)),
-        Transport::SockJsPlain => websocket::open(target, token, websocket::Framing::SockJsPlain)
-            .await
-            .map(|ws| Opened::WebSocket(ws, websocket::Framing::SockJsPlain)),
-    }
+    let framing = match target.transport {
+        Transport::XhrStreaming => {
+            return xhr_streaming::open(target.clone(), token)
+                .await
+                .map(Opened::XhrStreaming);
+        }
+        Transport::WebSocket | Transport::BrokerStomp => websocket::Framing::Stomp,
+        Transport::SockJsWebSocket => websocket::Framing::SockJs,
+        Transport::RawWebSocket => websocket::Framing::Raw,
+        Transport::SocketIo => websocket::Framing::SocketIo,
+        Transport::SockJsPlain => websocket::Framing::SockJsPlain,
+    };
+    websocket::open(target, token, framing)
+        .await
+        .map(|ws| Opened::WebSocket(ws, framing))
 }
 
 /// Opens one session with `credential`: the JWT of a Herald session, or the channel (topic) a
-/// peer's session subscribes to ([`Transport::is_peer`]). `handshake_slot` is held only while the handshake runs (it bounds the
-/// handshakes in flight); the result goes to `outcomes` as soon as it is known. An open session
-/// moves to a task of its own on `tracker` and this task ends, so the memory of the handshake's
-/// future (about 3 KiB) is not kept for the life of the session. With a `recorder` (only over
+/// peer's session subscribes to ([`Transport::is_peer`]). `handshake_slot` is held only while
+/// the handshake runs (it bounds the handshakes in flight); the result goes to `outcomes` as
+/// soon as it is known. An open session moves to a task of its own on `tracker` and this task
+/// ends, so the memory of the handshake's future (about 3 KiB) is not kept for the life of the
+/// session. With a `recorder` (only over
 /// [`Transport::WebSocket`]), the open session records what it receives ([`record`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(

@@ -438,7 +438,13 @@ pub(crate) async fn hold(
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
+    use tokio::task::JoinHandle;
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+
     use super::*;
+    use crate::client::transport::Transport;
 
     #[test]
     fn counts_frames_without_parsing() {
@@ -449,73 +455,28 @@ mod tests {
         assert_eq!(frames.load(Ordering::Relaxed), 4);
     }
 
-    /// A one-connection SockJS websocket server: checks the upgrade offers no subprotocol,
-    /// sends `o`, answers CONNECT and SUBSCRIBE inside `a[...]` frames (with a heartbeat in
-    /// between), then closes with `c[...]` when the client's next message arrives.
-    use crate::client::transport::Transport;
-
-    #[tokio::test]
-    async fn sockjs_handshake_against_a_stand_in() {
-        use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
-
+    /// A one-connection WebSocket server on 127.0.0.1: `check` sees the upgrade request, then
+    /// `script` plays the server.
+    async fn stand_in<F, Fut>(check: fn(&Request), script: F) -> (SocketAddr, JoinHandle<()>)
+    where
+        F: FnOnce(Ws) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let (s, _) = listener.accept().await.unwrap();
             #[allow(clippy::result_large_err)]
-            let cb = |req: &Request, resp: Response| {
-                assert!(req.headers().get("Sec-WebSocket-Protocol").is_none());
-                let path = req.uri().path();
-                assert!(path.starts_with("/sockjs/"), "{path}");
-                assert!(path.ends_with("/websocket"), "{path}");
-                assert_eq!(path.split('/').count(), 5, "{path}");
+            let cb = move |req: &Request, resp: Response| {
+                check(req);
                 Ok(resp)
             };
-            let mut ws = tokio_tungstenite::accept_hdr_async(s, cb).await.unwrap();
-            ws.send(Message::text("o")).await.unwrap();
-            let connect = ws.next().await.unwrap().unwrap().into_text().unwrap();
-            let connect: Vec<String> = serde_json::from_str(&connect).unwrap();
-            assert!(connect[0].starts_with("CONNECT\naccept-version:1.2\n"));
-            assert!(connect[0].contains("\npasscode:tok\n"));
-            assert!(connect[0].ends_with("\n\n\0"));
-            ws.send(Message::text(r#"a["CONNECTED\nversion:1.2\n\n\u0000"]"#))
-                .await
-                .unwrap();
-            let subscribe = ws.next().await.unwrap().unwrap().into_text().unwrap();
-            assert!(subscribe.starts_with(r#"["SUBSCRIBE\n"#), "{subscribe}");
-            ws.send(Message::text("h")).await.unwrap();
-            ws.send(Message::text(
-                r#"a["RECEIPT\nreceipt-id:r-0\n\n\u0000","MESSAGE\nseq:1\n\n{}\u0000"]"#,
-            ))
-            .await
-            .unwrap();
-            ws.send(Message::text("h")).await.unwrap();
-            ws.send(Message::text(r#"c[3000,"Go away!"]"#))
-                .await
-                .unwrap();
-            let _ = ws.next().await;
+            script(tokio_tungstenite::accept_hdr_async(s, cb).await.unwrap()).await;
         });
-        let target = Target {
-            transport: crate::client::transport::Transport::SockJsWebSocket,
-            host_header: addr.to_string(),
-            path: "/sockjs".into(),
-            addr,
-            source: None,
-            handshake_timeout: Duration::from_secs(10),
-            pipelined: false,
-            xhr_sends: super::super::xhr_streaming::SendPool::new(1),
-        };
-        let ws = open(&target, "tok", Framing::SockJs).await.unwrap();
-        let frames = AtomicU64::new(0);
-        let end = drain(ws, Framing::SockJs, &CancellationToken::new(), &frames).await;
-        // The MESSAGE that came with the RECEIPT was consumed by the handshake; the `h` after
-        // it is counted, and the close frame ends the session.
-        assert_eq!(end, End::Dropped);
-        assert_eq!(frames.load(Ordering::Relaxed), 1);
-        server.await.unwrap();
+        (addr, server)
     }
 
-    fn target_at(addr: std::net::SocketAddr, transport: Transport, path: &str) -> Target {
+    fn target_at(addr: SocketAddr, transport: Transport, path: &str) -> Target {
         Target {
             transport,
             host_header: addr.to_string(),
@@ -528,67 +489,125 @@ mod tests {
         }
     }
 
-    /// A one-connection Socket.IO server: checks the query names the channel, sends the open
-    /// packet, a ping before the client's namespace connect is answered (which must be
-    /// ponged), `40` once `40` arrives; then a ping (ponged by the drain), an event, and a
-    /// disconnect, which ends the session.
-    #[tokio::test]
-    async fn socketio_connect_and_pings_against_a_stand_in() {
-        use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    async fn ws_text(ws: &mut Ws) -> String {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => t.to_string(),
+            other => panic!("expected a text message, got {other:?}"),
+        }
+    }
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            #[allow(clippy::result_large_err)]
-            let cb = |req: &Request, resp: Response| {
-                assert_eq!(req.uri().path(), "/socket.io/");
-                assert_eq!(
-                    req.uri().query(),
-                    Some("EIO=4&transport=websocket&channel=u7")
-                );
-                Ok(resp)
-            };
-            let mut ws = tokio_tungstenite::accept_hdr_async(s, cb).await.unwrap();
-            ws.send(Message::text(
-                r#"0{"sid":"s","pingInterval":25000,"pingTimeout":20000}"#,
-            ))
+    async fn send_all(ws: &mut Ws, texts: &[&str]) {
+        for text in texts {
+            ws.send(Message::text(*text)).await.unwrap();
+        }
+    }
+
+    /// Opens a session of `framing` on `server`, drains it until the server ends it, and
+    /// returns the frames counted.
+    async fn open_and_drain(
+        addr: SocketAddr,
+        server: JoinHandle<()>,
+        transport: Transport,
+        path: &str,
+        credential: &str,
+        framing: Framing,
+    ) -> u64 {
+        let ws = open(&target_at(addr, transport, path), credential, framing)
             .await
             .unwrap();
-            ws.send(Message::text("2")).await.unwrap();
+        let frames = AtomicU64::new(0);
+        let end = drain(ws, framing, &CancellationToken::new(), &frames).await;
+        assert_eq!(end, End::Dropped);
+        server.await.unwrap();
+        frames.load(Ordering::Relaxed)
+    }
+
+    /// A SockJS websocket server: checks the upgrade offers no subprotocol, sends `o`, answers
+    /// CONNECT and SUBSCRIBE inside `a[...]` frames (with a heartbeat in between), then closes
+    /// with `c[...]`.
+    #[tokio::test]
+    async fn sockjs_handshake_against_a_stand_in() {
+        let check = |req: &Request| {
+            assert!(req.headers().get("Sec-WebSocket-Protocol").is_none());
+            let path = req.uri().path();
+            assert!(path.starts_with("/sockjs/"), "{path}");
+            assert!(path.ends_with("/websocket"), "{path}");
+            assert_eq!(path.split('/').count(), 5, "{path}");
+        };
+        let (addr, server) = stand_in(check, |mut ws| async move {
+            send_all(&mut ws, &["o"]).await;
+            let connect: Vec<String> = serde_json::from_str(&ws_text(&mut ws).await).unwrap();
+            assert!(connect[0].starts_with("CONNECT\naccept-version:1.2\n"));
+            assert!(connect[0].contains("\npasscode:tok\n"));
+            assert!(connect[0].ends_with("\n\n\0"));
+            send_all(&mut ws, &[r#"a["CONNECTED\nversion:1.2\n\n\u0000"]"#]).await;
+            let subscribe = ws_text(&mut ws).await;
+            assert!(subscribe.starts_with(r#"["SUBSCRIBE\n"#), "{subscribe}");
+            send_all(
+                &mut ws,
+                &[
+                    "h",
+                    r#"a["RECEIPT\nreceipt-id:r-0\n\n\u0000","MESSAGE\nseq:1\n\n{}\u0000"]"#,
+                    "h",
+                    r#"c[3000,"Go away!"]"#,
+                ],
+            )
+            .await;
+            let _ = ws.next().await;
+        })
+        .await;
+        let t = Transport::SockJsWebSocket;
+        // The MESSAGE that came with the RECEIPT was consumed by the handshake; the `h` after
+        // it is counted, and the close frame ends the session.
+        assert_eq!(
+            open_and_drain(addr, server, t, "/sockjs", "tok", Framing::SockJs).await,
+            1
+        );
+    }
+
+    /// A Socket.IO server: checks the query names the channel, sends the open packet and a
+    /// ping (which must be ponged after the client's `40`), `40` once `40` arrived; then a
+    /// ping (ponged by the drain), an event, and a disconnect, which ends the session.
+    #[tokio::test]
+    async fn socketio_connect_and_pings_against_a_stand_in() {
+        let check = |req: &Request| {
+            assert_eq!(req.uri().path(), "/socket.io/");
+            assert_eq!(
+                req.uri().query(),
+                Some("EIO=4&transport=websocket&channel=u7")
+            );
+        };
+        let (addr, server) = stand_in(check, |mut ws| async move {
+            let open = r#"0{"sid":"s","pingInterval":25000,"pingTimeout":20000}"#;
+            send_all(&mut ws, &[open, "2"]).await;
             assert_eq!(ws_text(&mut ws).await, "40");
             assert_eq!(ws_text(&mut ws).await, "3");
-            ws.send(Message::text(r#"40{"sid":"n"}"#)).await.unwrap();
-            ws.send(Message::text("2")).await.unwrap();
+            send_all(&mut ws, &[r#"40{"sid":"n"}"#, "2"]).await;
             assert_eq!(ws_text(&mut ws).await, "3");
-            ws.send(Message::text(r#"42["n","1 2 xx"]"#)).await.unwrap();
-            ws.send(Message::text("41")).await.unwrap();
+            send_all(&mut ws, &[r#"42["n","1 2 xx"]"#, "41"]).await;
             let _ = ws.next().await;
-        });
-        let target = target_at(addr, Transport::SocketIo, "/socket.io");
-        let ws = open(&target, "u7", Framing::SocketIo).await.unwrap();
-        let frames = AtomicU64::new(0);
-        let end = drain(ws, Framing::SocketIo, &CancellationToken::new(), &frames).await;
-        assert_eq!(end, End::Dropped);
-        assert_eq!(frames.load(Ordering::Relaxed), 1);
-        server.await.unwrap();
+        })
+        .await;
+        let t = Transport::SocketIo;
+        assert_eq!(
+            open_and_drain(addr, server, t, "/socket.io", "u7", Framing::SocketIo).await,
+            1
+        );
     }
 
     /// A refused namespace connect (`44`) is a failure that names it.
     #[tokio::test]
     async fn a_refused_socketio_connect_fails_the_session() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
-            ws.send(Message::text(r#"0{"sid":"s"}"#)).await.unwrap();
-            assert_eq!(ws_text(&mut ws).await, "40");
-            ws.send(Message::text(r#"44{"message":"no channel"}"#))
-                .await
-                .unwrap();
-            let _ = ws.next().await;
-        });
+        let (addr, server) = stand_in(
+            |_| {},
+            |mut ws| async move {
+                send_all(&mut ws, &[r#"0{"sid":"s"}"#]).await;
+                assert_eq!(ws_text(&mut ws).await, "40");
+                send_all(&mut ws, &[r#"44{"message":"no channel"}"#]).await;
+                let _ = ws.next().await;
+            },
+        )
+        .await;
         let target = target_at(addr, Transport::SocketIo, "/socket.io");
         let failure = open(&target, "u7", Framing::SocketIo).await.unwrap_err();
         assert_eq!(
@@ -602,38 +621,21 @@ mod tests {
     /// `a[...]` frame counted, `c[...]` the end.
     #[tokio::test]
     async fn plain_sockjs_against_a_stand_in() {
-        use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
-
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            #[allow(clippy::result_large_err)]
-            let cb = |req: &Request, resp: Response| {
-                assert!(req.uri().path().starts_with("/sockjs/"));
-                assert!(req.uri().path().ends_with("/websocket"));
-                assert_eq!(req.uri().query(), Some("channel=u3"));
-                Ok(resp)
-            };
-            let mut ws = tokio_tungstenite::accept_hdr_async(s, cb).await.unwrap();
-            for frame in ["o", "h", r#"a["1 2 x","3 4 x"]"#, r#"c[3000,"bye"]"#] {
-                ws.send(Message::text(frame)).await.unwrap();
-            }
+        let check = |req: &Request| {
+            assert!(req.uri().path().starts_with("/sockjs/"));
+            assert!(req.uri().path().ends_with("/websocket"));
+            assert_eq!(req.uri().query(), Some("channel=u3"));
+        };
+        let (addr, server) = stand_in(check, |mut ws| async move {
+            let frames = ["o", "h", r#"a["1 2 x","3 4 x"]"#, r#"c[3000,"bye"]"#];
+            send_all(&mut ws, &frames).await;
             let _ = ws.next().await;
-        });
-        let target = target_at(addr, Transport::SockJsPlain, "/sockjs");
-        let ws = open(&target, "u3", Framing::SockJsPlain).await.unwrap();
-        let frames = AtomicU64::new(0);
-        let end = drain(ws, Framing::SockJsPlain, &CancellationToken::new(), &frames).await;
-        assert_eq!(end, End::Dropped);
-        assert_eq!(frames.load(Ordering::Relaxed), 2);
-        server.await.unwrap();
-    }
-
-    async fn ws_text(ws: &mut WebSocketStream<tokio::net::TcpStream>) -> String {
-        match ws.next().await {
-            Some(Ok(Message::Text(t))) => t.to_string(),
-            other => panic!("expected a text message, got {other:?}"),
-        }
+        })
+        .await;
+        let t = Transport::SockJsPlain;
+        assert_eq!(
+            open_and_drain(addr, server, t, "/sockjs", "u3", Framing::SockJsPlain).await,
+            2
+        );
     }
 }
