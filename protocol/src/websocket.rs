@@ -23,6 +23,8 @@ mod frame;
 mod handshake;
 
 pub use decode::{Decoder, WsError};
-pub use encode::{encode_close, encode_frame, encode_header, encode_masked_frame};
+pub use encode::{
+    MAX_HEADER_LEN, encode_close, encode_frame, encode_header, encode_masked_frame, header_len,
+};
 pub use frame::{Message, OpCode, close_code};
 pub use handshake::{GUID, accept_key};

@@ -51,9 +51,12 @@ pub fn message_headers<'a>(
     length: &'a str,
     n: &'a Notification,
     base64: bool,
-) -> Vec<(&'a str, &'a str)> {
-    let mut h: Vec<(&str, &str)> = Vec::with_capacity(12);
-    h.extend([
+) -> MessageHeaders<'a> {
+    let mut h = MessageHeaders {
+        list: [("", ""); MessageHeaders::MAX],
+        len: 0,
+    };
+    for header in [
         (headers::SUBSCRIPTION, subscription),
         (headers::DESTINATION, super::stomp::DESTINATION),
         (names::MESSAGE_ID, n.id.as_str()),
@@ -61,7 +64,9 @@ pub fn message_headers<'a>(
         (names::EPOCH, epoch),
         (names::EVENT, n.event.as_str()),
         (names::SCOPE, n.scope.as_str()),
-    ]);
+    ] {
+        h.push(header);
+    }
     if let Some(topic) = &n.topic {
         h.push((names::TOPIC, topic));
     }
@@ -71,6 +76,29 @@ pub fn message_headers<'a>(
     }
     h.push((headers::CONTENT_LENGTH, length));
     h
+}
+
+/// A MESSAGE frame's headers, kept on the stack: they are made once per
+/// recipient of every notification.
+pub struct MessageHeaders<'a> {
+    list: [(&'a str, &'a str); MessageHeaders::MAX],
+    len: usize,
+}
+
+impl<'a> MessageHeaders<'a> {
+    /// The most a MESSAGE carries: seven always, then `topic`,
+    /// `content-type`, `content-transfer-encoding` and `content-length`.
+    const MAX: usize = 11;
+
+    fn push(&mut self, header: (&'a str, &'a str)) {
+        self.list[self.len] = header;
+        self.len += 1;
+    }
+
+    /// The headers, in order.
+    pub fn as_slice(&self) -> &[(&'a str, &'a str)] {
+        &self.list[..self.len]
+    }
 }
 
 fn error(sink: &mut dyn Sink, message: &str, receipt: Option<&str>, v: Version) {

@@ -61,20 +61,28 @@ pub fn message(
     v: Version,
 ) -> [Bytes; 3] {
     let body = payload(n).clone();
-    let seq = seq.to_string();
-    let epoch = epoch.to_string();
     let binary = !n.payload_is_utf8;
+    // The length of the base64 text the body carries (its STOMP content;
+    // the SockJS escaping on top is not STOMP's), computed, not encoded
+    // again for every recipient.
     let length = if binary {
-        base64::engine::general_purpose::STANDARD
-            .encode(&n.payload)
-            .len()
-            .to_string()
+        base64::encoded_len(n.payload.len(), true).unwrap_or(usize::MAX)
     } else {
-        n.payload.len().to_string()
+        n.payload.len()
     };
-    let hdrs = message_headers(subscription, &seq, &epoch, &length, n, binary);
+    let mut seq_text = itoa::Buffer::new();
+    let mut epoch_text = itoa::Buffer::new();
+    let mut length_text = itoa::Buffer::new();
+    let hdrs = message_headers(
+        subscription,
+        seq_text.format(seq),
+        epoch_text.format(epoch),
+        length_text.format(length),
+        n,
+        binary,
+    );
     let mut head = BytesMut::with_capacity(256);
-    stomp::encode_head(Command::Message, &hdrs, v, &mut head);
+    stomp::encode_head(Command::Message, hdrs.as_slice(), v, &mut head);
     let text = String::from_utf8_lossy(&head);
     let mut escaped = BytesMut::with_capacity(sockjs::escaped_len(&text));
     sockjs::escape_into(&text, &mut escaped);

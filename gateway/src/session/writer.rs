@@ -42,7 +42,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use herald_protocol::envelope::{Accepted, Notification};
 use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
@@ -55,6 +55,10 @@ use crate::metrics::traffic::now_micros;
 const NUL: Bytes = Bytes::from_static(b"\0");
 /// A STOMP heart-beat (one EOL) in a WebSocket text frame.
 const HEARTBEAT: &[u8] = &[0x81, 0x01, b'\n'];
+
+/// Room for a MESSAGE's STOMP head (its headers are about 200 bytes; a
+/// longer head grows the buffer).
+const HEAD_CAPACITY: usize = 256;
 
 /// Most chunks handed to one `writev`.
 const MAX_IOV: usize = 64;
@@ -372,6 +376,31 @@ impl WriteQueue {
         }
     }
 
+    /// One WebSocket data frame of a MESSAGE: the frame's header and the
+    /// STOMP head `encode_head` writes share one buffer (the one allocation
+    /// per recipient), then the notification's shared `payload` and the NUL.
+    /// Not charged (see the module's "Bound and policy").
+    pub fn message_frame(
+        &mut self,
+        opcode: OpCode,
+        encode_head: impl FnOnce(&mut BytesMut),
+        payload: &Bytes,
+    ) {
+        const ROOM: usize = websocket::MAX_HEADER_LEN;
+        let mut head = BytesMut::with_capacity(ROOM + HEAD_CAPACITY);
+        head.put_bytes(0, ROOM);
+        encode_head(&mut head);
+        let len = head.len() - ROOM + payload.len() + NUL.len();
+        // The header goes right before the STOMP head, in the room left for
+        // it; what it does not need is skipped.
+        let start = ROOM - websocket::header_len(len);
+        websocket::encode_header(opcode, len, &mut &mut head[start..ROOM]);
+        head.advance(start);
+        self.push(head.freeze());
+        self.push(payload.clone());
+        self.push(NUL);
+    }
+
     /// One WebSocket frame the gateway makes itself, payload `parts` in
     /// order, copied into the run of control frames and charged.
     pub fn control_frame(&mut self, opcode: OpCode, parts: &[&[u8]]) {
@@ -430,18 +459,27 @@ impl Sink for RawStomp<'_> {
     }
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
-        let seq = seq.to_string();
-        let epoch = epoch.to_string();
-        let length = n.payload.len().to_string();
-        let hdrs = message_headers(subscription, &seq, &epoch, &length, n, false);
-        let mut head = BytesMut::with_capacity(256);
-        stomp::encode_head(Command::Message, &hdrs, v, &mut head);
+        let mut seq_text = itoa::Buffer::new();
+        let mut epoch_text = itoa::Buffer::new();
+        let mut length_text = itoa::Buffer::new();
+        let hdrs = message_headers(
+            subscription,
+            seq_text.format(seq),
+            epoch_text.format(epoch),
+            length_text.format(n.payload.len()),
+            n,
+            false,
+        );
         let opcode = if n.payload_is_utf8 {
             OpCode::Text
         } else {
             OpCode::Binary
         };
-        self.0.ws_frame(opcode, &[&head.freeze(), &n.payload, &NUL]);
+        self.0.message_frame(
+            opcode,
+            |head| stomp::encode_head(Command::Message, hdrs.as_slice(), v, head),
+            &n.payload,
+        );
         self.0.mark_delivery(n.accepted);
     }
 

@@ -13,9 +13,22 @@ const MAX_CLOSE_REASON: usize = 123;
 /// 4 or 10 bytes.
 ///
 /// Herald writes the header and the start of a STOMP frame, then a shared
-/// body, so the payload itself is written by the caller.
-pub fn encode_header(opcode: OpCode, len: usize, out: &mut BytesMut) {
+/// body, so the payload itself is written by the caller. `out` may be a
+/// `BytesMut` or a slice of exactly [`header_len`] bytes.
+pub fn encode_header(opcode: OpCode, len: usize, out: &mut impl BufMut) {
     write_header(true, opcode, None, len, out);
+}
+
+/// Longest server frame header.
+pub const MAX_HEADER_LEN: usize = 10;
+
+/// Bytes of the server frame header for a payload of `len` bytes.
+pub fn header_len(len: usize) -> usize {
+    match len {
+        0..=125 => 2,
+        126..=0xFFFF => 4,
+        _ => MAX_HEADER_LEN,
+    }
 }
 
 /// A whole unmasked server frame.
@@ -57,7 +70,13 @@ pub fn encode_masked_frame(
     apply_mask(&mut out[start..], mask);
 }
 
-fn write_header(fin: bool, opcode: OpCode, mask: Option<[u8; 4]>, len: usize, out: &mut BytesMut) {
+fn write_header(
+    fin: bool,
+    opcode: OpCode,
+    mask: Option<[u8; 4]>,
+    len: usize,
+    out: &mut impl BufMut,
+) {
     out.put_u8(u8::from(fin) << 7 | opcode.as_u8());
     let mask_bit = if mask.is_some() { 0x80 } else { 0 };
     match len {
@@ -72,7 +91,7 @@ fn write_header(fin: bool, opcode: OpCode, mask: Option<[u8; 4]>, len: usize, ou
         }
     }
     if let Some(mask) = mask {
-        out.extend_from_slice(&mask);
+        out.put_slice(&mask);
     }
 }
 
@@ -93,6 +112,15 @@ mod tests {
         assert_eq!(header(126), [0x82, 126, 0, 126]);
         assert_eq!(header(0xFFFF), [0x82, 126, 0xFF, 0xFF]);
         assert_eq!(header(0x10000), [0x82, 127, 0, 0, 0, 0, 0, 1, 0, 0]);
+        for len in [0, 125, 126, 0xFFFF, 0x10000] {
+            assert_eq!(header_len(len), header(len).len(), "{len}");
+            // Into a slice of exactly that length, as into a buffer.
+            let mut slot = [0u8; MAX_HEADER_LEN];
+            let mut rest = &mut slot[..header_len(len)];
+            encode_header(OpCode::Binary, len, &mut rest);
+            assert!(rest.is_empty());
+            assert_eq!(&slot[..header_len(len)], &header(len)[..]);
+        }
     }
 
     #[test]

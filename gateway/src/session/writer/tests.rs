@@ -44,8 +44,10 @@ fn message_shares_the_payload_and_decodes() {
     };
     let mut q = WriteQueue::default();
     RawStomp(&mut q).message("sub:0", 7, 99, &n, Version::V1_2);
-    // The payload chunk is the very same allocation.
-    assert_eq!(q.chunks[2].as_ptr(), payload.as_ptr());
+    // The payload chunk is the very same allocation, after one chunk holding
+    // the WebSocket header and the STOMP head.
+    assert_eq!(q.chunks[1].as_ptr(), payload.as_ptr());
+    assert_eq!(q.chunks.len(), 3);
     let frames = decode_server_frames(&q.concat());
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0].0, 1, "text frame");
@@ -65,6 +67,46 @@ fn message_shares_the_payload_and_decodes() {
     assert_eq!(f.header("scope"), Some("client"));
     assert_eq!(f.header("topic"), Some("chat"));
     assert_eq!(f.body.len(), 70_000);
+}
+
+#[test]
+fn message_frames_of_every_header_size_decode() {
+    // Frames whose whole length (head + payload + NUL) falls on each side of
+    // the 2-, 4- and 10-byte WebSocket header sizes.
+    for size in [0, 1, 60, 125, 126, 65_200, 65_535, 65_536, 70_000] {
+        let n = Notification {
+            id: "n1".into(),
+            scope: Scope::User,
+            users: vec!["u".into()],
+            clients: vec![],
+            sites: vec![],
+            event: "e".into(),
+            topic: None,
+            content_type: "text/plain".into(),
+            payload: Bytes::from(vec![b'y'; size]),
+            payload_is_utf8: true,
+            ttl: None,
+            encodings: Default::default(),
+            accepted: Default::default(),
+        };
+        let mut q = WriteQueue::default();
+        RawStomp(&mut q).message("s", u64::MAX, 12, &n, Version::V1_2);
+        let frames = decode_server_frames(&q.concat());
+        assert_eq!(frames.len(), 1, "{size}");
+        let mut buf = BytesMut::from(&frames[0].1[..]);
+        let limits = Limits {
+            max_frame_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let Some(Decoded::Frame(f)) = stomp::decode(&mut buf, Version::V1_2, &limits).unwrap()
+        else {
+            panic!("{size}")
+        };
+        assert!(buf.is_empty(), "{size}: nothing after the frame");
+        assert_eq!(f.header("seq"), Some(u64::MAX.to_string().as_str()));
+        assert_eq!(f.header("content-length"), Some(size.to_string().as_str()));
+        assert_eq!(f.body.len(), size);
+    }
 }
 
 #[test]
