@@ -127,7 +127,21 @@ fn write_headers<'a>(
     }
 }
 
+/// Whether `value` holds a byte that escaping or the 1.0 substitution may
+/// change (`\\`, `\n`, `:`, `\r`). No early exit, so the compiler can test
+/// many bytes at once: header values are short and almost never have one,
+/// and this runs for every header of every MESSAGE to every recipient.
+fn may_need_escaping(value: &[u8]) -> bool {
+    value.iter().fold(false, |found, &b| {
+        found | matches!(b, b'\\' | b'\n' | b':' | b'\r')
+    })
+}
+
 fn write_escaped(value: &str, version: Version, out: &mut BytesMut) {
+    if !may_need_escaping(value.as_bytes()) {
+        out.extend_from_slice(value.as_bytes());
+        return;
+    }
     write_replacing(value, out, |b| match b {
         b'\\' => Some(b"\\\\"),
         b'\n' => Some(b"\\n"),
@@ -138,6 +152,10 @@ fn write_escaped(value: &str, version: Version, out: &mut BytesMut) {
 }
 
 fn write_verbatim(value: &str, out: &mut BytesMut) {
+    if !may_need_escaping(value.as_bytes()) {
+        out.extend_from_slice(value.as_bytes());
+        return;
+    }
     write_replacing(value, out, |b| match b {
         b'\n' | b'\r' => Some(b" "),
         _ => None,
@@ -184,6 +202,29 @@ mod tests {
             &head(Command::Message, &h, Version::V1_0)[..],
             b"MESSAGE\na:x y\\z: \n\n"
         );
+    }
+
+    #[test]
+    fn the_fast_path_sees_every_byte_that_escaping_changes() {
+        for b in 0..=u8::MAX {
+            let special = matches!(b, b'\\' | b'\n' | b':' | b'\r');
+            for at in [0, 7, 31, 40] {
+                let mut value = vec![b'a'; 41];
+                value[at] = b;
+                assert_eq!(may_need_escaping(&value), special, "{b} at {at}");
+            }
+        }
+        // Plain values go through unchanged in every version.
+        let h = [
+            ("message-id", "0123456789abcdef"),
+            ("event", "chat.message"),
+        ];
+        for v in [Version::V1_0, Version::V1_1, Version::V1_2] {
+            assert_eq!(
+                &head(Command::Message, &h, v)[..],
+                b"MESSAGE\nmessage-id:0123456789abcdef\nevent:chat.message\n\n"
+            );
+        }
     }
 
     #[test]
