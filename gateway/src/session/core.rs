@@ -45,13 +45,24 @@ pub trait Sink {
 
 /// The MESSAGE headers every framing writes, in order.
 pub fn message_headers<'a>(
+    numbers: &'a mut Numbers,
     subscription: &'a str,
-    seq: &'a str,
-    epoch: &'a str,
-    length: &'a str,
+    seq: u64,
+    epoch: u64,
+    length: usize,
     n: &'a Notification,
     base64: bool,
 ) -> MessageHeaders<'a> {
+    let Numbers {
+        seq: seq_text,
+        epoch: epoch_text,
+        length: length_text,
+    } = numbers;
+    let (seq, epoch, length) = (
+        seq_text.format(seq),
+        epoch_text.format(epoch),
+        length_text.format(length),
+    );
     let mut h = MessageHeaders {
         list: [("", ""); MessageHeaders::MAX],
         len: 0,
@@ -76,6 +87,15 @@ pub fn message_headers<'a>(
     }
     h.push((headers::CONTENT_LENGTH, length));
     h
+}
+
+/// The text of a MESSAGE's numbers (`seq`, `epoch`, `content-length`), on
+/// the stack while its head is written: no `core::fmt`, no allocation.
+#[derive(Default)]
+pub struct Numbers {
+    seq: itoa::Buffer,
+    epoch: itoa::Buffer,
+    length: itoa::Buffer,
 }
 
 /// A MESSAGE frame's headers, kept on the stack: they are made once per

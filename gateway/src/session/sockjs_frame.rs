@@ -17,7 +17,7 @@ use herald_protocol::stomp::{self, Command, Version};
 
 use herald_protocol::websocket::OpCode;
 
-use super::core::{Sink, message_headers};
+use super::core::{Numbers, Sink, message_headers};
 use super::writer::WriteQueue;
 
 /// The escaped NUL that ends every STOMP frame.
@@ -70,17 +70,8 @@ pub fn message(
     } else {
         n.payload.len()
     };
-    let mut seq_text = itoa::Buffer::new();
-    let mut epoch_text = itoa::Buffer::new();
-    let mut length_text = itoa::Buffer::new();
-    let hdrs = message_headers(
-        subscription,
-        seq_text.format(seq),
-        epoch_text.format(epoch),
-        length_text.format(length),
-        n,
-        binary,
-    );
+    let mut numbers = Numbers::default();
+    let hdrs = message_headers(&mut numbers, subscription, seq, epoch, length, n, binary);
     let mut head = BytesMut::with_capacity(256);
     stomp::encode_head(Command::Message, hdrs.as_slice(), v, &mut head);
     let text = String::from_utf8_lossy(&head);

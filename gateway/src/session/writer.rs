@@ -47,7 +47,7 @@ use herald_protocol::envelope::{Accepted, Notification};
 use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
 
-use super::core::{Sink, message_headers};
+use super::core::{Numbers, Sink, message_headers};
 use crate::config::SessionConfig;
 use crate::metrics::TransportMeter;
 use crate::metrics::traffic::now_micros;
@@ -459,17 +459,9 @@ impl Sink for RawStomp<'_> {
     }
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
-        let mut seq_text = itoa::Buffer::new();
-        let mut epoch_text = itoa::Buffer::new();
-        let mut length_text = itoa::Buffer::new();
-        let hdrs = message_headers(
-            subscription,
-            seq_text.format(seq),
-            epoch_text.format(epoch),
-            length_text.format(n.payload.len()),
-            n,
-            false,
-        );
+        let mut numbers = Numbers::default();
+        let length = n.payload.len();
+        let hdrs = message_headers(&mut numbers, subscription, seq, epoch, length, n, false);
         let opcode = if n.payload_is_utf8 {
             OpCode::Text
         } else {

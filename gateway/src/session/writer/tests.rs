@@ -74,21 +74,7 @@ fn message_frames_of_every_header_size_decode() {
     // Frames whose whole length (head + payload + NUL) falls on each side of
     // the 2-, 4- and 10-byte WebSocket header sizes.
     for size in [0, 1, 60, 125, 126, 65_200, 65_535, 65_536, 70_000] {
-        let n = Notification {
-            id: "n1".into(),
-            scope: Scope::User,
-            users: vec!["u".into()],
-            clients: vec![],
-            sites: vec![],
-            event: "e".into(),
-            topic: None,
-            content_type: "text/plain".into(),
-            payload: Bytes::from(vec![b'y'; size]),
-            payload_is_utf8: true,
-            ttl: None,
-            encodings: Default::default(),
-            accepted: Default::default(),
-        };
+        let n = note(Bytes::from(vec![b'y'; size]), true);
         let mut q = WriteQueue::default();
         RawStomp(&mut q).message("s", u64::MAX, 12, &n, Version::V1_2);
         let frames = decode_server_frames(&q.concat());
@@ -109,9 +95,9 @@ fn message_frames_of_every_header_size_decode() {
     }
 }
 
-#[test]
-fn binary_payloads_go_in_binary_frames() {
-    let n = Notification {
+/// A user notification of `payload` (text when `utf8`).
+fn note(payload: Bytes, utf8: bool) -> Notification {
+    Notification {
         id: "n1".into(),
         scope: Scope::User,
         users: vec!["u".into()],
@@ -119,13 +105,23 @@ fn binary_payloads_go_in_binary_frames() {
         sites: vec![],
         event: "e".into(),
         topic: None,
-        content_type: "application/octet-stream".into(),
-        payload: Bytes::from_static(b"\xff\x00\xfe"),
-        payload_is_utf8: false,
+        content_type: if utf8 {
+            "text/plain"
+        } else {
+            "application/octet-stream"
+        }
+        .into(),
+        payload,
+        payload_is_utf8: utf8,
         ttl: None,
         encodings: Default::default(),
         accepted: Default::default(),
-    };
+    }
+}
+
+#[test]
+fn binary_payloads_go_in_binary_frames() {
+    let n = note(Bytes::from_static(b"\xff\x00\xfe"), false);
     let mut q = WriteQueue::default();
     RawStomp(&mut q).message("s", 1, 1, &n, Version::V1_2);
     assert_eq!(decode_server_frames(&q.concat())[0].0, 2);
