@@ -60,11 +60,12 @@ function createServer(publish, fallthrough) {
     req.on('data', (chunk) => {
       length += chunk.length;
       if (length > MAX_BODY_BYTES) {
+        // Keep reading (and dropping) the rest, then answer 413.
         tooLarge = true;
         chunks.length = 0;
         return;
       }
-      if (!tooLarge) chunks.push(chunk);
+      chunks.push(chunk);
     });
     req.on('end', () => {
       if (tooLarge) {

@@ -384,7 +384,7 @@ async fn open(target: &Arc<Target>, token: &str) -> Result<Opened, Failure> {
 }
 
 /// Opens one session with `credential`: the JWT of a Herald session, or the channel (topic) a
-/// peer's session subscribes to ([`Transport::is_peer`]). `handshake_slot` is held only while
+/// peer's session subscribes to (see [`Transport::presents_jwt`]). `handshake_slot` is held only while
 /// the handshake runs (it bounds the handshakes in flight); the result goes to `outcomes` as
 /// soon as it is known. An open session moves to a task of its own on `tracker` and this task
 /// ends, so the memory of the handshake's future (about 3 KiB) is not kept for the life of the

@@ -29,6 +29,8 @@ use serde_json::Value;
 
 /// The client's connect to the main namespace.
 pub(crate) const CONNECT: &str = "40";
+/// The server's ping, whole (Engine.IO `2`); Socket.IO ends a session that does not answer.
+pub(crate) const PING: &[u8] = b"2";
 /// The client's answer to a ping.
 pub(crate) const PONG: &str = "3";
 
@@ -147,7 +149,7 @@ mod tests {
             Ok(Packet::Open)
         );
         assert_eq!(parse(b"1"), Ok(Packet::Close));
-        assert_eq!(parse(b"2"), Ok(Packet::Ping));
+        assert_eq!(parse(PING), Ok(Packet::Ping));
         assert_eq!(parse(b"3"), Ok(Packet::Other));
         assert_eq!(parse(b"6"), Ok(Packet::Other));
         assert_eq!(parse(b""), Err(SocketIoError::Empty));

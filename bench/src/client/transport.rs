@@ -56,12 +56,7 @@ impl Transport {
     /// Whether sessions present a JWT (Herald's transports); the peers' sessions name their
     /// channel (or topic) instead.
     pub(crate) fn presents_jwt(self) -> bool {
-        !self.is_peer()
-    }
-
-    /// Whether it is a peer's transport (`herald-bench compare`), not one of Herald's.
-    pub(crate) fn is_peer(self) -> bool {
-        matches!(
+        !matches!(
             self,
             Transport::RawWebSocket
                 | Transport::BrokerStomp

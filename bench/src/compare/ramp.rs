@@ -393,8 +393,7 @@ async fn read(
             }
         };
         let now = clock.now_ns();
-        if framing == Framing::SocketIo && bytes == b"2" {
-            // Socket.IO ends a session that does not answer its ping.
+        if framing == Framing::SocketIo && bytes == socketio::PING {
             if ws.send(Message::text(socketio::PONG)).await.is_err() {
                 arrivals.dropped.fetch_add(1, Ordering::Relaxed);
                 return;

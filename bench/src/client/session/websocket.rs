@@ -378,7 +378,7 @@ pub(crate) async fn drain(
                         Ok(_) => {}
                     },
                     Framing::SocketIo => match t.as_bytes() {
-                        b"2" => {
+                        socketio::PING => {
                             let pong = ws.send(Message::text(socketio::PONG)).await;
                             if pong.is_err() {
                                 return End::Dropped;
