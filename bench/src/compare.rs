@@ -19,8 +19,8 @@
 //! [`args`] (the command line, checked), [`system`] (Herald and each peer behind one face),
 //! [`nchan`], [`rabbitmq`] and [`node_peer`] (the peers: configuration, start), [`install`]
 //! (their scripts), [`audience`] (who a
-//! publication reaches; pure), [`idle`], [`ramp`],
-//! [`large`] (the scenarios), [`chart`] (SVG, pure), [`report`] (figures, ratios, Markdown; pure).
+//! publication reaches; pure), [`stamp`] (the payload's seq and time, found in any peer's
+//! framing; pure), [`idle`], [`ramp`], [`large`] (the scenarios), [`chart`] (SVG, pure), [`report`] (figures, ratios, Markdown; pure).
 
 pub(crate) mod args;
 mod audience;
@@ -33,6 +33,7 @@ mod node_peer;
 mod rabbitmq;
 mod ramp;
 mod report;
+mod stamp;
 mod system;
 
 pub(crate) use self::args::CompareArgs;
