@@ -6,6 +6,8 @@
 //!   reaches the gateway only through a [`host::Host`].
 //! - [`host`]: what a session needs of the gateway (verify a token, attach
 //!   to and resume a mailbox, report presence, metrics, limits).
+//! - [`message_head`]: a MESSAGE's headers per recipient, on the stack
+//!   (every framing writes them in this order).
 //! - [`sockjs_frame`]: STOMP frames as escaped SockJS strings, the payload
 //!   escaped once per notification; the sink of the SockJS websocket
 //!   transport.
@@ -23,6 +25,7 @@
 
 pub mod core;
 pub mod host;
+pub mod message_head;
 pub mod sockjs_frame;
 pub mod stomp;
 pub mod websocket;

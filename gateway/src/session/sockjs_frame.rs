@@ -17,7 +17,8 @@ use herald_protocol::stomp::{self, Command, Version};
 
 use herald_protocol::websocket::OpCode;
 
-use super::core::{Numbers, Sink, message_headers};
+use super::core::Sink;
+use super::message_head::{Numbers, message_headers};
 use super::writer::WriteQueue;
 
 /// The escaped NUL that ends every STOMP frame.

@@ -47,7 +47,8 @@ use herald_protocol::envelope::{Accepted, Notification};
 use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
 
-use super::core::{Numbers, Sink, message_headers};
+use super::core::Sink;
+use super::message_head::{Numbers, message_headers};
 use crate::config::SessionConfig;
 use crate::metrics::TransportMeter;
 use crate::metrics::traffic::now_micros;
