@@ -191,6 +191,14 @@ pub struct Encodings {
     /// The payload as SockJS writes it inside a JSON string: escaped UTF-8,
     /// or base64 for a payload that is not UTF-8.
     pub sockjs: std::sync::OnceLock<Bytes>,
+    /// The MESSAGE header lines every recipient shares, as a raw STOMP
+    /// session writes them, one per STOMP version (indexed by
+    /// `Version as usize`): made by the first recipient of that version,
+    /// copied into every other recipient's head.
+    pub stomp_headers: [std::sync::OnceLock<Bytes>; 3],
+    /// The same lines as a SockJS session writes them (its
+    /// `content-length`, escaped into a JSON string), per version.
+    pub sockjs_headers: [std::sync::OnceLock<Bytes>; 3],
 }
 
 impl PartialEq for Encodings {

@@ -25,7 +25,9 @@ mod heartbeat;
 mod version;
 
 pub use decode::{DecodeError, Decoded, Limits, decode};
-pub use encode::{encode, encode_frame, encode_head, escape_into};
+pub use encode::{
+    encode, encode_frame, encode_head, encode_head_start, encode_header_lines, escape_into,
+};
 pub use frame::{Command, Frame};
 pub use heartbeat::{HeartBeat, HeartBeatError, negotiate_heartbeat};
 pub use version::Version;

@@ -18,11 +18,14 @@ use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::OpCode;
 
 use super::core::Sink;
-use super::message_head::{Numbers, message_headers};
+use super::message_head::{recipient_lines, sockjs_shared_lines};
 use super::writer::WriteQueue;
 
 /// The escaped NUL that ends every STOMP frame.
 pub const NUL_ESCAPED: Bytes = Bytes::from_static(b"\\u0000");
+/// The end of a SockJS message array holding one MESSAGE: the escaped
+/// NUL, the string's and the array's close.
+const MESSAGE_END: Bytes = Bytes::from_static(b"\\u0000\"]");
 /// A STOMP heart-beat, escaped.
 pub const HEARTBEAT_ESCAPED: Bytes = Bytes::from_static(b"\\n");
 
@@ -61,25 +64,35 @@ pub fn message(
     n: &Notification,
     v: Version,
 ) -> [Bytes; 3] {
-    let body = payload(n).clone();
-    let binary = !n.payload_is_utf8;
-    // The length of the base64 text the body carries (its STOMP content;
-    // the SockJS escaping on top is not STOMP's), computed, not encoded
-    // again for every recipient.
-    let length = if binary {
-        base64::encoded_len(n.payload.len(), true).unwrap_or(usize::MAX)
-    } else {
-        n.payload.len()
-    };
-    let mut numbers = Numbers::default();
-    let hdrs = message_headers(&mut numbers, subscription, seq, epoch, length, n, binary);
-    let mut head = BytesMut::with_capacity(256);
-    stomp::encode_head(Command::Message, hdrs.as_slice(), v, &mut head);
-    let text = String::from_utf8_lossy(&head);
-    let mut escaped = BytesMut::with_capacity(sockjs::escaped_len(&text));
-    sockjs::escape_into(&text, &mut escaped);
-    [escaped.freeze(), body, NUL_ESCAPED]
+    let mut head = BytesMut::new();
+    message_head(subscription, seq, epoch, n, v, &mut head);
+    [head.freeze(), payload(n).clone(), NUL_ESCAPED]
 }
+
+/// A MESSAGE's head, escaped, appended to `out`: this recipient's lines
+/// escaped here, then the lines every recipient shares, escaped once per
+/// notification.
+pub fn message_head(
+    subscription: &str,
+    seq: u64,
+    epoch: u64,
+    n: &Notification,
+    v: Version,
+    out: &mut BytesMut,
+) {
+    let shared = sockjs_shared_lines(n, v);
+    let mut raw = BytesMut::with_capacity(RECIPIENT_LINES + subscription.len());
+    recipient_lines(subscription, seq, epoch, v, &mut raw);
+    // Header values are strings and escapes are ASCII: never lossy.
+    let text = String::from_utf8_lossy(&raw);
+    out.reserve(sockjs::escaped_len(&text) + shared.len());
+    sockjs::escape_into(&text, out);
+    out.extend_from_slice(shared);
+}
+
+/// Room for a recipient's lines but the subscription: the command, the
+/// names and two 20-digit numbers.
+const RECIPIENT_LINES: usize = 80;
 
 /// `a["<pieces>"]` as a list of chunks.
 pub fn array(pieces: &[Bytes]) -> Vec<Bytes> {
@@ -102,9 +115,15 @@ impl Sink for WsSockjs<'_> {
     }
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
-        let pieces = array(&message(subscription, seq, epoch, n, v));
-        self.0
-            .ws_frame(OpCode::Text, &pieces.iter().collect::<Vec<_>>());
+        self.0.message_frame(
+            OpCode::Text,
+            |head| {
+                head.extend_from_slice(sockjs::ARRAY_OPEN);
+                message_head(subscription, seq, epoch, n, v, head);
+            },
+            payload(n),
+            MESSAGE_END,
+        );
         self.0.mark_delivery(n.accepted);
     }
 

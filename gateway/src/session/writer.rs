@@ -48,7 +48,7 @@ use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::{self, OpCode};
 
 use super::core::Sink;
-use super::message_head::{Numbers, message_headers};
+use super::message_head::{recipient_lines, shared_lines};
 use crate::config::SessionConfig;
 use crate::metrics::TransportMeter;
 use crate::metrics::traffic::now_micros;
@@ -364,34 +364,23 @@ impl WriteQueue {
             .collect()
     }
 
-    /// One WebSocket data frame of a MESSAGE whose payload is `pieces` in
-    /// order; the pieces are queued as they are (shared, not copied) and not
-    /// charged (see the module's "Bound and policy").
-    pub fn ws_frame(&mut self, opcode: OpCode, pieces: &[&Bytes]) {
-        let len = pieces.iter().map(|p| p.len()).sum();
-        let mut header = BytesMut::with_capacity(10);
-        websocket::encode_header(opcode, len, &mut header);
-        self.push(header.freeze());
-        for p in pieces {
-            self.push((*p).clone());
-        }
-    }
-
     /// One WebSocket data frame of a MESSAGE: the frame's header and the
-    /// STOMP head `encode_head` writes share one buffer (the one allocation
-    /// per recipient), then the notification's shared `payload` and the NUL.
-    /// Not charged (see the module's "Bound and policy").
+    /// head `encode_head` writes share one buffer (the one allocation per
+    /// recipient), then the notification's shared `payload` and `tail` (the
+    /// NUL, and whatever framing closes around it). Not charged (see the
+    /// module's "Bound and policy").
     pub fn message_frame(
         &mut self,
         opcode: OpCode,
         encode_head: impl FnOnce(&mut BytesMut),
         payload: &Bytes,
+        tail: Bytes,
     ) {
         const ROOM: usize = websocket::MAX_HEADER_LEN;
         let mut head = BytesMut::with_capacity(ROOM + HEAD_CAPACITY);
         head.put_bytes(0, ROOM);
         encode_head(&mut head);
-        let len = head.len() - ROOM + payload.len() + NUL.len();
+        let len = head.len() - ROOM + payload.len() + tail.len();
         // The header goes right before the STOMP head, in the room left for
         // it; what it does not need is skipped.
         let start = ROOM - websocket::header_len(len);
@@ -399,7 +388,7 @@ impl WriteQueue {
         head.advance(start);
         self.push(head.freeze());
         self.push(payload.clone());
-        self.push(NUL);
+        self.push(tail);
     }
 
     /// One WebSocket frame the gateway makes itself, payload `parts` in
@@ -460,9 +449,7 @@ impl Sink for RawStomp<'_> {
     }
 
     fn message(&mut self, subscription: &str, seq: u64, epoch: u64, n: &Notification, v: Version) {
-        let mut numbers = Numbers::default();
-        let length = n.payload.len();
-        let hdrs = message_headers(&mut numbers, subscription, seq, epoch, length, n, false);
+        let shared = shared_lines(n, v);
         let opcode = if n.payload_is_utf8 {
             OpCode::Text
         } else {
@@ -470,8 +457,12 @@ impl Sink for RawStomp<'_> {
         };
         self.0.message_frame(
             opcode,
-            |head| stomp::encode_head(Command::Message, hdrs.as_slice(), v, head),
+            |head| {
+                recipient_lines(subscription, seq, epoch, v, head);
+                head.extend_from_slice(shared);
+            },
             &n.payload,
+            NUL,
         );
         self.0.mark_delivery(n.accepted);
     }

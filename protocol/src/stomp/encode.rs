@@ -28,6 +28,32 @@ pub fn encode_head(
     out.put_u8(b'\n');
 }
 
+/// The start of a head: the command line and `headers`, without the blank
+/// line. The caller appends the rest of the head, typically a block of
+/// header lines made once by [`encode_header_lines`] and copied into many
+/// heads, which ends with the blank line.
+pub fn encode_head_start(
+    command: Command,
+    headers: &[(&str, &str)],
+    version: Version,
+    out: &mut BytesMut,
+) {
+    write_headers(command, headers.iter().copied(), version, out);
+}
+
+/// Header lines alone, escaped as `command`'s headers are in `version`,
+/// then the blank line that ends a head: the end of a head begun by
+/// [`encode_head_start`].
+pub fn encode_header_lines(
+    command: Command,
+    headers: &[(&str, &str)],
+    version: Version,
+    out: &mut BytesMut,
+) {
+    write_lines(command, headers.iter().copied(), version, out);
+    out.put_u8(b'\n');
+}
+
 /// A whole frame: head, body, NUL.
 ///
 /// Adds `content-length` when the body is non-empty and the caller did not
@@ -109,9 +135,19 @@ fn write_headers<'a>(
     version: Version,
     out: &mut BytesMut,
 ) {
-    let escape = version != Version::V1_0 && command.escapes_headers();
     out.extend_from_slice(command.as_str().as_bytes());
     out.put_u8(b'\n');
+    write_lines(command, headers, version, out);
+}
+
+/// The header lines, escaped as `command`'s are in `version`.
+fn write_lines<'a>(
+    command: Command,
+    headers: impl Iterator<Item = (&'a str, &'a str)>,
+    version: Version,
+    out: &mut BytesMut,
+) {
+    let escape = version != Version::V1_0 && command.escapes_headers();
     for (name, value) in headers {
         out.reserve(name.len() + value.len() + 2);
         if escape {
@@ -184,6 +220,24 @@ mod tests {
         let mut out = BytesMut::new();
         encode_head(command, headers, version, &mut out);
         out
+    }
+
+    #[test]
+    fn a_head_in_two_parts_is_the_head_in_one() {
+        let (first, rest) = ([("a", "1:\n")], [("b", "x\\y"), ("c", "")]);
+        for version in [Version::V1_0, Version::V1_1, Version::V1_2] {
+            for command in [Command::Message, Command::Connected] {
+                let mut parts = BytesMut::new();
+                encode_head_start(command, &first, version, &mut parts);
+                encode_header_lines(command, &rest, version, &mut parts);
+                let all = [first[0], rest[0], rest[1]];
+                assert_eq!(
+                    parts,
+                    head(command, &all, version),
+                    "{command:?} {version:?}"
+                );
+            }
+        }
     }
 
     #[test]
