@@ -264,6 +264,15 @@ impl Outbox {
         self.notify.notified().await;
     }
 
+    /// The wake-up behind [`Outbox::notified`], for a session task that
+    /// keeps one across its waits and makes the next once it fires: it
+    /// fires when something is pushed or the session is cut. Unlike
+    /// `notified`, it does not fire for a session that is behind: check
+    /// [`Outbox::has_work`] before waiting on it.
+    pub fn wakeup(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
     /// Whether the queue policy cut this session.
     pub fn is_cut(&self) -> bool {
         self.state.lock().cut

@@ -8,6 +8,7 @@
 //! a `BytesMut` that exists only while a frame is partial. Writes are
 //! vectored from shared `Bytes`.
 
+use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,6 +177,18 @@ impl Session {
         {
             return stop;
         }
+        // What the loop waits on, made once and kept across its turns. Made
+        // afresh each turn (that is, for every delivery), each wait
+        // registered a waiter with the shutdown token every session shares,
+        // with the outbox and with the timer wheel, then took it out again.
+        let shared = Arc::clone(&self.shared);
+        let outbox = Arc::clone(self.core.outbox());
+        let shutdown = shared.shutdown.cancelled();
+        tokio::pin!(shutdown);
+        let wakeup = outbox.wakeup();
+        tokio::pin!(wakeup);
+        let timer = tokio::time::sleep_until(self.next_deadline(Instant::now()));
+        tokio::pin!(timer);
         loop {
             let now = Instant::now();
             if self.closing.is_none() {
@@ -210,17 +223,25 @@ impl Session {
                 tokio::task::coop::consume_budget().await;
                 continue;
             }
+            // The timer only moves earlier. A later deadline (a heart-beat
+            // or the lag clock pushed back by a write, which is every
+            // delivery) waits for the armed one to fire: `on_timer` checks
+            // each deadline against the clock, so an early fire only
+            // re-arms it.
             let deadline = self.next_deadline(now);
+            if deadline < timer.deadline() || timer.is_elapsed() {
+                timer.as_mut().reset(deadline);
+            }
+            // Not behind (`has_pending` above), so the wake-up is all there
+            // is to wait for.
             let can_pull =
                 self.closing.is_none() && self.core.can_pull() && self.out.len() < PULL_UNTIL;
-            let shared = Arc::clone(&self.shared);
-            let outbox = Arc::clone(self.core.outbox());
             tokio::select! {
                 biased;
-                _ = shared.shutdown.cancelled(), if self.closing.is_none() => {
+                _ = &mut shutdown, if self.closing.is_none() => {
                     self.with_sink(|core, sink| core.shutdown(sink));
                 }
-                r = self.stream.readable(), if self.closing.is_none() => {
+                r = poll_fn(|cx| self.stream.poll_read_ready(cx)), if self.closing.is_none() => {
                     if let Err(e) = r {
                         return Stop::Io(e);
                     }
@@ -228,13 +249,13 @@ impl Session {
                         return stop;
                     }
                 }
-                r = self.stream.writable(), if !self.out.is_empty() => {
+                r = poll_fn(|cx| self.stream.poll_write_ready(cx)), if !self.out.is_empty() => {
                     if let Err(e) = r {
                         return Stop::Io(e);
                     }
                 }
-                _ = outbox.notified(), if can_pull => {}
-                _ = tokio::time::sleep_until(deadline) => self.on_timer(Instant::now()),
+                _ = &mut wakeup, if can_pull => wakeup.set(outbox.wakeup()),
+                _ = &mut timer => self.on_timer(Instant::now()),
             }
         }
     }
