@@ -48,6 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use herald_protocol::envelope::Notification;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::config::WhenFull;
@@ -149,8 +150,9 @@ pub enum Pushed {
 pub struct Popped {
     /// The item.
     pub item: Item,
-    /// Subscription ids to write it for (one MESSAGE each).
-    pub subscriptions: Vec<Arc<str>>,
+    /// Subscription ids to write it for (one MESSAGE each); inline up to
+    /// two, since a pop is made for every delivery.
+    pub subscriptions: SmallVec<[Arc<str>; 2]>,
 }
 
 /// A subscription and where it starts in the mailbox.
@@ -421,7 +423,7 @@ impl Outbox {
             if st.queue.is_empty() && st.queue.capacity() > 16 {
                 st.queue = VecDeque::new();
             }
-            let subscriptions: Vec<Arc<str>> = st
+            let subscriptions: SmallVec<[Arc<str>; 2]> = st
                 .subs
                 .iter()
                 .filter(|s| match &item {

@@ -111,7 +111,7 @@ fn drain(o: &Outbox, m: &Mailbox) -> Vec<(u64, Vec<Arc<str>>)> {
             Item::Deliver { seq, .. } => seq,
             Item::Gap { seq, .. } => 1_000_000 + seq,
         };
-        out.push((seq, popped.subscriptions));
+        out.push((seq, popped.subscriptions.into_vec()));
     }
     out
 }

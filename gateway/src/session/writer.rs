@@ -289,13 +289,14 @@ impl WriteQueue {
         self.now_micros = None;
         let mut written = 0;
         while !self.chunks.is_empty() {
-            let iov: Vec<IoSlice<'_>> = self
-                .chunks
-                .iter()
-                .take(MAX_IOV)
-                .map(|c| IoSlice::new(&c.data))
-                .collect();
-            match stream.try_write_vectored(&iov) {
+            // On the stack: a write is made for every delivery.
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let mut count = 0;
+            for (slot, chunk) in iov.iter_mut().zip(&self.chunks) {
+                *slot = IoSlice::new(&chunk.data);
+                count += 1;
+            }
+            match stream.try_write_vectored(&iov[..count]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     written += n;
