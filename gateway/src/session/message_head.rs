@@ -58,17 +58,20 @@ pub fn sockjs_shared_lines(n: &Notification, version: Version) -> &Bytes {
         let lines = shared(n, length_text.format(length), binary);
         let mut raw = BytesMut::with_capacity(lines_len(&lines) + 1);
         stomp::encode_header_lines(Command::Message, &lines, version, &mut raw);
-        escaped(&raw)
+        let mut out = BytesMut::new();
+        escape_stomp(&raw, &mut out);
+        out.freeze()
     })
 }
 
-/// `raw` STOMP text escaped into a JSON string.
-fn escaped(raw: &[u8]) -> Bytes {
-    // Every header is a string and every escape is ASCII: never lossy.
+/// `raw` STOMP text (a head, or a whole control frame) escaped into a JSON
+/// string, appended to `out`.
+pub fn escape_stomp(raw: &[u8], out: &mut BytesMut) {
+    // Headers are strings, escapes are ASCII and the gateway's control
+    // frames have text bodies: never lossy.
     let text = String::from_utf8_lossy(raw);
-    let mut out = BytesMut::with_capacity(sockjs::escaped_len(&text));
-    sockjs::escape_into(&text, &mut out);
-    out.freeze()
+    out.reserve(sockjs::escaped_len(&text));
+    sockjs::escape_into(&text, out);
 }
 
 /// The shared headers, in order.
@@ -154,7 +157,9 @@ mod tests {
         let mut out = BytesMut::new();
         sockjs::escape_into(std::str::from_utf8(&raw).unwrap(), &mut out);
         out.extend_from_slice(sockjs_shared_lines(&n, v));
-        assert_eq!(out, escaped(&whole_head("s\"1", &n, "4", true, v)));
+        let mut whole = BytesMut::new();
+        escape_stomp(&whole_head("s\"1", &n, "4", true, v), &mut whole);
+        assert_eq!(out, whole);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use herald_protocol::stomp::{self, Command, Version};
 use herald_protocol::websocket::OpCode;
 
 use super::core::Sink;
-use super::message_head::{recipient_lines, sockjs_shared_lines};
+use super::message_head::{escape_stomp, recipient_lines, sockjs_shared_lines};
 use super::writer::WriteQueue;
 
 /// The escaped NUL that ends every STOMP frame.
@@ -49,10 +49,8 @@ pub fn payload(n: &Notification) -> &Bytes {
 pub fn control(command: Command, headers: &[(&str, &str)], body: &[u8], v: Version) -> Bytes {
     let mut frame = BytesMut::with_capacity(64 + body.len());
     stomp::encode_frame(command, headers, body, v, &mut frame);
-    // Headers are strings and bodies of control frames are text.
-    let text = String::from_utf8_lossy(&frame);
-    let mut out = BytesMut::with_capacity(sockjs::escaped_len(&text));
-    sockjs::escape_into(&text, &mut out);
+    let mut out = BytesMut::new();
+    escape_stomp(&frame, &mut out);
     out.freeze()
 }
 
@@ -83,10 +81,10 @@ pub fn message_head(
     let shared = sockjs_shared_lines(n, v);
     let mut raw = BytesMut::with_capacity(RECIPIENT_LINES + subscription.len());
     recipient_lines(subscription, seq, epoch, v, &mut raw);
-    // Header values are strings and escapes are ASCII: never lossy.
-    let text = String::from_utf8_lossy(&raw);
-    out.reserve(sockjs::escaped_len(&text) + shared.len());
-    sockjs::escape_into(&text, out);
+    // Room for the shared lines too, so the head is one allocation (the
+    // escapes of a recipient's lines fit in the slack of RECIPIENT_LINES).
+    out.reserve(RECIPIENT_LINES + subscription.len() + shared.len());
+    escape_stomp(&raw, out);
     out.extend_from_slice(shared);
 }
 

@@ -24,7 +24,7 @@ pub fn encode_head(
     version: Version,
     out: &mut BytesMut,
 ) {
-    write_headers(command, headers.iter().copied(), version, out);
+    encode_head_start(command, headers, version, out);
     out.put_u8(b'\n');
 }
 
