@@ -618,12 +618,30 @@ class Deployment:
         """One subscribed client per spec (keyword arguments of `client`
         besides uid), the first min(len(specs), edges) on pairwise different
         edges: candidate user ids are tried until HAProxy puts one on an edge
-        not used yet (candidates that land elsewhere are closed)."""
+        not used yet (candidates that land elsewhere are closed).
+
+        A spec with a client company, site or headers is placed by a bare
+        session first (its uid alone, not subscribed), then opened as
+        specified under that uid, which HAProxy hashes to the same edge: a
+        closed candidate of that client company would leave its edge holding
+        the company for the mailbox TTL, and targeted routers would rightly
+        send that company's notifications there too."""
         out: list[Client] = []
         for k, spec in enumerate(specs):
             for attempt in range(max_tries):
-                c = self.client(f"{prefix}{k}-{attempt}-{uuid.uuid4().hex[:6]}", **spec)
-                if k >= len(self.edges) or c.edge not in {o.edge for o in out}:
+                uid = f"{prefix}{k}-{attempt}-{uuid.uuid4().hex[:6]}"
+                used = {o.edge for o in out}
+                if k < len(self.edges) and spec:
+                    probe = self.client(uid, subscribe=False)
+                    probe.close()
+                    if probe.edge in used:
+                        continue
+                    c = self.client(uid, **spec)
+                    assert c.edge == probe.edge, f"{uid}: {probe.edge}, then {c.edge}"
+                    out.append(c)
+                    break
+                c = self.client(uid, **spec)
+                if k >= len(self.edges) or c.edge not in used:
                     out.append(c)
                     break
                 c.close()
