@@ -206,6 +206,12 @@ pub async fn serve(
                 }
             }
         });
+        // Serve connections in the order they were accepted: a task spawned
+        // here goes to this worker's LIFO slot, so accepting the next
+        // connection first would start the later one before the earlier
+        // (a SockJS poll opened after another would take its session).
+        // Yielding lets the new task make its first step now.
+        tokio::task::yield_now().await;
     }
     tracing::info!("stopped accepting connections");
 }
