@@ -8,6 +8,7 @@ use crate::compare::CompareArgs;
 use crate::connections::ConnectionsArgs;
 use crate::delayed::DelayedArgs;
 use crate::latency::LatencyArgs;
+use crate::publish::PublishArgs;
 use crate::retained::RetainedArgs;
 use crate::router_throughput::RouterThroughputArgs;
 use crate::worker::WorkerArgs;
@@ -48,6 +49,10 @@ pub(crate) enum Command {
     /// by the bench: idle sessions and broadcasts, the same client, one run, ratios round by
     /// round; Markdown and JSON.
     Compare(CompareArgs),
+    /// Start a standalone herald-gateway (and, alternated, the build before a change) and
+    /// measure what the HTTP publish path costs it: server CPU per notification, one per
+    /// request or in batches, one request in flight per connection or pipelined.
+    Publish(PublishArgs),
     /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
     #[command(hide = true)]
     Worker(WorkerArgs),

@@ -5,7 +5,7 @@
 //! another command or [`cli`], [`harness`] imports neither the commands nor [`client`]):
 //!
 //! ```text
-//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | compare | worker
+//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | compare | publish | worker
 //!                     |               |               |         |  |      |          |         |
 //!                     |               |               |         |  +-> scheduled <---+         |
 //!                     |               |               |         +-> fleet <-+                  |
@@ -23,6 +23,8 @@
 //!   lateness, herds, CPU per callback, ratios.
 //! - [`scheduled`]: what `delayed` and `callbacks` share: the Herald under test, publishing
 //!   delayed notifications over HTTP, arrivals against due times, CPU per process.
+//! - [`publish`]: server CPU per notification on the HTTP publish path (single, pipelined,
+//!   batched), against the build before a change.
 //! - [`retained`]: memory per notification a standalone gateway keeps in its mailboxes, on the
 //!   raw or the JSON publish path.
 //! - [`compare`]: Herald beside its peers (Nchan), same scenarios, same client, one run: idle
@@ -61,6 +63,7 @@ mod delayed;
 mod fleet;
 mod harness;
 mod latency;
+mod publish;
 mod retained;
 mod router_throughput;
 mod scheduled;
@@ -126,6 +129,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let code = exit_code(runtime.block_on(retained::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
+        Command::Publish(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(publish::run(args)));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             code
         }
