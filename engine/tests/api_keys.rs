@@ -352,6 +352,7 @@ async fn an_accepted_publication_is_logged_with_the_keys_name_never_the_key() {
     let writer = log.clone();
     let subscriber = tracing_subscriber::fmt()
         .json()
+        .with_max_level(tracing::Level::DEBUG)
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);

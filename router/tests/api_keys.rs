@@ -239,7 +239,8 @@ fn spawn(config: &std::path::Path) -> (Child, SocketAddr, Receiver<Value>) {
     let mut child = Command::new(BIN)
         .arg("--config")
         .arg(config)
-        .env("RUST_LOG", "info")
+        // Accepted publications are logged at DEBUG.
+        .env("RUST_LOG", "info,herald_engine::publish=debug")
         .env_remove("HERALD_ROUTER_API_KEYS")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

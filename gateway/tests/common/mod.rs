@@ -59,7 +59,8 @@ pub fn spawn_gateway_binary_logged(
             "--log-format",
             "json",
         ])
-        .env("RUST_LOG", "info")
+        // Accepted publications are logged at DEBUG.
+        .env("RUST_LOG", "info,herald_engine::publish=debug")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
