@@ -835,10 +835,14 @@ export class HeraldClient {
         }
       }
       let text = encodeFrame('CONNECT', headers);
-      // A reconnect with the token that last showed whose position this is
-      // needs nothing from CONNECTED to subscribe: SUBSCRIBE goes in the same
-      // message, one round trip less (the gateway answers both in order).
-      if (this._epoch !== null && this._lastSeq !== null && this._positionUser !== null && token === this._positionToken) {
+      // A SUBSCRIBE that needs nothing from CONNECTED goes in the same
+      // message, one round trip less (the gateway answers both in order):
+      // a reconnect with the token that last showed whose position this is
+      // (the CONNECT carries the position), and a first session with no
+      // stored position to look at (it starts live at the head).
+      const resumes = this._epoch !== null && this._lastSeq !== null && this._positionUser !== null && token === this._positionToken;
+      const fresh = this._epoch === null && !this._hasStoredPosition();
+      if (resumes || fresh) {
         s.pipelined = true;
         text += encodeFrame('SUBSCRIBE', this._subscribeHeaders(s));
       }
@@ -887,7 +891,7 @@ export class HeraldClient {
         this._stats.connects++;
         const user = h['user-name'];
         if (user !== undefined) this._userName = user;
-        if (s.pipelined && user !== undefined && user !== this._positionUser) {
+        if (s.pipelined && this._positionUser !== null && user !== undefined && user !== this._positionUser) {
           // The SUBSCRIBE went out with another user's position: forget it
           // and come back at once without one (the next CONNECTED then
           // starts this user's stream as a first session would).
@@ -896,7 +900,7 @@ export class HeraldClient {
           break;
         }
         const sub = this._subscribeHeaders(s);
-        this._startPosition(user, h, sub);
+        this._startPosition(user, h, sub, s.pipelined);
         this._positionToken = this._positionUser !== null ? s.token : null;
         this._startHeartbeats(h['heart-beat'], s);
         if (!s.pipelined) this._send(encodeFrame('SUBSCRIBE', sub));
@@ -1005,11 +1009,15 @@ export class HeraldClient {
    *   Without one it starts live at the head the CONNECTED gives. A changed
    *   epoch is left to the gateway, which answers with an epoch-changed gap.
    *
+   *   A first session whose SUBSCRIBE went with its CONNECT (nothing was
+   *   stored when it opened) starts live at the head: its SUBSCRIBE is sent.
+   *
    * @param {string | undefined} user CONNECTED `user-name`
    * @param {Record<string, string>} h CONNECTED headers
    * @param {Record<string, string | number>} sub the SUBSCRIBE's headers, amended
+   * @param {boolean} subscribed whether the SUBSCRIBE went with the CONNECT
    */
-  _startPosition(user, h, sub) {
+  _startPosition(user, h, sub, subscribed) {
     const switched = this._epoch !== null && user !== undefined && this._positionUser !== null && user !== this._positionUser;
     if (switched) {
       // The CONNECT carried the previous user's position: never resume it,
@@ -1019,7 +1027,7 @@ export class HeraldClient {
     if (this._epoch !== null) return;
     const head = h.epoch !== undefined && /^\d+$/.test(h.seq ?? '') ? { epoch: h.epoch, seq: Number(h.seq) } : null;
     if (head === null) return; // not a Herald mailbox: nothing to resume from
-    const stored = user !== undefined ? this._storedPosition(user) : null;
+    const stored = user !== undefined && !subscribed ? this._storedPosition(user) : null;
     const usable = stored !== null && !(stored.epoch === head.epoch && stored.seq > head.seq);
     const from = usable ? stored : head;
     this._epoch = from.epoch;
@@ -1054,6 +1062,23 @@ export class HeraldClient {
     }
     const p = parsePosition(text);
     return p !== null && p.user === user ? p : null;
+  }
+
+  /**
+   * Whether a position is stored at all (whoever's): without the `resume`
+   * option, or with nothing (or nothing readable) stored, a first session
+   * has nothing to wait for CONNECTED about. Reading the storage fails
+   * quietly here; `_storedPosition` reports it when it is asked.
+   *
+   * @returns {boolean}
+   */
+  _hasStoredPosition() {
+    if (!this._resume) return false;
+    try {
+      return parsePosition(this._resume.storage().getItem(this._resume.key)) !== null;
+    } catch {
+      return true;
+    }
   }
 
   /** Store the current position (with `resume`), for the next page load. */

@@ -502,15 +502,21 @@ test('a first CONNECT says nothing of offline-ms; the ids remembered are bounded
   assert.equal(rec.messages.at(-1).id, 'm-1');
 });
 
-test('a reconnect with the same token sends SUBSCRIBE in the same message as CONNECT', async () => {
+test('a first session and a reconnect with the same token send SUBSCRIBE in the same message as CONNECT', async () => {
   const { h, rec } = await client({ events: ['chat.*'] });
   const first = FakeSocket.last;
   first.open();
-  assert.equal(first.sent.length, 1);
-  assert.deepEqual(first.frames.map((f) => f.command), ['CONNECT'], 'a first session waits for CONNECTED');
+  assert.equal(first.sent.length, 1, 'one message');
+  assert.deepEqual(first.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE'], 'nothing stored to wait for CONNECTED about');
+  const [firstSub] = first.sentFrames('SUBSCRIBE');
+  assert.equal(firstSub.headers['last-seq'], undefined, 'live from the head');
+  assert.equal(firstSub.headers.events, 'chat.*');
   first.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '77', seq: '4', 'user-name': 'alice' });
-  assert.deepEqual(first.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE']);
-  first.frame('RECEIPT', { 'receipt-id': first.sentFrames('SUBSCRIBE')[0].headers.receipt });
+  assert.equal(first.sent.length, 1, 'nothing more at CONNECTED');
+  assert.equal(h.epoch, '77');
+  assert.equal(h.lastSeq, 4);
+  first.frame('RECEIPT', { 'receipt-id': firstSub.headers.receipt });
+  assert.equal(h.state, 'connected');
   first.message(5);
   first.serverClose();
 
@@ -576,8 +582,9 @@ test('a pipelined SUBSCRIBE answered for another user is abandoned: the client r
   assert.equal(FakeSocket.all.length, 3, 'a new transport without waiting for a timer');
   const third = FakeSocket.last;
   third.open();
-  assert.deepEqual(third.frames.map((f) => f.command), ['CONNECT'], 'no position, so no pipelining');
+  assert.deepEqual(third.frames.map((f) => f.command), ['CONNECT', 'SUBSCRIBE'], 'no position: a first session again');
   assert.equal(third.frames[0].headers['last-seq'], undefined);
+  assert.equal(third.frames[1].headers['last-seq'], undefined);
   third.frame('CONNECTED', { version: '1.2', 'heart-beat': '0,0', epoch: '12', seq: '40', 'user-name': 'bob' });
   const [sub] = third.sentFrames('SUBSCRIBE');
   third.frame('RECEIPT', { 'receipt-id': sub.headers.receipt });

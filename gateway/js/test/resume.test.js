@@ -95,6 +95,7 @@ test('a first page starts live at the head and stores its position after every m
   const storage = new FakeStorage();
   const { h, rec, sock } = await client({ resume: { storage } });
   const c = sock.handshake({ epoch: '77', seq: '4' });
+  assert.equal(sock.sent.length, 1, 'nothing stored: SUBSCRIBE went in the message with CONNECT');
   assert.equal(c.headers['last-seq'], undefined, 'a fresh page has nothing to resume');
   assert.equal(subscribe(sock)['last-seq'], undefined);
   assert.deepEqual(position(storage), { user: 'alice', epoch: '77', seq: 4 });
@@ -124,6 +125,7 @@ test('a reloaded page resumes from the stored position on its SUBSCRIBE: the mis
   // The new page: 4 and 5 were published meanwhile (head 5).
   const { h, rec, sock } = await client({ resume: { storage } });
   const c = sock.handshake({ epoch: '77', seq: '5' });
+  assert.equal(sock.sent.length, 2, 'a stored position: SUBSCRIBE waited for CONNECTED to say whose token it is');
   assert.equal(c.headers['last-seq'], undefined, 'the CONNECT does not know whose token it is');
   const sub = subscribe(sock);
   assert.equal(sub['last-seq'], '3');
