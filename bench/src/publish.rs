@@ -60,9 +60,9 @@ pub(crate) async fn run(args: PublishArgs) -> Result<Outcome, BenchError> {
                 "herald-bench publish: round {round}, {label} ({})",
                 bin.display()
             );
-            match interruptible(one_run(&args, label, bin, round)).await {
+            match one_run(&args, label, bin, round).await {
                 Ok(run) => runs.push(run),
-                Err(BenchError::Failed(why)) if why != "interrupted" => {
+                Err(BenchError::Failed(why)) if why != INTERRUPTED => {
                     problems.push(format!("{label} round {round}: {why}"));
                 }
                 Err(e) => return Err(e),
@@ -78,7 +78,10 @@ pub(crate) async fn run(args: PublishArgs) -> Result<Outcome, BenchError> {
     ))
 }
 
-/// Starts `bin`, warms it up, measures, stops it.
+/// What [`interruptible`] says when Ctrl-C came first.
+const INTERRUPTED: &str = "interrupted";
+
+/// Starts `bin`, warms it up, measures, stops it (and removes its files), Ctrl-C or not.
 async fn one_run(
     args: &PublishArgs,
     label: &'static str,
@@ -95,7 +98,7 @@ async fn one_run(
         startup_timeout: Duration::from_secs(args.startup_timeout),
     })
     .await?;
-    let measured = measure(args, &gateway).await;
+    let measured = interruptible(measure(args, &gateway)).await;
     let command = gateway.command();
     let stopped = gateway.finish().await;
     let (tally, seconds, cpu, load_before) = measured?;
