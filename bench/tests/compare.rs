@@ -5,24 +5,13 @@
 //! when missing), every scenario, one round: every session opens, every notification arrives,
 //! and the report holds what it says.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn gateway_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HERALD_GATEWAY_BIN") {
-        return PathBuf::from(bin);
-    }
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_herald-bench"));
-    let gateway = bench.with_file_name("herald-gateway");
-    assert!(
-        gateway.exists(),
-        "{} is missing: build it first (cargo build -p herald-gateway), or set HERALD_GATEWAY_BIN",
-        gateway.display()
-    );
-    gateway
-}
+mod common;
+
+use common::gateway_bin;
 
 /// The systems a report ran, in order.
 fn systems(report: &Value) -> Vec<&str> {

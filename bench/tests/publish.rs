@@ -3,24 +3,13 @@
 //! `HERALD_GATEWAY_BIN`): every request is answered `202`, the figures add up, and the A/B
 //! form pairs the two binaries round by round.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn gateway_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HERALD_GATEWAY_BIN") {
-        return PathBuf::from(bin);
-    }
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_herald-bench"));
-    let gateway = bench.with_file_name("herald-gateway");
-    assert!(
-        gateway.exists(),
-        "{} is missing: build it first (cargo build -p herald-gateway), or set HERALD_GATEWAY_BIN",
-        gateway.display()
-    );
-    gateway
-}
+mod common;
+
+use common::gateway_bin;
 
 fn publish(extra: &[&str]) -> Value {
     let gateway = gateway_bin();
