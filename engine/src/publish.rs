@@ -27,6 +27,7 @@ mod notifications;
 mod operator;
 mod parse;
 mod presence;
+mod query;
 mod topics;
 
 use std::sync::Arc;

@@ -298,7 +298,7 @@ pub(crate) async fn list(
 ) -> Response {
     let answer = async {
         let (_, delayed) = guard(&api, &headers, Operation::Admin)?;
-        let q: ListQuery = super::parse::query_params(query.as_deref())?;
+        let q: ListQuery = super::query::query_params(query.as_deref())?;
         let state = match q.state.as_deref() {
             None => EntryState::Scheduled,
             Some(s) => s

@@ -157,7 +157,7 @@ pub(crate) async fn user(
     answer(&api, &headers, Endpoint::User, |view| async move {
         let uid = path_param("uid", uid)?;
         check_text("uid", &uid)?;
-        let q: UserQuery = super::parse::query_params(query.as_deref())?;
+        let q: UserQuery = super::query::query_params(query.as_deref())?;
         if let Some(site) = &q.site {
             check_text("site", site)?;
         }
@@ -177,7 +177,7 @@ pub(crate) async fn clients(
     RawQuery(query): RawQuery,
 ) -> Response {
     answer(&api, &headers, Endpoint::Clients, |view| async move {
-        let q: PageQuery = super::parse::query_params(query.as_deref())?;
+        let q: PageQuery = super::query::query_params(query.as_deref())?;
         let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
         if limit == 0 || limit > MAX_LIMIT {
             return Err(ApiError::invalid(

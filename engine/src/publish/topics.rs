@@ -224,7 +224,7 @@ pub(crate) async fn list(
 ) -> Response {
     let answer = async {
         let delayed = guard(&api, &headers)?;
-        let q: ListQuery = super::parse::query_params(query.as_deref())?;
+        let q: ListQuery = super::query::query_params(query.as_deref())?;
         let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
             return Err(ApiError::invalid(
