@@ -43,7 +43,8 @@
 //!   [`harness::amqp`] (publishing, queues), [`harness::events`] (the parent/worker protocol),
 //!   [`harness::plan`] (sessions over processes and source addresses, pure),
 //!   [`harness::cpu`] and [`harness::rss`] (sampling `/proc`), [`harness::token`] (JWTs),
-//!   [`harness::pacing`] (a fixed rate, pure), [`harness::stats`] (percentiles, pure),
+//!   [`harness::pacing`] (a fixed rate, pure), [`harness::stats`] (percentiles, median and
+//!   range, pure),
 //!   [`harness::report`] (printing reports, number formats), [`harness::outcome`] (exit codes'
 //!   inputs), [`harness::workers`] (starting worker processes, reading their lines),
 //!   [`harness::endpoint`], [`harness::delayed_ids`], [`harness::sys`] (the only `unsafe`:

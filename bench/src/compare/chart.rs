@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::system::System;
+use crate::harness::stats::spread;
 
 const WIDTH: f64 = 640.0;
 const HEIGHT: f64 = 400.0;
@@ -69,22 +70,6 @@ impl YAxis {
             }
         }
     }
-}
-
-/// The median and the range of `values`, `None` when empty (pure).
-pub(crate) fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    Some((median, sorted[0], sorted[n - 1]))
 }
 
 /// One line: a system's (x, y) points.
@@ -299,15 +284,6 @@ impl Chart {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_is_median_and_range() {
-        assert_eq!(spread(&[]), None);
-        assert_eq!(spread(&[3.0]), Some((3.0, 3.0, 3.0)));
-        assert_eq!(spread(&[5.0, 1.0, 3.0]), Some((3.0, 1.0, 5.0)));
-        assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]), Some((2.5, 1.0, 4.0)));
-        assert_eq!(spread(&[f64::NAN, 2.0]), Some((2.0, 2.0, 2.0)));
-    }
 
     #[test]
     fn series_take_the_median_of_each_point() {

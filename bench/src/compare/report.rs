@@ -9,12 +9,13 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::audience::Audience;
-use super::chart::{Chart, series_of, spread};
+use super::chart::{Chart, series_of};
 use super::idle::IdleRun;
 use super::large::LargeRun;
 use super::ramp::RampStep;
 use super::system::System;
 use crate::harness::report::grouped;
+use crate::harness::stats::spread;
 
 /// The whole comparison.
 #[derive(Debug, Serialize, Deserialize)]

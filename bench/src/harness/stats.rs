@@ -1,4 +1,5 @@
-//! Latency statistics (pure): percentiles by the nearest-rank method over every sample.
+//! Statistics (pure): latency percentiles by the nearest-rank method over every sample, and the
+//! median and range of a figure over rounds ([`spread`]).
 //!
 //! The bench keeps every sample (8 bytes each: 2 MB for 250,000 messages) and sorts once at the
 //! end, so percentiles are exact, not histogram buckets.
@@ -77,9 +78,34 @@ pub(crate) fn human_ms(ns: f64) -> String {
     }
 }
 
+/// The median and the range of `values` (those that are finite), `None` when there is none.
+pub(crate) fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    Some((median, sorted[0], sorted[n - 1]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_is_median_and_range() {
+        assert_eq!(spread(&[]), None);
+        assert_eq!(spread(&[3.0]), Some((3.0, 3.0, 3.0)));
+        assert_eq!(spread(&[5.0, 1.0, 3.0]), Some((3.0, 1.0, 5.0)));
+        assert_eq!(spread(&[4.0, 1.0, 3.0, 2.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(&[f64::NAN, 2.0]), Some((2.0, 2.0, 2.0)));
+    }
 
     #[test]
     fn nearest_rank() {

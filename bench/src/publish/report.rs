@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::args::Body;
 use crate::harness::report::grouped;
+use crate::harness::stats::spread;
 
 /// What was asked.
 #[derive(Debug, Clone, Serialize)]
@@ -55,22 +56,8 @@ pub(crate) struct Spread {
 
 impl Spread {
     pub(crate) fn of(values: &[f64]) -> Option<Self> {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let mid = v.len() / 2;
-        let median = if v.len().is_multiple_of(2) {
-            (v[mid - 1] + v[mid]) / 2.0
-        } else {
-            v[mid]
-        };
-        Some(Spread {
-            median,
-            min: v[0],
-            max: v[v.len() - 1],
-        })
+        let (median, min, max) = spread(values)?;
+        Some(Spread { median, min, max })
     }
 
     fn human(&self, decimals: usize) -> String {
@@ -107,13 +94,9 @@ pub(crate) struct Report {
 impl Report {
     /// Fills in the summaries and ratios from the runs.
     pub(crate) fn new(settings: Settings, runs: Vec<Run>, problems: Vec<String>) -> Self {
-        let labels: Vec<&'static str> = {
-            let mut l: Vec<&'static str> = runs.iter().map(|r| r.label).collect();
-            l.dedup();
-            l.sort_unstable();
-            l.dedup();
-            l
-        };
+        let mut labels: Vec<&'static str> = runs.iter().map(|r| r.label).collect();
+        labels.sort_unstable();
+        labels.dedup();
         let summaries = labels
             .iter()
             .map(|&label| {
