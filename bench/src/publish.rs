@@ -21,6 +21,8 @@ pub(crate) mod args;
 pub(crate) mod report;
 pub(crate) mod requests;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use self::args::PublishArgs;
@@ -136,8 +138,9 @@ async fn measure(
         payload: args.payload,
         users: args.users,
     };
+    let cycle = Arc::new(shape.cycle());
     let warmup = (args.warmup / args.batch) as u64;
-    let warm = send_all(&shape, 0..warmup, args).await?;
+    let warm = send_all(gateway.addr, &cycle, 0..warmup, args).await?;
     if warm.refused > 0 {
         return Err(BenchError::Failed(format!(
             "warm-up refused: {}",
@@ -149,15 +152,17 @@ async fn measure(
     let cpu_failed = |e: std::io::Error| BenchError::Failed(format!("gateway CPU: {e}"));
     let before = read_cpu(gateway.pid()).map_err(cpu_failed)?;
     let started = Instant::now();
-    let tally = send_all(&shape, warmup..warmup + requests, args).await?;
+    let tally = send_all(gateway.addr, &cycle, warmup..warmup + requests, args).await?;
     let seconds = started.elapsed().as_secs_f64();
     let after = read_cpu(gateway.pid()).map_err(cpu_failed)?;
     Ok((tally, seconds, after.since(&before).total(), load_before))
 }
 
-/// Requests `range`, split in contiguous shares over `--connections` connections at once.
+/// Requests `range` of `cycle`, split in contiguous shares over `--connections` connections
+/// at once.
 async fn send_all(
-    shape: &Shape,
+    addr: SocketAddr,
+    cycle: &Arc<Vec<Vec<u8>>>,
     range: std::ops::Range<u64>,
     args: &PublishArgs,
 ) -> Result<Tally, BenchError> {
@@ -167,9 +172,9 @@ async fn send_all(
     for c in 0..connections {
         let share =
             range.start + count * c / connections..range.start + count * (c + 1) / connections;
-        let shape = shape.clone();
+        let cycle = Arc::clone(cycle);
         let depth = args.depth;
-        tasks.spawn(async move { requests::send(&shape, share, depth).await });
+        tasks.spawn(async move { requests::send(addr, &cycle, share, depth).await });
     }
     let mut total = Tally::default();
     while let Some(joined) = tasks.join_next().await {

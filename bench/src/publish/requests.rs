@@ -33,6 +33,19 @@ impl Shape {
         format!("nobody-{}", n % self.users as u64)
     }
 
+    /// Every distinct request, built once: request `k` is `cycle[k % cycle.len()]`, as its
+    /// users repeat every `users / gcd(users, batch)` requests. The bench shares the cores with
+    /// the gateway it measures, so it does not build each request anew.
+    pub(crate) fn cycle(&self) -> Vec<Vec<u8>> {
+        let (mut a, mut b) = (self.users, self.batch);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        (0..(self.users / a) as u64)
+            .map(|k| self.request(k))
+            .collect()
+    }
+
     /// The whole of request `k` (notifications `k * batch ..`), head and body.
     pub(crate) fn request(&self, k: u64) -> Vec<u8> {
         let first = k * self.batch as u64;
@@ -125,12 +138,17 @@ pub(crate) fn complete_answers(buffer: &[u8]) -> Result<Vec<(u16, Range<usize>)>
     Ok(out)
 }
 
-/// Sends requests `range` of `shape` on a new connection, up to `depth` in flight, and
-/// reads every answer.
-pub(crate) async fn send(shape: &Shape, range: Range<u64>, depth: usize) -> Result<Tally, String> {
-    let mut stream = TcpStream::connect(shape.addr)
+/// Sends requests `range` (request `k` is `cycle[k % cycle.len()]`, [`Shape::cycle`]) on a new
+/// connection to `addr`, up to `depth` in flight, and reads every answer.
+pub(crate) async fn send(
+    addr: SocketAddr,
+    cycle: &[Vec<u8>],
+    range: Range<u64>,
+    depth: usize,
+) -> Result<Tally, String> {
+    let mut stream = TcpStream::connect(addr)
         .await
-        .map_err(|e| format!("connect {}: {e}", shape.addr))?;
+        .map_err(|e| format!("connect {addr}: {e}"))?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut tally = Tally::default();
     let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
@@ -141,7 +159,7 @@ pub(crate) async fn send(shape: &Shape, range: Range<u64>, depth: usize) -> Resu
     while next < range.end || in_flight > 0 {
         out.clear();
         while in_flight < depth && next < range.end {
-            out.extend_from_slice(&shape.request(next));
+            out.extend_from_slice(&cycle[(next % cycle.len() as u64) as usize]);
             next += 1;
             in_flight += 1;
         }
@@ -225,6 +243,23 @@ mod tests {
         );
         let single = String::from_utf8(shape(Body::Json, 1).request(0)).unwrap();
         assert!(single.ends_with('}'), "one object, not an array: {single}");
+    }
+
+    #[test]
+    fn the_cycle_holds_every_distinct_request_once() {
+        for (users, batch, len) in [(6, 4, 3), (3, 1, 3), (1000, 100, 10), (7, 7, 1)] {
+            let mut shape = shape(Body::Json, batch);
+            shape.users = users;
+            let cycle = shape.cycle();
+            assert_eq!(cycle.len(), len, "users {users}, batch {batch}");
+            for k in 0..3 * len as u64 {
+                assert_eq!(
+                    cycle[(k % len as u64) as usize],
+                    shape.request(k),
+                    "request {k}"
+                );
+            }
+        }
     }
 
     #[test]
