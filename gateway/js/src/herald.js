@@ -1053,15 +1053,24 @@ export class HeraldClient {
    */
   _storedPosition(user) {
     if (!this._resume) return null;
-    let text;
+    let p;
     try {
-      text = this._resume.storage().getItem(this._resume.key);
+      p = this._readPosition();
     } catch (e) {
       this._storageError(e);
       return null;
     }
-    const p = parsePosition(text);
     return p !== null && p.user === user ? p : null;
+  }
+
+  /**
+   * The position stored under the `resume` key, whoever's, or null; throws
+   * what the storage throws.
+   *
+   * @returns {Position | null}
+   */
+  _readPosition() {
+    return parsePosition(this._resume.storage().getItem(this._resume.key));
   }
 
   /**
@@ -1075,7 +1084,7 @@ export class HeraldClient {
   _hasStoredPosition() {
     if (!this._resume) return false;
     try {
-      return parsePosition(this._resume.storage().getItem(this._resume.key)) !== null;
+      return this._readPosition() !== null;
     } catch {
       return true;
     }
