@@ -105,7 +105,12 @@ pub async fn serve(
             // connection's own address.
             let client = if clients.proxy_protocol() {
                 let trusted = clients.is_trusted(peer.ip());
-                match proxy_header::read(&mut stream, peer, trusted, deadline).await {
+                let read = tokio::select! {
+                    r = proxy_header::read(&mut stream, peer, trusted, deadline) => r,
+                    // Nothing is in flight yet: do not hold the drain.
+                    _ = shutdown.cancelled() => return,
+                };
+                match read {
                     Ok(client) => client,
                     Err(refusal) => {
                         if let Some(reason) = refusal.reason() {

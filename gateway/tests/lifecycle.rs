@@ -270,3 +270,61 @@ async fn the_metrics_name_the_build() {
     );
     assert!(metrics.contains(&line), "{line} not in {metrics}");
 }
+
+/// A connection that sent nothing yet (a browser's preconnected socket)
+/// does not hold the drain: with the header timeout and the grace both
+/// longer than the wait here, the gateway closes it and stops as soon as
+/// shutdown starts. With and without the PROXY protocol in front.
+#[tokio::test]
+async fn connections_that_sent_nothing_do_not_hold_the_drain() {
+    use tokio::io::AsyncReadExt;
+    for proxy_protocol in [false, true] {
+        let gw = start(|c| {
+            c.session.header_timeout_ms = 60_000;
+            c.shutdown_grace_ms = 60_000;
+            if proxy_protocol {
+                c.proxy.protocol = true;
+                c.proxy.trusted = vec!["127.0.0.1/32".parse().unwrap()];
+            }
+        })
+        .await;
+        let mut silent = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        // The connection is accepted and waiting for its first bytes once a
+        // request on another connection was served after it.
+        let mut probe = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let proxy = if proxy_protocol {
+            "PROXY TCP4 10.0.0.1 127.0.0.1 1111 80\r\n"
+        } else {
+            ""
+        };
+        let request =
+            format!("{proxy}GET /healthz HTTP/1.1\r\nHost: herald\r\nConnection: close\r\n\r\n");
+        tokio::io::AsyncWriteExt::write_all(&mut probe, request.as_bytes())
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(WAIT, probe.read_to_end(&mut answer))
+            .await
+            .expect("the probe answered")
+            .unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        gw.shutdown.cancel();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(WAIT, silent.read_to_end(&mut rest))
+            .await
+            .expect("closed at shutdown");
+        assert!(
+            read.map_or(true, |n| n == 0),
+            "proxy {proxy_protocol}: {rest:?}"
+        );
+        let (_, task) = gw.local.expect("an in-process gateway");
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("serve returns without waiting out the grace")
+            .unwrap();
+    }
+}

@@ -142,7 +142,17 @@ impl Native {
             return None;
         };
         let mut buf = vec![0u8; MAX_HEAD];
-        let sniffed = match timeout_at(deadline, self.sniff(&stream, &mut buf)).await {
+        // A connection that has sent nothing when shutdown starts has no
+        // request in flight: it must not hold the drain for the deadline
+        // (a browser's preconnected socket, say).
+        let sniff = tokio::select! {
+            r = timeout_at(deadline, self.sniff(&stream, &mut buf)) => r,
+            _ = self.shared.shutdown.cancelled() => {
+                tracing::debug!("shutting down before the request head was whole; connection closed");
+                return None;
+            }
+        };
+        let sniffed = match sniff {
             Ok(Ok(Some(s))) => s,
             Ok(Ok(None)) => {
                 tracing::debug!("peer closed before its request head was whole");
