@@ -22,6 +22,7 @@
 //! due now).
 
 pub mod decode;
+mod direct;
 mod error;
 mod notifications;
 mod operator;
@@ -32,11 +33,9 @@ mod topics;
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use bytes::Bytes;
@@ -44,6 +43,7 @@ use herald_protocol::envelope::{Limits, Notification};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 
+pub use direct::{Admitted, PublishHead, Reply};
 pub use error::ApiError;
 
 use crate::api_key::{ApiKeys, Caller, Operation};
@@ -56,6 +56,9 @@ use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
 use crate::schedule::timing::{now_ms, rfc3339};
 use crate::stats::Event;
+
+/// The API key header beside `Authorization: Bearer`.
+const X_API_KEY: &str = "x-api-key";
 
 /// Settings of the publish API.
 #[derive(Debug, Clone)]
@@ -221,11 +224,23 @@ impl PublishApi {
     /// The caller's key, if it is one and allows `op`: else 401 or 403,
     /// counted in `herald_api_key_refused_total`.
     fn authorize(&self, headers: &http::HeaderMap, op: Operation) -> Result<Caller, ApiError> {
-        let bearer = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let key = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+        self.authorize_key(
+            direct::first(headers, http::header::AUTHORIZATION),
+            direct::first(headers, X_API_KEY),
+            op,
+        )
+    }
+
+    /// [`PublishApi::authorize`] given the first `Authorization` and
+    /// `X-Api-Key` values that are visible ASCII.
+    fn authorize_key(
+        &self,
+        authorization: Option<&str>,
+        x_api_key: Option<&str>,
+        op: Operation,
+    ) -> Result<Caller, ApiError> {
+        let bearer = authorization.and_then(|v| v.strip_prefix("Bearer "));
+        let key = bearer.or(x_api_key);
         let metrics = &self.inner.metrics;
         let Some(caller) = key.and_then(|k| self.inner.config.api_keys.authenticate(k.trim()))
         else {
@@ -378,23 +393,42 @@ impl PublishApi {
 
     async fn handle(&self, req: Request) -> Result<Accepted, ApiError> {
         let (parts, body) = req.into_parts();
-        let caller = self.authorize(&parts.headers, Operation::Publish)?;
-        let content_type = parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                ApiError::unsupported_media_type(
-                    "Content-Type is required: application/json, or the payload's own type",
-                )
-            })?;
-        let declared = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let query = parts.uri.query();
-        let body = self.read_body(body, declared).await?;
+        let head = PublishHead::from_parts(&parts.headers, parts.uri.query());
+        let admitted = self.check_head(&head)?;
+        let body = self.read_body(body, None).await?;
+        self.accept(admitted, &head, body).await
+    }
+
+    /// What is checked before the body is read: the key and its
+    /// operation, the content type, the declared length.
+    fn check_head(&self, head: &PublishHead<'_>) -> Result<Admitted, ApiError> {
+        let caller = self.authorize_key(head.authorization, head.x_api_key, Operation::Publish)?;
+        if head.content_type.is_none() {
+            return Err(ApiError::unsupported_media_type(
+                "Content-Type is required: application/json, or the payload's own type",
+            ));
+        }
+        let max = self.inner.config.max_body_bytes;
+        if head.content_length.is_some_and(|len| len > max as u64) {
+            return Err(ApiError::too_large(
+                None,
+                format!("the request body exceeds {max} bytes"),
+            ));
+        }
+        Ok(Admitted { caller })
+    }
+
+    /// The rest of a publish request, its body read: parse, check,
+    /// schedule or hand to the link.
+    async fn accept(
+        &self,
+        admitted: Admitted,
+        head: &PublishHead<'_>,
+        body: Bytes,
+    ) -> Result<Accepted, ApiError> {
+        let Admitted { caller } = admitted;
+        let content_type = head.content_type.unwrap_or_default();
+        let query = head.query;
         let config = &self.inner.config;
         let mut publications = if is_json(content_type) {
             if query.is_some_and(|q| !q.is_empty()) {
@@ -575,21 +609,8 @@ fn validate(n: &mut Notification, limits: &Limits, index: Option<usize>) -> Resu
 }
 
 async fn publish(State(api): State<PublishApi>, req: Request) -> Response {
-    match api.handle(req).await {
-        Ok(accepted) => {
-            api.inner
-                .metrics
-                .accepted
-                .get_or_create(&crate::metrics::SourceLabels { source: "http" })
-                .inc_by(accepted.ids.len() as u64);
-            (StatusCode::ACCEPTED, Json(accepted)).into_response()
-        }
-        Err(e) => {
-            api.inner.metrics.reject("http", e.reason());
-            tracing::debug!(code = e.code, field = ?e.field, message = %e.message, "publication refused");
-            e.into_response()
-        }
-    }
+    let outcome = api.handle(req).await;
+    api.reply(outcome).into_response()
 }
 
 #[cfg(test)]

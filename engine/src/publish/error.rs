@@ -1,6 +1,5 @@
 //! The JSON error body: `{"error":{"code":..., "message":..., "field":...}}`.
 
-use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Serialize;
@@ -163,8 +162,9 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The JSON error body.
+    pub(super) fn json(&self) -> Vec<u8> {
         let body = Body {
             error: Inner {
                 code: self.code,
@@ -172,18 +172,13 @@ impl IntoResponse for ApiError {
                 field: self.field.as_deref(),
             },
         };
-        let mut response = (self.status, Json(&body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                http::HeaderValue::from_static("Bearer"),
-            );
-        }
-        if let Some(secs) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
-        }
-        response
+        // Strings only: it always serializes.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        super::Reply::error(&self).into_response()
     }
 }
