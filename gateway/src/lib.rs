@@ -93,6 +93,7 @@ pub mod outbox;
 pub mod permit;
 pub mod presence;
 pub mod proxy_header;
+pub mod publish_direct;
 pub mod server;
 pub mod session;
 pub mod sockjs;

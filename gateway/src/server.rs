@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::client_addr::ClientAddrs;
 use crate::metrics::Metrics;
 use crate::proxy_header;
-use crate::sockjs::native::Native;
+use crate::sockjs::native::{Handed, Native};
 use crate::sockjs::session::{ReceivedOn, SHUTDOWN_LINGER};
 
 /// Pause after an accept error (e.g. out of file descriptors) before trying again.
@@ -140,75 +140,47 @@ pub async fn serve(
                 refuse_rate_limited(stream, retry_after, accepting.header_timeout).await;
                 return;
             }
-            let stream = match &accepting.native {
-                Some(native) => match native.try_serve(stream, peer, client, clients, deadline).await {
-                    Some(stream) => stream,
-                    None => return,
-                },
-                None => stream,
+            // What the look at the first request left of the deadline
+            // (hyper applies it to each later head of a keep-alive
+            // connection too).
+            let header_timeout = |deadline: tokio::time::Instant| {
+                deadline
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    .max(Duration::from_millis(1))
             };
-            // What the sniff left of the deadline (hyper applies it to each
-            // later head of a keep-alive connection too).
-            let header_timeout = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .max(Duration::from_millis(1));
-            let ended = |e: hyper::Error| {
-                tracing::debug!(client = %client, peer = %peer, error = %e, "http connection ended");
+            let conn = HttpConn {
+                peer,
+                client,
+                clients: Arc::clone(clients),
+                per_request,
+                header_timeout: header_timeout(deadline),
             };
-            let first = AtomicBool::new(per_request && clients.rate_limited());
-            let received_on = ReceivedOn::default();
-            let marker = received_on.clone();
-            let service_clients = Arc::clone(clients);
-            let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
-                let client = if per_request {
-                    let values = req.headers().get_all(X_FORWARDED_FOR).iter().map(|v| v.as_bytes());
-                    service_clients.forwarded_for(peer, values)
-                } else {
-                    client
-                };
-                if first.swap(false, Ordering::Relaxed)
-                    && let Err(retry_after) = service_clients.admit(client.ip())
-                {
-                    tracing::debug!(client = %client, peer = %peer, retry_after, "connection over the per-address rate; answered 429");
-                    let refused = too_many(retry_after, true).map(axum::body::Body::new);
-                    return futures_util::future::Either::Left(std::future::ready(Ok::<
-                        _,
-                        std::convert::Infallible,
-                    >(refused)));
+            let Some(native) = &accepting.native else {
+                serve_http(stream, router, conn, shutdown).await;
+                return;
+            };
+            match native.try_serve(stream, peer, client, clients, deadline).await {
+                Some(Handed::Hyper(stream)) => {
+                    let conn = HttpConn {
+                        header_timeout: header_timeout(deadline),
+                        ..conn
+                    };
+                    serve_http(stream, router, conn, shutdown).await;
                 }
-                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(client));
-                req.extensions_mut().insert(marker.clone());
-                futures_util::future::Either::Right(router.clone().oneshot(req.map(axum::body::Body::new)))
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        ended(e);
-                    }
-                }
-                _ = shutdown.cancelled() => {
-                    // A SockJS poll came on this connection: the client's
-                    // next one may already be on its way, and gets the
-                    // session's shutdown notice if it is served.
-                    if received_on.marked()
-                        && let Ok(r) = tokio::time::timeout(SHUTDOWN_LINGER, conn.as_mut()).await
-                    {
-                        if let Err(e) = r {
-                            ended(e);
-                        }
+                Some(Handed::Publish(stream)) => {
+                    let Some(api) = native.publish_api() else {
                         return;
-                    }
-                    conn.as_mut().graceful_shutdown();
-                    if let Err(e) = conn.await {
-                        ended(e);
+                    };
+                    let timeout = accepting.header_timeout;
+                    if let Some(rest) = crate::publish_direct::serve(api, stream, timeout, &shutdown).await {
+                        let conn = HttpConn {
+                            header_timeout: timeout,
+                            ..conn
+                        };
+                        serve_http(rest, router, conn, shutdown).await;
                     }
                 }
+                None => {}
             }
         });
         // Serve connections in the order they were accepted: a task spawned
@@ -219,6 +191,96 @@ pub async fn serve(
         tokio::task::yield_now().await;
     }
     tracing::info!("stopped accepting connections");
+}
+
+/// A connection hyper serves: where it came from, and for how long a head
+/// may take.
+struct HttpConn {
+    peer: SocketAddr,
+    client: SocketAddr,
+    clients: Arc<ClientAddrs>,
+    /// Requests name their client in `X-Forwarded-For` (a trusted proxy
+    /// without the PROXY protocol).
+    per_request: bool,
+    header_timeout: Duration,
+}
+
+/// Serve `io` with hyper (upgrades allowed) until it ends or `shutdown`
+/// fires (see [`serve`]).
+async fn serve_http<I>(io: I, router: Router, conn: HttpConn, shutdown: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let HttpConn {
+        peer,
+        client,
+        clients,
+        per_request,
+        header_timeout,
+    } = conn;
+    let ended = |e: hyper::Error| {
+        tracing::debug!(client = %client, peer = %peer, error = %e, "http connection ended");
+    };
+    let first = AtomicBool::new(per_request && clients.rate_limited());
+    let received_on = ReceivedOn::default();
+    let marker = received_on.clone();
+    let service_clients = clients;
+    let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        let client = if per_request {
+            let values = req
+                .headers()
+                .get_all(X_FORWARDED_FOR)
+                .iter()
+                .map(|v| v.as_bytes());
+            service_clients.forwarded_for(peer, values)
+        } else {
+            client
+        };
+        if first.swap(false, Ordering::Relaxed)
+            && let Err(retry_after) = service_clients.admit(client.ip())
+        {
+            tracing::debug!(client = %client, peer = %peer, retry_after, "connection over the per-address rate; answered 429");
+            let refused = too_many(retry_after, true).map(axum::body::Body::new);
+            return futures_util::future::Either::Left(std::future::ready(Ok::<
+                _,
+                std::convert::Infallible,
+            >(refused)));
+        }
+        req.extensions_mut()
+            .insert(ConnectInfo::<SocketAddr>(client));
+        req.extensions_mut().insert(marker.clone());
+        futures_util::future::Either::Right(router.clone().oneshot(req.map(axum::body::Body::new)))
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                ended(e);
+            }
+        }
+        _ = shutdown.cancelled() => {
+            // A SockJS poll came on this connection: the client's
+            // next one may already be on its way, and gets the
+            // session's shutdown notice if it is served.
+            if received_on.marked()
+                && let Ok(r) = tokio::time::timeout(SHUTDOWN_LINGER, conn.as_mut()).await
+            {
+                if let Err(e) = r {
+                    ended(e);
+                }
+                return;
+            }
+            conn.as_mut().graceful_shutdown();
+            if let Err(e) = conn.await {
+                ended(e);
+            }
+        }
+    }
 }
 
 /// `X-Forwarded-For`, as trusted proxies name a request's client.

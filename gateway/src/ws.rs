@@ -247,21 +247,33 @@ where
                 return;
             }
         };
-        match upgraded.downcast::<TokioIo<TcpStream>>() {
-            Ok(parts) => {
-                let up = Upgraded {
-                    stream: parts.io.into_inner(),
-                    leftover: parts.read_buf,
-                    http_token,
-                    peer,
-                    framing,
-                };
-                run(task_shared, up).await;
-            }
-            Err(_) => {
-                tracing::error!("upgraded connection is not a TcpStream; closing it");
-            }
-        }
+        // A plain connection, or one the direct publish path handed on.
+        let (stream, leftover) = match upgraded.downcast::<TokioIo<TcpStream>>() {
+            Ok(parts) => (parts.io.into_inner(), parts.read_buf),
+            Err(upgraded) => match upgraded.downcast::<TokioIo<crate::publish_direct::Rewind>>() {
+                Ok(parts) => {
+                    let (unread, stream) = parts.io.into_inner().into_parts();
+                    let leftover = if unread.is_empty() {
+                        parts.read_buf
+                    } else {
+                        [parts.read_buf, unread].concat().into()
+                    };
+                    (stream, leftover)
+                }
+                Err(_) => {
+                    tracing::error!("upgraded connection is not a TcpStream; closing it");
+                    return;
+                }
+            },
+        };
+        let up = Upgraded {
+            stream,
+            leftover,
+            http_token,
+            peer,
+            framing,
+        };
+        run(task_shared, up).await;
     });
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
     let h = response.headers_mut();

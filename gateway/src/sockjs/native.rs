@@ -72,6 +72,16 @@ enum Sniffed {
     Stream(Kind, String, usize),
     /// `GET /ws`, for [`crate::ws::native`]: the head's length.
     Upgrade(usize),
+    /// `POST /v1/notifications`, for [`crate::publish_direct`].
+    Publish,
+}
+
+/// A connection [`Native::try_serve`] gives back, nothing of it read.
+pub enum Handed {
+    /// For hyper.
+    Hyper(TcpStream),
+    /// For the direct publish path ([`crate::publish_direct`]).
+    Publish(TcpStream),
 }
 
 /// The connection a streaming request came on.
@@ -128,7 +138,7 @@ impl Native {
         client: SocketAddr,
         clients: &Arc<ClientAddrs>,
         deadline: Instant,
-    ) -> Option<TcpStream> {
+    ) -> Option<Handed> {
         let Some(permit) = self.slots.try_acquire() else {
             self.shared.metrics.refuse(RefuseReason::SniffLimit);
             tracing::debug!("too many connections sniffing; answered 503");
@@ -142,11 +152,15 @@ impl Native {
             return None;
         };
         let mut buf = vec![0u8; MAX_HEAD];
+        // The per-address rate of a proxy's clients is checked on the first
+        // request's X-Forwarded-For, which only hyper's path reads.
+        let publish = self.publish_api().is_some()
+            && !(clients.uses_forwarded_for(peer) && clients.rate_limited());
         // A connection that has sent nothing when shutdown starts has no
         // request in flight: it must not hold the drain for the deadline
         // (a browser's preconnected socket, say).
         let sniff = tokio::select! {
-            r = timeout_at(deadline, self.sniff(&stream, &mut buf)) => r,
+            r = timeout_at(deadline, self.sniff(&stream, &mut buf, publish)) => r,
             _ = self.shared.shutdown.cancelled() => {
                 tracing::debug!("shutting down before the request head was whole; connection closed");
                 return None;
@@ -169,14 +183,17 @@ impl Native {
             }
         };
         match sniffed {
-            Sniffed::Hyper => Some(stream),
+            Sniffed::Hyper => Some(Handed::Hyper(stream)),
+            Sniffed::Publish => Some(Handed::Publish(stream)),
             Sniffed::Upgrade(head_len) => {
                 let conn = crate::ws::native::Conn {
                     peer,
                     client,
                     clients,
                 };
-                crate::ws::native::serve(&self.shared, stream, buf, head_len, conn, deadline).await
+                crate::ws::native::serve(&self.shared, stream, buf, head_len, conn, deadline)
+                    .await
+                    .map(Handed::Hyper)
             }
             Sniffed::Stream(kind, session, head_len) => {
                 let this = Arc::clone(self);
@@ -194,20 +211,37 @@ impl Native {
         }
     }
 
+    /// The publish API, when this gateway serves it (standalone).
+    pub fn publish_api(&self) -> Option<&herald_engine::publish::PublishApi> {
+        match &self.shared.mode {
+            crate::app::Mode::Standalone { publish, .. } => Some(publish),
+            _ => None,
+        }
+    }
+
     /// Wait (on readiness) until the request line or the whole head says
     /// whose the connection is; None if the peer closed first.
-    async fn sniff(&self, stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<Option<Sniffed>> {
-        peek_until(stream, buf, |bytes| self.decide(bytes)).await
+    /// `publish`: whether a publish may be served directly.
+    async fn sniff(
+        &self,
+        stream: &TcpStream,
+        buf: &mut [u8],
+        publish: bool,
+    ) -> std::io::Result<Option<Sniffed>> {
+        peek_until(stream, buf, |bytes| self.decide(bytes, publish)).await
     }
 
     /// Whose the connection is, from its first `bytes`, if they tell.
-    fn decide(&self, bytes: &[u8]) -> Option<Sniffed> {
+    fn decide(&self, bytes: &[u8], publish: bool) -> Option<Sniffed> {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(bytes) {
             Ok(httparse::Status::Complete(len)) => {
                 let method = req.method.unwrap_or("");
                 let path = req.path.unwrap_or("");
+                if publish && crate::publish_direct::is_publish_line(method, path, req.version) {
+                    return Some(Sniffed::Publish);
+                }
                 Some(self.classify(method, path, len))
             }
             Ok(httparse::Status::Partial) if bytes.len() < MAX_HEAD => {
@@ -216,6 +250,10 @@ impl Native {
                 let line = String::from_utf8_lossy(&bytes[..line_end]);
                 let mut parts = line.split(' ');
                 let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                if publish && crate::publish_direct::is_publish_line(method, path, Some(1)) {
+                    // Its version and headers are still to come.
+                    return None;
+                }
                 matches!(self.classify(method, path, 0), Sniffed::Hyper).then_some(Sniffed::Hyper)
             }
             // Too long or malformed: hyper answers as usual.

@@ -1,0 +1,278 @@
+//! `POST /v1/notifications` served straight on the socket, standalone.
+//!
+//! A publish through hyper and axum spent about half of its instructions
+//! in the framework (the header map, the request's extensions, the body
+//! channel, the router's boxed services; bench/reports/compare.md). When a
+//! new connection's first request is a publish (the accept loop's look at
+//! it, [`crate::sockjs::native`]), this loop reads the connection's
+//! requests itself: each head parsed in place, the key checked before the
+//! body is read, the body taken whole, the same handler's checks and
+//! answer ([`herald_engine::publish::PublishApi::check_publish`] and
+//! [`publish_body`](herald_engine::publish::PublishApi::publish_body)),
+//! the answers of pipelined requests written together.
+//!
+//! It serves only the plain case ([`head::plan`]): HTTP/1.1, one
+//! `Content-Length`, no `Transfer-Encoding`, `Expect` or `Upgrade`. The
+//! first request that is anything else (another route, a chunked body, a
+//! head too long or malformed) goes to hyper with every byte read so far
+//! put back in front of the socket ([`Rewind`]), so it is answered exactly
+//! as on any other connection, and so is the rest of the connection.
+//!
+//! # Limits
+//! A head must be whole within `session.header_timeout_ms` of the last
+//! answer (of accept, for the first), or the connection closes without an
+//! answer, as hyper closes an idle keep-alive connection; a head over
+//! [`MAX_HEAD`] bytes or [`MAX_HEADERS`] headers goes to hyper, which
+//! applies its own limits. The body is read only once the key passed, up
+//! to `publish.max_body_bytes` (a larger `Content-Length` is answered 413
+//! at once), each read within `session.header_timeout_ms` of the one
+//! before. A refusal whose body has not arrived whole is answered with
+//! `connection: close`, and the connection is closed after draining what
+//! the client still sends (up to [`LINGER`] and [`LINGER_BYTES`]), so that
+//! the close does not reset the connection under the answer. Answers wait
+//! in one buffer only while more whole requests are already read (at most
+//! [`MAX_PENDING_ANSWERS`] bytes, then written). On shutdown an idle
+//! connection closes at once; a request being served is answered with
+//! `connection: close`.
+
+mod head;
+mod rewind;
+
+use std::cell::RefCell;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes, BytesMut};
+use herald_engine::publish::{PublishApi, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use head::is_publish_line;
+pub use rewind::Rewind;
+
+/// The longest request head read here; a longer one goes to hyper.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// The most headers a request read here may have; more go to hyper.
+pub const MAX_HEADERS: usize = 64;
+/// Bytes asked of the socket at a time while reading a head.
+const READ_CHUNK: usize = 4 * 1024;
+/// The most answer bytes held back while pipelined requests are served.
+pub const MAX_PENDING_ANSWERS: usize = 64 * 1024;
+/// After a refusal whose body is still coming, how long and how many
+/// bytes are drained before closing.
+pub const LINGER: Duration = Duration::from_secs(2);
+/// See [`LINGER`].
+pub const LINGER_BYTES: u64 = 1024 * 1024;
+
+/// Serve publish requests on `stream` until it ends (None), or until a
+/// request this path does not serve: then the connection, that request's
+/// bytes put back, is returned for hyper.
+pub(crate) async fn serve(
+    api: &PublishApi,
+    mut stream: TcpStream,
+    header_timeout: Duration,
+    shutdown: &CancellationToken,
+) -> Option<Rewind> {
+    let mut buf = BytesMut::new();
+    let mut out: Vec<u8> = Vec::new();
+    let mut deadline = Instant::now() + header_timeout;
+    loop {
+        let step = {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf) {
+                Ok(httparse::Status::Complete(head_len)) => match head::plan(&req) {
+                    None => Step::Hyper,
+                    Some(plan) => {
+                        let publish = head::publish_head(&req);
+                        let end = usize::try_from(plan.body_len)
+                            .ok()
+                            .and_then(|len| head_len.checked_add(len));
+                        match (api.check_publish(&publish), end) {
+                            (Err(reply), end) => Step::Refused { reply, end, plan },
+                            // check_publish refused any length over the largest body.
+                            (Ok(_), None) => Step::Hyper,
+                            (Ok(admitted), Some(end)) if buf.len() >= end => {
+                                let body = Bytes::copy_from_slice(&buf[head_len..end]);
+                                let reply = api.publish_body(admitted, &publish, body).await;
+                                Step::Answered { reply, end, plan }
+                            }
+                            (Ok(admitted), Some(end)) => Step::Body {
+                                admitted,
+                                head_len,
+                                end,
+                                plan,
+                            },
+                        }
+                    }
+                },
+                Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => Step::Partial,
+                // Too long, too many headers, malformed: hyper answers.
+                _ => Step::Hyper,
+            }
+        };
+        let (reply, end, close) = match step {
+            Step::Partial => {
+                if !flush(&mut stream, &mut out).await {
+                    return None;
+                }
+                let idle = buf.is_empty();
+                buf.reserve(READ_CHUNK);
+                let read = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled(), if idle => return None,
+                    r = timeout_at(deadline, stream.read_buf(&mut buf)) => r,
+                };
+                match read {
+                    Ok(Ok(n)) if n > 0 => continue,
+                    Ok(Ok(_)) => tracing::debug!("publish connection closed by its client"),
+                    Ok(Err(e)) => tracing::debug!(error = %e, "publish connection failed"),
+                    Err(_) => tracing::debug!("no request head in time; publish connection closed"),
+                }
+                return None;
+            }
+            Step::Hyper => {
+                if !flush(&mut stream, &mut out).await {
+                    return None;
+                }
+                tracing::debug!("request not for the direct publish path; handed to hyper");
+                return Some(Rewind::new(buf.freeze(), stream));
+            }
+            Step::Refused { reply, end, plan } => match end {
+                Some(end) if buf.len() >= end => (reply, end, plan.close),
+                _ => {
+                    // The body is still coming: answer, drain, close.
+                    encode(&mut out, &reply, true);
+                    if flush(&mut stream, &mut out).await {
+                        linger(stream).await;
+                    }
+                    return None;
+                }
+            },
+            Step::Answered { reply, end, plan } => (reply, end, plan.close),
+            Step::Body {
+                admitted,
+                head_len,
+                end,
+                plan,
+            } => {
+                if !flush(&mut stream, &mut out).await {
+                    return None;
+                }
+                if !read_body(&mut stream, &mut buf, end, header_timeout).await {
+                    api.body_unreadable(&std::io::ErrorKind::UnexpectedEof.into());
+                    return None;
+                }
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut req = httparse::Request::new(&mut headers);
+                // The same bytes parsed the same way a moment ago.
+                let Ok(httparse::Status::Complete(_)) = req.parse(&buf[..head_len]) else {
+                    return None;
+                };
+                let publish = head::publish_head(&req);
+                let body = Bytes::copy_from_slice(&buf[head_len..end]);
+                let reply = api.publish_body(admitted, &publish, body).await;
+                (reply, end, plan.close)
+            }
+        };
+        buf.advance(end);
+        let close = close || shutdown.is_cancelled();
+        encode(&mut out, &reply, close);
+        if close {
+            if flush(&mut stream, &mut out).await {
+                let _ = stream.shutdown().await;
+            }
+            return None;
+        }
+        if out.len() >= MAX_PENDING_ANSWERS && !flush(&mut stream, &mut out).await {
+            return None;
+        }
+        deadline = Instant::now() + header_timeout;
+    }
+}
+
+/// What the bytes read so far call for.
+enum Step {
+    /// A head not yet whole: read more.
+    Partial,
+    /// Not served here: hand the connection to hyper.
+    Hyper,
+    /// Refused before its body: the answer, where the request ends (None
+    /// when its length does not fit memory at all).
+    Refused {
+        reply: Reply,
+        end: Option<usize>,
+        plan: head::Plan,
+    },
+    /// Admitted; its body is still coming.
+    Body {
+        admitted: herald_engine::publish::Admitted,
+        head_len: usize,
+        end: usize,
+        plan: head::Plan,
+    },
+    /// Served whole from what was read.
+    Answered {
+        reply: Reply,
+        end: usize,
+        plan: head::Plan,
+    },
+}
+
+/// Read until `buf` holds `end` bytes, each read within `idle`; false if
+/// the client went away or stalled first.
+async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, end: usize, idle: Duration) -> bool {
+    buf.reserve(end - buf.len());
+    while buf.len() < end {
+        match timeout(idle, stream.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Write the answers held back; false if the connection failed.
+async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let written = stream.write_all(out).await;
+    out.clear();
+    if let Err(e) = written {
+        tracing::debug!(error = %e, "publish connection failed while answering");
+        return false;
+    }
+    true
+}
+
+/// Close after a refusal: stop writing, drain what the client still sends
+/// (bounded), so the answer is not lost to a reset.
+async fn linger(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let mut rest = (&mut stream).take(LINGER_BYTES);
+    let _ = timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
+}
+
+fn encode(out: &mut Vec<u8>, reply: &Reply, close: bool) {
+    with_date(|date| head::encode_reply(out, reply, close, date));
+}
+
+thread_local! {
+    /// The `date` header value of the current second, made once a second
+    /// per thread (as hyper caches it).
+    static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+fn with_date<T>(f: impl FnOnce(&[u8]) -> T) -> T {
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            *cached = (secs, httpdate::fmt_http_date(now));
+        }
+        f(cached.1.as_bytes())
+    })
+}

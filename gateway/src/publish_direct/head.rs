@@ -1,0 +1,250 @@
+//! Which requests the direct publish path serves, what it reads of their
+//! heads, and its answers as bytes (pure: no I/O).
+
+use herald_engine::publish::{PublishHead, Reply};
+
+/// The path this serves.
+const PATH: &str = "/v1/notifications";
+
+/// How a request head ended: what to do with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Bytes of the body (`Content-Length`).
+    pub(crate) body_len: u64,
+    /// `Connection: close`: answer, then close.
+    pub(crate) close: bool,
+}
+
+/// Whether the request line names what the direct path serves:
+/// `POST /v1/notifications` (any query string), HTTP/1.1.
+pub(crate) fn is_publish_line(method: &str, path: &str, version: Option<u8>) -> bool {
+    method == "POST"
+        && version == Some(1)
+        && path
+            .strip_prefix(PATH)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('?'))
+}
+
+/// The plan for a parsed request, or None when hyper is to serve it
+/// (anything but a publish with exactly one plain `Content-Length`: chunked
+/// bodies, `Expect`, upgrades, any `Connection` but `keep-alive` or `close`,
+/// a malformed or repeated length).
+pub(crate) fn plan(req: &httparse::Request<'_, '_>) -> Option<Plan> {
+    if !is_publish_line(req.method?, req.path?, req.version) {
+        return None;
+    }
+    let mut body_len = None;
+    let mut close = false;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            if body_len.is_some() || h.value.is_empty() || !h.value.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            body_len = Some(std::str::from_utf8(h.value).ok()?.parse().ok()?);
+        } else if name.eq_ignore_ascii_case("connection") {
+            if h.value.eq_ignore_ascii_case(b"close") {
+                close = true;
+            } else if !h.value.eq_ignore_ascii_case(b"keep-alive") {
+                return None;
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+        {
+            return None;
+        }
+    }
+    Some(Plan {
+        body_len: body_len?,
+        close,
+    })
+}
+
+/// What the publish handler reads of `req`'s head: each header's first
+/// value that is visible ASCII, as hyper's `HeaderMap` gives it.
+pub(crate) fn publish_head<'a>(req: &httparse::Request<'_, 'a>) -> PublishHead<'a> {
+    let mut head = PublishHead {
+        query: req.path.and_then(|p| p.split_once('?')).map(|(_, q)| q),
+        ..PublishHead::default()
+    };
+    let mut seen = [false; 4];
+    for h in req.headers.iter() {
+        let slot = if h.name.eq_ignore_ascii_case("authorization") {
+            0
+        } else if h.name.eq_ignore_ascii_case("x-api-key") {
+            1
+        } else if h.name.eq_ignore_ascii_case("content-type") {
+            2
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            3
+        } else {
+            continue;
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            continue;
+        }
+        let Some(value) = visible_ascii(h.value) else {
+            continue;
+        };
+        match slot {
+            0 => head.authorization = Some(value),
+            1 => head.x_api_key = Some(value),
+            2 => head.content_type = Some(value),
+            _ => head.content_length = value.parse().ok(),
+        }
+    }
+    head
+}
+
+/// `value` as text when every byte is visible ASCII or a tab
+/// (`HeaderValue::to_str`'s rule).
+fn visible_ascii(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (32..127).contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
+}
+
+/// Append `reply` to `out` as an HTTP/1.1 response: the headers hyper
+/// writes for axum's answer (lowercase names), `date` given.
+pub(crate) fn encode_reply(out: &mut Vec<u8>, reply: &Reply, close: bool, date: &[u8]) {
+    let status = reply.status;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\ncontent-type: application/json\r\n");
+    if reply.www_authenticate {
+        out.extend_from_slice(b"www-authenticate: Bearer\r\n");
+    }
+    if let Some(secs) = reply.retry_after {
+        out.extend_from_slice(b"retry-after: ");
+        out.extend_from_slice(itoa::Buffer::new().format(secs).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(reply.body.len()).as_bytes());
+    out.extend_from_slice(b"\r\ndate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&reply.body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse<'h, 'b>(
+        bytes: &'b [u8],
+        headers: &'h mut [httparse::Header<'b>],
+    ) -> httparse::Request<'h, 'b> {
+        let mut req = httparse::Request::new(headers);
+        assert!(req.parse(bytes).unwrap().is_complete());
+        req
+    }
+
+    fn plan_of(head: &str) -> Option<Plan> {
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        plan(&parse(head.as_bytes(), &mut headers))
+    }
+
+    #[test]
+    fn a_publish_with_a_length_is_served_here() {
+        let p = plan_of(
+            "POST /v1/notifications?user=a HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n",
+        );
+        assert_eq!(
+            p,
+            Some(Plan {
+                body_len: 12,
+                close: false
+            })
+        );
+        let p = plan_of(
+            "POST /v1/notifications HTTP/1.1\r\ncontent-length: 0\r\nConnection: Close\r\n\r\n",
+        );
+        assert_eq!(
+            p,
+            Some(Plan {
+                body_len: 0,
+                close: true
+            })
+        );
+        assert!(plan_of("POST /v1/notifications HTTP/1.1\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n").is_some());
+    }
+
+    #[test]
+    fn everything_else_goes_to_hyper() {
+        for head in [
+            "GET /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+            "POST /v1/notifications/abc HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+            "POST /v1/notificationsx HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+            "POST /v1/notifications HTTP/1.0\r\nContent-Length: 1\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: +1\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+            "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nConnection: keep-alive, te\r\n\r\n",
+        ] {
+            assert_eq!(plan_of(head), None, "{head:?}");
+        }
+    }
+
+    #[test]
+    fn the_head_is_read_as_a_header_map_would_give_it() {
+        let bytes = b"POST /v1/notifications?user=a&topic=t HTTP/1.1\r\nX-API-Key: k2\r\nauthorization: Bearer k1\r\nAuthorization: Bearer other\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n";
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let req = parse(bytes, &mut headers);
+        let head = publish_head(&req);
+        assert_eq!(head.authorization, Some("Bearer k1"));
+        assert_eq!(head.x_api_key, Some("k2"));
+        assert_eq!(head.content_type, Some("text/plain"));
+        assert_eq!(head.content_length, Some(5));
+        assert_eq!(head.query, Some("user=a&topic=t"));
+
+        // A value that is not visible ASCII is no value (to_str fails).
+        let bytes = b"POST /v1/notifications HTTP/1.1\r\nAuthorization: Bearer k\xc3\xa9\r\nContent-Length: 0\r\n\r\n";
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let req = parse(bytes, &mut headers);
+        let head = publish_head(&req);
+        assert_eq!(head.authorization, None);
+        assert_eq!(head.query, None);
+    }
+
+    #[test]
+    fn a_reply_is_written_as_hyper_writes_it() {
+        let reply = Reply {
+            status: http::StatusCode::TOO_MANY_REQUESTS,
+            retry_after: Some(3),
+            www_authenticate: false,
+            body: b"{}".to_vec(),
+        };
+        let mut out = Vec::new();
+        encode_reply(&mut out, &reply, true, b"Fri, 27 Nov 2026 17:00:00 GMT");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 3\r\nconnection: close\r\ncontent-length: 2\r\ndate: Fri, 27 Nov 2026 17:00:00 GMT\r\n\r\n{}"
+        );
+        let reply = Reply {
+            status: http::StatusCode::UNAUTHORIZED,
+            retry_after: None,
+            www_authenticate: true,
+            body: b"{\"error\":1}".to_vec(),
+        };
+        let mut out = Vec::new();
+        encode_reply(&mut out, &reply, false, b"D");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\nwww-authenticate: Bearer\r\ncontent-length: 11\r\ndate: D\r\n\r\n{\"error\":1}"
+        );
+    }
+}
