@@ -220,6 +220,86 @@ mod tests {
         assert_eq!(head.query, None);
     }
 
+    /// A head as hyper reads it: the same httparse headers into a map.
+    fn header_map(req: &httparse::Request<'_, '_>) -> http::HeaderMap {
+        let mut map = http::HeaderMap::new();
+        for h in req.headers.iter() {
+            let name = http::HeaderName::from_bytes(h.name.as_bytes()).unwrap();
+            let value = http::HeaderValue::from_bytes(h.value).unwrap();
+            map.append(name, value);
+        }
+        map
+    }
+
+    fn header_line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let name = prop_oneof![
+            Just("Authorization".to_owned()),
+            Just("authorization".to_owned()),
+            Just("X-Api-Key".to_owned()),
+            Just("Content-Type".to_owned()),
+            Just("CONTENT-TYPE".to_owned()),
+            Just("Content-Length".to_owned()),
+            Just("Connection".to_owned()),
+            Just("Transfer-Encoding".to_owned()),
+            Just("Expect".to_owned()),
+            Just("Host".to_owned()),
+            "[A-Za-z-]{1,12}",
+        ];
+        let value = prop_oneof![
+            Just("Bearer k".to_owned()),
+            Just("close".to_owned()),
+            Just("keep-alive".to_owned()),
+            Just("12".to_owned()),
+            Just("text/plain".to_owned()),
+            "[ -~\\t]{0,16}",
+            "[0-9]{1,22}",
+            proptest::collection::vec(128u8..=255, 1..4)
+                .prop_map(|b| b.iter().map(|&c| char::from(c)).collect::<String>()),
+        ];
+        (name, value).prop_map(|(n, v)| format!("{n}: {v}\r\n"))
+    }
+
+    proptest::proptest! {
+        /// Over random heads: nothing panics; what the direct path reads is
+        /// what the handler reads from hyper's header map; a planned
+        /// request's body length is its one `Content-Length`.
+        #[test]
+        fn random_heads_are_read_as_hyper_reads_them(
+            line in proptest::prop_oneof![
+                proptest::strategy::Just("POST /v1/notifications?users=a&event=e HTTP/1.1".to_owned()),
+                proptest::strategy::Just("POST /v1/notifications HTTP/1.1".to_owned()),
+                proptest::strategy::Just("POST /v1/notifications HTTP/1.0".to_owned()),
+                proptest::strategy::Just("GET /v1/notifications HTTP/1.1".to_owned()),
+                "POST /[a-z/?=&]{0,20} HTTP/1.1",
+            ],
+            headers in proptest::collection::vec(header_line(), 0..8),
+        ) {
+            let bytes = format!("{line}\r\n{}\r\n", headers.concat()).into_bytes();
+            let mut parsed = [httparse::EMPTY_HEADER; 16];
+            let mut req = httparse::Request::new(&mut parsed);
+            let Ok(httparse::Status::Complete(_)) = req.parse(&bytes) else {
+                return Ok(());
+            };
+            let planned = plan(&req);
+            let head = publish_head(&req);
+            let map = header_map(&req);
+            let query = req.path.and_then(|p| p.split_once('?')).map(|(_, q)| q);
+            let expected = PublishHead::from_parts(&map, query);
+            proptest::prop_assert_eq!(head.authorization, expected.authorization);
+            proptest::prop_assert_eq!(head.x_api_key, expected.x_api_key);
+            proptest::prop_assert_eq!(head.content_type, expected.content_type);
+            proptest::prop_assert_eq!(head.content_length, expected.content_length);
+            proptest::prop_assert_eq!(head.query, expected.query);
+            if let Some(p) = planned {
+                proptest::prop_assert!(is_publish_line(req.method.unwrap(), req.path.unwrap(), req.version));
+                proptest::prop_assert_eq!(map.get_all("content-length").iter().count(), 1);
+                proptest::prop_assert_eq!(Some(p.body_len), head.content_length);
+                proptest::prop_assert!(map.get("transfer-encoding").is_none() && map.get("expect").is_none());
+            }
+        }
+    }
+
     #[test]
     fn a_reply_is_written_as_hyper_writes_it() {
         let reply = Reply {
