@@ -20,20 +20,24 @@
 //!
 //! # Limits
 //! A head must be whole within `session.header_timeout_ms` of the last
-//! answer (of accept, for the first), or the connection closes without an
-//! answer, as hyper closes an idle keep-alive connection; a head over
+//! answer (the first is whole before the connection comes here), or the
+//! connection closes without an answer, as hyper closes an idle keep-alive
+//! connection; a head over
 //! [`MAX_HEAD`] bytes or [`MAX_HEADERS`] headers goes to hyper, which
 //! applies its own limits. The body is read only once the key passed, up
 //! to `publish.max_body_bytes` (a larger `Content-Length` is answered 413
 //! at once), each read within `session.header_timeout_ms` of the one
-//! before. A refusal whose body has not arrived whole is answered with
+//! before, its buffer growing as the bytes arrive (at most [`BODY_CHUNK`]
+//! ahead of them). A refusal whose body has not arrived whole is answered with
 //! `connection: close`, and the connection is closed after draining what
 //! the client still sends (up to [`LINGER`] and [`LINGER_BYTES`]), so that
 //! the close does not reset the connection under the answer. Answers wait
 //! in one buffer only while more whole requests are already read (at most
-//! [`MAX_PENDING_ANSWERS`] bytes, then written). On shutdown an idle
-//! connection closes at once; a request being served is answered with
-//! `connection: close`.
+//! [`MAX_PENDING_ANSWERS`] bytes, then written); a request over
+//! [`KEEP_IDLE`] bytes, or answers over it, do not leave their buffers to
+//! the connection while it waits for the next. On shutdown a connection
+//! waiting for its next head, or the rest of one, closes at once; a request being served
+//! is answered with `connection: close`.
 
 mod head;
 mod rewind;
@@ -54,9 +58,13 @@ pub use rewind::Rewind;
 /// The longest request head read here; a longer one goes to hyper.
 pub const MAX_HEAD: usize = 8 * 1024;
 /// The most headers a request read here may have; more go to hyper.
-pub const MAX_HEADERS: usize = 64;
+pub const MAX_HEADERS: usize = 32;
+/// The most bytes made room for at a time while reading a body.
+pub const BODY_CHUNK: usize = 64 * 1024;
 /// Bytes asked of the socket at a time while reading a head.
 const READ_CHUNK: usize = 4 * 1024;
+/// The most buffer bytes kept by a connection waiting for its next request.
+pub const KEEP_IDLE: usize = 16 * 1024;
 /// The most answer bytes held back while pipelined requests are served.
 pub const MAX_PENDING_ANSWERS: usize = 64 * 1024;
 /// After a refusal whose body is still coming, how long and how many
@@ -117,11 +125,16 @@ pub(crate) async fn serve(
                 if !flush(&mut stream, &mut out).await {
                     return None;
                 }
-                let idle = buf.is_empty();
+                if out.capacity() > KEEP_IDLE {
+                    // A pipelined burst's answers are not kept while the
+                    // connection waits.
+                    out = Vec::new();
+                }
                 buf.reserve(READ_CHUNK);
                 let read = tokio::select! {
                     biased;
-                    _ = shutdown.cancelled(), if idle => return None,
+                    // No request is taken before its head is whole.
+                    _ = shutdown.cancelled() => return None,
                     r = timeout_at(deadline, stream.read_buf(&mut buf)) => r,
                 };
                 match read {
@@ -176,7 +189,13 @@ pub(crate) async fn serve(
                 (reply, end, plan.close)
             }
         };
-        buf.advance(end);
+        if end > KEEP_IDLE {
+            // A large request's allocation is not kept for the next one
+            // (advancing would keep it, to be reused).
+            buf = BytesMut::from(&buf[end..]);
+        } else {
+            buf.advance(end);
+        }
         let close = close || shutdown.is_cancelled();
         encode(&mut out, &reply, close);
         if close {
@@ -223,8 +242,9 @@ enum Step {
 /// Read until `buf` holds `end` bytes, each read within `idle`; false if
 /// the client went away or stalled first.
 async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, end: usize, idle: Duration) -> bool {
-    buf.reserve(end - buf.len());
     while buf.len() < end {
+        // Memory grows as the body arrives, not by what its head declared.
+        buf.reserve((end - buf.len()).min(BODY_CHUNK));
         match timeout(idle, stream.read_buf(buf)).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return false,

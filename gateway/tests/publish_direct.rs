@@ -246,6 +246,8 @@ async fn refusals_are_answered_as_hyper_answers_them() {
         format!("POST /v1/notifications?users=u&event=e&ttl_ms=soon HTTP/1.1\r\nAuthorization: Bearer {API_KEY}\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx"),
         // Malformed JSON: 400.
         format!("POST /v1/notifications HTTP/1.1\r\nAuthorization: Bearer {API_KEY}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{]"),
+        // A request target http's URI refuses (httparse takes it): hyper's 400.
+        format!("POST /v1/notifications?users=\"a\"&event=e HTTP/1.1\r\nAuthorization: Bearer {API_KEY}\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx"),
         // Over the largest body: 413.
         format!("POST /v1/notifications?users=u&event=e HTTP/1.1\r\nAuthorization: Bearer {API_KEY}\r\nContent-Type: text/plain\r\nContent-Length: 1001\r\n\r\n{}", "x".repeat(1001)),
     ];
@@ -339,15 +341,38 @@ async fn an_idle_connection_closes_after_the_header_timeout() {
 }
 
 #[tokio::test]
-async fn shutdown_closes_an_idle_connection() {
-    let gw = start(|_| {}).await;
-    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
-    stream
-        .write_all(publish("u", "x").as_bytes())
+async fn shutdown_closes_an_idle_connection_and_one_mid_head() {
+    let gw = start(|c| c.session.header_timeout_ms = 60_000).await;
+    let mut idle = TcpStream::connect(gw.addr).await.unwrap();
+    let mut mid_head = TcpStream::connect(gw.addr).await.unwrap();
+    let mut bufs = [Vec::new(), Vec::new()];
+    for (stream, buf) in [&mut idle, &mut mid_head].into_iter().zip(bufs.iter_mut()) {
+        stream
+            .write_all(publish("u", "x").as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(answer(stream, buf).await.status, 202);
+    }
+    // The next head begun, not finished: no request is taken yet.
+    mid_head
+        .write_all(b"POST /v1/notifications HTTP/1.1\r\nContent-")
         .await
         .unwrap();
-    let mut buf = Vec::new();
-    assert_eq!(answer(&mut stream, &mut buf).await.status, 202);
     gw.shutdown.cancel();
-    closes(&mut stream, &buf).await;
+    closes(&mut idle, &bufs[0]).await;
+    closes(&mut mid_head, &bufs[1]).await;
+}
+
+#[tokio::test]
+async fn the_fragment_of_a_target_is_not_part_of_its_query() {
+    let gw = start(|_| {}).await;
+    let mut session = gw.session(&token("a", None, None)).await;
+    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+    let request = publish("a", "x").replace("users=a&event=e", "users=a&event=e#frag");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let a = answer(&mut stream, &mut buf).await;
+    assert_eq!(a.status, 202, "{a:?}");
+    let m = session.message().await;
+    assert_eq!(m.header("event"), Some("e"));
 }

@@ -30,9 +30,13 @@ pub(crate) fn is_publish_line(method: &str, path: &str, version: Option<u8>) -> 
 /// bodies, `Expect`, upgrades, any `Connection` but `keep-alive` or `close`,
 /// a malformed or repeated length).
 pub(crate) fn plan(req: &httparse::Request<'_, '_>) -> Option<Plan> {
-    if !is_publish_line(req.method?, req.path?, req.version) {
+    let path = req.path?;
+    if !is_publish_line(req.method?, path, req.version) {
         return None;
     }
+    // What hyper would refuse as a request target (httparse lets through
+    // bytes such as `"` or `<` that `http`'s URI does not), hyper refuses.
+    http::uri::PathAndQuery::try_from(path).ok()?;
     let mut body_len = None;
     let mut close = false;
     for h in req.headers.iter() {
@@ -65,7 +69,7 @@ pub(crate) fn plan(req: &httparse::Request<'_, '_>) -> Option<Plan> {
 /// value that is visible ASCII, as hyper's `HeaderMap` gives it.
 pub(crate) fn publish_head<'a>(req: &httparse::Request<'_, 'a>) -> PublishHead<'a> {
     let mut head = PublishHead {
-        query: req.path.and_then(|p| p.split_once('?')).map(|(_, q)| q),
+        query: req.path.and_then(query_of),
         ..PublishHead::default()
     };
     let mut seen = [false; 4];
@@ -95,6 +99,13 @@ pub(crate) fn publish_head<'a>(req: &httparse::Request<'_, 'a>) -> PublishHead<'
         }
     }
     head
+}
+
+/// The query string of a request target, as `http`'s URI reads it: after
+/// the first `?`, up to a `#` (the fragment is not part of it).
+fn query_of(target: &str) -> Option<&str> {
+    let target = target.split('#').next().unwrap_or(target);
+    target.split_once('?').map(|(_, q)| q)
 }
 
 /// `value` as text when every byte is visible ASCII or a tab
@@ -194,6 +205,8 @@ mod tests {
             "POST /v1/notifications HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
             "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
             "POST /v1/notifications HTTP/1.1\r\nContent-Length: 1\r\nConnection: keep-alive, te\r\n\r\n",
+            "POST /v1/notifications?users=\"a\" HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+            "POST /v1/notifications?users=<a> HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
         ] {
             assert_eq!(plan_of(head), None, "{head:?}");
         }
@@ -210,6 +223,11 @@ mod tests {
         assert_eq!(head.content_type, Some("text/plain"));
         assert_eq!(head.content_length, Some(5));
         assert_eq!(head.query, Some("user=a&topic=t"));
+
+        // The fragment is not part of the query.
+        assert_eq!(query_of("/v1/notifications?users=a#x"), Some("users=a"));
+        assert_eq!(query_of("/v1/notifications?#x"), Some(""));
+        assert_eq!(query_of("/v1/notifications#x?y"), None);
 
         // A value that is not visible ASCII is no value (to_str fails).
         let bytes = b"POST /v1/notifications HTTP/1.1\r\nAuthorization: Bearer k\xc3\xa9\r\nContent-Length: 0\r\n\r\n";
@@ -272,6 +290,7 @@ mod tests {
                 proptest::strategy::Just("POST /v1/notifications HTTP/1.0".to_owned()),
                 proptest::strategy::Just("GET /v1/notifications HTTP/1.1".to_owned()),
                 "POST /[a-z/?=&]{0,20} HTTP/1.1",
+                "POST /v1/notifications[?#a-z=&\"<>{}|^`]{0,12} HTTP/1.1",
             ],
             headers in proptest::collection::vec(header_line(), 0..8),
         ) {
@@ -284,13 +303,19 @@ mod tests {
             let planned = plan(&req);
             let head = publish_head(&req);
             let map = header_map(&req);
-            let query = req.path.and_then(|p| p.split_once('?')).map(|(_, q)| q);
+            let target = http::uri::PathAndQuery::try_from(req.path.unwrap());
+            let query = target.as_ref().ok().and_then(|t| t.query());
             let expected = PublishHead::from_parts(&map, query);
+            if target.is_err() {
+                proptest::prop_assert!(planned.is_none());
+            }
             proptest::prop_assert_eq!(head.authorization, expected.authorization);
             proptest::prop_assert_eq!(head.x_api_key, expected.x_api_key);
             proptest::prop_assert_eq!(head.content_type, expected.content_type);
             proptest::prop_assert_eq!(head.content_length, expected.content_length);
-            proptest::prop_assert_eq!(head.query, expected.query);
+            if target.is_ok() {
+                proptest::prop_assert_eq!(head.query, expected.query);
+            }
             if let Some(p) = planned {
                 proptest::prop_assert!(is_publish_line(req.method.unwrap(), req.path.unwrap(), req.version));
                 proptest::prop_assert_eq!(map.get_all("content-length").iter().count(), 1);
