@@ -87,6 +87,19 @@ fn publish(user: &str, payload: &str) -> String {
     )
 }
 
+/// A connection on which one publish was answered 202 (so it is the direct
+/// path's), and what was read past that answer.
+async fn published_once(gw: &common::TestGateway) -> (TcpStream, Vec<u8>) {
+    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+    stream
+        .write_all(publish("u", "x").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(answer(&mut stream, &mut buf).await.status, 202);
+    (stream, buf)
+}
+
 fn accepted(metrics: &str) -> f64 {
     sample(
         metrics,
@@ -192,13 +205,8 @@ async fn anything_else_on_the_connection_goes_to_hyper_with_its_bytes() {
 #[tokio::test]
 async fn a_websocket_upgrade_after_a_publish_is_served() {
     let gw = start(|_| {}).await;
-    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
-    stream
-        .write_all(publish("u", "x").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    assert_eq!(answer(&mut stream, &mut buf).await.status, 202);
+    let (stream, buf) = published_once(&gw).await;
+    assert!(buf.is_empty(), "{buf:?}");
     let (ws, _) = timeout(
         WAIT,
         tokio_tungstenite::client_async(gw.ws_url(), MaybeTlsStream::Plain(stream)),
@@ -325,13 +333,7 @@ async fn connection_close_is_honoured() {
 #[tokio::test]
 async fn an_idle_connection_closes_after_the_header_timeout() {
     let gw = start(|c| c.session.header_timeout_ms = 300).await;
-    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
-    stream
-        .write_all(publish("u", "x").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    assert_eq!(answer(&mut stream, &mut buf).await.status, 202);
+    let (mut stream, buf) = published_once(&gw).await;
     // Half a head, never finished: closed without an answer.
     stream
         .write_all(b"POST /v1/notifications HTTP/1.1\r\n")
