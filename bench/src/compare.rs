@@ -46,8 +46,8 @@ use self::ramp::Ramp;
 use self::report::{CompareReport, SystemInfo};
 use self::system::System;
 use crate::harness::cpu;
+use crate::harness::interrupt::{INTERRUPTED, interrupt};
 use crate::harness::outcome::{BenchError, Outcome};
-use crate::harness::run::interruptible;
 use crate::harness::token::now_epoch_secs;
 
 pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
@@ -55,6 +55,8 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
         return render(path, &args);
     }
     args.check().map_err(BenchError::Usage)?;
+    // Listen for Ctrl-C and SIGTERM before anything is started.
+    interrupt();
     if let Err(e) = crate::harness::sys::raise_nofile_limit() {
         eprintln!("herald-bench: cannot raise RLIMIT_NOFILE ({e}); continuing");
     }
@@ -108,7 +110,9 @@ pub(crate) async fn run(args: CompareArgs) -> Result<Outcome, BenchError> {
         errors: Vec::new(),
         unfairness: unfairness(&order, &args),
     };
-    let measured = interruptible(measure(&args, &order, &mut report)).await;
+    // Each server is stopped its own way when the run is interrupted (Server::with_fresh);
+    // the runs left are not started.
+    let measured = measure(&args, &order, &mut report).await;
     report.load_after = cpu::load_average();
     if let Err(e) = measured {
         report.errors.push(e.to_string());
@@ -213,6 +217,9 @@ async fn measure(
             }
         }
     }
+    if interrupt().is_cancelled() {
+        return Err(BenchError::Failed(INTERRUPTED.into()));
+    }
     Ok(())
 }
 
@@ -229,10 +236,14 @@ async fn each_run<T>(
     let mut runs = Vec::new();
     for round in 0..args.rounds {
         for &system in order {
+            if interrupt().is_cancelled() {
+                return runs;
+            }
             let name = system.name();
             eprintln!("herald-bench: {label}, round {}: {name}", round + 1);
             match measure(system, round).await {
                 Ok(run) => runs.push(run),
+                Err(e) if e.to_string() == INTERRUPTED => return runs,
                 Err(e) => errors.push(format!("{label} round {} {name}: {e}", round + 1)),
             }
         }

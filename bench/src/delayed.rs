@@ -47,8 +47,8 @@ pub(crate) use self::args::DelayedArgs;
 use self::measure::measure;
 use self::settings::Settings;
 use crate::harness::cpu;
+use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::{BenchError, Outcome};
-use crate::harness::run::interruptible;
 use crate::scheduled::system::System;
 
 pub(crate) async fn run(args: DelayedArgs) -> Result<Outcome, BenchError> {

@@ -9,6 +9,7 @@ pub(crate) mod cpu;
 pub(crate) mod delayed_ids;
 pub(crate) mod endpoint;
 pub(crate) mod events;
+pub(crate) mod interrupt;
 pub(crate) mod opening;
 pub(crate) mod outcome;
 pub(crate) mod pacing;

@@ -37,8 +37,9 @@ use std::time::Duration;
 use self::measure::measure;
 use crate::harness::configs;
 use crate::harness::cpu;
+use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::{BenchError, Outcome};
-use crate::harness::run::{Run, interruptible};
+use crate::harness::run::Run;
 use crate::harness::service::Service;
 use crate::harness::token::random_token;
 

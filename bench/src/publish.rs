@@ -30,12 +30,14 @@ pub(crate) use self::args::PublishArgs;
 use self::report::{Report, Run, Settings};
 use self::requests::{Shape, Tally};
 use crate::harness::cpu::{load_average, read_cpu};
+use crate::harness::interrupt::{INTERRUPTED, interrupt, interruptible};
 use crate::harness::outcome::{BenchError, Outcome};
-use crate::harness::run::interruptible;
 use crate::harness::standalone::{Gateway, Launch};
 
 pub(crate) async fn run(args: PublishArgs) -> Result<Outcome, BenchError> {
     args.check().map_err(BenchError::Usage)?;
+    // Listen for Ctrl-C and SIGTERM before a gateway is started.
+    interrupt();
     let settings = Settings {
         body: args.body,
         batch: args.batch,
@@ -79,9 +81,6 @@ pub(crate) async fn run(args: PublishArgs) -> Result<Outcome, BenchError> {
         args.json,
     ))
 }
-
-/// What [`interruptible`] says when Ctrl-C came first.
-const INTERRUPTED: &str = "interrupted";
 
 /// Starts `bin`, warms it up, measures, stops it (and removes its files), Ctrl-C or not.
 async fn one_run(

@@ -27,8 +27,8 @@ pub(crate) mod report;
 pub(crate) use self::args::RetainedArgs;
 
 use self::measure::measure;
+use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::{BenchError, Outcome};
-use crate::harness::run::interruptible;
 use crate::harness::standalone::{Gateway, Launch};
 
 pub(crate) async fn run(args: RetainedArgs) -> Result<Outcome, BenchError> {

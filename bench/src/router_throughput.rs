@@ -29,8 +29,9 @@ pub(crate) use self::args::RouterThroughputArgs;
 use self::measure::{measure, start_router};
 use crate::harness::configs;
 use crate::harness::cpu;
+use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::{BenchError, Outcome};
-use crate::harness::run::{Run, interruptible};
+use crate::harness::run::Run;
 
 /// Checks the arguments before anything starts.
 fn validate(args: &RouterThroughputArgs) -> Result<(), String> {

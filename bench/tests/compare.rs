@@ -195,3 +195,127 @@ fn pipelined_sessions_open_beside_a_baseline_build() {
     assert!(notes.contains("--pipelined"), "{notes}");
     assert!(notes.contains("A B A B"), "{notes}");
 }
+
+/// The pids of `root`'s descendants whose command is `comm`.
+fn descendants_named(root: u32, comm: &str) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    let mut name = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 2..]
+            .split(' ')
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent.insert(pid, ppid);
+            name.insert(pid, stat[open + 1..close].to_owned());
+        }
+    }
+    let under = |mut pid: u32| {
+        while let Some(&p) = parent.get(&pid) {
+            if p == root {
+                return true;
+            }
+            pid = p;
+        }
+        false
+    };
+    name.iter()
+        .filter(|(pid, n)| n.as_str() == comm && under(**pid))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// SIGTERM while Nchan is measured (Herald's start fails at once here, so that Nchan comes
+/// next): the bench stops nginx its own way (its master and workers all gone), still reports
+/// what it has, says it was interrupted, and exits non-zero.
+#[test]
+fn sigterm_stops_the_server_being_measured_and_reports() {
+    use std::io::BufRead;
+    let out = std::env::temp_dir().join(format!("herald-compare-term-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
+        .args([
+            "compare",
+            "--gateway-bin",
+            "/bin/false",
+            "--startup-timeout",
+            "5",
+        ])
+        .args([
+            "--peers",
+            "nchan",
+            "--scenarios",
+            "broadcast",
+            "--rounds",
+            "1",
+        ])
+        .args([
+            "--broadcast-sessions",
+            "20",
+            "--rates",
+            "100",
+            "--seconds",
+            "600",
+        ])
+        .args(["--json", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    // Nchan is publishing: its step runs for ten minutes unless interrupted.
+    loop {
+        let mut line = String::new();
+        let n = stderr.read_line(&mut line).unwrap();
+        assert!(n > 0, "the bench ended before Nchan published:\n{seen}");
+        seen.push_str(&line);
+        if line.contains("nchan broadcast:") && line.contains("published") {
+            break;
+        }
+    }
+    let nginx = descendants_named(child.id(), "nginx");
+    assert!(
+        nginx.len() >= 2,
+        "nginx's master and workers under the bench: {nginx:?}"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // The rest of stderr, until the bench closes it by exiting.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(!status.success(), "{status}\n{seen}{rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    for pid in &nginx {
+        // Gone, or a zombie its parent has not reaped yet.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state
+            .rfind(')')
+            .and_then(|i| state[i + 2..].split(' ').next())
+            .is_some_and(|s| s != "Z");
+        assert!(!running, "nginx {pid} still runs after the bench: {state}");
+    }
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let errors = report["errors"].to_string();
+    assert!(errors.contains("interrupted"), "{errors}");
+    assert!(
+        errors.contains("herald"),
+        "Herald's failed start is reported: {errors}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -15,6 +15,7 @@ use super::node_peer::{self, NodePeer};
 use super::rabbitmq::Rabbit;
 use crate::client::transport::Transport;
 use crate::harness::cpu::CpuTime;
+use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::BenchError;
 use crate::harness::proctree;
 use crate::harness::rss::Reading;
@@ -223,7 +224,8 @@ impl Server {
         measure: impl AsyncFnOnce(&Server) -> Result<T, BenchError>,
     ) -> Result<T, BenchError> {
         let server = Server::start(system, args, label).await?;
-        let measured = measure(&server).await;
+        // Interrupted, the measurement is dropped and the server still stopped its own way.
+        let measured = interruptible(measure(&server)).await;
         let how = server.finish().await;
         if measured.is_err() {
             eprintln!("herald-bench: {} {how}", system.name());

@@ -118,13 +118,14 @@ fn print_report(report: &ConnectionsReport, json: bool) {
     }
 }
 
-/// Keeps the sessions open for `seconds`, or until Ctrl-C.
+/// Keeps the sessions open for `seconds`, or until Ctrl-C or SIGTERM.
 async fn hold(seconds: u64) {
     if seconds > 0 {
         eprintln!("herald-bench: holding the sessions for {seconds} s");
+        let interrupt = crate::harness::interrupt::interrupt();
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
-            _ = tokio::signal::ctrl_c() => eprintln!("herald-bench: interrupted; closing"),
+            _ = interrupt.cancelled() => eprintln!("herald-bench: interrupted; closing"),
         }
     }
 }

@@ -199,13 +199,3 @@ impl Run {
         cleanup
     }
 }
-
-/// Runs `work` unless Ctrl-C comes first (then the caller still cleans up).
-pub(crate) async fn interruptible<T>(
-    work: impl Future<Output = Result<T, BenchError>>,
-) -> Result<T, BenchError> {
-    tokio::select! {
-        r = work => r,
-        _ = tokio::signal::ctrl_c() => Err(BenchError::Failed("interrupted".into())),
-    }
-}
