@@ -13,6 +13,26 @@ mod common;
 
 use common::gateway_bin;
 
+/// One of these tests at a time, across the processes nextest runs them in: each starts real
+/// servers (RabbitMQ nodes among them, registering with the machine's one epmd) that share the
+/// machine's cores, and two starting at once made a node's start fail in CI. The turn is a
+/// Unix socket bound to an abstract name: one process holds it until the listener is dropped
+/// (or the process ends, however it ends), the others poll for it.
+fn one_at_a_time() -> std::os::unix::net::UnixListener {
+    use std::os::linux::net::SocketAddrExt;
+    let name =
+        std::os::unix::net::SocketAddr::from_abstract_name("herald-bench-compare-tests").unwrap();
+    loop {
+        match std::os::unix::net::UnixListener::bind_addr(&name) {
+            Ok(turn) => return turn,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => panic!("taking the turn: {e}"),
+        }
+    }
+}
+
 /// The systems a report ran, in order.
 fn systems(report: &Value) -> Vec<&str> {
     report["systems"]
@@ -25,6 +45,7 @@ fn systems(report: &Value) -> Vec<&str> {
 
 #[test]
 fn compares_herald_with_every_peer() {
+    let _turn = one_at_a_time();
     let out = std::env::temp_dir().join(format!("herald-compare-test-{}", std::process::id()));
     let output = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
         .arg("compare")
@@ -161,6 +182,7 @@ fn compares_herald_with_every_peer() {
 /// as `CONNECT`: every session opens on all three, and the report says how they were opened.
 #[test]
 fn pipelined_sessions_open_beside_a_baseline_build() {
+    let _turn = one_at_a_time();
     let gateway = gateway_bin();
     let output = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
         .arg("compare")
@@ -239,6 +261,7 @@ fn descendants_named(root: u32, comm: &str) -> Vec<u32> {
 /// what it has, says it was interrupted, and exits non-zero.
 #[test]
 fn sigterm_stops_the_server_being_measured_and_reports() {
+    let _turn = one_at_a_time();
     use std::io::BufRead;
     let out = std::env::temp_dir().join(format!("herald-compare-term-{}", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_herald-bench"))
