@@ -243,7 +243,8 @@ async fn each_run<T>(
             eprintln!("herald-bench: {label}, round {}: {name}", round + 1);
             match measure(system, round).await {
                 Ok(run) => runs.push(run),
-                Err(e) if e.to_string() == INTERRUPTED => return runs,
+                // Stopped by the interrupt: the runs left are not started.
+                Err(_) if interrupt().is_cancelled() => return runs,
                 Err(e) => errors.push(format!("{label} round {} {name}: {e}", round + 1)),
             }
         }

@@ -140,32 +140,28 @@ pub async fn serve(
                 refuse_rate_limited(stream, retry_after, accepting.header_timeout).await;
                 return;
             }
-            // What the look at the first request left of the deadline
-            // (hyper applies it to each later head of a keep-alive
-            // connection too).
-            let header_timeout = |deadline: tokio::time::Instant| {
-                deadline
-                    .saturating_duration_since(tokio::time::Instant::now())
-                    .max(Duration::from_millis(1))
-            };
-            let conn = HttpConn {
+            // hyper's connection: `header_timeout` for each head (what the
+            // look at the first request left of the deadline, or the whole
+            // timeout after the direct publish path).
+            let conn = |header_timeout| HttpConn {
                 peer,
                 client,
                 clients: Arc::clone(clients),
                 per_request,
-                header_timeout: header_timeout(deadline),
+                header_timeout,
+            };
+            let left = |deadline: tokio::time::Instant| {
+                deadline
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    .max(Duration::from_millis(1))
             };
             let Some(native) = &accepting.native else {
-                serve_http(stream, router, conn, shutdown).await;
+                serve_http(stream, router, conn(left(deadline)), shutdown).await;
                 return;
             };
             match native.try_serve(stream, peer, client, clients, deadline).await {
                 Some(Handed::Hyper(stream)) => {
-                    let conn = HttpConn {
-                        header_timeout: header_timeout(deadline),
-                        ..conn
-                    };
-                    serve_http(stream, router, conn, shutdown).await;
+                    serve_http(stream, router, conn(left(deadline)), shutdown).await;
                 }
                 Some(Handed::Publish(stream)) => {
                     let Some(api) = native.publish_api() else {
@@ -173,11 +169,7 @@ pub async fn serve(
                     };
                     let timeout = accepting.header_timeout;
                     if let Some(rest) = crate::publish_direct::serve(api, stream, timeout, &shutdown).await {
-                        let conn = HttpConn {
-                            header_timeout: timeout,
-                            ..conn
-                        };
-                        serve_http(rest, router, conn, shutdown).await;
+                        serve_http(rest, router, conn(timeout), shutdown).await;
                     }
                 }
                 None => {}
