@@ -189,10 +189,18 @@ def test_the_routers_answer_for_every_edge_and_router_and_the_sums_add_up(dep):
         # rows of names the routers do not know are folded into `other`,
         # none is lost.
         assert delivered_everywhere(c) == sum(delivered_everywhere(o) for o in own.values())
-        # Any router answers the same figures.
-        c2 = cluster(dep, r2)
-        assert set(parts(c2)) == set(listed)
-        assert {k: row(c2, topic)[k] for k in want_topic} == want_topic
+        # Any router answers the same figures once the other router's summary
+        # (written every `summary_every`) has reached it: r1 saw r2's part, r2
+        # may still hold r1's summary from before its acceptance.
+        def r2_agrees():
+            c2 = last["r2"] = cluster(dep, r2)
+            return (set(parts(c2)) == set(listed)
+                    and {k: row(c2, topic)[k] for k in want_topic} == want_topic)
+
+        try:
+            wait_until(f"{r2} to answer the same figures", r2_agrees, timeout=REPORTED)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{r2}: {last.get('r2')}") from None
     finally:
         dep.close_sessions()
         unregister(dep, topic)
