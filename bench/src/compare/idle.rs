@@ -41,6 +41,10 @@ pub(crate) struct IdleRun {
     /// CPU its processes used from before the first session to after the last.
     pub(crate) server_cpu_seconds: f64,
     pub(crate) cpu_per_session_us: f64,
+    /// The kernel's part of `cpu_per_session_us` (`stime`); zero in runs from before the
+    /// bench split it.
+    #[serde(default)]
+    pub(crate) kernel_cpu_per_session_us: f64,
     pub(crate) pss_before_bytes: u64,
     pub(crate) pss_after_bytes: u64,
     pub(crate) pss_settled: bool,
@@ -93,7 +97,8 @@ async fn measure(
     let mut workers: Vec<WorkerState> = plans.iter().cloned().map(WorkerState::new).collect();
     let mut processes = Workers::spawn(&command, &plans, QUEUE)?;
     connect(sessions, &mut workers, &mut processes).await;
-    let cpu_used = server.cpu()?.since(&cpu_before).total();
+    let cpu_delta = server.cpu()?.since(&cpu_before);
+    let cpu_used = cpu_delta.total();
     let totals = Totals::of(&workers);
     let after = server.settled_pss().await?;
     let server_processes = server.pids().len();
@@ -121,6 +126,7 @@ async fn measure(
         },
         server_cpu_seconds: cpu_used,
         cpu_per_session_us: per(cpu_used * 1e6),
+        kernel_cpu_per_session_us: per(cpu_delta.system_seconds * 1e6),
         pss_before_bytes: before.bytes,
         pss_after_bytes: after.bytes,
         pss_settled: before.settled && after.settled,

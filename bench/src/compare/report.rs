@@ -131,6 +131,24 @@ fn cell(values: &[f64], format: impl Fn(f64) -> String) -> String {
     }
 }
 
+/// The two parts of a server's CPU figure `what` ("per session opened, ..."): its own code
+/// (`utime`) and the kernel on its behalf (`stime`). On loopback the kernel's part holds the
+/// receiving socket's TCP input too, so it is what any server pays for the same writes.
+fn split_figures(what: String, unit: Unit) -> (Figure, Figure) {
+    (
+        Figure::new(
+            format!("server CPU in its own code (user) {what}"),
+            unit,
+            Better::Lower,
+        ),
+        Figure::new(
+            format!("server CPU in the kernel (system) {what}"),
+            unit,
+            Better::Lower,
+        ),
+    )
+}
+
 /// The idle scenario's figures, one set per session count.
 pub(crate) fn idle_figures(runs: &[IdleRun]) -> Vec<Figure> {
     let mut counts: Vec<usize> = runs.iter().map(|r| r.sessions).collect();
@@ -155,6 +173,10 @@ pub(crate) fn idle_figures(runs: &[IdleRun]) -> Vec<Figure> {
             Unit::Micros,
             Better::Lower,
         );
+        let (mut own, mut kernel) = split_figures(
+            format!("per session opened, {n_text} sessions"),
+            Unit::Micros,
+        );
         let mut failed = Figure::new(
             format!("sessions failed, {n_text} sessions"),
             Unit::Count,
@@ -164,9 +186,20 @@ pub(crate) fn idle_figures(runs: &[IdleRun]) -> Vec<Figure> {
             memory.add(r.system, r.round, r.bytes_per_session);
             rate.add(r.system, r.round, r.connect_rate);
             cpu.add(r.system, r.round, r.cpu_per_session_us);
+            // Runs from before the bench split the CPU have no kernel part.
+            if r.kernel_cpu_per_session_us > 0.0 {
+                own.add(
+                    r.system,
+                    r.round,
+                    r.cpu_per_session_us - r.kernel_cpu_per_session_us,
+                );
+                kernel.add(r.system, r.round, r.kernel_cpu_per_session_us);
+            }
             failed.add(r.system, r.round, r.failed as f64);
         }
-        figures.extend([memory, rate, cpu, failed]);
+        figures.extend([memory, rate, cpu]);
+        figures.extend([own, kernel].into_iter().filter(|f| !f.values.is_empty()));
+        figures.push(failed);
     }
     figures
 }
@@ -206,6 +239,8 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
             Better::Higher,
         );
         let mut lost = Figure::new(format!("deliveries lost {at}"), Unit::Count, Better::Lower);
+        let (mut own, mut kernel) =
+            split_figures(format!("per 100,000 deliveries {at}"), Unit::Seconds);
         let mut busy = Figure::new(
             format!("cores busy, server and bench together, {at}"),
             Unit::Cores,
@@ -215,6 +250,12 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
             // Nothing delivered: no cost per delivery to speak of.
             if s.delivered > 0 {
                 cpu.add(s.system, s.round, s.cpu_per_100k_deliveries);
+                if s.server_kernel_cpu_seconds > 0.0 {
+                    let per_100k = 100_000.0 / s.delivered as f64;
+                    let user = s.server_cpu_seconds - s.server_kernel_cpu_seconds;
+                    own.add(s.system, s.round, user * per_100k);
+                    kernel.add(s.system, s.round, s.server_kernel_cpu_seconds * per_100k);
+                }
             }
             if let Some(l) = s.latency {
                 p50.add(s.system, s.round, l.p50_ns as f64);
@@ -232,7 +273,9 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
                 );
             }
         }
-        figures.extend([cpu, p50, p99, max, delivered, lost]);
+        figures.push(cpu);
+        figures.extend([own, kernel].into_iter().filter(|f| !f.values.is_empty()));
+        figures.extend([p50, p99, max, delivered, lost]);
         if !busy.values.is_empty() {
             figures.push(busy);
         }
@@ -546,6 +589,7 @@ mod tests {
             delivered_rate: 500.0,
             max_publish_lag_ms: 0.0,
             server_cpu_seconds: 1.5,
+            server_kernel_cpu_seconds: 0.0,
             bench_cpu_seconds,
             cpu_per_100k_deliveries: 150.0,
             latency: None,
@@ -566,5 +610,35 @@ mod tests {
         // A run recorded before the bench read its own CPU has no such figure.
         let old = ramp_figures(&[step(System::Herald, 0.0)]);
         assert!(!old.iter().any(|f| f.name.starts_with("cores busy")));
+    }
+
+    #[test]
+    fn server_cpu_is_split_into_its_own_code_and_the_kernel_when_it_was_read() {
+        let mut herald = step(System::Herald, 1.0);
+        herald.server_kernel_cpu_seconds = 1.0;
+        let mut nchan = step(System::Nchan, 1.0);
+        nchan.server_kernel_cpu_seconds = 1.2;
+        let figures = ramp_figures(&[herald, nchan]);
+        let value = |prefix: &str, system: System| {
+            figures
+                .iter()
+                .find(|f| f.name.starts_with(prefix))
+                .unwrap_or_else(|| panic!("a figure named {prefix}..."))
+                .values[&system][&0]
+        };
+        // 1.5 s of CPU over 1,000 deliveries: 150 s per 100,000, of it 100 s in the kernel.
+        let own = "server CPU in its own code (user) per 100,000 deliveries at 1,000";
+        let kernel = "server CPU in the kernel (system) per 100,000 deliveries at 1,000";
+        assert!((value(own, System::Herald) - 50.0).abs() < 1e-9);
+        assert!((value(kernel, System::Herald) - 100.0).abs() < 1e-9);
+        assert!((value(own, System::Nchan) - 30.0).abs() < 1e-9);
+        assert!((value(kernel, System::Nchan) - 120.0).abs() < 1e-9);
+        // Runs from before the split: the total only.
+        let old = ramp_figures(&[step(System::Herald, 1.0)]);
+        assert!(!old.iter().any(|f| f.name.contains("in the kernel")));
+        assert!(
+            old.iter()
+                .any(|f| f.name.starts_with("server CPU per 100,000"))
+        );
     }
 }
