@@ -27,8 +27,9 @@
 //! applies its own limits. The body is read only once the key passed, up
 //! to `publish.max_body_bytes` (a larger `Content-Length` is answered 413
 //! at once), each read within `session.header_timeout_ms` of the one
-//! before, its buffer growing as the bytes arrive (at most [`BODY_CHUNK`]
-//! ahead of them). A refusal whose body has not arrived whole is answered with
+//! before, into a buffer of its own that grows as the bytes arrive (at
+//! most [`BODY_CHUNK`] ahead of them) and becomes the notification's payload
+//! as it is: no copy, no slack kept in the mailboxes. A refusal whose body has not arrived whole is answered with
 //! `connection: close`, and the connection is closed after draining what
 //! the client still sends (up to [`LINGER`] and [`LINGER_BYTES`]), so that
 //! the close does not reset the connection under the answer. Answers wait
@@ -45,7 +46,7 @@ mod rewind;
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use herald_engine::publish::{PublishApi, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -173,20 +174,27 @@ pub(crate) async fn serve(
                 if !flush(&mut stream, &mut out).await {
                     return None;
                 }
-                if !read_body(&mut stream, &mut buf, end, header_timeout).await {
+                // The body's bytes read with the head move to its own
+                // buffer; the rest are read into it, and no further: the
+                // next request's bytes stay on the socket.
+                let mut body = Vec::with_capacity(buf.len() - head_len);
+                body.extend_from_slice(&buf[head_len..]);
+                buf.truncate(head_len);
+                if !read_body(&mut stream, &mut body, end - head_len, header_timeout).await {
                     api.body_unreadable(&std::io::ErrorKind::UnexpectedEof.into());
                     return None;
                 }
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut req = httparse::Request::new(&mut headers);
                 // The same bytes parsed the same way a moment ago.
-                let Ok(httparse::Status::Complete(_)) = req.parse(&buf[..head_len]) else {
+                let Ok(httparse::Status::Complete(_)) = req.parse(&buf) else {
                     return None;
                 };
                 let publish = head::publish_head(&req);
-                let body = Bytes::copy_from_slice(&buf[head_len..end]);
-                let reply = api.publish_body(admitted, &publish, body).await;
-                (reply, end, plan.close)
+                let reply = api
+                    .publish_body(admitted, &publish, Bytes::from(body))
+                    .await;
+                (reply, head_len, plan.close)
             }
         };
         if end > KEEP_IDLE {
@@ -239,13 +247,16 @@ enum Step {
     },
 }
 
-/// Read until `buf` holds `end` bytes, each read within `idle`; false if
-/// the client went away or stalled first.
-async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, end: usize, idle: Duration) -> bool {
-    while buf.len() < end {
-        // Memory grows as the body arrives, not by what its head declared.
-        buf.reserve((end - buf.len()).min(BODY_CHUNK));
-        match timeout(idle, stream.read_buf(buf)).await {
+/// Read until `body` holds `len` bytes and not one more, each read within
+/// `idle`; false if the client went away or stalled first. Memory grows as
+/// the body arrives, not by what its head declared, and exactly: the
+/// buffer ends as long as the body (a large one grows in place, by
+/// `realloc`), so it becomes a `Bytes` without a copy or spare capacity.
+async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize, idle: Duration) -> bool {
+    while body.len() < len {
+        let want = (len - body.len()).min(BODY_CHUNK);
+        body.reserve_exact(want);
+        match timeout(idle, stream.read_buf(&mut (&mut *body).limit(want))).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return false,
         }
@@ -295,4 +306,57 @@ fn with_date<T>(f: impl FnOnce(&[u8]) -> T) -> T {
         }
         f(cached.1.as_bytes())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_is_read_to_its_end_exactly_and_into_no_spare_capacity() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        // Longer than a chunk, so the buffer grows several times; the next
+        // request's bytes follow the body in the same writes.
+        let len = 3 * BODY_CHUNK + 123;
+        let sent: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        // The first bytes came with the head.
+        let mut body = Vec::with_capacity(5);
+        body.extend_from_slice(&sent[..5]);
+        let writer = tokio::spawn(async move {
+            for part in sent[5..].chunks(20_000) {
+                client.write_all(part).await.unwrap();
+            }
+            client.write_all(b"NEXT").await.unwrap();
+            client
+        });
+        let read = read_body(&mut server, &mut body, len, Duration::from_secs(10)).await;
+        assert!(read);
+        let _client = writer.await.unwrap();
+        assert_eq!(body.len(), len);
+        assert_eq!(body.capacity(), len, "no spare capacity");
+        assert!(body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        // What follows the body is still on the socket.
+        let mut next = [0u8; 4];
+        server.read_exact(&mut next).await.unwrap();
+        assert_eq!(&next, b"NEXT");
+        let bytes = Bytes::from(body);
+        assert_eq!(bytes.len(), len);
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_unreadable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        client.write_all(b"short").await.unwrap();
+        drop(client);
+        let mut body = Vec::new();
+        assert!(!read_body(&mut server, &mut body, 100, Duration::from_secs(10)).await);
+    }
 }

@@ -166,6 +166,31 @@ async fn a_body_that_arrives_after_its_head_is_waited_for() {
 }
 
 #[tokio::test]
+async fn a_request_written_with_the_end_of_a_body_is_served_next() {
+    let gw = start(|_| {}).await;
+    let mut session = gw.session(&token("u", None, None)).await;
+    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+    // The first body is read after its head, into a buffer of its own; the
+    // bytes after it (the next request) must not be read into it.
+    let payload = "c".repeat(100_000);
+    let first = publish("u", &payload);
+    let (head, rest) = first.split_at(first.len() - 70_000);
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+    tokio::task::yield_now().await;
+    let rest_and_next = [rest, &publish("u", "next")].concat();
+    stream.write_all(rest_and_next.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    for _ in 0..2 {
+        let a = answer(&mut stream, &mut buf).await;
+        assert_eq!(a.status, 202, "{a:?}");
+    }
+    assert_eq!(session.message().await.body.as_ref(), payload.as_bytes());
+    assert_eq!(session.message().await.body.as_ref(), b"next");
+    assert_eq!(accepted(&gw.metrics().await), 2.0);
+}
+
+#[tokio::test]
 async fn anything_else_on_the_connection_goes_to_hyper_with_its_bytes() {
     let gw = start(|_| {}).await;
     let mut session = gw.session(&token("u", None, None)).await;
