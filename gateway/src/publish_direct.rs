@@ -312,13 +312,19 @@ fn with_date<T>(f: impl FnOnce(&[u8]) -> T) -> T {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_body_is_read_to_its_end_exactly_and_into_no_spare_capacity() {
+    /// A loopback connection: the client's end and the server's.
+    async fn pair() -> (TcpStream, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+        let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
-        let (mut server, _) = listener.accept().await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_to_its_end_exactly_and_into_no_spare_capacity() {
+        let (mut client, mut server) = pair().await;
         // Longer than a chunk, so the buffer grows several times; the next
         // request's bytes follow the body in the same writes.
         let len = 3 * BODY_CHUNK + 123;
@@ -349,11 +355,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_cut_short_is_unreadable() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (mut server, _) = listener.accept().await.unwrap();
+        let (mut client, mut server) = pair().await;
         client.write_all(b"short").await.unwrap();
         drop(client);
         let mut body = Vec::new();
