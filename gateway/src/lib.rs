@@ -101,6 +101,9 @@ pub mod stats;
 pub mod uplink;
 pub mod ws;
 
+#[cfg(test)]
+mod test_support;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -145,17 +145,12 @@ mod tests {
     use std::time::Duration;
 
     use tokio::io::AsyncWriteExt;
-    use tokio::net::TcpListener;
 
     use super::*;
 
     /// A connected pair: the accepted side and the client's.
     async fn pair() -> (TcpStream, SocketAddr, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, peer) = listener.accept().await.unwrap();
+        let (client, server, peer) = crate::test_support::loopback_pair().await;
         (server, peer, client)
     }
 

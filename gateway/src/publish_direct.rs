@@ -312,19 +312,11 @@ fn with_date<T>(f: impl FnOnce(&[u8]) -> T) -> T {
 mod tests {
     use super::*;
 
-    /// A loopback connection: the client's end and the server's.
-    async fn pair() -> (TcpStream, TcpStream) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        (client, server)
-    }
+    use crate::test_support::loopback_pair;
 
     #[tokio::test]
     async fn a_body_is_read_to_its_end_exactly_and_into_no_spare_capacity() {
-        let (mut client, mut server) = pair().await;
+        let (mut client, mut server, _) = loopback_pair().await;
         // Longer than a chunk, so the buffer grows several times; the next
         // request's bytes follow the body in the same writes.
         let len = 3 * BODY_CHUNK + 123;
@@ -355,7 +347,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_cut_short_is_unreadable() {
-        let (mut client, mut server) = pair().await;
+        let (mut client, mut server, _) = loopback_pair().await;
         client.write_all(b"short").await.unwrap();
         drop(client);
         let mut body = Vec::new();

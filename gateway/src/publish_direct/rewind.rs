@@ -82,11 +82,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_prefix_is_read_before_the_stream() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (mut client, server, _) = crate::test_support::loopback_pair().await;
         client.write_all(b" world").await.unwrap();
         client.shutdown().await.unwrap();
         let mut rewind = Rewind::new(Bytes::from_static(b"hello"), server);

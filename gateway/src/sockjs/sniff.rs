@@ -116,12 +116,9 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
+    /// A loopback connection: the client's end and the server's.
     async fn pair() -> (TcpStream, TcpStream) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (client, server, _) = crate::test_support::loopback_pair().await;
         (client, server)
     }
 
