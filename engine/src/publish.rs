@@ -43,7 +43,7 @@ use herald_protocol::envelope::{Limits, Notification};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 
-pub use direct::{Admitted, PublishHead, Reply};
+pub use direct::{Admitted, PublishHead, Reply, RequestBody};
 pub use error::ApiError;
 
 use crate::api_key::{ApiKeys, Caller, Operation};
@@ -396,7 +396,7 @@ impl PublishApi {
         let head = PublishHead::from_parts(&parts.headers, parts.uri.query());
         let admitted = self.check_head(&head)?;
         let body = self.read_body(body, None).await?;
-        self.accept(admitted, &head, body).await
+        self.accept(admitted, &head, RequestBody::Read(body)).await
     }
 
     /// What is checked before the body is read: the key and its
@@ -424,7 +424,7 @@ impl PublishApi {
         &self,
         admitted: Admitted,
         head: &PublishHead<'_>,
-        body: Bytes,
+        body: RequestBody,
     ) -> Result<Accepted, ApiError> {
         let Admitted { caller } = admitted;
         let content_type = head.content_type.unwrap_or_default();
@@ -437,9 +437,14 @@ impl PublishApi {
                     "a JSON body carries its fields in the body; the query string is for raw payloads",
                 ));
             }
-            parse::parse_json(&body, config.max_batch, &mut new_id)?
+            parse::parse_json(body.as_slice(), config.max_batch, &mut new_id)?
         } else {
-            vec![parse::parse_raw(query, content_type, body, &mut new_id)?]
+            vec![parse::parse_raw(
+                query,
+                content_type,
+                body.into_payload(),
+                &mut new_id,
+            )?]
         };
         // Delivery latency is measured from here (a delayed one: from its
         // firing, which stamps it again).

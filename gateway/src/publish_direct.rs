@@ -27,9 +27,9 @@
 //! applies its own limits. The body is read only once the key passed, up
 //! to `publish.max_body_bytes` (a larger `Content-Length` is answered 413
 //! at once), each read within `session.header_timeout_ms` of the one
-//! before, into a buffer of its own that grows as the bytes arrive (at
-//! most [`BODY_CHUNK`] ahead of them) and becomes the notification's payload
-//! as it is: no copy, no slack kept in the mailboxes. A refusal whose body has not arrived whole is answered with
+//! before, into a buffer of its own that grows with what arrived (by as
+//! much as it holds, at least [`BODY_CHUNK`], never past the body's end) and
+//! becomes the notification's payload as it is. A refusal whose body has not arrived whole is answered with
 //! `connection: close`, and the connection is closed after draining what
 //! the client still sends (up to [`LINGER`] and [`LINGER_BYTES`]), so that
 //! the close does not reset the connection under the answer. Answers wait
@@ -46,8 +46,8 @@ mod rewind;
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use herald_engine::publish::{PublishApi, Reply};
+use bytes::{Buf, BufMut, BytesMut};
+use herald_engine::publish::{PublishApi, Reply, RequestBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
@@ -60,7 +60,7 @@ pub use rewind::Rewind;
 pub const MAX_HEAD: usize = 8 * 1024;
 /// The most headers a request read here may have; more go to hyper.
 pub const MAX_HEADERS: usize = 32;
-/// The most bytes made room for at a time while reading a body.
+/// The least a body's buffer grows by when it is full (see `read_body`).
 pub const BODY_CHUNK: usize = 64 * 1024;
 /// Bytes asked of the socket at a time while reading a head.
 const READ_CHUNK: usize = 4 * 1024;
@@ -103,7 +103,8 @@ pub(crate) async fn serve(
                             // check_publish refused any length over the largest body.
                             (Ok(_), None) => Step::Hyper,
                             (Ok(admitted), Some(end)) if buf.len() >= end => {
-                                let body = Bytes::copy_from_slice(&buf[head_len..end]);
+                                // Its own copy, which the payload keeps.
+                                let body = RequestBody::Owned(buf[head_len..end].to_vec());
                                 let reply = api.publish_body(admitted, &publish, body).await;
                                 Step::Answered { reply, end, plan }
                             }
@@ -192,7 +193,7 @@ pub(crate) async fn serve(
                 };
                 let publish = head::publish_head(&req);
                 let reply = api
-                    .publish_body(admitted, &publish, Bytes::from(body))
+                    .publish_body(admitted, &publish, RequestBody::Owned(body))
                     .await;
                 (reply, head_len, plan.close)
             }
@@ -248,15 +249,21 @@ enum Step {
 }
 
 /// Read until `body` holds `len` bytes and not one more, each read within
-/// `idle`; false if the client went away or stalled first. Memory grows as
-/// the body arrives, not by what its head declared, and exactly: the
-/// buffer ends as long as the body (a large one grows in place, by
-/// `realloc`), so it becomes a `Bytes` without a copy or spare capacity.
+/// `idle`; false if the client went away or stalled first. Memory grows
+/// with what arrived, not by what the head declared: a full buffer grows by
+/// as much as it holds (at least [`BODY_CHUNK`]), never past the body's
+/// end, so it is grown a few times however the bytes come (the copies stay
+/// linear in the body) and ends exactly as long as the body, which the
+/// payload then keeps without a copy.
 async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize, idle: Duration) -> bool {
     while body.len() < len {
-        let want = (len - body.len()).min(BODY_CHUNK);
-        body.reserve_exact(want);
-        match timeout(idle, stream.read_buf(&mut (&mut *body).limit(want))).await {
+        if body.len() == body.capacity() {
+            body.reserve_exact(body.len().max(BODY_CHUNK).min(len - body.len()));
+        }
+        // Never past the body's end: the next request's bytes stay on the
+        // socket.
+        let room = body.capacity().min(len) - body.len();
+        match timeout(idle, stream.read_buf(&mut (&mut *body).limit(room))).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return false,
         }
@@ -310,6 +317,8 @@ fn with_date<T>(f: impl FnOnce(&[u8]) -> T) -> T {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     use crate::test_support::loopback_pair;

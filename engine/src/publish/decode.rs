@@ -35,7 +35,8 @@ pub fn decode_body(
         }
         parse::parse_json(&body, config.max_batch, new_id)?
     } else {
-        vec![parse::parse_raw(query, content_type, body, new_id)?]
+        let payload = super::RequestBody::Read(body).into_payload();
+        vec![parse::parse_raw(query, content_type, payload, new_id)?]
     };
     let batch = publications.len() > 1;
     for (i, p) in publications.iter_mut().enumerate() {

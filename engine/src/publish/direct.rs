@@ -50,6 +50,38 @@ pub(super) fn first<K: http::header::AsHeaderName>(
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// A publish request's body, as the server read it. A raw payload is
+/// kept by every mailbox it reaches, for replay, so how it is held matters:
+#[derive(Debug)]
+pub enum RequestBody {
+    /// A view into a buffer of the server's (a slice of a connection's read
+    /// buffer, 8 KiB and up): a raw payload is copied into an allocation of
+    /// its own length, or every retained notification would keep that
+    /// whole buffer alive.
+    Read(Bytes),
+    /// A buffer of its own, read for this body: a raw payload keeps it as it
+    /// is (shrunk in place to the body's length if it has spare capacity).
+    Owned(Vec<u8>),
+}
+
+impl RequestBody {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            RequestBody::Read(b) => b,
+            RequestBody::Owned(v) => v,
+        }
+    }
+
+    /// The bytes as a payload in an allocation of their own length.
+    pub fn into_payload(self) -> Bytes {
+        match self {
+            RequestBody::Read(b) => Bytes::copy_from_slice(&b),
+            RequestBody::Owned(v) => Bytes::from(v.into_boxed_slice()),
+        }
+    }
+}
+
 /// A publish request whose head passed: its body may be read.
 #[derive(Debug)]
 pub struct Admitted {
@@ -135,7 +167,7 @@ impl PublishApi {
         &self,
         admitted: Admitted,
         head: &PublishHead<'_>,
-        body: Bytes,
+        body: RequestBody,
     ) -> Reply {
         let outcome = self.accept(admitted, head, body).await;
         self.reply(outcome)
@@ -166,5 +198,52 @@ impl PublishApi {
                 Reply::error(&e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestBody;
+
+    #[test]
+    fn a_body_read_as_a_slice_of_a_buffer_becomes_a_payload_of_its_own() {
+        // What hyper hands over for a body read in one piece: a slice of
+        // the connection's read buffer, head and all.
+        let mut read_buffer = bytes::BytesMut::with_capacity(8192);
+        read_buffer.extend_from_slice(b"POST /v1/notifications?event=e HTTP/1.1\r\n\r\n");
+        let head = read_buffer.len();
+        read_buffer.extend_from_slice(&[b'x'; 100]);
+        let buffer = read_buffer.freeze();
+        let payload = RequestBody::Read(buffer.slice(head..)).into_payload();
+        assert_eq!(&payload[..], &[b'x'; 100][..]);
+        assert!(
+            !buffer.as_ptr_range().contains(&payload.as_ptr()),
+            "the payload shares the 8 KiB read buffer"
+        );
+        drop(buffer);
+        let owned = payload.try_into_mut().expect("the payload's only handle");
+        assert_eq!(
+            owned.capacity(),
+            100,
+            "an allocation of the payload's length"
+        );
+    }
+
+    #[test]
+    fn a_body_read_into_its_own_buffer_is_kept_as_the_payload() {
+        let body: Vec<u8> = (0..=255).collect();
+        let at = body.as_ptr();
+        let payload = RequestBody::Owned(body).into_payload();
+        assert_eq!(payload.as_ptr(), at, "no copy");
+        assert!(payload.iter().copied().eq(0..=255));
+        let owned = payload.try_into_mut().expect("the payload's only handle");
+        assert_eq!(owned.capacity(), 256);
+        // Spare capacity is not kept.
+        let mut spare = Vec::with_capacity(4096);
+        spare.extend_from_slice(b"short");
+        let payload = RequestBody::Owned(spare).into_payload();
+        assert_eq!(&payload[..], b"short");
+        let owned = payload.try_into_mut().expect("the payload's only handle");
+        assert_eq!(owned.capacity(), 5, "shrunk to the body's length");
     }
 }

@@ -213,13 +213,14 @@ fn split_list(v: Option<String>) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// Build a notification from a raw body and its query-string fields. The
-/// payload is a copy of `body` in an allocation of its own length, never a
-/// slice of the request's buffer.
+/// Build a notification from a raw body and its query-string fields.
+/// `payload` is kept as given: the caller gives it an allocation of its own
+/// length, never a slice of a request's buffer
+/// ([`RequestBody::into_payload`](super::RequestBody::into_payload)).
 pub(crate) fn parse_raw(
     query: Option<&str>,
     content_type: &str,
-    body: Bytes,
+    payload: Bytes,
     new_id: &mut dyn FnMut() -> String,
 ) -> Result<Publication, ApiError> {
     let params = raw_params(query)?;
@@ -240,11 +241,9 @@ pub(crate) fn parse_raw(
         event,
         topic: params.topic,
         content_type: content_type.to_owned(),
-        // A body read in one piece is a slice of the connection's read
-        // buffer (8 KiB and up): kept as is, every retained notification
-        // would keep that whole buffer alive. The payload gets an
-        // allocation of its own length instead.
-        payload: Bytes::copy_from_slice(&body),
+        // Kept as given: the caller gave it an allocation of its own
+        // length (`RequestBody::into_payload`).
+        payload,
         payload_is_utf8: false,
         ttl: ttl(params.ttl_ms),
         encodings: Default::default(),
@@ -374,33 +373,6 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("ttl_ms"), "{err:?}");
         let err = parse_raw(None, "text/plain", Bytes::new(), &mut ids()).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("event"));
-    }
-
-    #[test]
-    fn raw_payload_does_not_keep_the_request_buffer() {
-        // What hyper hands over for a body read in one piece: a slice of
-        // the connection's read buffer, head and all.
-        let mut read_buffer = bytes::BytesMut::with_capacity(8192);
-        read_buffer.extend_from_slice(b"POST /v1/notifications?event=e HTTP/1.1\r\n\r\n");
-        let head = read_buffer.len();
-        read_buffer.extend_from_slice(&[b'x'; 100]);
-        let buffer = read_buffer.freeze();
-        let body = buffer.slice(head..);
-        let n = parse_raw(Some("users=a&event=e"), "text/plain", body, &mut ids())
-            .unwrap()
-            .notification;
-        assert_eq!(&n.payload[..], &[b'x'; 100][..]);
-        assert!(
-            !buffer.as_ptr_range().contains(&n.payload.as_ptr()),
-            "the payload shares the 8 KiB read buffer"
-        );
-        drop(buffer);
-        let owned = n.payload.try_into_mut().expect("the payload's only handle");
-        assert_eq!(
-            owned.capacity(),
-            100,
-            "an allocation of the payload's length"
-        );
     }
 
     #[test]
