@@ -41,10 +41,10 @@ pub(crate) struct IdleRun {
     /// CPU its processes used from before the first session to after the last.
     pub(crate) server_cpu_seconds: f64,
     pub(crate) cpu_per_session_us: f64,
-    /// The kernel's part of `cpu_per_session_us` (`stime`); zero in runs from before the
+    /// The kernel's part of `cpu_per_session_us` (`stime`); None in runs from before the
     /// bench split it.
     #[serde(default)]
-    pub(crate) kernel_cpu_per_session_us: f64,
+    pub(crate) kernel_cpu_per_session_us: Option<f64>,
     pub(crate) pss_before_bytes: u64,
     pub(crate) pss_after_bytes: u64,
     pub(crate) pss_settled: bool,
@@ -126,7 +126,7 @@ async fn measure(
         },
         server_cpu_seconds: cpu_used,
         cpu_per_session_us: per(cpu_used * 1e6),
-        kernel_cpu_per_session_us: per(cpu_delta.system_seconds * 1e6),
+        kernel_cpu_per_session_us: Some(per(cpu_delta.system_seconds * 1e6)),
         pss_before_bytes: before.bytes,
         pss_after_bytes: after.bytes,
         pss_settled: before.settled && after.settled,

@@ -83,9 +83,9 @@ pub(crate) struct RampStep {
     pub(crate) server_cpu_seconds: f64,
     /// The part of `server_cpu_seconds` spent in the kernel on the server's behalf (`stime`:
     /// its system calls, and on loopback the receiving socket's TCP input they run); the
-    /// rest is the server's own code. Zero in runs from before the bench split it.
+    /// rest is the server's own code. None in runs from before the bench split it.
     #[serde(default)]
-    pub(crate) server_kernel_cpu_seconds: f64,
+    pub(crate) server_kernel_cpu_seconds: Option<f64>,
     /// CPU of the bench's own process (its sessions and publishers) over the same span: with
     /// the server's, whether the two cores were the limit.
     #[serde(default)]
@@ -588,7 +588,7 @@ async fn step(
         },
         max_publish_lag_ms: published.max_lag.as_secs_f64() * 1e3,
         server_cpu_seconds: cpu_used,
-        server_kernel_cpu_seconds: cpu_delta.system_seconds,
+        server_kernel_cpu_seconds: Some(cpu_delta.system_seconds),
         bench_cpu_seconds: bench_used,
         cpu_per_100k_deliveries: if delivered == 0 {
             0.0

@@ -187,13 +187,9 @@ pub(crate) fn idle_figures(runs: &[IdleRun]) -> Vec<Figure> {
             rate.add(r.system, r.round, r.connect_rate);
             cpu.add(r.system, r.round, r.cpu_per_session_us);
             // Runs from before the bench split the CPU have no kernel part.
-            if r.kernel_cpu_per_session_us > 0.0 {
-                own.add(
-                    r.system,
-                    r.round,
-                    r.cpu_per_session_us - r.kernel_cpu_per_session_us,
-                );
-                kernel.add(r.system, r.round, r.kernel_cpu_per_session_us);
+            if let Some(k) = r.kernel_cpu_per_session_us {
+                own.add(r.system, r.round, r.cpu_per_session_us - k);
+                kernel.add(r.system, r.round, k);
             }
             failed.add(r.system, r.round, r.failed as f64);
         }
@@ -250,11 +246,10 @@ pub(crate) fn ramp_figures(steps: &[RampStep]) -> Vec<Figure> {
             // Nothing delivered: no cost per delivery to speak of.
             if s.delivered > 0 {
                 cpu.add(s.system, s.round, s.cpu_per_100k_deliveries);
-                if s.server_kernel_cpu_seconds > 0.0 {
+                if let Some(k) = s.server_kernel_cpu_seconds {
                     let per_100k = 100_000.0 / s.delivered as f64;
-                    let user = s.server_cpu_seconds - s.server_kernel_cpu_seconds;
-                    own.add(s.system, s.round, user * per_100k);
-                    kernel.add(s.system, s.round, s.server_kernel_cpu_seconds * per_100k);
+                    own.add(s.system, s.round, (s.server_cpu_seconds - k) * per_100k);
+                    kernel.add(s.system, s.round, k * per_100k);
                 }
             }
             if let Some(l) = s.latency {
@@ -589,7 +584,7 @@ mod tests {
             delivered_rate: 500.0,
             max_publish_lag_ms: 0.0,
             server_cpu_seconds: 1.5,
-            server_kernel_cpu_seconds: 0.0,
+            server_kernel_cpu_seconds: None,
             bench_cpu_seconds,
             cpu_per_100k_deliveries: 150.0,
             latency: None,
@@ -615,9 +610,9 @@ mod tests {
     #[test]
     fn server_cpu_is_split_into_its_own_code_and_the_kernel_when_it_was_read() {
         let mut herald = step(System::Herald, 1.0);
-        herald.server_kernel_cpu_seconds = 1.0;
+        herald.server_kernel_cpu_seconds = Some(1.0);
         let mut nchan = step(System::Nchan, 1.0);
-        nchan.server_kernel_cpu_seconds = 1.2;
+        nchan.server_kernel_cpu_seconds = Some(1.2);
         let figures = ramp_figures(&[herald, nchan]);
         let value = |prefix: &str, system: System| {
             figures
@@ -633,6 +628,15 @@ mod tests {
         assert!((value(kernel, System::Herald) - 100.0).abs() < 1e-9);
         assert!((value(own, System::Nchan) - 30.0).abs() < 1e-9);
         assert!((value(kernel, System::Nchan) - 120.0).abs() < 1e-9);
+        // A run whose kernel part was read as zero (10 ms ticks) still counts.
+        let mut none_in_kernel = step(System::Herald, 1.0);
+        none_in_kernel.server_kernel_cpu_seconds = Some(0.0);
+        let zero = ramp_figures(&[none_in_kernel]);
+        let kernel_figure = zero
+            .iter()
+            .find(|f| f.name.contains("in the kernel"))
+            .expect("a kernel figure");
+        assert_eq!(kernel_figure.values[&System::Herald][&0], 0.0);
         // Runs from before the split: the total only.
         let old = ramp_figures(&[step(System::Herald, 1.0)]);
         assert!(!old.iter().any(|f| f.name.contains("in the kernel")));
