@@ -28,8 +28,8 @@
 //! to `publish.max_body_bytes` (a larger `Content-Length` is answered 413
 //! at once), each read within `session.header_timeout_ms` of the one
 //! before, into a buffer of its own that grows with what arrived (by as
-//! much as it holds, at least [`BODY_CHUNK`], never past the body's end) and
-//! becomes the notification's payload as it is. A refusal whose body has not arrived whole is answered with
+//! much as it holds, at least [`BODY_CHUNK`], never past the body's end),
+//! which a raw notification keeps as its payload. A refusal whose body has not arrived whole is answered with
 //! `connection: close`, and the connection is closed after draining what
 //! the client still sends (up to [`LINGER`] and [`LINGER_BYTES`]), so that
 //! the close does not reset the connection under the answer. Answers wait

@@ -60,7 +60,8 @@ pub enum RequestBody {
     /// whole buffer alive.
     Read(Bytes),
     /// A buffer of its own, read for this body: a raw payload keeps it as it
-    /// is (shrunk in place to the body's length if it has spare capacity).
+    /// is (shrunk to the body's length by a `realloc` if it has spare
+    /// capacity).
     Owned(Vec<u8>),
 }
 
