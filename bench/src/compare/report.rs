@@ -607,6 +607,55 @@ mod tests {
         assert!(!old.iter().any(|f| f.name.starts_with("cores busy")));
     }
 
+    fn idle_run(system: System, kernel_cpu_per_session_us: Option<f64>) -> IdleRun {
+        IdleRun {
+            system,
+            round: 0,
+            sessions: 2000,
+            opened: 2000,
+            failed: 0,
+            failures: Default::default(),
+            connect_seconds: 0.2,
+            connect_rate: 10_000.0,
+            server_cpu_seconds: 0.1,
+            cpu_per_session_us: 50.0,
+            kernel_cpu_per_session_us,
+            pss_before_bytes: 0,
+            pss_after_bytes: 0,
+            pss_settled: true,
+            bytes_per_session: 4000.0,
+            server_processes: 1,
+            load_before: None,
+            server_command: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_session_s_cpu_is_split_when_it_was_read_even_as_zero() {
+        let figures = idle_figures(&[
+            idle_run(System::Herald, Some(30.0)),
+            idle_run(System::Nchan, Some(0.0)),
+        ]);
+        let value = |part: &str, system: System| {
+            figures
+                .iter()
+                .find(|f| f.name.starts_with(&format!("server CPU in {part}")))
+                .unwrap_or_else(|| panic!("a figure for {part}"))
+                .values[&system][&0]
+        };
+        assert_eq!(value("its own code", System::Herald), 20.0);
+        assert_eq!(value("the kernel", System::Herald), 30.0);
+        assert_eq!(value("its own code", System::Nchan), 50.0);
+        assert_eq!(value("the kernel", System::Nchan), 0.0);
+        // Runs from before the split: the total only.
+        let old = idle_figures(&[idle_run(System::Herald, None)]);
+        assert!(!old.iter().any(|f| f.name.contains("in the kernel")));
+        assert!(
+            old.iter()
+                .any(|f| f.name.starts_with("server CPU per session"))
+        );
+    }
+
     #[test]
     fn server_cpu_is_split_into_its_own_code_and_the_kernel_when_it_was_read() {
         let mut herald = step(System::Herald, 1.0);
