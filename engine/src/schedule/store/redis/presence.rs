@@ -144,12 +144,28 @@ fn dead_members<'a>(
 ) -> Vec<&'a str> {
     set.iter()
         .filter(|m| m.as_str() != reporting)
-        .filter(|m| {
-            m.split_once(':')
-                .is_some_and(|(e, b)| alive.get(e).map(String::as_str) != Some(b))
-        })
+        .filter(|m| member_dead(m, alive))
         .map(String::as_str)
         .collect()
+}
+
+/// The edge of a presence member (`edge:boot`).
+fn member_edge(member: &str) -> Option<&str> {
+    member.split_once(':').map(|(edge, _)| edge)
+}
+
+/// Whether `member` is the boot of its edge that [`RedisPresence::alive`]
+/// found running.
+fn member_alive(member: &str, alive: &HashMap<String, String>) -> bool {
+    member
+        .split_once(':')
+        .is_some_and(|(edge, boot)| alive.get(edge).map(String::as_str) == Some(boot))
+}
+
+/// Whether `member` names an edge boot that is not running (a member that
+/// is not `edge:boot` is neither alive nor dead: it is left alone).
+fn member_dead(member: &str, alive: &HashMap<String, String>) -> bool {
+    member.contains(':') && !member_alive(member, alive)
 }
 
 /// How long a user's presence set outlives their last "online".
@@ -313,7 +329,7 @@ impl RedisPresence {
                 members
                     .values()
                     .flatten()
-                    .filter_map(|m| m.split_once(':').map(|(e, _)| e))
+                    .filter_map(|m| member_edge(m))
                     .filter(|e| *e != report.edge),
             )
             .await?;
@@ -469,19 +485,11 @@ impl RedisPresence {
             .query_async(&mut conn)
             .await?;
         let alive = self
-            .alive(
-                &mut conn,
-                procs
-                    .iter()
-                    .filter_map(|m| m.split_once(':').map(|(e, _)| e)),
-            )
+            .alive(&mut conn, procs.iter().filter_map(|m| member_edge(m)))
             .await?;
         let dead: Vec<&str> = procs
             .iter()
-            .filter(|m| {
-                m.split_once(':')
-                    .is_some_and(|(e, b)| alive.get(e).map(String::as_str) != Some(b))
-            })
+            .filter(|m| member_dead(m, &alive))
             .map(String::as_str)
             .collect();
         let mut out = Vec::new();

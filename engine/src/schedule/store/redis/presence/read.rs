@@ -17,19 +17,14 @@ impl RedisPresence {
         let (members, detail): (Vec<String>, HashMap<String, String>) =
             p.query_async(&mut conn).await?;
         let alive = self
-            .alive(
-                &mut conn,
-                members
-                    .iter()
-                    .filter_map(|m| m.split_once(':').map(|(e, _)| e)),
-            )
+            .alive(&mut conn, members.iter().filter_map(|m| member_edge(m)))
             .await?;
         let mut edges: Vec<(String, Vec<MailboxSessions>)> = Vec::new();
         for m in &members {
-            let Some((edge, boot)) = m.split_once(':') else {
+            let Some(edge) = member_edge(m) else {
                 continue;
             };
-            if alive.get(edge).map(String::as_str) != Some(boot) {
+            if !member_alive(m, &alive) {
                 continue;
             }
             let mailboxes = match detail.get(m) {
@@ -151,34 +146,15 @@ impl RedisPresence {
             members.cmd("SMEMBERS").arg(self.user_key(&a.user));
         }
         let sets: Vec<Vec<String>> = members.query_async(&mut conn).await?;
-        let mut edges: Vec<&str> = sets
-            .iter()
-            .flatten()
-            .filter_map(|m| m.split_once(':').map(|(edge, _)| edge))
-            .collect();
-        edges.sort_unstable();
-        edges.dedup();
-        if edges.is_empty() {
-            return Ok(vec![false; who.len()]);
-        }
-        let mut boots = redis::pipe();
-        for edge in &edges {
-            boots.cmd("GET").arg(self.edge_key(edge));
-        }
-        let current: Vec<Option<String>> = boots.query_async(&mut conn).await?;
-        let alive: HashMap<&str, &str> = edges
-            .iter()
-            .zip(&current)
-            .filter_map(|(edge, boot)| boot.as_deref().map(|b| (*edge, b)))
-            .collect();
+        let alive = self
+            .alive(
+                &mut conn,
+                sets.iter().flatten().filter_map(|m| member_edge(m)),
+            )
+            .await?;
         Ok(sets
             .iter()
-            .map(|members| {
-                members.iter().any(|m| {
-                    m.split_once(':')
-                        .is_some_and(|(edge, boot)| alive.get(edge) == Some(&boot))
-                })
-            })
+            .map(|members| members.iter().any(|m| member_alive(m, &alive)))
             .collect())
     }
 }
