@@ -147,12 +147,7 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
-
-    /// A connected pair: the accepted side and the client's.
-    async fn pair() -> (TcpStream, SocketAddr, TcpStream) {
-        let (client, server, peer) = crate::test_support::loopback_pair().await;
-        (server, peer, client)
-    }
+    use crate::test_support::loopback_pair;
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(5)
@@ -160,7 +155,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_trusted_header_names_the_client_and_leaves_the_request() {
-        let (mut server, peer, mut client) = pair().await;
+        let (mut client, mut server, peer) = loopback_pair().await;
         let source: SocketAddr = "192.0.2.7:51234".parse().unwrap();
         let header = proxy::encode_v2(source, "127.0.0.1:8000".parse().unwrap());
         // Split across two writes: the reader waits for the rest.
@@ -180,7 +175,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_header_is_a_direct_connection_and_nothing_is_consumed() {
-        let (mut server, peer, mut client) = pair().await;
+        let (mut client, mut server, peer) = loopback_pair().await;
         client.write_all(b"PUT /x HTTP/1.1\r\n").await.unwrap();
         assert_eq!(read(&mut server, peer, true, soon()).await.unwrap(), peer);
         let mut line = [0u8; 3];
@@ -190,7 +185,7 @@ mod tests {
 
     #[tokio::test]
     async fn untrusted_malformed_and_slow_headers_are_refused() {
-        let (mut server, peer, mut client) = pair().await;
+        let (mut client, mut server, peer) = loopback_pair().await;
         client
             .write_all(b"PROXY TCP4 6.6.6.6 127.0.0.1 1 2\r\n")
             .await
@@ -198,7 +193,7 @@ mod tests {
         let r = read(&mut server, peer, false, soon()).await;
         assert!(matches!(r, Err(Refusal::Untrusted)), "{r:?}");
 
-        let (mut server, peer, mut client) = pair().await;
+        let (mut client, mut server, peer) = loopback_pair().await;
         client
             .write_all(b"PROXY TCP4 6.6.6.6 127.0.0.1 99999 2\r\n")
             .await
@@ -206,7 +201,7 @@ mod tests {
         let r = read(&mut server, peer, true, soon()).await;
         assert!(matches!(r, Err(Refusal::Malformed(_))), "{r:?}");
 
-        let (mut server, peer, mut client) = pair().await;
+        let (mut client, mut server, peer) = loopback_pair().await;
         let mut huge = proxy::V2_SIGNATURE.to_vec();
         huge.extend_from_slice(&[0x21, 0x11, 0x10, 0x00]);
         client.write_all(&huge).await.unwrap();
@@ -216,19 +211,19 @@ mod tests {
             "{r:?}"
         );
 
-        let (mut server, peer, mut client) = pair().await;
+        let (mut client, mut server, peer) = loopback_pair().await;
         client.write_all(b"PROXY TCP4 6.6.").await.unwrap();
         let deadline = Instant::now() + Duration::from_millis(50);
         let r = read(&mut server, peer, true, deadline).await;
         assert!(matches!(r, Err(Refusal::Timeout)), "{r:?}");
         assert_eq!(r.unwrap_err().reason(), Some(RefuseReason::ProxyTimeout));
 
-        let (mut server, peer, client) = pair().await;
+        let (client, mut server, peer) = loopback_pair().await;
         drop(client);
         let r = read(&mut server, peer, true, soon()).await;
         assert!(matches!(r, Err(Refusal::Ended)), "{r:?}");
 
-        let (mut server, peer, _silent) = pair().await;
+        let (_silent, mut server, peer) = loopback_pair().await;
         let deadline = Instant::now() + Duration::from_millis(50);
         let r = read(&mut server, peer, true, deadline).await;
         assert!(matches!(r, Err(Refusal::Silent)), "{r:?}");

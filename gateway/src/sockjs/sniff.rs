@@ -114,17 +114,12 @@ fn peek_now(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::loopback_pair;
     use tokio::io::AsyncWriteExt;
-
-    /// A loopback connection: the client's end and the server's.
-    async fn pair() -> (TcpStream, TcpStream) {
-        let (client, server, _) = crate::test_support::loopback_pair().await;
-        (client, server)
-    }
 
     #[tokio::test]
     async fn a_head_in_pieces_is_decided_once_whole() {
-        let (mut client, server) = pair().await;
+        let (mut client, server, _) = loopback_pair().await;
         let sniff = tokio::spawn(async move {
             let mut buf = [0u8; 64];
             let mut calls = 0;
@@ -148,7 +143,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_closes_mid_head_ends_the_sniff() {
-        let (mut client, server) = pair().await;
+        let (mut client, server, _) = loopback_pair().await;
         client.write_all(b"POST /x HTTP/1.1\r\n").await.unwrap();
         client.shutdown().await.unwrap();
         let mut buf = [0u8; 64];
