@@ -100,6 +100,15 @@ async fn published_once(gw: &common::TestGateway) -> (TcpStream, Vec<u8>) {
     (stream, buf)
 }
 
+/// Write `first`, then `second` in a write of its own, so the server may
+/// read the first before the second is sent.
+async fn write_in_two(stream: &mut TcpStream, first: &str, second: &str) {
+    stream.write_all(first.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+    tokio::task::yield_now().await;
+    stream.write_all(second.as_bytes()).await.unwrap();
+}
+
 fn accepted(metrics: &str) -> f64 {
     sample(
         metrics,
@@ -155,10 +164,7 @@ async fn a_body_that_arrives_after_its_head_is_waited_for() {
     let payload = "b".repeat(50_000);
     let request = publish("u", &payload);
     let (head, body) = request.split_at(request.len() - 10);
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.flush().await.unwrap();
-    tokio::task::yield_now().await;
-    stream.write_all(body.as_bytes()).await.unwrap();
+    write_in_two(&mut stream, head, body).await;
     let mut buf = Vec::new();
     let a = answer(&mut stream, &mut buf).await;
     assert_eq!(a.status, 202, "{a:?}");
@@ -175,11 +181,7 @@ async fn a_request_written_with_the_end_of_a_body_is_served_next() {
     let payload = "c".repeat(100_000);
     let first = publish("u", &payload);
     let (head, rest) = first.split_at(first.len() - 70_000);
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.flush().await.unwrap();
-    tokio::task::yield_now().await;
-    let rest_and_next = [rest, &publish("u", "next")].concat();
-    stream.write_all(rest_and_next.as_bytes()).await.unwrap();
+    write_in_two(&mut stream, head, &[rest, &publish("u", "next")].concat()).await;
     let mut buf = Vec::new();
     for _ in 0..2 {
         let a = answer(&mut stream, &mut buf).await;
