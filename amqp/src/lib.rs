@@ -47,6 +47,7 @@ pub mod routing;
 pub mod stats;
 pub mod supervisor;
 pub mod topology;
+pub mod wire;
 
 pub use envelope::{Rejection, from_amqp, from_amqp_bytes, to_amqp};
 pub use link::{AmqpLink, Bundling, PublisherSlot};
