@@ -38,7 +38,7 @@ use herald_engine::task::{Task, task_fn};
 use super::metrics::AmqpMetrics;
 
 /// How long closing a connection may take before it is dropped.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Reconnect delays: exponential from `initial` to `max`, with jitter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,6 +234,59 @@ impl Supervisor {
         Fut: Future<Output = Result<(), SessionError>>,
     {
         let broker = self.broker();
+        let session = &mut session;
+        self.run_with(
+            shutdown,
+            || self.connect(),
+            move |connection: Connection, shutdown| {
+                let connection = Arc::new(connection);
+                let work = session(Arc::clone(&connection), shutdown);
+                let broker = broker.clone();
+                async move {
+                    let events = connection.events_listener();
+                    let outcome = tokio::select! {
+                        r = work => r,
+                        e = first_error(events) => Err(SessionError::Amqp(e)),
+                    };
+                    if connection.status().connected() {
+                        match tokio::time::timeout(
+                            CLOSE_TIMEOUT,
+                            connection.close(200, "OK".into()),
+                        )
+                        .await
+                        {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                tracing::debug!(%broker, error = %e, "closing the connection")
+                            }
+                            Err(_) => tracing::debug!(%broker, "closing the connection timed out"),
+                        }
+                    }
+                    outcome
+                }
+            },
+        )
+        .await;
+    }
+
+    /// [`Supervisor::run`] for any client: `dial` opens a connection (its
+    /// error is logged and retried with backoff, as is a dial that takes
+    /// longer than the connect timeout), and `session` runs on it and
+    /// closes it before it returns. The backoff, the events, the
+    /// `connected` flag and the logs are the same for every client.
+    pub async fn run_with<C, E, D, DFut, S, SFut>(
+        &self,
+        shutdown: CancellationToken,
+        mut dial: D,
+        mut session: S,
+    ) where
+        E: std::fmt::Display,
+        D: FnMut() -> DFut,
+        DFut: Future<Output = Result<C, E>>,
+        S: FnMut(C, CancellationToken) -> SFut,
+        SFut: Future<Output = Result<(), SessionError>>,
+    {
+        let broker = self.broker();
         let mut failures: u32 = 0;
         let mut connected_before = false;
         loop {
@@ -242,10 +295,10 @@ impl Supervisor {
             }
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = tokio::time::timeout(self.config.connect_timeout, self.connect()) => r,
+                r = tokio::time::timeout(self.config.connect_timeout, dial()) => r,
             };
             let connection = match attempt {
-                Ok(Ok(c)) => Arc::new(c),
+                Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
                     self.events.connect_failed();
                     let delay = self.config.backoff.delay(failures, rand::random());
@@ -272,22 +325,9 @@ impl Supervisor {
             self.connected.send_replace(true);
             tracing::info!(%broker, name = %self.config.connection_name, "connected to the broker");
             let started = Instant::now();
-            let events = connection.events_listener();
-            let outcome = tokio::select! {
-                r = session(Arc::clone(&connection), shutdown.clone()) => r,
-                e = first_error(events) => Err(SessionError::Amqp(e)),
-            };
+            let outcome = session(connection, shutdown.clone()).await;
             self.events.disconnected(outcome.is_err());
             self.connected.send_replace(false);
-            if connection.status().connected() {
-                match tokio::time::timeout(CLOSE_TIMEOUT, connection.close(200, "OK".into())).await
-                {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::debug!(%broker, error = %e, "closing the connection"),
-                    Err(_) => tracing::debug!(%broker, "closing the connection timed out"),
-                }
-            }
-            drop(connection);
             match outcome {
                 Ok(()) if shutdown.is_cancelled() => {
                     tracing::info!(%broker, "closed the broker connection");
