@@ -44,6 +44,17 @@ pub enum WhenFull {
     DropOldest,
 }
 
+/// The AMQP client of an edge's root links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum UplinkClient {
+    /// herald-amqp's own consumer (the default): the link's task reads the
+    /// socket itself. Plain `amqp://` roots only; `amqps://` roots use lapin.
+    Herald,
+    /// lapin, which runs each connection's socket on a thread of its own.
+    Lapin,
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -275,6 +286,10 @@ pub struct EdgeConfig {
     /// their view of it after they start or miss a report; one is also
     /// sent whenever a root link comes up.
     pub presence_sync_ms: u64,
+    /// The AMQP client of the root links: `herald` (its own, read by the
+    /// link's task) or `lapin` (a thread per connection). `amqps://` roots
+    /// always use lapin.
+    pub uplink_client: UplinkClient,
 }
 
 impl EdgeConfig {
@@ -307,6 +322,7 @@ impl Default for EdgeConfig {
             presence_heartbeat_ms: 10_000,
             presence_queue: 65_536,
             presence_sync_ms: 60_000,
+            uplink_client: UplinkClient::Herald,
         }
     }
 }

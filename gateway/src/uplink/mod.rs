@@ -21,32 +21,39 @@
 //! fails reconnects with exponential backoff and jitter
 //! (`edge.reconnect_initial_ms` to `edge.reconnect_max_ms`), forever, until
 //! shutdown. Roots are independent: one down does not stop the others.
+//!
+//! A link runs on one of two AMQP clients ([`client`]): herald-amqp's own
+//! consumer ([`herald_amqp::wire`], `edge.uplink_client = "herald"`, the
+//! default), read by the link's task itself, or lapin (`"lapin"`, and
+//! every `amqps://` root), which reads the socket on a thread of its own
+//! and hands each delivery over.
+
+mod client;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt};
-use herald_amqp::envelope::{
-    BUNDLE_TYPE, accepted_from_amqp, body_bytes, bundle_accepted, from_amqp_bytes,
-};
+use herald_amqp::envelope::{BUNDLE_TYPE, accepted_from_amqp, bundle_accepted, from_amqp_bytes};
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use herald_amqp::stats::Part;
-use herald_amqp::topology::{EVERY_EDGE, durable_exchange, durable_queue_bound, targeted_name};
+use herald_amqp::supervisor::CLOSE_TIMEOUT;
+use herald_amqp::topology::{EVERY_EDGE, targeted_name};
+use herald_amqp::wire::{Assembled, Wire, WireConfig, WireError};
 use herald_amqp::{SessionError, Supervisor, SupervisorConfig, SupervisorEvents};
 use herald_protocol::bundle;
 use herald_protocol::envelope::{Limits, Notification};
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ExchangeKind};
+use lapin::{BasicProperties, ExchangeKind};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::EdgeConfig;
+use crate::config::{EdgeConfig, UplinkClient};
 use crate::dedup::DuplicateFilter;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::presence::{SyncRequests, ToRoots};
+use client::{LapinLink, RootClient, consume_on_wire};
 
 /// Most deliveries acked by one `basic.ack` (`multiple`): those that were
 /// already waiting when the first was routed, up to this many.
@@ -69,10 +76,45 @@ pub struct Uplink {
 /// Why a link ended.
 #[derive(Debug, thiserror::Error)]
 enum LinkError {
+    /// lapin failed.
     #[error("amqp: {0}")]
     Amqp(#[from] lapin::Error),
+    /// Herald's own client failed.
+    #[error("amqp: {0}")]
+    Wire(#[from] WireError),
+    /// The consumer stream ended.
     #[error("the broker ended the consumer")]
     ConsumerEnded,
+}
+
+impl From<LinkError> for SessionError {
+    fn from(e: LinkError) -> Self {
+        match e {
+            LinkError::Amqp(e) => SessionError::Amqp(e),
+            other => SessionError::Lost(other.to_string()),
+        }
+    }
+}
+
+/// Least bound on a delivery's body ([`Uplink::max_body`]): bundles are
+/// smaller (a router's `bundle_max_bytes`).
+const MIN_MAX_BODY: u64 = 16 << 20;
+
+/// What a link declares on its root and consumes.
+#[derive(Debug, Clone)]
+struct Topology {
+    /// Every exchange the edge uses, with its kind (all durable).
+    exchanges: Vec<(String, ExchangeKind)>,
+    /// This edge's queue (durable).
+    queue: String,
+    /// Its arguments (`x-expires`).
+    queue_args: FieldTable,
+    /// (exchange, routing key) pairs the queue is bound with.
+    bindings: Vec<(String, String)>,
+    /// The consumer's tag.
+    consumer_tag: String,
+    /// Unacknowledged deliveries at most.
+    prefetch: u16,
 }
 
 /// `herald_root_links` counts one while it lives.
@@ -155,65 +197,128 @@ impl Uplink {
     }
 
     /// One root's link, kept up by the shared [`Supervisor`] (the same
-    /// backoff, timeouts and logs as the router's intake).
+    /// backoff, timeouts and logs as the router's intake), on the client
+    /// `edge.uplink_client` names (lapin for an `amqps://` root).
     async fn supervise(&self, root: String, shutdown: CancellationToken) {
+        let lapin =
+            self.config.uplink_client == UplinkClient::Lapin || root.starts_with("amqps://");
+        let connection_name = format!("herald-edge {}", self.queue_name());
         let supervisor = Supervisor::new(
             SupervisorConfig {
-                url: root,
+                url: root.clone(),
                 // Named, so operators (and tests) can find this link on the broker.
-                connection_name: format!("herald-edge {}", self.queue_name()),
+                connection_name: connection_name.clone(),
                 backoff: self.config.reconnect().backoff(),
                 connect_timeout: self.config.reconnect().connect_timeout(),
             },
             RootLinkEvents(Arc::clone(&self.metrics)),
         );
-        supervisor
-            .run(shutdown, |conn, shutdown| async move {
-                self.link(&conn, &shutdown).await.map_err(|e| match e {
-                    LinkError::Amqp(e) => SessionError::Amqp(e),
-                    other => SessionError::Lost(other.to_string()),
+        let topology = self.topology();
+        if lapin {
+            supervisor
+                .run(shutdown, |conn, shutdown| {
+                    let topology = &topology;
+                    async move {
+                        let mut link = LapinLink::open(&conn, topology).await?;
+                        Ok(self.serve(&mut link, &topology.queue, &shutdown).await?)
+                    }
                 })
-            })
+                .await;
+            return;
+        }
+        let wire = WireConfig {
+            url: root,
+            connection_name,
+            max_body: self.max_body(),
+        };
+        supervisor
+            .run_with(
+                shutdown,
+                || Wire::open(&wire),
+                |mut wire, shutdown| {
+                    let topology = &topology;
+                    async move {
+                        let served = match consume_on_wire(&mut wire, topology).await {
+                            Ok(()) => self.serve(&mut wire, &topology.queue, &shutdown).await,
+                            Err(e) => Err(e.into()),
+                        };
+                        // Closing hands unacknowledged deliveries back at
+                        // once; after an error the socket is just dropped.
+                        if served.is_ok()
+                            && let Err(e) = wire.close(CLOSE_TIMEOUT).await
+                        {
+                            tracing::debug!(error = %e, "closing the root link");
+                        }
+                        Ok(served?)
+                    }
+                },
+            )
             .await;
     }
 
-    /// One connection's life: declare, consume, route, ack.
-    async fn link(&self, conn: &Connection, shutdown: &CancellationToken) -> Result<(), LinkError> {
-        // Reports made while this link connects wait in the backlog.
-        let mut reports = self.reports.subscribe();
-        let mut stats = self.stats.subscribe();
-        let channel = conn.create_channel().await?;
-        let presence_exchange = self.config.presence_exchange.as_str();
-        durable_exchange(&channel, presence_exchange, ExchangeKind::Fanout).await?;
-        let stats_exchange = herald_amqp::stats::stats_name(presence_exchange);
-        durable_exchange(&channel, &stats_exchange, ExchangeKind::Fanout).await?;
-        let sync_exchange = herald_amqp::presence::sync_name(presence_exchange);
-        durable_exchange(&channel, &sync_exchange, ExchangeKind::Fanout).await?;
-        durable_exchange(&channel, &self.config.exchange, ExchangeKind::Fanout).await?;
-        let targeted = targeted_name(&self.config.exchange);
-        durable_exchange(&channel, &targeted, ExchangeKind::Direct).await?;
+    /// The exchanges, queue and bindings of this edge on every root.
+    fn topology(&self) -> Topology {
         let queue = self.queue_name();
-        let mut args = FieldTable::default();
-        args.insert(
+        let presence = self.config.presence_exchange.as_str();
+        let targeted = targeted_name(&self.config.exchange);
+        let mut queue_args = FieldTable::default();
+        queue_args.insert(
             "x-expires".into(),
             AMQPValue::LongLongInt((self.config.queue_expires_secs * 1000) as i64),
         );
-        durable_queue_bound(&channel, &queue, args.clone(), &self.config.exchange, "").await?;
         let id = self.config.id.as_deref().unwrap_or("unnamed");
-        durable_queue_bound(&channel, &queue, args.clone(), &targeted, id).await?;
-        durable_queue_bound(&channel, &queue, args, &targeted, EVERY_EDGE).await?;
-        channel
-            .basic_qos(self.config.prefetch, BasicQosOptions::default())
-            .await?;
-        let mut consumer = channel
-            .basic_consume(
-                queue.as_str().into(),
-                format!("{queue}.consumer").as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        tracing::info!(queue = %queue, "root link up");
+        Topology {
+            exchanges: vec![
+                (presence.to_owned(), ExchangeKind::Fanout),
+                (
+                    herald_amqp::stats::stats_name(presence),
+                    ExchangeKind::Fanout,
+                ),
+                (
+                    herald_amqp::presence::sync_name(presence),
+                    ExchangeKind::Fanout,
+                ),
+                (self.config.exchange.clone(), ExchangeKind::Fanout),
+                (targeted.clone(), ExchangeKind::Direct),
+            ],
+            consumer_tag: format!("{queue}.consumer"),
+            queue,
+            queue_args,
+            bindings: vec![
+                (self.config.exchange.clone(), String::new()),
+                (targeted.clone(), id.to_owned()),
+                (targeted, EVERY_EDGE.to_owned()),
+            ],
+            prefetch: self.config.prefetch,
+        }
+    }
+
+    /// The largest delivery body a link takes: one notification at the
+    /// envelope limits (payload and every list full), or
+    /// [`MIN_MAX_BODY`], whichever is larger. Nothing a router sends is
+    /// larger; a delivery that is, is dropped and counted.
+    fn max_body(&self) -> u64 {
+        let l = &self.limits;
+        let ids = (l.max_users + l.max_clients + l.max_sites) as u64;
+        let one = l.max_payload_bytes as u64 + ids * (l.max_identifier_bytes as u64 + 8) + 65_536;
+        one.max(MIN_MAX_BODY)
+    }
+
+    /// One connection's life once it consumes `queue`: route, ack, and
+    /// publish this edge's reports.
+    async fn serve<C: RootClient>(
+        &self,
+        client: &mut C,
+        queue: &str,
+        shutdown: &CancellationToken,
+    ) -> Result<(), LinkError> {
+        // Reports made while this link connects wait in the backlog.
+        let mut reports = self.reports.subscribe();
+        let mut stats = self.stats.subscribe();
+        let presence_exchange = self.config.presence_exchange.as_str();
+        let stats_exchange = herald_amqp::stats::stats_name(presence_exchange);
+        let sync_exchange = herald_amqp::presence::sync_name(presence_exchange);
+        tracing::info!(queue = %queue, client = ?self.config.uplink_client, "root link up");
         // The routers of this root may have missed reports while it was
         // down: a snapshot makes their view of this edge whole again.
         self.syncs.request();
@@ -232,15 +337,7 @@ impl Uplink {
                             } else {
                                 presence_exchange
                             };
-                            channel
-                                .basic_publish(
-                                    exchange.into(),
-                                    "".into(),
-                                    BasicPublishOptions::default(),
-                                    &report.body(),
-                                    report.to_amqp(),
-                                )
-                                .await?;
+                            client.publish(exchange, report.to_amqp(), &report.body()).await?;
                             self.metrics.presence_reports.inc();
                         }
                         Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -255,15 +352,7 @@ impl Uplink {
                     match part {
                         Ok(part) => {
                             let (props, body) = herald_amqp::stats::encode(&part);
-                            channel
-                                .basic_publish(
-                                    stats_exchange.as_str().into(),
-                                    "".into(),
-                                    BasicPublishOptions::default(),
-                                    &body,
-                                    props,
-                                )
-                                .await?;
+                            client.publish(&stats_exchange, props, &body).await?;
                             self.metrics.stats_reports.inc();
                         }
                         Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -273,49 +362,58 @@ impl Uplink {
                     }
                     continue;
                 }
-                d = consumer.next() => d,
+                d = client.next() => d?,
             };
-            let mut last = match delivery {
-                Some(Ok(d)) => self.take(d),
-                Some(Err(e)) => return Err(e.into()),
-                None => return Err(LinkError::ConsumerEnded),
-            };
+            let mut last = self.take(delivery);
             // Route every delivery already here, then ack them all with
-            // one `basic.ack` (`multiple`): one hand-off to lapin's I/O
-            // thread per burst instead of one per delivery. An error ends
-            // the link without acking the burst; the broker redelivers it
-            // and the dedup window drops what was already routed.
+            // one `basic.ack` (`multiple`): one write (lapin: one hand-off
+            // to its I/O thread) per burst instead of one per delivery. An
+            // error ends the link without acking the burst; the broker
+            // redelivers it and the dedup window drops what was already
+            // routed.
             let mut burst = 1;
             while burst < ACK_BURST {
-                match consumer.next().now_or_never() {
-                    Some(Some(Ok(d))) => {
+                match client.ready()? {
+                    Some(d) => {
                         last = self.take(d);
                         burst += 1;
                     }
-                    Some(Some(Err(e))) => return Err(e.into()),
-                    Some(None) => return Err(LinkError::ConsumerEnded),
                     None => break,
                 }
             }
             self.metrics.uplink_acks.inc();
-            channel
-                .basic_ack(last, BasicAckOptions { multiple: true })
-                .await?;
+            client.ack(last).await?;
         }
     }
 
     /// Route one delivery; its tag, to ack.
-    fn take(&self, mut delivery: lapin::message::Delivery) -> u64 {
-        // The body becomes the notification's shared payload, uncopied and
-        // without the slack lapin's assembly may have left (`body_bytes`).
-        let body = body_bytes(std::mem::take(&mut delivery.data));
-        self.route(&delivery.properties, body);
-        delivery.delivery_tag
+    fn take(&self, delivery: Assembled) -> u64 {
+        match delivery {
+            Assembled::Delivery(d) => {
+                let d = *d;
+                self.route(&d.properties, d.body);
+                d.delivery_tag
+            }
+            Assembled::TooLarge {
+                delivery_tag: tag,
+                size,
+            } => {
+                // Redelivering it would not make it fit: acknowledged,
+                // counted and logged.
+                self.metrics.uplink_rejected.inc();
+                tracing::warn!(
+                    size,
+                    max = self.max_body(),
+                    "delivery from a root above the size bound dropped"
+                );
+                tag
+            }
+        }
     }
 
     /// Parse, deduplicate and deliver one delivery: a notification, or a
     /// bundle of several.
-    fn route(&self, properties: &lapin::BasicProperties, body: Bytes) {
+    fn route(&self, properties: &BasicProperties, body: Bytes) {
         if properties
             .kind()
             .as_ref()
@@ -350,7 +448,7 @@ impl Uplink {
     /// Route each notification of a bundle, in order. One that fails
     /// validation is dropped alone; a bundle that cannot be read is
     /// dropped whole (acknowledged: it would fail the same way again).
-    fn route_bundle(&self, properties: &lapin::BasicProperties, body: Bytes) {
+    fn route_bundle(&self, properties: &BasicProperties, body: Bytes) {
         self.metrics.uplink_bundles.inc();
         let batch = match bundle::decode(body) {
             Ok(mut batch) => {
