@@ -2,7 +2,7 @@
 # Run every cargo-fuzz target of Herald for a bounded time (libFuzzer, nightly Rust): the
 # decoders of protocol/fuzz (STOMP, WebSocket, SockJS, bundles, streaming UTF-8), engine/fuzz
 # (the HTTP publish envelope, the delayed store's records) and amqp/fuzz (the edges' presence
-# reports). See docs/fuzzing.md.
+# reports, the frames an edge's root link reads). See docs/fuzzing.md.
 #
 #   scripts/fuzz.sh [--seconds N] [TARGET...]
 #

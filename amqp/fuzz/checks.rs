@@ -58,3 +58,46 @@ pub(crate) fn presence_read(data: &[u8]) -> Option<Result<PresenceReport, String
             .map_err(|r| format!("{}: {}", r.field, r.reason)),
     )
 }
+
+/// Bytes from a broker, as an edge's root link reads them
+/// (`herald_amqp::wire`): frames taken one by one until the bytes run out
+/// or are refused, deliveries put together with a 4 KiB body bound. No
+/// panic; every frame taken consumes bytes; every method read writes back
+/// to a frame that reads again; no delivery comes out above the bound.
+pub(crate) fn wire_frames(data: &[u8]) {
+    use bytes::BytesMut;
+    use herald_amqp::wire::delivery::{Assembled, Assembler};
+    use herald_amqp::wire::frame::{Frame, decode, put_method};
+    use lapin::protocol::AMQPClass;
+    use lapin::protocol::basic::AMQPMethod;
+
+    const MAX: u32 = 4096;
+    let mut buf = BytesMut::from(data);
+    let mut assembler = Assembler::new(u64::from(MAX));
+    loop {
+        let before = buf.len();
+        let frame = match decode(&mut buf, MAX) {
+            Ok(Some(frame)) => frame,
+            Ok(None) | Err(_) => return,
+        };
+        assert!(buf.len() < before, "a frame taken consumes bytes");
+        let done = match frame {
+            Frame::Method(channel, method) => {
+                let mut out = Vec::new();
+                put_method(&mut out, channel, &method);
+                let again = decode(&mut BytesMut::from(&out[..]), u32::MAX);
+                assert!(matches!(again, Ok(Some(Frame::Method(..)))), "{again:?}");
+                if let AMQPClass::Basic(AMQPMethod::Deliver(d)) = method {
+                    let _ = assembler.deliver(d.delivery_tag, d.redelivered);
+                }
+                None
+            }
+            Frame::Header(_, size, properties) => assembler.header(size, properties).ok().flatten(),
+            Frame::Body(_, piece) => assembler.body(&piece).ok().flatten(),
+            Frame::Heartbeat => None,
+        };
+        if let Some(Assembled::Delivery(d)) = done {
+            assert!(d.body.len() as u64 <= u64::from(MAX));
+        }
+    }
+}

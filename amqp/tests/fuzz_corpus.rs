@@ -28,6 +28,11 @@ fn replay(target: &str, check: fn(&[u8])) {
 }
 
 #[test]
+fn wire_frames_corpus() {
+    replay("wire_frames", checks::wire_frames);
+}
+
+#[test]
 fn presence_decode_corpus() {
     replay("presence_decode", checks::presence_decode);
 }
