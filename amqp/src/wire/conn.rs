@@ -111,6 +111,10 @@ pub struct Wire {
     heartbeat: Option<Duration>,
     last_read: Instant,
     last_write: Instant,
+    /// The last read left room in the buffer: the socket was empty then,
+    /// so [`Wire::try_next`] does not ask it again (a read that would
+    /// block is a system call for nothing); the next wait polls it.
+    drained: bool,
     assembler: Assembler,
 }
 
@@ -154,6 +158,7 @@ impl Wire {
             heartbeat: None,
             last_read: now,
             last_write: now,
+            drained: false,
             assembler: Assembler::new(config.max_body),
         };
         wire.handshake(&uri, &config.connection_name).await?;
@@ -362,12 +367,18 @@ impl Wire {
                     return Ok(Some(done));
                 }
             }
+            if self.drained {
+                return Ok(None);
+            }
             self.inbuf.reserve(READ_CHUNK);
-            match self.reader.try_read_buf(&mut self.inbuf) {
-                Ok(0) => return Err(WireError::Eof),
-                Ok(_) => self.last_read = Instant::now(),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) => return Err(e.into()),
+            let room = self.inbuf.capacity() - self.inbuf.len();
+            let r = self.reader.try_read_buf(&mut self.inbuf);
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.drained = true;
+                    return Ok(None);
+                }
+                r => self.read_done(r, room)?,
             }
         }
     }
@@ -538,8 +549,10 @@ impl Wire {
                 return Ok(frame);
             }
             self.inbuf.reserve(READ_CHUNK);
+            let room = self.inbuf.capacity() - self.inbuf.len();
             let Some(interval) = self.heartbeat else {
-                self.read().await?;
+                let r = self.reader.read_buf(&mut self.inbuf).await;
+                self.read_done(r, room)?;
                 continue;
             };
             let send_at = self.last_write + interval / 2;
@@ -555,7 +568,7 @@ impl Wire {
                 _ = tokio::time::sleep_until(dead_at) => Woke::Dead,
             };
             match woke {
-                Woke::Read(r) => self.read_done(r)?,
+                Woke::Read(r) => self.read_done(r, room)?,
                 Woke::Beat => {
                     frame::put_heartbeat(&mut self.out);
                     self.flush().await?;
@@ -565,16 +578,13 @@ impl Wire {
         }
     }
 
-    async fn read(&mut self) -> Result<(), WireError> {
-        let r = self.reader.read_buf(&mut self.inbuf).await;
-        self.read_done(r)
-    }
-
-    fn read_done(&mut self, r: std::io::Result<usize>) -> Result<(), WireError> {
+    /// A read into `room` bytes of buffer ended with `r`.
+    fn read_done(&mut self, r: std::io::Result<usize>, room: usize) -> Result<(), WireError> {
         match r? {
             0 => Err(WireError::Eof),
-            _ => {
+            n => {
                 self.last_read = Instant::now();
+                self.drained = n < room;
                 Ok(())
             }
         }
