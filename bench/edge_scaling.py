@@ -6,10 +6,12 @@ For each edge count a whole deployment is started by `deploy/up` (two
 RabbitMQ roots, a router per root, N edges, HAProxy hashing users by `uid`),
 from release binaries, in a state directory of its own. `--users` stomp.py
 sessions connect through HAProxy, one user each, so HAProxy spreads them over
-the edges as it spreads browsers. Then, for each round and each mode (the
-modes alternate: fanout, targeted, fanout, targeted ...), the routers are
-restarted with `routing.mode` set, and once they route (targeted: once they
-trust their view of every edge) the bench:
+the edges as it spreads browsers. Each round deploys once per AMQP client of
+the edges (`--clients herald,lapin`: `edge.uplink_client`, in turn, so two
+clients alternate A B A B); on each deployment, for each mode (`--modes`, in
+turn: fanout, targeted), the routers are restarted with `routing.mode` set,
+and once they route (targeted: once they trust their view of every edge) the
+bench:
 
 1. reads every edge's CPU (`utime + stime` from /proc) over `--idle` quiet
    seconds: what an edge spends with no traffic (heart-beats, reports);
@@ -33,7 +35,9 @@ Usage (pika and stomp.py from tests/distributed/requirements.txt; release
 binaries from `cargo build --release -p herald-router -p herald-gateway`):
   .venv/bin/python bench/edge_scaling.py --bin-dir target/release \
       [--edges 1,2,4,8] [--users 256] [--notifications 20000] [--rate 2000] \
-      [--rounds 2] [--json results.jsonl]
+      [--rounds 2] [--modes fanout,targeted] [--clients herald,lapin] \
+      [--ack-linger-ms 0,20] \
+      [--json results.jsonl]
 Needs what deploy/up installs (rabbitmq-server, haproxy, redis-server,
 varnish). Prints one JSON line per run, then the table; takes about
 (2 x rounds + 1) minutes per edge count.
@@ -185,19 +189,19 @@ def one_run(dep: Deployment, mode: str, users: list[str], rx: Receiver, args, se
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| edges | mode | runs | edge CPU for the traffic, s (each run) | µs per delivery "
+    rows = ["| edges | client | mode | runs | edge CPU for the traffic, s (each run) | µs per delivery "
             "| received per delivery | µs per notification received, not delivered "
             "| routers' CPU, s | roots' CPU, s |",
-            "|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+            "|---:|---|---|---:|---|---:|---:|---:|---:|---:|"]
     by = {}
     for r in results:
-        by.setdefault((r["edges_n"], r["mode"]), []).append(r)
-    for (n, mode), runs in sorted(by.items()):
+        by.setdefault((r["edges_n"], r.get("client", "lapin"), r["mode"]), []).append(r)
+    for (n, client, mode), runs in sorted(by.items()):
         cpu = [r["edge_net_cpu_s"] for r in runs]
         per = statistics.median(r["us_per_delivered"] for r in runs)
         rec = statistics.median(r["received_per_delivered"] for r in runs)
         undelivered = "-"
-        targeted = by.get((n, "targeted"))
+        targeted = by.get((n, client, "targeted"))
         if mode == "fanout" and targeted and n > 1:
             a = statistics.median(t["edge_net_cpu_s"] / t["delivered"] for t in targeted)
             vals = [(r["edge_net_cpu_s"] - a * r["delivered"]) / (r["received"] - r["delivered"])
@@ -208,10 +212,45 @@ def table(results: list[dict]) -> str:
         for key in ("routers_cpu_s", "roots_cpu_s"):
             vals = [r[key] for r in runs if key in r]
             others.append(f"{statistics.median(vals):.2f}" if vals else "-")
-        rows.append(f"| {n} | {mode} | {len(runs)} | {statistics.median(cpu):.2f} "
+        rows.append(f"| {n} | {client} | {mode} | {len(runs)} | {statistics.median(cpu):.2f} "
                     f"({', '.join(f'{c:.2f}' for c in cpu)}) | {per:.1f} | {rec:.2f} "
                     f"| {undelivered} | {' | '.join(others)} |")
     return "\n".join(rows)
+
+
+def deployment_runs(n: int, rnd: int, client: str, linger: int | None, modes: list[str],
+                    bins: Path, args) -> list[dict]:
+    """One deployment of `n` edges on `client` (acks lingering `linger` ms,
+    or the default): a run of each mode."""
+    results = []
+    top = Path(tempfile.mkdtemp(prefix=f"herald-scaling-{n}-"))
+    try:
+        edge_toml = EDGE_TOML + f'uplink_client = "{client}"\n'
+        if linger is not None:
+            edge_toml += f"ack_linger_ms = {linger}\n"
+        dep = deploy(top, bins, n, args.port_offset, routing_toml(modes[0], STALE_MS), edge_toml)
+        rx = Receiver()
+        users = [f"scale-{n}-{i}" for i in range(args.users)]
+        sessions = [session(dep, u, rx.tap(u)) for u in users]
+        spread = {e: sum(1 for c in sessions if c.edge == e) for e in dep.edges}
+        print(f"# {n} edges, {client}, linger {linger}: sessions per edge {spread}", file=sys.stderr, flush=True)
+        for mode in modes:
+            switch_mode(dep, routing_toml(mode, STALE_MS))
+            r = one_run(dep, mode, users, rx, args, seed=rnd)
+            r["round"] = rnd + 1
+            r["client"] = client if linger is None else f"{client}, ack linger {linger} ms"
+            r["sessions_per_edge"] = spread
+            results.append(r)
+            line = json.dumps(r)
+            print(line, flush=True)
+            if args.json:
+                with args.json.open("a") as f:
+                    f.write(line + "\n")
+        for c in sessions:
+            c.close(wait=False)
+    finally:
+        down(top)
+    return results
 
 
 def main() -> None:
@@ -225,6 +264,14 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2, help="runs of each mode per edge count")
     p.add_argument("--idle", type=float, default=5.0, help="seconds of idle CPU measured first")
     p.add_argument("--port-offset", type=int, default=3000)
+    p.add_argument("--modes", default="fanout,targeted",
+                   help="routing modes, comma-separated (each deployment runs them in turn)")
+    p.add_argument("--clients", default="herald",
+                   help="the edges' AMQP clients (edge.uplink_client), comma-separated: "
+                        "each round deploys once per client, in turn (A B A B)")
+    p.add_argument("--ack-linger-ms", default="",
+                   help="edge.ack_linger_ms values, comma-separated, each deployed in turn "
+                        "(crossed with --clients); default: the edges' default")
     p.add_argument("--json", type=Path, help="append each run's JSON line to this file")
     args = p.parse_args()
     counts = [int(x) for x in args.edges.split(",")]
@@ -232,34 +279,18 @@ def main() -> None:
         raise SystemExit("--edges: counts between 1 and 99")
     if args.users < 1 or args.notifications < 1 or args.rate < 1 or args.rounds < 1:
         raise SystemExit("--users, --notifications, --rate and --rounds must be at least 1")
+    modes = args.modes.split(",")
+    clients = args.clients.split(",")
+    if not set(modes) <= {"fanout", "targeted"} or not set(clients) <= {"herald", "lapin"}:
+        raise SystemExit("--modes: fanout, targeted; --clients: herald, lapin")
+    lingers = [int(x) for x in args.ack_linger_ms.split(",")] if args.ack_linger_ms else [None]
     bins = args.bin_dir.resolve()
     results = []
     for n in counts:
-        top = Path(tempfile.mkdtemp(prefix=f"herald-scaling-{n}-"))
-        try:
-            dep = deploy(top, bins, n, args.port_offset, routing_toml("fanout", STALE_MS),
-                         EDGE_TOML)
-            rx = Receiver()
-            users = [f"scale-{n}-{i}" for i in range(args.users)]
-            sessions = [session(dep, u, rx.tap(u)) for u in users]
-            spread = {e: sum(1 for c in sessions if c.edge == e) for e in dep.edges}
-            print(f"# {n} edges: sessions per edge {spread}", file=sys.stderr, flush=True)
-            for rnd in range(args.rounds):
-                for mode in ("fanout", "targeted"):
-                    switch_mode(dep, routing_toml(mode, STALE_MS))
-                    r = one_run(dep, mode, users, rx, args, seed=rnd)
-                    r["round"] = rnd + 1
-                    r["sessions_per_edge"] = spread
-                    results.append(r)
-                    line = json.dumps(r)
-                    print(line, flush=True)
-                    if args.json:
-                        with args.json.open("a") as f:
-                            f.write(line + "\n")
-            for c in sessions:
-                c.close(wait=False)
-        finally:
-            down(top)
+        for rnd in range(args.rounds):
+            for client in clients:
+                for linger in lingers:
+                    results += deployment_runs(n, rnd, client, linger, modes, bins, args)
     print()
     print(table(results))
 
