@@ -290,12 +290,6 @@ pub struct EdgeConfig {
     /// link's task) or `lapin` (a thread per connection). `amqps://` roots
     /// always use lapin.
     pub uplink_client: UplinkClient,
-    /// Longest a routed delivery waits for its `basic.ack`, so one ack
-    /// covers the deliveries of several wake-ups (half of `prefetch`
-    /// unacknowledged acks at once). 0: every burst is acked as soon as it
-    /// is routed. A link that fails before acking has the broker redeliver
-    /// what it had not acked; the dedup window drops the repeats.
-    pub ack_linger_ms: u64,
 }
 
 impl EdgeConfig {
@@ -329,7 +323,6 @@ impl Default for EdgeConfig {
             presence_queue: 65_536,
             presence_sync_ms: 60_000,
             uplink_client: UplinkClient::Herald,
-            ack_linger_ms: 20,
         }
     }
 }

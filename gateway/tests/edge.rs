@@ -196,15 +196,6 @@ async fn edge(exchange: &str) -> (TestGateway, String) {
 /// An edge with a given id: a second edge with the same id consumes the
 /// first one's queue.
 async fn edge_with_id(exchange: &str, id: String) -> (TestGateway, String) {
-    edge_with(exchange, id, |_| {}).await
-}
-
-/// An edge with a given id and `more` settings.
-async fn edge_with(
-    exchange: &str,
-    id: String,
-    more: impl FnOnce(&mut herald_gateway::config::Config) + Send + 'static,
-) -> (TestGateway, String) {
     let edge_id = id.clone();
     let exchange = exchange.to_owned();
     let gw = start(move |c| {
@@ -214,84 +205,9 @@ async fn edge_with(
         c.edge.queue_expires_secs = 60;
         c.edge.reconnect_initial_ms = 50;
         c.edge.reconnect_max_ms = 200;
-        more(c);
     })
     .await;
     (gw, edge_id)
-}
-
-fn new_id() -> String {
-    format!("test-{}", rand::random::<u32>())
-}
-
-/// With a linger far longer than the test, acks still go out once half of
-/// `prefetch` is unacknowledged (else the broker would stop at 10), and the
-/// rest when the edge stops: the next consumer of the queue gets none of
-/// them again.
-#[tokio::test]
-async fn acks_go_out_at_half_the_prefetch_and_when_the_edge_stops() {
-    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
-    let (mut gw, id) = edge_with(&exchange, new_id(), |c| {
-        c.edge.prefetch = 10;
-        c.edge.ack_linger_ms = 600_000;
-    })
-    .await;
-    gw.until_metric("herald_root_links", 1.0).await;
-    let root = Root::connect(&exchange).await;
-    let mut carol = gw.session(&token("carol", None, None)).await;
-    let notes: Vec<Notification> = (0..25)
-        .map(|i| note(&format!("l-{i}"), "carol", "linger"))
-        .collect();
-    root.forward_all(&notes).await;
-    for i in 0..25 {
-        let m = carol.message().await;
-        assert_eq!(m.header("message-id"), Some(format!("l-{i}").as_str()));
-    }
-    let acks = sample(&gw.metrics().await, "herald_uplink_acks_total").unwrap();
-    assert!(
-        (2.0..=5.0).contains(&acks),
-        "25 deliveries took {acks} acks"
-    );
-    gw.shutdown.cancel();
-    let (_, task) = gw.local.take().unwrap();
-    task.await.unwrap();
-    let (again, _) = edge_with_id(&exchange, id).await;
-    again.until_metric("herald_root_links", 1.0).await;
-    let mut carol = again.session(&token("carol", None, None)).await;
-    root.forward(&note("marker", "carol", "after")).await;
-    assert_eq!(carol.message().await.header("message-id"), Some("marker"));
-    root.cleanup().await;
-}
-
-/// A lone delivery is acked once the linger is over.
-#[tokio::test]
-async fn a_lone_delivery_is_acked_after_the_linger() {
-    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
-    let (gw, _) = edge_with(&exchange, new_id(), |c| c.edge.ack_linger_ms = 50).await;
-    gw.until_metric("herald_root_links", 1.0).await;
-    let root = Root::connect(&exchange).await;
-    let mut dave = gw.session(&token("dave", None, None)).await;
-    root.forward(&note("lone", "dave", "x")).await;
-    assert_eq!(dave.message().await.header("message-id"), Some("lone"));
-    gw.until_metric("herald_uplink_acks_total", 1.0).await;
-    root.cleanup().await;
-}
-
-/// `edge.uplink_client = "lapin"` links and delivers as the default does.
-#[tokio::test]
-async fn the_lapin_client_links_and_delivers_too() {
-    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
-    let (gw, _) = edge_with(&exchange, new_id(), |c| {
-        c.edge.uplink_client = herald_gateway::config::UplinkClient::Lapin;
-    })
-    .await;
-    gw.until_metric("herald_root_links", 1.0).await;
-    let root = Root::connect(&exchange).await;
-    let mut erin = gw.session(&token("erin", None, None)).await;
-    root.forward(&note("via-lapin", "erin", "x")).await;
-    assert_eq!(erin.message().await.header("message-id"), Some("via-lapin"));
-    gw.until_metric("herald_uplink_acks_total", 1.0).await;
-    root.cleanup().await;
 }
 
 #[tokio::test]

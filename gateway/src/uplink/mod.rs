@@ -325,29 +325,10 @@ impl Uplink {
         // Up means consuming, until this future ends or the supervisor drops
         // it (on the connection's error event): the guard counts both.
         let _up = LinkUp::new(&self.metrics);
-        let linger = std::time::Duration::from_millis(self.config.ack_linger_ms);
-        let ack_at = usize::from(self.config.prefetch / 2).max(1);
-        // The last routed delivery not yet acked, how many are, and when
-        // they must be.
-        let mut unacked: Option<(u64, usize)> = None;
-        let mut ack_due = Instant::now();
         loop {
             let delivery = tokio::select! {
-                // Ack what was routed (else the broker would hand it to
-                // the next consumer again); the supervisor closes the
-                // connection.
-                _ = shutdown.cancelled() => {
-                    if let Some((tag, _)) = unacked {
-                        self.ack(client, tag).await?;
-                    }
-                    return Ok(());
-                }
-                _ = tokio::time::sleep_until(ack_due), if unacked.is_some() => {
-                    if let Some((tag, _)) = unacked.take() {
-                        self.ack(client, tag).await?;
-                    }
-                    continue;
-                }
+                // The supervisor closes the connection.
+                _ = shutdown.cancelled() => return Ok(()),
                 report = reports.recv() => {
                     match report {
                         Ok(report) => {
@@ -386,10 +367,10 @@ impl Uplink {
             let mut last = self.take(delivery);
             // Route every delivery already here, then ack them all with
             // one `basic.ack` (`multiple`): one write (lapin: one hand-off
-            // to its I/O thread) per burst, or per `ack_linger_ms`, instead
-            // of one per delivery. An error ends the link without acking;
-            // the broker redelivers what was not acked and the dedup window
-            // drops what was already routed.
+            // to its I/O thread) per burst instead of one per delivery. An
+            // error ends the link without acking the burst; the broker
+            // redelivers it and the dedup window drops what was already
+            // routed.
             let mut burst = 1;
             while burst < ACK_BURST {
                 match client.ready()? {
@@ -400,23 +381,9 @@ impl Uplink {
                     None => break,
                 }
             }
-            let count = unacked.map_or(0, |(_, n)| n) + burst;
-            if linger.is_zero() || count >= ack_at {
-                unacked = None;
-                self.ack(client, last).await?;
-            } else {
-                if unacked.is_none() {
-                    ack_due = Instant::now() + linger;
-                }
-                unacked = Some((last, count));
-            }
+            self.metrics.uplink_acks.inc();
+            client.ack(last).await?;
         }
-    }
-
-    /// Ack `tag` and every delivery before it.
-    async fn ack<C: RootClient>(&self, client: &mut C, tag: u64) -> Result<(), LinkError> {
-        self.metrics.uplink_acks.inc();
-        client.ack(tag).await
     }
 
     /// Route one delivery; its tag, to ack.
