@@ -196,6 +196,15 @@ async fn edge(exchange: &str) -> (TestGateway, String) {
 /// An edge with a given id: a second edge with the same id consumes the
 /// first one's queue.
 async fn edge_with_id(exchange: &str, id: String) -> (TestGateway, String) {
+    edge_with(exchange, id, |_| {}).await
+}
+
+/// An edge with a given id and `more` settings.
+async fn edge_with(
+    exchange: &str,
+    id: String,
+    more: impl FnOnce(&mut herald_gateway::config::Config),
+) -> (TestGateway, String) {
     let edge_id = id.clone();
     let exchange = exchange.to_owned();
     let gw = start(move |c| {
@@ -205,9 +214,29 @@ async fn edge_with_id(exchange: &str, id: String) -> (TestGateway, String) {
         c.edge.queue_expires_secs = 60;
         c.edge.reconnect_initial_ms = 50;
         c.edge.reconnect_max_ms = 200;
+        more(c);
     })
     .await;
     (gw, edge_id)
+}
+
+/// `edge.uplink_client = "lapin"` links, delivers and acks as the default
+/// client does.
+#[tokio::test]
+async fn the_lapin_client_links_and_delivers_too() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let id = format!("test-{}", rand::random::<u32>());
+    let (gw, _) = edge_with(&exchange, id, |c| {
+        c.edge.uplink_client = herald_gateway::config::UplinkClient::Lapin;
+    })
+    .await;
+    gw.until_metric("herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    let mut erin = gw.session(&token("erin", None, None)).await;
+    root.forward(&note("via-lapin", "erin", "x")).await;
+    assert_eq!(erin.message().await.header("message-id"), Some("via-lapin"));
+    gw.until_metric("herald_uplink_acks_total", 1.0).await;
+    root.cleanup().await;
 }
 
 #[tokio::test]
