@@ -20,6 +20,8 @@ use super::{LinkError, Topology};
 
 /// What a root link needs of its client once it consumes.
 pub(super) trait RootClient: Send {
+    /// Its name in logs (`edge.uplink_client`'s value).
+    const NAME: &'static str;
     /// The next delivery, waiting for it. Cancel-safe. (A body above
     /// [`Wire`]'s bound comes as [`Assembled::TooLarge`]; lapin has none.)
     fn next(&mut self) -> impl Future<Output = Result<Assembled, LinkError>> + Send;
@@ -61,6 +63,7 @@ fn kind_name(kind: &ExchangeKind) -> &str {
 }
 
 impl RootClient for Wire {
+    const NAME: &'static str = "herald";
     async fn next(&mut self) -> Result<Assembled, LinkError> {
         Ok(Wire::next(self).await?)
     }
@@ -139,6 +142,7 @@ fn from_lapin(
 }
 
 impl RootClient for LapinLink {
+    const NAME: &'static str = "lapin";
     async fn next(&mut self) -> Result<Assembled, LinkError> {
         from_lapin(self.consumer.next().await)
     }

@@ -318,7 +318,7 @@ impl Uplink {
         let presence_exchange = self.config.presence_exchange.as_str();
         let stats_exchange = herald_amqp::stats::stats_name(presence_exchange);
         let sync_exchange = herald_amqp::presence::sync_name(presence_exchange);
-        tracing::info!(queue = %queue, client = ?self.config.uplink_client, "root link up");
+        tracing::info!(queue = %queue, client = C::NAME, "root link up");
         // The routers of this root may have missed reports while it was
         // down: a snapshot makes their view of this edge whole again.
         self.syncs.request();
