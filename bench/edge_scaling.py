@@ -36,7 +36,6 @@ binaries from `cargo build --release -p herald-router -p herald-gateway`):
   .venv/bin/python bench/edge_scaling.py --bin-dir target/release \
       [--edges 1,2,4,8] [--users 256] [--notifications 20000] [--rate 2000] \
       [--rounds 2] [--modes fanout,targeted] [--clients herald,lapin] \
-      [--ack-linger-ms 0,20] \
       [--json results.jsonl]
 Needs what deploy/up installs (rabbitmq-server, haproxy, redis-server,
 varnish). Prints one JSON line per run, then the table; takes about
@@ -218,27 +217,24 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def deployment_runs(n: int, rnd: int, client: str, linger: int | None, modes: list[str],
-                    bins: Path, args) -> list[dict]:
-    """One deployment of `n` edges on `client` (acks lingering `linger` ms,
-    or the default): a run of each mode."""
+def deployment_runs(n: int, rnd: int, client: str, modes: list[str], bins: Path,
+                    args) -> list[dict]:
+    """One deployment of `n` edges on `client`: a run of each mode."""
     results = []
     top = Path(tempfile.mkdtemp(prefix=f"herald-scaling-{n}-"))
     try:
         edge_toml = EDGE_TOML + f'uplink_client = "{client}"\n'
-        if linger is not None:
-            edge_toml += f"ack_linger_ms = {linger}\n"
         dep = deploy(top, bins, n, args.port_offset, routing_toml(modes[0], STALE_MS), edge_toml)
         rx = Receiver()
         users = [f"scale-{n}-{i}" for i in range(args.users)]
         sessions = [session(dep, u, rx.tap(u)) for u in users]
         spread = {e: sum(1 for c in sessions if c.edge == e) for e in dep.edges}
-        print(f"# {n} edges, {client}, linger {linger}: sessions per edge {spread}", file=sys.stderr, flush=True)
+        print(f"# {n} edges, {client}: sessions per edge {spread}", file=sys.stderr, flush=True)
         for mode in modes:
             switch_mode(dep, routing_toml(mode, STALE_MS))
             r = one_run(dep, mode, users, rx, args, seed=rnd)
             r["round"] = rnd + 1
-            r["client"] = client if linger is None else f"{client}, ack linger {linger} ms"
+            r["client"] = client
             r["sessions_per_edge"] = spread
             results.append(r)
             line = json.dumps(r)
@@ -269,9 +265,6 @@ def main() -> None:
     p.add_argument("--clients", default="herald",
                    help="the edges' AMQP clients (edge.uplink_client), comma-separated: "
                         "each round deploys once per client, in turn (A B A B)")
-    p.add_argument("--ack-linger-ms", default="",
-                   help="edge.ack_linger_ms values, comma-separated, each deployed in turn "
-                        "(crossed with --clients); default: the edges' default")
     p.add_argument("--json", type=Path, help="append each run's JSON line to this file")
     args = p.parse_args()
     counts = [int(x) for x in args.edges.split(",")]
@@ -283,14 +276,12 @@ def main() -> None:
     clients = args.clients.split(",")
     if not set(modes) <= {"fanout", "targeted"} or not set(clients) <= {"herald", "lapin"}:
         raise SystemExit("--modes: fanout, targeted; --clients: herald, lapin")
-    lingers = [int(x) for x in args.ack_linger_ms.split(",")] if args.ack_linger_ms else [None]
     bins = args.bin_dir.resolve()
     results = []
     for n in counts:
         for rnd in range(args.rounds):
             for client in clients:
-                for linger in lingers:
-                    results += deployment_runs(n, rnd, client, linger, modes, bins, args)
+                results += deployment_runs(n, rnd, client, modes, bins, args)
     print()
     print(table(results))
 
