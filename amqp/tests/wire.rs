@@ -185,3 +185,115 @@ async fn heartbeats_keep_an_idle_connection_up() {
     assert_eq!(&d.body[..], b"still here");
     wire.close(Duration::from_secs(5)).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_consumer_the_broker_cancels_is_named() {
+    let (mut wire, queue) = consuming("cancel", AMQP, 1 << 20).await;
+    let other = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = other.create_channel().await.unwrap();
+    channel
+        .queue_delete(queue.as_str().into(), Default::default())
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), wire.next()).await {
+        Ok(Err(WireError::ConsumerCancelled)) => {}
+        other => panic!("expected the consumer cancelled, got {other:?}"),
+    }
+    // The connection itself still works: it closes cleanly.
+    wire.close(Duration::from_secs(5)).await.unwrap();
+}
+
+/// `rabbitmqctl close_connection`: the broker's reason reaches the client.
+#[tokio::test]
+async fn a_connection_the_broker_closes_is_named_with_its_reason() {
+    let name = format!("herald-amqp wire test close {}", std::process::id());
+    let mut wire = Wire::open(&WireConfig {
+        url: AMQP.to_owned(),
+        connection_name: name.clone(),
+        max_body: 1 << 20,
+    })
+    .await
+    .unwrap();
+    let listing = std::process::Command::new("rabbitmqctl")
+        .args(["list_connections", "--silent", "pid", "client_properties"])
+        .output()
+        .expect("rabbitmqctl");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let pid = listing
+        .lines()
+        .find(|l| l.contains(&name))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no connection named {name:?} in:\n{listing}"))
+        .to_owned();
+    let status = std::process::Command::new("rabbitmqctl")
+        .args(["close_connection", &pid, "herald wire test"])
+        .status()
+        .expect("rabbitmqctl");
+    assert!(status.success());
+    match tokio::time::timeout(Duration::from_secs(10), wire.next()).await {
+        Ok(Err(WireError::ConnectionClosed { code, text })) => {
+            assert_eq!(code, 320, "{text}");
+            assert!(text.contains("herald wire test"), "{text}");
+        }
+        other => panic!("expected the connection closed, got {other:?}"),
+    }
+}
+
+/// `next` dropped by a `select!` at any point (as a root link's loop does
+/// when a report is due) loses no delivery and breaks no frame: 2,000
+/// messages arrive whole and in order while the loop keeps abandoning the
+/// read and writing acks and publications of its own in between.
+#[tokio::test]
+async fn next_dropped_by_a_select_loses_nothing() {
+    let (mut wire, queue) = consuming("cancel-safe", AMQP, 1 << 20).await;
+    let mut publisher = Wire::open(&config(AMQP, 1 << 20)).await.unwrap();
+    let sink = queue_name("cancel-safe-sink");
+    publisher.declare_queue(&sink, expiring()).await.unwrap();
+    let n = 2_000u32;
+    let send = tokio::spawn(async move {
+        let body = vec![b'x'; 3_000];
+        for i in 0..n {
+            let mut b = i.to_be_bytes().to_vec();
+            b.extend_from_slice(&body[..(i as usize * 7) % body.len()]);
+            publisher
+                .publish("", &queue, &BasicProperties::default(), &b)
+                .await
+                .unwrap();
+        }
+        publisher
+    });
+    let mut next_expected = 0u32;
+    let mut abandoned = 0u32;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while next_expected < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {next_expected} of {n} arrived"
+        );
+        tokio::select! {
+            d = wire.next() => {
+                let d = delivery(d.unwrap());
+                let i = u32::from_be_bytes(d.body[..4].try_into().unwrap());
+                assert_eq!(i, next_expected);
+                assert_eq!(d.body.len(), 4 + (i as usize * 7) % 3_000);
+                next_expected += 1;
+                if next_expected.is_multiple_of(8) {
+                    wire.ack(d.delivery_tag, true).await.unwrap();
+                    wire.publish("", &sink, &BasicProperties::default(), b"report")
+                        .await
+                        .unwrap();
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_micros(100)) => abandoned += 1,
+        }
+    }
+    assert!(abandoned > 0, "the read was never abandoned");
+    send.await
+        .unwrap()
+        .close(Duration::from_secs(5))
+        .await
+        .unwrap();
+    wire.close(Duration::from_secs(5)).await.unwrap();
+}

@@ -89,6 +89,10 @@ pub enum WireError {
     /// The broker was silent for two heartbeat intervals.
     #[error("nothing from the broker for {0:?} (two heartbeat intervals)")]
     MissedHeartbeats(Duration),
+    /// A write made no progress for two heartbeat intervals (a broker
+    /// gone without a word, or blocking the connection that long).
+    #[error("the broker took nothing written for {0:?} (two heartbeat intervals)")]
+    WriteStalled(Duration),
     /// The broker closed the socket.
     #[error("the broker closed the socket")]
     Eof,
@@ -351,8 +355,8 @@ impl Wire {
     /// Cancel-safe.
     pub async fn next(&mut self) -> Result<Assembled, WireError> {
         loop {
-            let frame = self.frame().await?;
-            if let Some(done) = self.handle(frame)? {
+            let frame = self.frame().await.map_err(|e| self.refuse(e))?;
+            if let Some(done) = self.handle(frame).map_err(|e| self.refuse(e))? {
                 return Ok(done);
             }
         }
@@ -361,6 +365,10 @@ impl Wire {
     /// A delivery already read, or readable without waiting; `None` if
     /// the socket has none yet.
     pub fn try_next(&mut self) -> Result<Option<Assembled>, WireError> {
+        self.try_next_inner().map_err(|e| self.refuse(e))
+    }
+
+    fn try_next_inner(&mut self) -> Result<Option<Assembled>, WireError> {
         loop {
             while let Some(frame) = frame::decode(&mut self.inbuf, self.frame_max)? {
                 if let Some(done) = self.handle(frame)? {
@@ -464,6 +472,12 @@ impl Wire {
         loop {
             match self.frame().await? {
                 Frame::Heartbeat => {}
+                Frame::Method(_, AMQPClass::Connection(Conn::Blocked(b))) => {
+                    tracing::warn!(reason = %b.reason, "the broker blocked the connection; publishing waits");
+                }
+                Frame::Method(_, AMQPClass::Connection(Conn::Unblocked(_))) => {
+                    tracing::info!("the broker unblocked the connection");
+                }
                 Frame::Method(channel, method) => {
                     self.closing(channel, &method)?;
                     return Ok(method);
@@ -562,7 +576,10 @@ impl Wire {
                 Beat,
                 Dead,
             }
+            // Read first: bytes already there are not "missed heartbeats"
+            // (the task may have been busy elsewhere for a while).
             let woke = tokio::select! {
+                biased;
                 r = self.reader.read_buf(&mut self.inbuf) => Woke::Read(r),
                 _ = tokio::time::sleep_until(send_at) => Woke::Beat,
                 _ = tokio::time::sleep_until(dead_at) => Woke::Dead,
@@ -570,7 +587,11 @@ impl Wire {
             match woke {
                 Woke::Read(r) => self.read_done(r, room)?,
                 Woke::Beat => {
-                    frame::put_heartbeat(&mut self.out);
+                    // One queued is enough (a cancelled flush may have
+                    // left one unsent).
+                    if self.out.is_empty() {
+                        frame::put_heartbeat(&mut self.out);
+                    }
                     self.flush().await?;
                 }
                 Woke::Dead => return Err(WireError::MissedHeartbeats(interval * 2)),
@@ -598,7 +619,15 @@ impl Wire {
     /// the queue as it goes).
     async fn flush(&mut self) -> Result<(), WireError> {
         while !self.out.is_empty() {
-            let n = self.writer.write(&self.out).await?;
+            let n = match self.heartbeat {
+                None => self.writer.write(&self.out).await?,
+                Some(interval) => {
+                    match tokio::time::timeout(interval * 2, self.writer.write(&self.out)).await {
+                        Ok(n) => n?,
+                        Err(_) => return Err(WireError::WriteStalled(interval * 2)),
+                    }
+                }
+            };
             if n == 0 {
                 return Err(WireError::Io(std::io::ErrorKind::WriteZero.into()));
             }
@@ -606,6 +635,34 @@ impl Wire {
             self.last_write = Instant::now();
         }
         Ok(())
+    }
+
+    /// Tell the broker why this end gives up, if the error is its
+    /// protocol's (`connection.close` with the AMQP reply code, written if
+    /// the socket takes it now), and hand the error on.
+    fn refuse(&mut self, e: WireError) -> WireError {
+        let code = match &e {
+            WireError::Frame(f) => f.reply_code(),
+            WireError::OutOfOrder(_) => 505,
+            WireError::Unexpected(_) => 503,
+            _ => return e,
+        };
+        let mut text = e.to_string();
+        // A short string holds 255 bytes.
+        while text.len() > 255 {
+            text.pop();
+        }
+        self.send(
+            0,
+            AMQPClass::Connection(Conn::Close(connection::Close {
+                reply_code: code,
+                reply_text: ShortString::from(text),
+                class_id: 0,
+                method_id: 0,
+            })),
+        );
+        self.push_now();
+        e
     }
 
     /// Write what the socket takes now; the rest goes with the next flush.

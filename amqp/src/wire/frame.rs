@@ -40,8 +40,9 @@ pub enum Frame {
     Heartbeat,
 }
 
-/// Why bytes are not a frame. Each is a connection error: the peer is
-/// told with `connection.close` (code [`FrameError::reply_code`]).
+/// Why bytes are not a frame. Each is a connection error: the client
+/// tells the broker with `connection.close` (code
+/// [`FrameError::reply_code`]) and drops the connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     /// The broker answered with a protocol header: not 0-9-1.
