@@ -78,6 +78,11 @@ impl Drop for SlotGuard {
     }
 }
 
+/// The largest bundle a router may make (`amqp.bundle_max_bytes`): an
+/// edge's root link takes deliveries of at least this size, and drops
+/// (acks, counts) larger ones.
+pub const MAX_BUNDLE_BYTES: usize = 16 << 20;
+
 /// How [`AmqpLink`] groups a batch into messages: up to `max`
 /// notifications and `max_bytes` of bundle in one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

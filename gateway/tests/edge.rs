@@ -220,6 +220,27 @@ async fn edge_with(
     (gw, edge_id)
 }
 
+/// A delivery above the link's body bound (16 MiB: no router bundles
+/// more) is dropped, acked and counted; the next one arrives.
+#[tokio::test]
+async fn a_delivery_above_the_bound_is_dropped_and_counted() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, _) = edge(&exchange).await;
+    gw.until_metric("herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    let mut frank = gw.session(&token("frank", None, None)).await;
+    let huge = vec![b'x'; (16 << 20) + 1];
+    root.forward_raw(lapin::BasicProperties::default(), &huge)
+        .await;
+    root.forward(&note("after-huge", "frank", "x")).await;
+    assert_eq!(
+        frank.message().await.header("message-id"),
+        Some("after-huge")
+    );
+    gw.until_metric("herald_uplink_rejected_total", 1.0).await;
+    root.cleanup().await;
+}
+
 /// `edge.uplink_client = "lapin"` links, delivers and acks as the default
 /// client does.
 #[tokio::test]

@@ -392,6 +392,13 @@ impl Config {
                 p.push(format!("{name} must be greater than 0"));
             }
         }
+        if a.bundle_max_bytes > herald_amqp::link::MAX_BUNDLE_BYTES {
+            p.push(format!(
+                "amqp.bundle_max_bytes ({}) must not exceed {} (edges drop larger deliveries)",
+                a.bundle_max_bytes,
+                herald_amqp::link::MAX_BUNDLE_BYTES
+            ));
+        }
         p.extend(self.publish.problems());
         p.extend(self.schedule.problems());
         p.extend(self.callbacks.problems());
@@ -523,6 +530,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.api_key[0].sites.as_deref(), Some(&["eu".to_owned()][..]));
+    }
+
+    #[test]
+    fn a_bundle_larger_than_edges_take_is_refused() {
+        let mut c = with_key();
+        c.amqp.bundle_max_bytes = herald_amqp::link::MAX_BUNDLE_BYTES;
+        c.validate().unwrap();
+        c.amqp.bundle_max_bytes += 1;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.problems[0].contains("amqp.bundle_max_bytes (16777217) must not exceed 16777216"),
+            "{err}"
+        );
     }
 
     #[test]

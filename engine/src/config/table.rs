@@ -88,7 +88,7 @@ pub const KEYS: &[Key] = &[
     key("amqp.connect_timeout_ms", ROUTER, Int, "Longest a connection attempt may take."),
     key("amqp.publish_timeout_ms", ROUTER, Int, "Longest the HTTP API waits for the broker's confirms (then 503)."),
     key("amqp.bundle_max", ROUTER, Int, "Most notifications in one message to the edges: a batch (an HTTP batch, delayed notifications falling due) goes as bundles of up to this many. 1 sends one message per notification, for edges older than bundles."),
-    key("amqp.bundle_max_bytes", ROUTER, Int, "Most bytes in one bundle; a notification larger than this goes alone."),
+    key("amqp.bundle_max_bytes", ROUTER, Int, "Most bytes in one bundle; a notification larger than this goes alone. At most 16 MiB (16777216): edges drop larger deliveries."),
     key("amqp.topology.exchange", ROUTER, Str, "Topic exchange backends publish to."),
     key("amqp.topology.queue", ROUTER, Str, "Durable queue bound to `exchange` with `#`: the router consumes it."),
     key("amqp.topology.dead_exchange", ROUTER, Str, "Fanout exchange for publications that fail validation."),

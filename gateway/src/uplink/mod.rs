@@ -96,9 +96,15 @@ impl From<LinkError> for SessionError {
     }
 }
 
-/// Least bound on a delivery's body ([`Uplink::max_body`]): bundles are
-/// smaller (a router's `bundle_max_bytes`).
-const MIN_MAX_BODY: u64 = 16 << 20;
+/// Least bound on a delivery's body ([`Uplink::max_body`]): no router
+/// makes a larger bundle (`amqp.bundle_max_bytes` is checked against it).
+const MIN_MAX_BODY: u64 = herald_amqp::link::MAX_BUNDLE_BYTES as u64;
+
+/// The reports one connection publishes, subscribed before it connects.
+struct Reports {
+    presence: broadcast::Receiver<Arc<PresenceReport>>,
+    stats: broadcast::Receiver<Arc<Part>>,
+}
 
 /// What a link declares on its root and consumes.
 #[derive(Debug, Clone)]
@@ -218,9 +224,13 @@ impl Uplink {
             supervisor
                 .run(shutdown, |conn, shutdown| {
                     let topology = &topology;
+                    // Reports made while this link connects wait in the backlog.
+                    let reports = self.subscribe();
                     async move {
                         let mut link = LapinLink::open(&conn, topology).await?;
-                        Ok(self.serve(&mut link, &topology.queue, &shutdown).await?)
+                        Ok(self
+                            .serve(&mut link, reports, &topology.queue, &shutdown)
+                            .await?)
                     }
                 })
                 .await;
@@ -237,16 +247,28 @@ impl Uplink {
                 || Wire::open(&wire),
                 |mut wire, shutdown| {
                     let topology = &topology;
+                    let reports = self.subscribe();
                     async move {
                         let served = match consume_on_wire(&mut wire, topology).await {
-                            Ok(()) => self.serve(&mut wire, &topology.queue, &shutdown).await,
+                            Ok(()) => {
+                                self.serve(&mut wire, reports, &topology.queue, &shutdown)
+                                    .await
+                            }
                             Err(e) => Err(e.into()),
                         };
                         // Closing hands unacknowledged deliveries back at
-                        // once; after an error the socket is just dropped.
-                        if served.is_ok()
-                            && let Err(e) = wire.close(CLOSE_TIMEOUT).await
-                        {
+                        // once. After a channel error or a cancelled
+                        // consumer the connection still works and is
+                        // closed too; after any other error the socket is
+                        // just dropped.
+                        let usable = matches!(
+                            served,
+                            Ok(())
+                                | Err(LinkError::Wire(
+                                    WireError::ChannelClosed { .. } | WireError::ConsumerCancelled
+                                ))
+                        );
+                        if usable && let Err(e) = wire.close(CLOSE_TIMEOUT).await {
                             tracing::debug!(error = %e, "closing the root link");
                         }
                         Ok(served?)
@@ -304,17 +326,27 @@ impl Uplink {
         one.max(MIN_MAX_BODY)
     }
 
+    /// The presence and stats reports from now on, for one connection.
+    fn subscribe(&self) -> Reports {
+        Reports {
+            presence: self.reports.subscribe(),
+            stats: self.stats.subscribe(),
+        }
+    }
+
     /// One connection's life once it consumes `queue`: route, ack, and
-    /// publish this edge's reports.
+    /// publish this edge's `reports` (those made since it connected).
     async fn serve<C: RootClient>(
         &self,
         client: &mut C,
+        reports: Reports,
         queue: &str,
         shutdown: &CancellationToken,
     ) -> Result<(), LinkError> {
-        // Reports made while this link connects wait in the backlog.
-        let mut reports = self.reports.subscribe();
-        let mut stats = self.stats.subscribe();
+        let Reports {
+            presence: mut reports,
+            mut stats,
+        } = reports;
         let presence_exchange = self.config.presence_exchange.as_str();
         let stats_exchange = herald_amqp::stats::stats_name(presence_exchange);
         let sync_exchange = herald_amqp::presence::sync_name(presence_exchange);
