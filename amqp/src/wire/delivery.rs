@@ -8,6 +8,9 @@
 use bytes::Bytes;
 use lapin::BasicProperties;
 
+/// Most bytes reserved for a body before its frames arrive.
+const RESERVE: u64 = 1 << 20;
+
 /// One message delivered to the consumer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
@@ -97,7 +100,9 @@ impl Assembler {
         let State::AwaitingHeader { tag, redelivered } = self.state else {
             return Err(OutOfOrder("content header without basic.deliver"));
         };
-        let data = (size <= self.max_body).then(|| Vec::with_capacity(size as usize));
+        // Reserved up to 1 MiB on the header's word alone; a larger body
+        // grows as its frames arrive (and is trimmed when complete).
+        let data = (size <= self.max_body).then(|| Vec::with_capacity(size.min(RESERVE) as usize));
         self.state = State::Body {
             tag,
             redelivered,
@@ -149,11 +154,14 @@ impl Assembler {
             unreachable!("matched above")
         };
         Some(match data {
-            Some(data) => Assembled::Delivery(Box::new(Delivery {
+            Some(mut data) => Assembled::Delivery(Box::new(Delivery {
                 delivery_tag: tag,
                 redelivered,
                 properties: *properties,
-                body: Bytes::from(data),
+                body: {
+                    data.shrink_to_fit();
+                    Bytes::from(data)
+                },
             })),
             None => Assembled::TooLarge {
                 delivery_tag: tag,
@@ -181,6 +189,22 @@ mod tests {
             (7, true, &b"helloworld"[..])
         );
         assert!(!a.in_progress());
+    }
+
+    #[test]
+    fn a_large_body_is_reserved_in_part_and_grows_as_it_arrives() {
+        let mut a = Assembler::new(8 << 20);
+        a.deliver(9, false).unwrap();
+        assert_eq!(a.header(3 << 20, Box::default()), Ok(None));
+        let piece = vec![1u8; 128 << 10];
+        let mut done = None;
+        for _ in 0..24 {
+            done = a.body(&piece).unwrap();
+        }
+        let Some(Assembled::Delivery(d)) = done else {
+            panic!("complete after 3 MiB");
+        };
+        assert_eq!(d.body.len(), 3 << 20);
     }
 
     #[test]
