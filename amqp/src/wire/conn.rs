@@ -18,8 +18,6 @@ use lapin::protocol::AMQPClass;
 use lapin::protocol::basic::{self, AMQPMethod as Basic};
 use lapin::protocol::channel::{self, AMQPMethod as Chan};
 use lapin::protocol::connection::{self, AMQPMethod as Conn};
-use lapin::protocol::exchange::{self, AMQPMethod as Exchange};
-use lapin::protocol::queue::{self, AMQPMethod as Queue};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::{AMQPScheme, AMQPUri, SASLMechanism};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,12 +231,10 @@ impl Wire {
             AMQPClass::Connection(Conn::OpenOk(_)) => {}
             other => return Err(unexpected(&other)),
         }
-        self.call(AMQPClass::Channel(Chan::Open(channel::Open {})))
-            .await
-            .and_then(|reply| match reply {
-                AMQPClass::Channel(Chan::OpenOk(_)) => Ok(()),
-                other => Err(unexpected(&other)),
-            })
+        self.call(AMQPClass::Channel(Chan::Open(channel::Open {})), |r| {
+            matches!(r, AMQPClass::Channel(Chan::OpenOk(_)))
+        })
+        .await
     }
 
     /// The negotiated largest frame.
@@ -249,106 +245,6 @@ impl Wire {
     /// The negotiated heartbeat interval (`None`: off).
     pub fn heartbeat(&self) -> Option<Duration> {
         self.heartbeat
-    }
-
-    /// Declare a durable exchange of `kind` (`fanout`, `direct`, …).
-    pub async fn declare_exchange(&mut self, name: &str, kind: &str) -> Result<(), WireError> {
-        let reply = self
-            .call(AMQPClass::Exchange(Exchange::Declare(exchange::Declare {
-                exchange: ShortString::from(name),
-                kind: ShortString::from(kind),
-                passive: false,
-                durable: true,
-                auto_delete: false,
-                internal: false,
-                nowait: false,
-                arguments: FieldTable::default(),
-            })))
-            .await?;
-        match reply {
-            AMQPClass::Exchange(Exchange::DeclareOk(_)) => Ok(()),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    /// Declare a durable queue with `arguments`.
-    pub async fn declare_queue(
-        &mut self,
-        name: &str,
-        arguments: FieldTable,
-    ) -> Result<(), WireError> {
-        let reply = self
-            .call(AMQPClass::Queue(Queue::Declare(queue::Declare {
-                queue: ShortString::from(name),
-                passive: false,
-                durable: true,
-                exclusive: false,
-                auto_delete: false,
-                nowait: false,
-                arguments,
-            })))
-            .await?;
-        match reply {
-            AMQPClass::Queue(Queue::DeclareOk(_)) => Ok(()),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    /// Bind `queue` to `exchange` with `routing_key`.
-    pub async fn bind(
-        &mut self,
-        queue: &str,
-        exchange: &str,
-        routing_key: &str,
-    ) -> Result<(), WireError> {
-        let reply = self
-            .call(AMQPClass::Queue(Queue::Bind(queue::Bind {
-                queue: ShortString::from(queue),
-                exchange: ShortString::from(exchange),
-                routing_key: ShortString::from(routing_key),
-                nowait: false,
-                arguments: FieldTable::default(),
-            })))
-            .await?;
-        match reply {
-            AMQPClass::Queue(Queue::BindOk(_)) => Ok(()),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    /// Start consuming `queue` with at most `prefetch` deliveries
-    /// unacknowledged.
-    pub async fn consume(
-        &mut self,
-        queue: &str,
-        consumer_tag: &str,
-        prefetch: u16,
-    ) -> Result<(), WireError> {
-        match self
-            .call(AMQPClass::Basic(Basic::Qos(basic::Qos {
-                prefetch_count: prefetch,
-                global: false,
-            })))
-            .await?
-        {
-            AMQPClass::Basic(Basic::QosOk(_)) => {}
-            other => return Err(unexpected(&other)),
-        }
-        let reply = self
-            .call(AMQPClass::Basic(Basic::Consume(basic::Consume {
-                queue: ShortString::from(queue),
-                consumer_tag: ShortString::from(consumer_tag),
-                no_local: false,
-                no_ack: false,
-                exclusive: false,
-                nowait: false,
-                arguments: FieldTable::default(),
-            })))
-            .await?;
-        match reply {
-            AMQPClass::Basic(Basic::ConsumeOk(_)) => Ok(()),
-            other => Err(unexpected(&other)),
-        }
     }
 
     /// The next delivery, waiting for it (and keeping heartbeats going).
@@ -459,11 +355,21 @@ impl Wire {
         }
     }
 
-    /// Send a synchronous method on the channel and read its answer.
-    async fn call(&mut self, method: AMQPClass) -> Result<AMQPClass, WireError> {
+    /// Send a synchronous method on the channel and read its answer,
+    /// which must be one `answered` accepts.
+    pub(super) async fn call(
+        &mut self,
+        method: AMQPClass,
+        answered: fn(&AMQPClass) -> bool,
+    ) -> Result<(), WireError> {
         self.send(CHANNEL, method);
         self.flush().await?;
-        self.method().await
+        let reply = self.method().await?;
+        if answered(&reply) {
+            Ok(())
+        } else {
+            Err(unexpected(&reply))
+        }
     }
 
     /// The next method frame (the handshake's and a call's answers);

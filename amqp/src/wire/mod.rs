@@ -8,9 +8,10 @@
 //! the consuming task reads the socket itself: a burst of deliveries is
 //! parsed from one read and acknowledged with one write, with no other
 //! thread involved. The frame codec is pure ([`frame`], [`delivery`]);
-//! [`conn`] does the I/O.
+//! [`conn`] does the I/O; `declare` holds the declarations.
 
 pub mod conn;
+mod declare;
 pub mod delivery;
 pub mod frame;
 
