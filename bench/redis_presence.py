@@ -2,7 +2,7 @@
 """Redis memory and CPU per online user for the routers' presence, for docs/capacity.md.
 
 Replays against a scratch Redis what a router's presence intake sends for one
-edge's reports (`engine/src/schedule/store/redis/presence.rs`, `write`): per
+edge's reports (`engine/src/presence/redis.rs`, `write`): per
 report a read pipeline (`HGET` of the user's detail, `SMEMBERS` of their set),
 then one write pipeline (the edge's keys, per user the `TRANSITION` script, the
 sweep set, the detail hash, the company's `CLIENT_PUT` script). The two Lua
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PRESENCE_RS = REPO / "engine/src/schedule/store/redis/presence.rs"
+PRESENCE_RS = REPO / "engine/src/presence/redis.rs"
 PREFIX = "herald"
 USER_TTL_MS = 7 * 24 * 3600 * 1000
 EDGE = "edge-07"

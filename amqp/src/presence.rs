@@ -64,10 +64,10 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString};
 
 use std::collections::BTreeMap;
 
-use herald_engine::schedule::presence::view::{
+use herald_engine::presence::view::{
     MAX_SITES_PER_USER, MAX_TRANSPORTS, MailboxSessions, UserSessions, is_transport_name,
 };
-pub use herald_engine::schedule::presence::{PresenceReport, SyncPart};
+pub use herald_engine::presence::{PresenceReport, SyncPart};
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::Rejection;

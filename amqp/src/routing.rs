@@ -30,7 +30,7 @@ pub mod view;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use herald_engine::schedule::presence::PresenceReport;
+use herald_engine::presence::PresenceReport;
 use herald_protocol::envelope::Notification;
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;

@@ -3,6 +3,10 @@
 //! here: that side is `herald-amqp`, built on this crate.
 //!
 //! # Layout
+//! - [`engine`]: the front door: [`engine::Engine::build`] assembles the
+//!   publish API, delayed notifications, presence and the console, with
+//!   their metrics and tasks, from the parts that differ by mode (the
+//!   link, the store, the presence source). Both binaries build it so.
 //! - [`process`]: process plumbing: exit codes, logging set-up, the
 //!   shutdown signal, URL redaction for logs.
 //! - [`task`]: the one shape of every long-running task ([`task::Task`],
@@ -49,8 +53,8 @@
 //!   durable stores behind one trait: `embedded` (feature `embedded`, redb;
 //!   standalone) and `redis` (feature `redis`; the routers). The gateway
 //!   builds without `redis`, so an edge does not link the Redis client.
-//!   `schedule::presence` also holds who is online for operators
-//!   (`schedule::presence::view`: sessions by transport, edges, since when,
+//!   `presence` also holds who is online for operators
+//!   (`presence::view`: sessions by transport, edges, since when,
 //!   counts per client company), which the hub (standalone) and the
 //!   routers' Redis implement and [`publish`] serves at
 //!   `GET /v1/presence/...`.
@@ -66,10 +70,12 @@ pub mod api_key;
 pub mod callback;
 pub mod config;
 pub mod console;
+pub mod engine;
 pub mod health;
 pub mod link;
 pub mod metrics;
 pub mod openapi;
+pub mod presence;
 pub mod process;
 pub mod publish;
 pub mod rate_limit;

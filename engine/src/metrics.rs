@@ -214,6 +214,14 @@ struct BuildLabels {
     commit: String,
 }
 
+/// Register what every Herald process exposes about itself: the build
+/// ([`register_build_info`]) and the process (`process_*`,
+/// [`crate::process::metrics`]).
+pub fn register_process(registry: &mut Registry, version: &str, commit: &str) {
+    register_build_info(registry, version, commit);
+    crate::process::metrics::register(registry);
+}
+
 /// Register `herald_build_info{version, commit} 1`, the Prometheus idiom
 /// for which build runs (join it to other series on the instance).
 pub fn register_build_info(registry: &mut Registry, version: &str, commit: &str) {

@@ -312,6 +312,7 @@ mod tests {
     #[test]
     fn the_publish_api_and_this_document_register_what_is_documented() {
         let mut routes: Routes = registered(include_str!("publish.rs"));
+        routes.extend(registered(include_str!("presence/api.rs")));
         routes.extend(registered(include_str!("openapi.rs")));
         routes.extend(registered(include_str!("console.rs")));
         // What this file's tests and docs mention is not a route.

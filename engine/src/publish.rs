@@ -24,11 +24,10 @@
 pub mod decode;
 mod direct;
 mod error;
-mod notifications;
+pub(crate) mod notifications;
 mod operator;
 mod parse;
-mod presence;
-mod query;
+pub(crate) mod query;
 mod topics;
 
 use std::sync::Arc;
@@ -88,9 +87,6 @@ impl Default for PublishConfig {
 #[derive(Clone)]
 pub struct PublishApi {
     inner: Arc<Inner>,
-    /// Where `GET /v1/presence/...` reads ([`PublishApi::with_presence`]).
-    presence: Option<Arc<dyn crate::schedule::presence::view::PresenceView>>,
-    presence_metrics: crate::schedule::presence::view::PresenceMetrics,
 }
 
 impl std::fmt::Debug for PublishApi {
@@ -159,22 +155,7 @@ impl PublishApi {
                 metrics,
                 delayed,
             }),
-            presence: None,
-            presence_metrics: crate::schedule::presence::view::PresenceMetrics::default(),
         }
-    }
-
-    /// Also serve the presence endpoints (`GET /v1/presence/users/{uid}`,
-    /// `/v1/presence/clients`, `/v1/presence/clients/{client}`) from
-    /// `view`, counted in `metrics`.
-    pub fn with_presence(
-        mut self,
-        view: Arc<dyn crate::schedule::presence::view::PresenceView>,
-        metrics: crate::schedule::presence::view::PresenceMetrics,
-    ) -> Self {
-        self.presence = Some(view);
-        self.presence_metrics = metrics;
-        self
     }
 
     /// The routes: `POST /v1/notifications`; with delayed notifications
@@ -182,9 +163,7 @@ impl PublishApi {
     /// /v1/notifications/{id}`, `POST /v1/notifications/{id}/retry`,
     /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
-    /// /v1/topics/{name}`); with a presence view also `GET
-    /// /v1/presence/users/{uid}`, `/v1/presence/clients` and
-    /// `/v1/presence/clients/{client}`. Always `GET /v1/operator` (whose
+    /// /v1/topics/{name}`). Always `GET /v1/operator` (whose
     /// key is this: the console's login).
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
@@ -204,14 +183,6 @@ impl PublishApi {
         } else {
             Router::new().route("/v1/notifications", post(publish))
         };
-        let router = if self.presence.is_some() {
-            router
-                .route("/v1/presence/users/{uid}", get(presence::user))
-                .route("/v1/presence/clients", get(presence::clients))
-                .route("/v1/presence/clients/{client}", get(presence::client))
-        } else {
-            router
-        };
         router
             .route("/v1/operator", get(operator::whoami))
             .with_state(self.clone())
@@ -223,7 +194,11 @@ impl PublishApi {
 
     /// The caller's key, if it is one and allows `op`: else 401 or 403,
     /// counted in `herald_api_key_refused_total`.
-    fn authorize(&self, headers: &http::HeaderMap, op: Operation) -> Result<Caller, ApiError> {
+    pub(crate) fn authorize(
+        &self,
+        headers: &http::HeaderMap,
+        op: Operation,
+    ) -> Result<Caller, ApiError> {
         self.authorize_key(
             direct::first(headers, http::header::AUTHORIZATION),
             direct::first(headers, X_API_KEY),

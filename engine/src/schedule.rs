@@ -15,8 +15,8 @@
 //! - [`service`]: [`service::Delayed`], the front the publish API and the
 //!   AMQP intake hand accepted entries to, and
 //!   [`service::Scheduling`], the firer and maintenance as one task.
-//! - [`presence`]: who is online for `when-online` entries, and the edges'
-//!   presence reports ([`presence::PresenceReport`]).
+//! - [`online`]: the question asked for `when-online` entries (is the user
+//!   online?), answered by [`crate::presence`].
 //! - [`timing`]: the due time of a publication, fixed at acceptance.
 //! - `outcomes` (private): recording what came of callbacks, for the
 //!   service and the firer's sender alike.
@@ -45,10 +45,9 @@ pub mod entry;
 pub mod error;
 mod firer;
 pub mod metrics;
+pub mod online;
 mod outcomes;
 mod pace;
-pub mod presence;
-pub mod presence_events;
 mod ready;
 pub mod record;
 pub mod scheduler;

@@ -37,6 +37,16 @@ pub trait Task: Send + 'static {
     fn run(self: Box<Self>, shutdown: CancellationToken) -> TaskFuture;
 }
 
+impl Task for Box<dyn Task> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn run(self: Box<Self>, shutdown: CancellationToken) -> TaskFuture {
+        (*self).run(shutdown)
+    }
+}
+
 /// A task made of a name and a closure: for a task whose state is only
 /// what the closure captures.
 pub fn task_fn<F, Fut>(name: &'static str, run: F) -> impl Task

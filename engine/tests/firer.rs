@@ -11,10 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use herald_engine::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
+use herald_engine::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::config::ScheduleConfig;
 use herald_engine::schedule::entry::{Entry, Phase, State};
 use herald_engine::schedule::metrics::{DelayedMetrics, ReadLabels};
-use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::Store;
 use herald_engine::schedule::store::embedded::EmbeddedStore;

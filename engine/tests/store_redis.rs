@@ -1499,9 +1499,9 @@ async fn an_entry_listed_as_firing_by_an_older_router_leaves_that_list_when_it_s
 mod presence {
     use std::collections::BTreeMap;
 
-    use herald_engine::schedule::presence::events::{Move, Transition, event_id};
-    use herald_engine::schedule::presence::view::{MailboxSessions, PresenceView, UserSessions};
-    use herald_engine::schedule::presence::{PresenceBook, PresenceReport};
+    use herald_engine::presence::transition::{Move, Transition, event_id};
+    use herald_engine::presence::view::{MailboxSessions, PresenceView, UserSessions};
+    use herald_engine::presence::{PresenceBook, PresenceReport};
 
     use super::*;
 

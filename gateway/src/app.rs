@@ -37,8 +37,10 @@ pub enum Mode {
         delayed: Delayed,
         /// The publish API (`POST /v1/notifications`), into the local hub.
         publish: PublishApi,
+        /// The presence endpoints (`GET /v1/presence/...`), over the hub.
+        presence: herald_engine::presence::api::PresenceApi,
         /// Online and offline events to `presence.events_topic`.
-        events: herald_engine::schedule::presence_events::PresenceEvents,
+        events: herald_engine::presence::events::PresenceEvents,
     },
     /// An edge of root brokers: notifications arrive over the uplinks,
     /// publishing and scheduling are the routers' business.

@@ -367,7 +367,7 @@ pub struct Config {
     pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// Presence events to a topic (standalone; an edge's routers publish
     /// them).
-    pub presence: herald_engine::schedule::presence_events::PresenceConfig,
+    pub presence: herald_engine::presence::events::PresenceConfig,
     /// Warnings from loading (keys used under a deprecated name), for
     /// `main` to log once logging is up.
     #[serde(skip)]

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use herald_engine::callback::alert::Alerts;
+use herald_engine::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::metrics::DelayedMetrics;
-use herald_engine::schedule::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::store::StoreError;
 use herald_engine::schedule::store::embedded::EmbeddedStore;

@@ -111,9 +111,9 @@ use herald_engine::api_key::{ApiKeyConfig, ApiKeys};
 use herald_engine::callback::alert::Alerts;
 use herald_engine::callback::alert::metrics::AlertMetrics;
 use herald_engine::metrics::PublishMetrics;
+use herald_engine::presence::events::{EventMetrics, EventStorer, PresenceEvents};
 use herald_engine::publish::{PublishApi, PublishConfig};
 use herald_engine::schedule::metrics::DelayedMetrics;
-use herald_engine::schedule::presence_events::{EventMetrics, EventStorer, PresenceEvents};
 use herald_engine::schedule::store::StoreError;
 use herald_engine::task::{Tasks, task_fn};
 use prometheus_client::registry::Registry;
@@ -223,8 +223,7 @@ impl Gateway {
             alert_metrics.register(&mut registry);
             let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
             let delayed = delayed::open(&config, delayed_metrics, alerts)?;
-            let presence_metrics =
-                herald_engine::schedule::presence::view::PresenceMetrics::default();
+            let presence_metrics = herald_engine::presence::view::PresenceMetrics::default();
             presence_metrics.register(&mut registry);
             // Standalone knows the topics: only registered (or configured)
             // ones get a row of their own in the statistics.
@@ -245,8 +244,9 @@ impl Gateway {
                 )),
                 publish_metrics,
                 Some(delayed.clone()),
-            )
-            .with_presence(
+            );
+            let presence_api = herald_engine::presence::api::PresenceApi::new(
+                publish.clone(),
                 Arc::new(presence::view::HubView::new(
                     Arc::clone(&hub),
                     config.edge.id.as_deref(),
@@ -261,6 +261,7 @@ impl Gateway {
                 Mode::Standalone {
                     delayed,
                     publish,
+                    presence: presence_api,
                     events,
                 },
                 None,
@@ -327,7 +328,10 @@ impl Gateway {
         // a router, so the publish API is served only standalone.
         let publish_routes = match &shared.mode {
             Mode::Standalone {
-                publish, delayed, ..
+                publish,
+                presence,
+                delayed,
+                ..
             } => {
                 if let Some(storer) = self.event_storer {
                     tasks.spawn(storer, shutdown.clone());
@@ -343,7 +347,10 @@ impl Gateway {
                     tasks.spawn(scheduling, shutdown.clone());
                 }
                 // The operator's console goes with the publish API.
-                publish.routes().merge(herald_engine::console::routes())
+                publish
+                    .routes()
+                    .merge(presence.routes())
+                    .merge(herald_engine::console::routes())
             }
             Mode::Edge { .. } => {
                 let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_amqp::presence::{MAX_MISSED_BYTES, MAX_REPORT_USERS, PresenceReport, SyncPart};
-use herald_engine::schedule::presence::view::UserSessions;
+use herald_engine::presence::view::UserSessions;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -317,7 +317,7 @@ fn send_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use herald_engine::schedule::presence::view::MailboxSessions;
+    use herald_engine::presence::view::MailboxSessions;
 
     /// Alice with two sessions (and, for snapshots, `idle` users more
     /// without one).

@@ -297,7 +297,7 @@ pub struct Config {
     /// Callbacks (enabled with `[redis]`).
     pub callbacks: herald_engine::callback::config::CallbackConfig,
     /// Presence events to a topic (enabled with `[redis]`).
-    pub presence: herald_engine::schedule::presence_events::PresenceConfig,
+    pub presence: herald_engine::presence::events::PresenceConfig,
     /// The Redis the delayed store and presence live in.
     pub redis: RedisSection,
     /// How notifications are routed to the edges.
@@ -431,6 +431,18 @@ impl Config {
             limits: self.envelope_limits(),
             max_body_bytes: self.publish.max_body_bytes,
             max_batch: self.publish.max_batch,
+        }
+    }
+
+    /// The engine's settings ([`herald_engine::engine::Engine::build`]),
+    /// its publish API authenticated by `api_keys`.
+    pub fn engine(&self, api_keys: ApiKeys) -> herald_engine::engine::EngineConfig {
+        herald_engine::engine::EngineConfig {
+            publish: self.publish_api(api_keys),
+            schedule: self.schedule.clone(),
+            callbacks: self.callbacks.clone(),
+            presence: self.presence.clone(),
+            sources: &["http", "amqp"],
         }
     }
 

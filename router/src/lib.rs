@@ -8,6 +8,8 @@
 //! - [`ingest`]: the session that consumes `herald.publications` and
 //!   forwards to `herald.edges` (or dead-letters to `herald.dead`), acking
 //!   after the broker's confirm; delayed publications go to the store.
+//! - [`intake`]: what the AMQP intakes share: a connection of their own,
+//!   supervised, as one task each.
 //! - [`presence_intake`]: the consumer of the edges' presence reports, which
 //!   it records in the store for `when-online` notifications and the
 //!   presence API, publishing online and offline events.
@@ -63,6 +65,7 @@ pub const VERSION: &str = concat!(
 pub mod config;
 pub mod health;
 pub mod ingest;
+pub mod intake;
 pub mod presence_intake;
 pub mod presence_sweep;
 pub mod routing_intake;

@@ -26,8 +26,8 @@ use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use herald_amqp::publisher::{Forwarded, Publisher};
 use herald_amqp::supervisor::SessionError;
 use herald_amqp::topology::Topology;
-use herald_engine::schedule::presence::PresenceBook;
-use herald_engine::schedule::presence_events::PresenceEvents;
+use herald_engine::presence::PresenceBook;
+use herald_engine::presence::events::PresenceEvents;
 use herald_engine::schedule::service::Delayed;
 use herald_engine::schedule::timing::now_ms;
 

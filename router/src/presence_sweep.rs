@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_engine::schedule::presence::PresenceBook;
-use herald_engine::schedule::presence_events::PresenceEvents;
+use herald_engine::presence::PresenceBook;
+use herald_engine::presence::events::PresenceEvents;
 use herald_engine::schedule::timing::now_ms;
 use tokio_util::sync::CancellationToken;
 

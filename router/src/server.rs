@@ -12,14 +12,19 @@
 //! | `GET /console`, `/console/assets/{file}` | the operator's web console ([`herald_engine::console`]); `GET /v1/operator` checks its key |
 //! | `GET/DELETE /v1/notifications/{id}`, `GET /v1/notifications`, `POST /v1/users/{uid}/online` | delayed notifications, with `[redis]` |
 //!
-//! With `[redis]`, the router also runs the firer of delayed notifications
-//! (due ones go out through the same [`AmqpLink`] as the HTTP API), the
-//! presence intake (edges' reports, on a connection of its own), the stats
-//! intake and this router's stats summary ([`crate::stats_intake`]), and the
-//! alerts of `[callbacks.alerts]` (dead letters, Redis down and back).
-//! With `routing.mode = "targeted"` it also runs the routing intake
-//! ([`crate::routing_intake`], a connection of its own), whose view the
-//! publisher routes every forward by.
+//! # Assembly
+//! [`run`] builds the parts only a router has (the AMQP link to the edges;
+//! with `[redis]`, Redis as the delayed store and the presence source),
+//! hands them to [`herald_engine::engine::Engine::build`] (the publish API,
+//! delayed notifications, callbacks, alerts, presence, the console, with
+//! their metrics and tasks), then spawns its intakes ([`crate::intake`]):
+//! the AMQP intake; with `routing.mode = "targeted"` the routing intake
+//! ([`crate::routing_intake`]), whose view the publisher routes every
+//! forward by; with `[redis]` the engine's firer (due notifications go out
+//! through the same [`AmqpLink`] as the HTTP API), the presence intake and
+//! sweep, the stats intake and this router's stats summary
+//! ([`crate::stats_intake`]).
+//!
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting (the listener
 //! closes: new connections, `/healthz` and `/readyz` included, are refused
@@ -28,6 +33,7 @@
 //! connection closes. Each phase waits at most `shutdown_grace_ms`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -39,26 +45,23 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::health::Health;
+use crate::ingest::{Ingest, IngestConfig};
+use crate::intake;
 use crate::presence_intake::PresenceIntake;
+use crate::routing_intake::RoutingIntake;
 use crate::stats::{RouterStats, StatsMetrics};
 use crate::stats_intake::StatsIntake;
-use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot, Supervisor};
-
-use crate::config::Config;
-use crate::ingest::{Ingest, IngestConfig};
-use crate::routing_intake::RoutingIntake;
 use herald_amqp::routing::{Mode, Routing, RoutingMetrics};
+use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot};
 use herald_engine::api_key::ApiKeys;
-use herald_engine::callback::alert::Alerts;
-use herald_engine::callback::alert::metrics::AlertMetrics;
-use herald_engine::metrics::PublishMetrics;
-use herald_engine::publish::PublishApi;
-use herald_engine::schedule::metrics::DelayedMetrics;
-use herald_engine::schedule::service::Delayed;
+use herald_engine::engine::{Durable, Engine, Parts, PresenceSource};
+use herald_engine::presence::redis::RedisPresence;
 use herald_engine::schedule::store::StoreError;
 use herald_engine::schedule::store::redis::RedisStore;
-use herald_engine::task::{Tasks, task_fn};
+use herald_engine::stats::TopicStats;
+use herald_engine::task::{Task, Tasks, task_fn};
 
 /// Connect the delayed store when `[redis]` is configured. Fails when Redis
 /// cannot be reached or refuses the configuration.
@@ -82,252 +85,213 @@ pub async fn run(
     api_keys: ApiKeys,
 ) {
     let mut registry = Registry::default();
-    herald_engine::metrics::register_build_info(
+    herald_engine::metrics::register_process(
         &mut registry,
         env!("CARGO_PKG_VERSION"),
         env!("HERALD_COMMIT"),
     );
-    herald_engine::process::metrics::register(&mut registry);
-    // Per-topic statistics, shared by the publish paths and the delayed
-    // service (herald_topic_*).
-    let topic_stats = herald_engine::stats::TopicStats::default();
-    topic_stats.register(&mut registry);
-    let publish_metrics = PublishMetrics {
-        topics: topic_stats.clone(),
-        ..PublishMetrics::default()
-    };
+    let topics = TopicStats::default();
+    topics.register(&mut registry);
     let amqp_metrics = AmqpMetrics::default();
-    publish_metrics.register(&mut registry);
-    publish_metrics.precreate(&["http", "amqp"]);
-    api_keys.register(&mut registry);
     amqp_metrics.register(&mut registry);
+    let side = Side::new(&config, store, &mut registry);
+    let parts = side.parts(topics.clone());
+    let (engine, engine_tasks) = Engine::build(config.engine(api_keys), parts, &mut registry);
 
-    let slot = PublisherSlot::new();
-    let slot_for_routing = slot.clone();
-    let bundling = Bundling {
-        max: config.amqp.bundle_max,
-        max_bytes: config.amqp.bundle_max_bytes,
-    };
-    let link = AmqpLink::new(
-        slot.clone(),
-        std::time::Duration::from_millis(config.amqp.publish_timeout_ms),
-        bundling,
-    );
-    let store = store.map(Arc::new);
-    let delayed = store.as_ref().map(|store| {
-        let metrics = DelayedMetrics {
-            topics: topic_stats.clone(),
-            ..DelayedMetrics::default()
-        };
-        metrics.register(&mut registry);
-        store.metrics().register(&mut registry);
-        let presence = store.presence(std::time::Duration::from_millis(
-            config.redis.presence_edge_ttl_ms,
-        ));
-        let topics = herald_engine::schedule::topics::Topics::new(
-            &config.schedule,
-            config.callbacks.allowed(),
-        );
-        let alert_metrics = AlertMetrics::default();
-        alert_metrics.register(&mut registry);
-        let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
-        let delayed = Delayed::with_topics(
-            config.schedule.clone(),
-            store.clone(),
-            topics,
-            metrics,
-            alerts,
-        );
-        delayed.send_callbacks(&config.callbacks);
-        // The routers know the topics: only registered (or configured)
-        // ones get a row of their own in the statistics.
-        let known = delayed.topics().clone();
-        topic_stats.admit_with(Arc::new(move |t: &str| known.snapshot().knows(t)));
-        (delayed, presence)
-    });
-    let presence_metrics = herald_engine::schedule::presence::view::PresenceMetrics::default();
-    let event_metrics = herald_engine::schedule::presence_events::EventMetrics::default();
-    if delayed.is_some() {
-        presence_metrics.register(&mut registry);
-        event_metrics.register(&mut registry);
-    }
-    let api = PublishApi::with_delayed(
-        config.publish_api(api_keys),
-        Arc::new(link.clone()),
-        publish_metrics.clone(),
-        delayed.as_ref().map(|(d, _)| d.clone()),
-    );
-    // The presence API reads what the edges reported, kept beside the
-    // delayed store.
-    let api = match &delayed {
-        Some((_, presence)) => api.with_presence(Arc::new(presence.clone()), presence_metrics),
-        None => api,
-    };
     let stats_metrics = StatsMetrics::default();
     stats_metrics.register(&mut registry);
-    let stats_book = store.as_ref().map(|s| s.stats_book());
+    let stats_book = side.store.as_ref().map(|s| s.stats_book());
     let stats = Arc::new(RouterStats::new(
         crate::stats::router_id(listener.local_addr().map_or(0, |a| a.port())),
-        topic_stats.clone(),
-        delayed.as_ref().map(|(d, _)| d.clone()),
+        topics,
+        engine.delayed.clone(),
         stats_book.clone(),
         config.redis.presence_edge_ttl_ms,
         stats_metrics.clone(),
     ));
     // Targeted routing: one view for every forward of this router, fed by
-    // its own routing intake below.
-    // Its series exist in fanout mode too (zero), as the docs list them.
+    // its own routing intake. Its series exist in fanout mode too (zero),
+    // as the docs list them.
     let routing_metrics = RoutingMetrics::default();
     routing_metrics.register(&mut registry);
     let routing = (config.routing.mode == Mode::Targeted).then(|| {
-        let metrics = routing_metrics;
-        Arc::new(Routing::new(
-            config.routing.view(),
-            config.routing.recent(),
-            metrics,
-        ))
+        let view = config.routing.view();
+        Arc::new(Routing::new(view, config.routing.recent(), routing_metrics))
     });
-    let registry = Arc::new(registry);
-    let health = Health::new(slot.clone(), shutdown.clone(), store);
-    let openapi = herald_engine::openapi::routes(herald_engine::openapi::Surface {
-        publish: true,
-        delayed: delayed.is_some(),
-        gateway: false,
-        demo: false,
-    });
-    let routes = Router::new()
-        .route("/metrics", get(metrics))
-        .with_state(registry)
-        .merge(health.routes())
-        .merge(api.routes())
-        .merge(stats.clone().routes())
-        .merge(herald_engine::console::routes())
-        .merge(openapi)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed);
+    let health = Health::new(side.slot.clone(), shutdown.clone(), side.store.clone());
+    let routes = routes(Arc::new(registry), health, &engine, &stats);
 
-    let ingest_config = IngestConfig {
-        routing: routing.clone(),
-        ..config.ingest()
-    };
-    let ingest = Ingest::new(
-        ingest_config,
-        slot,
-        publish_metrics,
-        amqp_metrics.clone(),
-        delayed.as_ref().map(|(d, _)| d.clone()),
-    );
-    // The AMQP side: the intake, and with delayed notifications the firer
-    // (due ones leave through the AMQP link) and the presence intake on a
-    // connection of its own. Stopped after the HTTP server has drained.
+    // The AMQP side, stopped after the HTTP server has drained: the
+    // intakes and the engine's tasks (due notifications leave through the
+    // AMQP link).
     let amqp_shutdown = CancellationToken::new();
     let mut tasks = Tasks::default();
+    let ingest = Ingest::new(
+        IngestConfig {
+            routing: routing.clone(),
+            ..config.ingest()
+        },
+        side.slot.clone(),
+        engine.publish_metrics.clone(),
+        amqp_metrics.clone(),
+        engine.delayed.clone(),
+    );
     tasks.spawn(
-        Supervisor::new(config.supervisor(), amqp_metrics.clone()).into_task(
-            "intake",
-            move |connection, shutdown| {
-                let ingest = ingest.clone();
-                async move { ingest.run(connection, shutdown).await }
-            },
-        ),
+        intake::task(ingest, &config, amqp_metrics.clone()),
         amqp_shutdown.clone(),
     );
     if let Some(routing) = routing {
-        let intake = RoutingIntake::new(
-            config.amqp.topology.clone(),
-            routing,
-            slot_for_routing,
-            bundling,
-            config.routing.queue_max_length,
-        );
-        let mut supervisor_config = config.supervisor();
-        supervisor_config.connection_name =
-            format!("{} routing", supervisor_config.connection_name);
-        tasks.spawn(
-            Supervisor::new(supervisor_config, AmqpMetrics::default()).into_task(
-                "routing-intake",
-                move |connection, shutdown| {
-                    let intake = intake.clone();
-                    async move { intake.run(connection, shutdown).await }
-                },
-            ),
-            amqp_shutdown.clone(),
-        );
+        tasks.spawn(side.routing_intake(&config, routing), amqp_shutdown.clone());
     }
-    if let Some((delayed, presence)) = &delayed {
-        let presence = Arc::new(presence.clone());
-        if let Some(scheduling) = delayed.scheduling(Arc::new(link), presence.clone()) {
-            tasks.spawn(scheduling, amqp_shutdown.clone());
-        }
-        let (events, storer) = herald_engine::schedule::presence_events::PresenceEvents::new(
-            &config.presence,
-            delayed.clone(),
-            event_metrics,
-        );
-        if let Some(storer) = storer {
-            tasks.spawn(storer, amqp_shutdown.clone());
-        }
-        let (book, sweep_events) = (presence.clone(), events.clone());
-        tasks.spawn(
-            task_fn("presence-sweep", move |shutdown| {
-                crate::presence_sweep::run(
-                    book,
-                    sweep_events,
-                    crate::presence_sweep::EVERY,
-                    shutdown,
-                )
-            }),
-            amqp_shutdown.clone(),
-        );
-        let intake = PresenceIntake::new(
-            config.amqp.topology.clone(),
-            presence,
-            delayed.clone(),
-            amqp_metrics.clone(),
-            events,
-        );
-        let mut supervisor_config = config.supervisor();
-        supervisor_config.connection_name =
-            format!("{} presence", supervisor_config.connection_name);
-        tasks.spawn(
-            Supervisor::new(supervisor_config, AmqpMetrics::default()).into_task(
-                "presence-intake",
-                move |connection, shutdown| {
-                    let intake = intake.clone();
-                    async move { intake.run(connection, shutdown).await }
-                },
-            ),
-            amqp_shutdown.clone(),
-        );
-    }
+    engine_tasks.spawn(&mut tasks, &amqp_shutdown);
+    side.spawn_presence(&mut tasks, &config, &engine, &amqp_metrics, &amqp_shutdown);
     if let Some(book) = stats_book {
-        let intake = StatsIntake::new(
-            config.amqp.topology.clone(),
-            book,
-            stats_metrics,
-            amqp_metrics.clone(),
-        );
-        let mut supervisor_config = config.supervisor();
-        supervisor_config.connection_name = format!("{} stats", supervisor_config.connection_name);
+        let topology = config.amqp.topology.clone();
+        let intake = StatsIntake::new(topology, book, stats_metrics, amqp_metrics);
+        let summary = task_fn("stats-summary", move |shutdown| {
+            crate::stats::run_summary(stats, shutdown)
+        });
         tasks.spawn(
-            Supervisor::new(supervisor_config, AmqpMetrics::default()).into_task(
-                "stats-intake",
-                move |connection, shutdown| {
-                    let intake = intake.clone();
-                    async move { intake.run(connection, shutdown).await }
-                },
-            ),
+            intake::task(intake, &config, AmqpMetrics::default()),
             amqp_shutdown.clone(),
         );
-        tasks.spawn(
-            herald_engine::task::task_fn("stats-summary", move |shutdown| {
-                crate::stats::run_summary(stats, shutdown)
-            }),
-            amqp_shutdown.clone(),
-        );
+        tasks.spawn(summary, amqp_shutdown.clone());
+    }
+    serve(listener, routes, config.shutdown_grace(), shutdown).await;
+    tracing::info!("HTTP server stopped; stopping the AMQP intake");
+    amqp_shutdown.cancel();
+    // The intake waits up to the grace for its forwards; closing takes a little more.
+    let grace = config.shutdown_grace() + Duration::from_secs(5);
+    if tokio::time::timeout(grace, tasks.join()).await.is_err() {
+        tracing::warn!("the AMQP intake did not stop in time");
+    }
+}
+
+/// What only a router has: the AMQP link to the edges and, with `[redis]`,
+/// Redis as the delayed store and the presence source.
+struct Side {
+    /// The confirmed publisher the intake opens; the link and the routing
+    /// intake publish through it.
+    slot: PublisherSlot,
+    bundling: Bundling,
+    link: Arc<AmqpLink>,
+    store: Option<Arc<RedisStore>>,
+    presence: Option<Arc<RedisPresence>>,
+}
+
+impl Side {
+    fn new(config: &Config, store: Option<RedisStore>, registry: &mut Registry) -> Side {
+        let slot = PublisherSlot::new();
+        let bundling = Bundling {
+            max: config.amqp.bundle_max,
+            max_bytes: config.amqp.bundle_max_bytes,
+        };
+        let publish_timeout = Duration::from_millis(config.amqp.publish_timeout_ms);
+        let link = Arc::new(AmqpLink::new(slot.clone(), publish_timeout, bundling));
+        let store = store.map(Arc::new);
+        let edge_ttl = Duration::from_millis(config.redis.presence_edge_ttl_ms);
+        let presence = store.as_ref().map(|s| Arc::new(s.presence(edge_ttl)));
+        if let Some(store) = &store {
+            store.metrics().register(registry);
+        }
+        Side {
+            slot,
+            bundling,
+            link,
+            store,
+            presence,
+        }
     }
 
-    let grace = config.shutdown_grace();
+    /// The engine's parts: the AMQP link, and Redis when configured.
+    fn parts(&self, topics: TopicStats) -> Parts {
+        let durable = self.store.as_ref().zip(self.presence.as_ref());
+        Parts {
+            link: self.link.clone(),
+            durable: durable.map(|(store, presence)| Durable {
+                store: store.clone(),
+                presence: PresenceSource {
+                    online: presence.clone(),
+                    view: presence.clone(),
+                },
+            }),
+            topics,
+        }
+    }
+
+    /// The routing intake (`routing.mode = "targeted"`): the view of which
+    /// edge holds whom, and catch-ups through this router's publisher.
+    fn routing_intake(&self, config: &Config, routing: Arc<Routing>) -> impl Task {
+        let topology = config.amqp.topology.clone();
+        let queue_max = config.routing.queue_max_length;
+        let slot = self.slot.clone();
+        let routing = RoutingIntake::new(topology, routing, slot, self.bundling, queue_max);
+        intake::task(routing, config, AmqpMetrics::default())
+    }
+
+    /// With Redis: the presence intake (the edges' reports into the book,
+    /// with online and offline events) and the sweep of dead edges.
+    fn spawn_presence(
+        &self,
+        tasks: &mut Tasks,
+        config: &Config,
+        engine: &Engine,
+        amqp_metrics: &AmqpMetrics,
+        shutdown: &CancellationToken,
+    ) {
+        let (Some(delayed), Some(presence)) = (&engine.delayed, &self.presence) else {
+            return;
+        };
+        let (book, events) = (presence.clone(), engine.events.clone());
+        let sweep = task_fn("presence-sweep", move |shutdown| {
+            crate::presence_sweep::run(book, events, crate::presence_sweep::EVERY, shutdown)
+        });
+        tasks.spawn(sweep, shutdown.clone());
+        let intake = PresenceIntake::new(
+            config.amqp.topology.clone(),
+            presence.clone(),
+            delayed.clone(),
+            amqp_metrics.clone(),
+            engine.events.clone(),
+        );
+        let intake = intake::task(intake, config, AmqpMetrics::default());
+        tasks.spawn(intake, shutdown.clone());
+    }
+}
+
+/// Everything the router serves: `/metrics`, the probes, the engine's
+/// routes, the cluster's stats, the OpenAPI document.
+fn routes(
+    registry: Arc<Registry>,
+    health: Health,
+    engine: &Engine,
+    stats: &Arc<RouterStats>,
+) -> Router {
+    let openapi = herald_engine::openapi::routes(herald_engine::openapi::Surface {
+        publish: true,
+        delayed: engine.delayed.is_some(),
+        gateway: false,
+        demo: false,
+    });
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(registry)
+        .merge(health.routes())
+        .merge(engine.routes())
+        .merge(Arc::clone(stats).routes())
+        .merge(openapi)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// Serve `routes` until `shutdown` fires, then finish the requests running,
+/// for at most `grace`.
+async fn serve(
+    listener: TcpListener,
+    routes: Router,
+    grace: Duration,
+    shutdown: CancellationToken,
+) {
     let server =
         axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let deadline = async {
@@ -339,15 +303,6 @@ pub async fn run(
             tracing::error!(error = %e, "the HTTP server failed");
         },
         _ = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "HTTP requests still running at the end of the grace period"),
-    }
-    tracing::info!("HTTP server stopped; stopping the AMQP intake");
-    amqp_shutdown.cancel();
-    // The intake waits up to `grace` for its forwards; closing takes a little more.
-    if tokio::time::timeout(grace + std::time::Duration::from_secs(5), tasks.join())
-        .await
-        .is_err()
-    {
-        tracing::warn!("the AMQP intake did not stop in time");
     }
 }
 

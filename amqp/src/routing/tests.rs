@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use herald_engine::schedule::presence::view::{MailboxSessions, UserSessions};
-use herald_engine::schedule::presence::{PresenceReport, SyncPart};
+use herald_engine::presence::view::{MailboxSessions, UserSessions};
+use herald_engine::presence::{PresenceReport, SyncPart};
 use herald_protocol::envelope::{Notification, Scope};
 
 use super::recent::{Recent, RecentConfig};

@@ -33,7 +33,7 @@ mod holds;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use herald_engine::schedule::presence::PresenceReport;
+use herald_engine::presence::PresenceReport;
 use herald_protocol::envelope::{Notification, Scope};
 
 use holds::{Holds, set_user};
@@ -414,7 +414,7 @@ fn apply_sync(
     id: &Arc<str>,
     edge: &mut EdgeView,
     r: &PresenceReport,
-    part: herald_engine::schedule::presence::SyncPart,
+    part: herald_engine::presence::SyncPart,
     now: u64,
     out: &mut Applied,
 ) {

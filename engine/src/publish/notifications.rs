@@ -171,7 +171,7 @@ pub(super) fn guard<'a>(
 /// A path parameter as text, or a 422 naming it: axum's own answer to a
 /// parameter that is not UTF-8 once percent-decoded (`%C0%80`) is a
 /// plain-text 400 naming nothing.
-pub(super) fn path_param(
+pub(crate) fn path_param(
     field: &str,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<String, ApiError> {

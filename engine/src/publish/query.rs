@@ -40,7 +40,7 @@ pub(super) fn field_in_message(message: &str) -> Option<&str> {
 /// The parameters of a query string, or a 422 naming the parameter that
 /// is wrong (unknown, or of the wrong type). No query, or an empty one, is
 /// every parameter unset.
-pub(super) fn query_params<T: serde::de::DeserializeOwned + Default>(
+pub(crate) fn query_params<T: serde::de::DeserializeOwned + Default>(
     query: Option<&str>,
 ) -> Result<T, ApiError> {
     let Some(q) = query.filter(|q| !q.is_empty()) else {

@@ -103,7 +103,6 @@ use super::config::ScheduleConfig;
 use super::entry::{Entry, Millis};
 use super::metrics::{DelayedMetrics, ReadLabels};
 use super::pace::ClaimPace;
-use super::presence::Presence;
 use super::ready::Ready;
 use super::scheduler::{Read, Scheduler};
 use super::store::{Store, StoreError};
@@ -111,6 +110,7 @@ use super::timing::now_ms;
 use crate::callback::client::Client;
 use crate::callback::topic::Topic;
 use crate::link::Link;
+use crate::schedule::online::Presence;
 use crate::schedule::sender::{CALL_QUEUE, CallQueue, Sender as CallSender};
 
 /// How long the firer waits after a store error before trying again.

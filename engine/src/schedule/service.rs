@@ -24,7 +24,6 @@ use super::entry::{Entry, Millis, Status};
 use super::firer::Firer;
 use super::metrics::{DUE_BUCKET_NAMES, DUE_BUCKETS_MS, DelayedMetrics, DueLabels};
 use super::outcomes::Outcomes;
-use super::presence::Presence;
 use super::store::{
     Cancel, Cursor, Finish, Insert, ListFilter, Page, Replay, RetryWait, Settled, Store, StoreError,
 };
@@ -34,6 +33,7 @@ use crate::callback::alert::{AlertTask, Alerts};
 use crate::callback::attempt::Attempt;
 use crate::callback::client::{Client, ClientConfig};
 use crate::link::Link;
+use crate::schedule::online::Presence;
 use crate::task::{Task, TaskFuture};
 use outage::{Change, Outage};
 

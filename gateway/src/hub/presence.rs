@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use herald_engine::schedule::presence::view::{
+use herald_engine::presence::view::{
     ClientCount, ClientPage, MAX_SITES_PER_USER, MailboxSessions, UserSessions,
 };
 

@@ -1,10 +1,10 @@
 //! Standalone: the presence API answered from this gateway's own hub
-//! ([`herald_engine::schedule::presence::view::PresenceView`]). The whole deployment is one
+//! ([`herald_engine::presence::view::PresenceView`]). The whole deployment is one
 //! edge, named by `edge.id` or `standalone`.
 
 use std::sync::Arc;
 
-use herald_engine::schedule::presence::view::{
+use herald_engine::presence::view::{
     ClientCount, ClientPage, PresenceView, UserPresence, ViewFuture, summarize,
 };
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use herald_engine::schedule::presence::events::Move;
-use herald_engine::schedule::presence_events::PresenceEvents;
+use herald_engine::presence::events::PresenceEvents;
+use herald_engine::presence::transition::Move;
 
 use crate::app::{Mode, Shared};
 use crate::auth::{AuthError, Verified};

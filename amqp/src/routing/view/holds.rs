@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use herald_engine::schedule::presence::view::UserSessions;
+use herald_engine::presence::view::UserSessions;
 
 use super::{Arrival, Key};
 

@@ -24,7 +24,7 @@ use super::spacing::{Spacing, spacing};
 use crate::callback::alert::DeadLetter;
 use crate::link::Taken;
 use crate::schedule::entry::{Entry, Millis, Phase};
-use crate::schedule::presence::Asked;
+use crate::schedule::online::Asked;
 use crate::schedule::scheduler::Scheduler;
 use crate::schedule::sender::{Call, Resolution, Resolved, failed_attempt, lease_until, resolve};
 use crate::schedule::store::{Ending, Finish};

@@ -16,7 +16,8 @@
 //! - `merge`: the earliest items across shards, fetched page by page.
 //! - `reply`: decoding script replies.
 //! - `persistence`: the AOF/fsync/eviction check made at start-up.
-//! - `presence`: who is online, as the edges report it ([`RedisPresence`]).
+//! - presence (who is online, as the edges report it) lives beside the rest
+//!   of presence: `crate::presence::redis`, on this store's connection.
 //!
 //! # Keys
 //! Entries are spread over `shards` shards by a stable hash of their id
@@ -60,7 +61,7 @@ mod callback;
 mod cancel;
 mod claim;
 mod config;
-mod conn;
+pub(crate) mod conn;
 mod group;
 mod held;
 mod insert;
@@ -68,7 +69,6 @@ mod layout;
 mod merge;
 mod metrics;
 mod persistence;
-mod presence;
 mod read;
 mod reply;
 mod stats;
@@ -87,7 +87,6 @@ pub use claim::MAX_CLAIM_ROUNDS;
 pub use config::{MAX_SHARDS, RedisConfig, Topology};
 pub use metrics::RedisStoreMetrics;
 pub use persistence::{Durability, Eviction, NodePersistence, Persistence};
-pub use presence::RedisPresence;
 pub use stats::{FORGET_MS, MAX_PARTS, Put, RedisStatsBook};
 
 use self::conn::{Conn, unavailable};
@@ -153,12 +152,12 @@ impl Scripts {
 /// The Redis store. Cheap to share (`Arc`); every method may be called from
 /// many tasks at once.
 pub struct RedisStore {
-    conn: Conn,
+    pub(crate) conn: Conn,
     /// Inserts go through here, grouped ([`group`]).
     inserts: GroupCommit,
     keys: Keys,
     scripts: Scripts,
-    config: RedisConfig,
+    pub(crate) config: RedisConfig,
     persistence: Persistence,
     metrics: RedisStoreMetrics,
     /// Where expire and purge start among the shards, turning per call so

@@ -24,7 +24,7 @@ const CLUSTER_RETRIES: u32 = 2;
 
 /// A connection to the single server or the cluster; cheap to clone.
 #[derive(Clone)]
-pub(super) enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -58,7 +58,7 @@ impl ConnectionLike for Conn {
 }
 
 /// A Redis failure as the store reports it.
-pub(super) fn unavailable(e: RedisError) -> StoreError {
+pub(crate) fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(format!("redis: {e}"))
 }
 

@@ -1,5 +1,5 @@
 //! Presence events to a topic: the bounded queue and the task that stores
-//! the transitions ([`crate::schedule::presence::events`]) through the
+//! the transitions ([`crate::presence::transition`]) through the
 //! delayed store, their configuration (`[presence]`) and metrics.
 //!
 //! Bounds: transitions wait in one queue of `presence.events_queue`
@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::callback::target::Target;
+use crate::presence::transition::{Move, Transition, event_id};
 use crate::schedule::entry::{Entry, Phase};
-use crate::schedule::presence::events::{Move, Transition, event_id};
 use crate::schedule::service::Delayed;
 use crate::schedule::store::Insert;
 use crate::schedule::timing::now_ms;
@@ -389,7 +389,7 @@ mod tests {
     use super::*;
 
     fn online() -> Transition {
-        crate::schedule::presence::events::sample_online()
+        crate::presence::transition::sample_online()
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //!                        the sweep; expires 7 days after its last write
 //! ```
 //!
-//! Online and offline events ([`crate::schedule::presence::events`], stored by [`crate::schedule::presence_events`]): a
+//! Online and offline events ([`crate::presence::transition`], stored by [`crate::presence::events`]): a
 //! user's set also holds `=online` (no colon, so readers skip it) while
 //! they were last announced online. The script that moves a user's member
 //! ([`TRANSITION`]) compares it with whether a member of a live edge
@@ -58,17 +58,18 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::conn::{Conn, unavailable};
-use crate::schedule::presence::PresenceReport;
-use crate::schedule::presence::events::{Move, Transition, event_id};
-use crate::schedule::presence::view::{
+use crate::presence::PresenceReport;
+use crate::presence::transition::{Move, Transition, event_id};
+use crate::presence::view::{
     ClientCount, ClientPage, MailboxSessions, PresenceView, UNKNOWN_TRANSPORT, UserPresence,
     ViewFuture, summarize,
 };
-use crate::schedule::presence::{
+use crate::presence::{
     Asked, Presence, PresenceBook, PresenceFuture, RecordFuture, SweepFuture, Swept,
 };
 use crate::schedule::store::StoreError;
+use crate::schedule::store::redis::RedisStore;
+use crate::schedule::store::redis::conn::{Conn, unavailable};
 
 mod read;
 
@@ -188,7 +189,7 @@ impl std::fmt::Debug for RedisPresence {
     }
 }
 
-impl super::RedisStore {
+impl RedisStore {
     /// Presence on the same Redis, under the same prefix. An edge counts as
     /// alive for `edge_ttl` after its last report (keep it a few heartbeat
     /// intervals).

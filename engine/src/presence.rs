@@ -1,12 +1,42 @@
-//! Who is online, for `when-online` notifications, and the reports edges
-//! send about it ([`PresenceReport`]; its AMQP form lives in `herald-amqp`).
-//! [`view`]: the same for operators and backends (the presence API).
+//! Presence: who is online, in one place.
+//!
+//! # Layout
+//! - this file: the reports edges send about their sessions
+//!   ([`PresenceReport`]; its AMQP form lives in `herald-amqp`), and the
+//!   [`PresenceBook`] the routers keep them in.
+//! - [`view`]: the same for operators and backends: sessions by transport,
+//!   edges, since when, counts per client company ([`view::PresenceView`]).
+//! - [`api`]: the presence endpoints `GET /v1/presence/...`
+//!   ([`api::PresenceApi`]), served beside the publish API with its keys.
+//! - [`transition`]: online and offline transitions (pure): their ids and
+//!   the entries they become.
+//! - [`events`]: `[presence]`, the bounded queue of transitions to
+//!   `presence.events_topic` and the task that stores them.
+//!
+//! The question the firer asks for `when-online` notifications, the
+//! [`Presence`] trait, is defined by the delayed service that asks it
+//! (`schedule::online`) and re-exported here: presence sits above the
+//! delayed store (its events are stored as delayed notifications, its
+//! errors are the store's), so the store does not depend on it.
+//!
+//! Who implements the sources: standalone, the gateway's hub
+//! (`gateway/src/hub/presence.rs`, `gateway/src/presence/view.rs`);
+//! distributed, the routers' Redis ([`redis`], feature `redis`),
+//! fed by the edges' reports (`gateway/src/presence.rs` batches them,
+//! `amqp/src/presence.rs` is their wire form, `router/src/presence_intake.rs`
+//! takes them in).
 
+pub mod api;
 pub mod events;
+#[cfg(feature = "redis")]
+pub mod redis;
+pub mod transition;
 pub mod view;
 
 use std::future::Future;
 use std::pin::Pin;
+
+pub use crate::schedule::online::{Asked, Presence, PresenceFuture};
 
 /// One report from an edge.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,7 +58,7 @@ pub struct PresenceReport {
     /// is made; a user without a live session here has no mailboxes. Empty
     /// from an edge of an older version, which reports only `online` and
     /// `offline`.
-    pub detail: Vec<crate::schedule::presence::view::UserSessions>,
+    pub detail: Vec<crate::presence::view::UserSessions>,
     /// How long the edge keeps a user's mailbox after their last session
     /// left (its `mailbox.ttl_secs`, in ms); 0 from an edge of an older
     /// version. Routers routing by edge keep sending a user's
@@ -51,33 +81,14 @@ pub struct SyncPart {
     pub parts: u32,
 }
 
-/// A future returned by [`Presence::online`].
-pub type PresenceFuture<'a> = Pin<Box<dyn Future<Output = Vec<bool>> + Send + 'a>>;
-
-/// A user to ask about, and the sites that count (any when empty).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Asked {
-    /// The user id.
-    pub user: String,
-    /// The notification's sites.
-    pub sites: Vec<String>,
-}
-
-/// Answers whether users have a live session. Standalone Herald asks its
-/// own mailboxes; the distributed router asks what the edges reported.
-/// Asked once per claimed batch, for every `when-online` entry in it.
-pub trait Presence: Send + Sync + 'static {
-    /// For each of `who`, in order: whether that user has a live session on
-    /// one of the sites. A presence source that cannot answer says
-    /// `false` (the entry is held, never lost: the user's next connect
-    /// releases it).
-    fn online<'a>(&'a self, who: &'a [Asked]) -> PresenceFuture<'a>;
-}
-
 /// A future returned by [`PresenceBook::record`]: the users the report moved between
 /// offline and online cluster-wide.
 pub type RecordFuture<'a> = Pin<
-    Box<dyn Future<Output = Result<Vec<events::Transition>, super::error::StoreError>> + Send + 'a>,
+    Box<
+        dyn Future<Output = Result<Vec<transition::Transition>, crate::schedule::error::StoreError>>
+            + Send
+            + 'a,
+    >,
 >;
 
 /// Where the routers keep what edges report (distributed mode): the
@@ -101,9 +112,9 @@ pub struct Swept {
     /// Users taken off dead edge processes (at most the limit).
     pub users: u64,
     /// Those of them left with no live session anywhere: offline.
-    pub moved: Vec<events::Transition>,
+    pub moved: Vec<transition::Transition>,
 }
 
 /// A future returned by [`PresenceBook::sweep`].
 pub type SweepFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Swept, super::error::StoreError>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<Swept, crate::schedule::error::StoreError>> + Send + 'a>>;

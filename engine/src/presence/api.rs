@@ -1,6 +1,6 @@
-//! The presence endpoints ([`crate::schedule::presence::view`]), served beside the publish
-//! API wherever a presence source is configured (standalone: the hub;
-//! distributed: the routers' Redis):
+//! The presence endpoints ([`PresenceApi`] over a [`crate::presence::view`]),
+//! served beside the publish API wherever a presence source is configured
+//! (standalone: the hub; distributed: the routers' Redis):
 //!
 //! - `GET /v1/presence/users/{uid}?site=S`: online or not, sessions by
 //!   transport, the edges holding them and since when. 200 for every
@@ -13,20 +13,60 @@
 //! like the notification list). Answers are `Cache-Control: private,
 //! no-store`: they are live and depend on the key.
 
-use axum::Json;
+use std::sync::Arc;
+
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::notifications::path_param;
-use super::{ApiError, PublishApi};
 use crate::api_key::Operation;
-use crate::schedule::presence::view::{
-    ClientCount, Endpoint, Outcome, PresenceView, Sessions, UserPresence,
+use crate::presence::view::{
+    ClientCount, Endpoint, Outcome, PresenceMetrics, PresenceView, Sessions, UserPresence,
 };
+use crate::publish::notifications::path_param;
+use crate::publish::{ApiError, PublishApi};
 use crate::schedule::timing::rfc3339;
+
+/// The presence endpoints over one view, taking the publish API's keys
+/// (and counting their refusals with it). Cheap to clone.
+#[derive(Clone)]
+pub struct PresenceApi {
+    publish: PublishApi,
+    view: Arc<dyn PresenceView>,
+    metrics: PresenceMetrics,
+}
+
+impl std::fmt::Debug for PresenceApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PresenceApi").finish_non_exhaustive()
+    }
+}
+
+impl PresenceApi {
+    /// The endpoints over `view`, authorized by `publish`'s API keys,
+    /// counted in `metrics`.
+    pub fn new(publish: PublishApi, view: Arc<dyn PresenceView>, metrics: PresenceMetrics) -> Self {
+        PresenceApi {
+            publish,
+            view,
+            metrics,
+        }
+    }
+
+    /// `GET /v1/presence/users/{uid}`, `/v1/presence/clients` and
+    /// `/v1/presence/clients/{client}`.
+    pub fn routes(&self) -> Router {
+        Router::new()
+            .route("/v1/presence/users/{uid}", get(user))
+            .route("/v1/presence/clients", get(clients))
+            .route("/v1/presence/clients/{client}", get(client))
+            .with_state(self.clone())
+    }
+}
 
 /// Default and largest page of `GET /v1/presence/clients`.
 const DEFAULT_LIMIT: usize = 100;
@@ -96,7 +136,7 @@ struct PageQuery {
 /// A user id, site or client name: 1 to [`MAX_NAME`] bytes without
 /// control characters (what a token's claims may hold), or a 422 naming
 /// `field`.
-pub(crate) fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
+fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
     if value.is_empty() || value.len() > MAX_NAME || value.chars().any(char::is_control) {
         return Err(ApiError::invalid(
             field,
@@ -111,21 +151,22 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// The key (`admin`) and the view, or the error; counted either way.
-async fn answer<F, Fut>(api: &PublishApi, headers: &HeaderMap, endpoint: Endpoint, f: F) -> Response
+async fn answer<F, Fut>(
+    api: &PresenceApi,
+    headers: &HeaderMap,
+    endpoint: Endpoint,
+    f: F,
+) -> Response
 where
-    F: FnOnce(std::sync::Arc<dyn PresenceView>) -> Fut,
+    F: FnOnce(Arc<dyn PresenceView>) -> Fut,
     Fut: std::future::Future<Output = Result<Response, ApiError>>,
 {
     let result = async {
-        api.authorize(headers, Operation::Admin)?;
-        let view = api
-            .presence
-            .clone()
-            .ok_or_else(|| ApiError::not_found("presence is not served by this server"))?;
-        f(view).await
+        api.publish.authorize(headers, Operation::Admin)?;
+        f(Arc::clone(&api.view)).await
     }
     .await;
-    let metrics = &api.presence_metrics;
+    let metrics = &api.metrics;
     match result {
         Ok(mut response) => {
             metrics.count(endpoint, Outcome::Ok);
@@ -148,8 +189,8 @@ where
 }
 
 /// `GET /v1/presence/users/{uid}`.
-pub(crate) async fn user(
-    State(api): State<PublishApi>,
+async fn user(
+    State(api): State<PresenceApi>,
     headers: HeaderMap,
     uid: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
@@ -157,7 +198,7 @@ pub(crate) async fn user(
     answer(&api, &headers, Endpoint::User, |view| async move {
         let uid = path_param("uid", uid)?;
         check_text("uid", &uid)?;
-        let q: UserQuery = super::query::query_params(query.as_deref())?;
+        let q: UserQuery = crate::publish::query::query_params(query.as_deref())?;
         if let Some(site) = &q.site {
             check_text("site", site)?;
         }
@@ -171,13 +212,13 @@ pub(crate) async fn user(
 }
 
 /// `GET /v1/presence/clients`.
-pub(crate) async fn clients(
-    State(api): State<PublishApi>,
+async fn clients(
+    State(api): State<PresenceApi>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     answer(&api, &headers, Endpoint::Clients, |view| async move {
-        let q: PageQuery = super::query::query_params(query.as_deref())?;
+        let q: PageQuery = crate::publish::query::query_params(query.as_deref())?;
         let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
         if limit == 0 || limit > MAX_LIMIT {
             return Err(ApiError::invalid(
@@ -202,8 +243,8 @@ pub(crate) async fn clients(
 }
 
 /// `GET /v1/presence/clients/{client}`.
-pub(crate) async fn client(
-    State(api): State<PublishApi>,
+async fn client(
+    State(api): State<PresenceApi>,
     headers: HeaderMap,
     client: Result<Path<String>, PathRejection>,
 ) -> Response {

@@ -1,5 +1,5 @@
 //! Online and offline events (the pure part; the queue and the task that
-//! stores them are [`crate::schedule::presence_events`]) to a topic
+//! stores them are [`crate::presence::events`]) to a topic
 //! (`[presence] events_topic`): when a
 //! user's first session starts (cluster-wide in distributed mode: no live
 //! edge before, one now) or their last one ends, a notification of that
@@ -16,13 +16,13 @@
 //!
 //! Who decides a transition: standalone, the hub (its mailboxes know a
 //! user's first and last session); distributed, the routers' Redis, in the
-//! script that records a report (`store/redis/presence.rs`), so the second
+//! script that records a report (`presence/redis.rs`), so the second
 //! copy of a report (one per root) sees no transition. The notification id
 //! is derived from the transition ([`event_id`]: edge, boot, the report's
 //! sequence or the session's `since_ms`, user, event), so a repeat is a
 //! duplicate in the store, not a second call.
 //!
-//! Bounds, the queue and the metrics: [`crate::schedule::presence_events`].
+//! Bounds, the queue and the metrics: [`crate::presence::events`].
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
