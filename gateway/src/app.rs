@@ -37,8 +37,6 @@ pub enum Mode {
         delayed: Delayed,
         /// The publish API (`POST /v1/notifications`), into the local hub.
         publish: PublishApi,
-        /// The presence endpoints (`GET /v1/presence/...`), over the hub.
-        presence: herald_engine::presence::api::PresenceApi,
         /// Online and offline events to `presence.events_topic`.
         events: herald_engine::presence::events::PresenceEvents,
     },

@@ -35,8 +35,9 @@
 //!   repeated within the window reaches no mailbox, in either mode.
 //! - [`app`]: the shared state, and the [`app::Mode`] (standalone or edge)
 //!   decided once at start.
-//! - [`delayed`]: standalone: the engine's delayed notifications over the
-//!   embedded store, with the hub as the presence source.
+//! - [`standalone`]: the engine ([`herald_engine::engine::Engine::build`])
+//!   over this gateway's parts: the local link into the hub, the embedded
+//!   store, the hub as the presence source.
 //! - [`presence`]: edge mode: users coming and going, batched into reports
 //!   for the roots.
 //! - [`stats`]: `GET /v1/stats` (this process's figures) and, in edge
@@ -81,7 +82,6 @@ pub mod client_addr;
 pub mod config;
 pub mod conn_rate;
 pub mod dedup;
-pub mod delayed;
 pub mod dev;
 pub mod filter;
 pub mod health;
@@ -97,6 +97,7 @@ pub mod publish_direct;
 pub mod server;
 pub mod session;
 pub mod sockjs;
+pub mod standalone;
 pub mod stats;
 pub mod uplink;
 pub mod ws;
@@ -107,13 +108,8 @@ mod test_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_engine::api_key::{ApiKeyConfig, ApiKeys};
-use herald_engine::callback::alert::Alerts;
-use herald_engine::callback::alert::metrics::AlertMetrics;
-use herald_engine::metrics::PublishMetrics;
-use herald_engine::presence::events::{EventMetrics, EventStorer, PresenceEvents};
-use herald_engine::publish::{PublishApi, PublishConfig};
-use herald_engine::schedule::metrics::DelayedMetrics;
+use herald_engine::api_key::ApiKeys;
+use herald_engine::engine::EngineTasks;
 use herald_engine::schedule::store::StoreError;
 use herald_engine::task::{Tasks, task_fn};
 use prometheus_client::registry::Registry;
@@ -128,6 +124,7 @@ use dedup::DuplicateFilter;
 use hub::Hub;
 use metrics::Metrics;
 use permit::SessionSlots;
+pub use standalone::StartError;
 
 /// A configured gateway, ready to serve.
 #[derive(Debug)]
@@ -137,21 +134,8 @@ pub struct Gateway {
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, presence::Change)>>,
     /// Standalone: the publish API's keys, for reloads.
     api_keys: Option<ApiKeys>,
-    /// Standalone with `presence.events_topic`: the task storing presence
-    /// events.
-    event_storer: Option<EventStorer>,
-}
-
-/// Why a gateway could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The delayed-notification store could not be opened.
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    /// The API keys could not be loaded (a key file went away since the
-    /// configuration was validated).
-    #[error("{}", .0.join("; "))]
-    ApiKeys(Vec<String>),
+    /// Standalone: the engine's routes and tasks, for [`Gateway::serve`].
+    engine: Option<(axum::Router, EngineTasks)>,
 }
 
 impl Gateway {
@@ -169,22 +153,13 @@ impl Gateway {
         metrics
             .root_links_configured
             .set(config.edge.roots.len() as i64);
-        let publish_metrics = PublishMetrics {
-            topics: metrics.topics.clone(),
-            ..PublishMetrics::default()
-        };
         let mut registry = Registry::default();
-        herald_engine::metrics::register_build_info(
+        herald_engine::metrics::register_process(
             &mut registry,
             env!("CARGO_PKG_VERSION"),
             env!("HERALD_COMMIT"),
         );
-        herald_engine::process::metrics::register(&mut registry);
         metrics.register(&mut registry);
-        publish_metrics.register(&mut registry);
-        if !config.edge_mode() {
-            publish_metrics.precreate(&["http"]);
-        }
         let hub = Arc::new(Hub::new(&config.mailbox, Arc::clone(&metrics)));
         // One filter for whatever feeds the hub, so an id is an idempotency
         // key in both modes.
@@ -193,80 +168,38 @@ impl Gateway {
             config.edge.dedup_max,
             Arc::clone(&metrics),
         ));
-        // Standalone, this process serves the publish API and schedules
-        // delayed notifications; an edge leaves both to its routers and
+        // Standalone, this process runs the engine (the publish API,
+        // delayed notifications); an edge leaves both to its routers and
         // reports presence to them instead.
-        let (mode, presence_rx, api_keys, event_storer) = if config.edge_mode() {
+        let (mode, presence_rx, api_keys, engine) = if config.edge_mode() {
             let (presence, rx) =
                 presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
             (Mode::Edge { presence }, Some(rx), None, None)
         } else {
-            let mut named = config.api_key.clone();
-            if let Some(d) = &dev {
-                named.push(ApiKeyConfig {
-                    name: dev::API_KEY_NAME.into(),
-                    key: Some(d.api_key.clone()),
-                    ..ApiKeyConfig::default()
-                });
-            }
-            let keys = ApiKeys::from_set(
-                herald_engine::api_key::KeySet::load(&config.api_keys, &named)
-                    .map_err(StartError::ApiKeys)?,
-            );
-            keys.register(&mut registry);
-            let delayed_metrics = DelayedMetrics {
-                topics: metrics.topics.clone(),
-                ..DelayedMetrics::default()
+            let topics = metrics.topics.clone();
+            let built = standalone::build(
+                &config,
+                &hub,
+                &duplicates,
+                dev.as_ref(),
+                topics,
+                &mut registry,
+            )?;
+            let engine = built.engine;
+            let delayed = engine.delayed.clone().ok_or_else(|| {
+                StoreError::Unavailable("the engine was built without its store".into())
+            })?;
+            let mode = Mode::Standalone {
+                delayed,
+                publish: engine.publish.clone(),
+                events: engine.events.clone(),
             };
-            delayed_metrics.register(&mut registry);
-            let alert_metrics = AlertMetrics::default();
-            alert_metrics.register(&mut registry);
-            let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
-            let delayed = delayed::open(&config, delayed_metrics, alerts)?;
-            let presence_metrics = herald_engine::presence::view::PresenceMetrics::default();
-            presence_metrics.register(&mut registry);
-            // Standalone knows the topics: only registered (or configured)
-            // ones get a row of their own in the statistics.
-            let topics = delayed.topics().clone();
-            metrics
-                .topics
-                .admit_with(Arc::new(move |t: &str| topics.snapshot().knows(t)));
-            let publish = PublishApi::with_delayed(
-                PublishConfig {
-                    api_keys: keys.clone(),
-                    limits: config.envelope_limits(),
-                    max_body_bytes: config.publish.max_body_bytes,
-                    max_batch: config.publish.max_batch,
-                },
-                Arc::new(link::LocalLink::new(
-                    Arc::clone(&hub),
-                    Arc::clone(&duplicates),
-                )),
-                publish_metrics,
-                Some(delayed.clone()),
-            );
-            let presence_api = herald_engine::presence::api::PresenceApi::new(
-                publish.clone(),
-                Arc::new(presence::view::HubView::new(
-                    Arc::clone(&hub),
-                    config.edge.id.as_deref(),
-                )),
-                presence_metrics,
-            );
-            let event_metrics = EventMetrics::default();
-            event_metrics.register(&mut registry);
-            let (events, storer) =
-                PresenceEvents::new(&config.presence, delayed.clone(), event_metrics);
+            let routes = engine.routes();
             (
-                Mode::Standalone {
-                    delayed,
-                    publish,
-                    presence: presence_api,
-                    events,
-                },
+                mode,
                 None,
-                Some(keys),
-                storer,
+                Some(built.api_keys),
+                Some((routes, built.tasks)),
             )
         };
         let shared = Arc::new(Shared {
@@ -286,7 +219,7 @@ impl Gateway {
             shared,
             presence_rx,
             api_keys,
-            event_storer,
+            engine,
         })
     }
 
@@ -324,81 +257,20 @@ impl Gateway {
             }),
             shutdown.clone(),
         );
-        // An edge takes notifications from its roots; publishing goes through
-        // a router, so the publish API is served only standalone.
-        let publish_routes = match &shared.mode {
-            Mode::Standalone {
-                publish,
-                presence,
-                delayed,
-                ..
-            } => {
-                if let Some(storer) = self.event_storer {
-                    tasks.spawn(storer, shutdown.clone());
-                }
-                let scheduling = delayed.scheduling(
-                    Arc::new(link::LocalLink::new(
-                        Arc::clone(&shared.hub),
-                        Arc::clone(&shared.duplicates),
-                    )),
-                    Arc::new(delayed::HubPresence(Arc::clone(&shared.hub))),
-                );
-                if let Some(scheduling) = scheduling {
-                    tasks.spawn(scheduling, shutdown.clone());
-                }
-                // The operator's console goes with the publish API.
-                publish
-                    .routes()
-                    .merge(presence.routes())
-                    .merge(herald_engine::console::routes())
+        // Standalone: the engine's tasks and routes (the publish API, the
+        // console). An edge takes notifications from its roots; publishing
+        // goes through a router, so it serves no engine.
+        let engine_routes = match self.engine {
+            Some((routes, engine_tasks)) => {
+                engine_tasks.spawn(&mut tasks, &shutdown);
+                routes
             }
-            Mode::Edge { .. } => {
-                let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
-                let (syncs, sync_requests) = presence::SyncRequests::channel();
-                if let Some(rx) = self.presence_rx {
-                    let batcher = presence::BatcherConfig {
-                        edge: cfg.edge.id.clone().unwrap_or_else(|| "unnamed".into()),
-                        boot: format!("{:016x}", rand::random::<u64>()),
-                        batch: Duration::from_millis(cfg.edge.presence_batch_ms),
-                        heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
-                        mailbox_ttl: Duration::from_secs(cfg.mailbox.ttl_secs),
-                        sync: Duration::from_millis(cfg.edge.presence_sync_ms),
-                    };
-                    let out = reports.clone();
-                    let hub = Arc::clone(&shared.hub);
-                    tasks.spawn(
-                        task_fn("presence-batcher", move |shutdown| {
-                            presence::run_batcher(batcher, rx, out, hub, sync_requests, shutdown)
-                        }),
-                        shutdown.clone(),
-                    );
-                }
-                let (stats_reports, _) = tokio::sync::broadcast::channel(stats::LINK_BACKLOG);
-                let every = Duration::from_millis(cfg.edge.presence_heartbeat_ms);
-                let (me, out) = (Arc::clone(&shared), stats_reports.clone());
-                tasks.spawn(
-                    task_fn("stats-reporter", move |shutdown| {
-                        stats::run_reporter(me, every, out, shutdown)
-                    }),
-                    shutdown.clone(),
-                );
-                let uplink = Arc::new(uplink::Uplink::new(
-                    cfg.edge.clone(),
-                    Arc::clone(&shared.hub),
-                    Arc::clone(&shared.duplicates),
-                    cfg.envelope_limits(),
-                    Arc::clone(&shared.metrics),
-                    presence::ToRoots { reports, syncs },
-                    stats_reports,
-                ));
-                tasks.spawn(
-                    task_fn("uplink", move |shutdown| uplink.run(shutdown)),
-                    shutdown.clone(),
-                );
-                axum::Router::new()
-            }
+            None => axum::Router::new(),
         };
-        let (router, native) = http::routes(Arc::clone(&shared), publish_routes);
+        if let Mode::Edge { .. } = &shared.mode {
+            spawn_edge(&shared, self.presence_rx, &mut tasks);
+        }
+        let (router, native) = http::routes(Arc::clone(&shared), engine_routes);
         let accepting = server::Accepting {
             native,
             header_timeout: Duration::from_millis(cfg.session.header_timeout_ms),
@@ -442,4 +314,57 @@ impl Gateway {
         tasks.join().await;
         tracing::info!("stopped");
     }
+}
+
+/// An edge's tasks: the presence batcher (reports for the routers), the
+/// stats reporter and the uplink to every root.
+fn spawn_edge(
+    shared: &Arc<Shared>,
+    presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, presence::Change)>>,
+    tasks: &mut Tasks,
+) {
+    let cfg = &shared.config;
+    let shutdown = &shared.shutdown;
+    let (reports, _) = tokio::sync::broadcast::channel(presence::LINK_BACKLOG);
+    let (syncs, sync_requests) = presence::SyncRequests::channel();
+    if let Some(rx) = presence_rx {
+        let batcher = presence::BatcherConfig {
+            edge: cfg.edge.id.clone().unwrap_or_else(|| "unnamed".into()),
+            boot: format!("{:016x}", rand::random::<u64>()),
+            batch: Duration::from_millis(cfg.edge.presence_batch_ms),
+            heartbeat: Duration::from_millis(cfg.edge.presence_heartbeat_ms),
+            mailbox_ttl: Duration::from_secs(cfg.mailbox.ttl_secs),
+            sync: Duration::from_millis(cfg.edge.presence_sync_ms),
+        };
+        let out = reports.clone();
+        let hub = Arc::clone(&shared.hub);
+        tasks.spawn(
+            task_fn("presence-batcher", move |shutdown| {
+                presence::run_batcher(batcher, rx, out, hub, sync_requests, shutdown)
+            }),
+            shutdown.clone(),
+        );
+    }
+    let (stats_reports, _) = tokio::sync::broadcast::channel(stats::LINK_BACKLOG);
+    let every = Duration::from_millis(cfg.edge.presence_heartbeat_ms);
+    let (me, out) = (Arc::clone(shared), stats_reports.clone());
+    tasks.spawn(
+        task_fn("stats-reporter", move |shutdown| {
+            stats::run_reporter(me, every, out, shutdown)
+        }),
+        shutdown.clone(),
+    );
+    let uplink = Arc::new(uplink::Uplink::new(
+        cfg.edge.clone(),
+        Arc::clone(&shared.hub),
+        Arc::clone(&shared.duplicates),
+        cfg.envelope_limits(),
+        Arc::clone(&shared.metrics),
+        presence::ToRoots { reports, syncs },
+        stats_reports,
+    ));
+    tasks.spawn(
+        task_fn("uplink", move |shutdown| uplink.run(shutdown)),
+        shutdown.clone(),
+    );
 }

@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         }
         let dev = dev_creds.is_some();
         let shutdown = CancellationToken::new();
-        let store = herald_gateway::delayed::store_path(&config);
+        let store = herald_gateway::standalone::store_path(&config);
         let gateway = match Gateway::new(config, verifier.clone(), dev_creds, shutdown.clone()) {
             Ok(g) => g,
             Err(StartError::Store(e)) => {
