@@ -4,13 +4,19 @@
 #     (scripts/module-cycles.py);
 #   - herald-gateway depends on neither herald-router nor the Redis client,
 #     and herald-engine does not depend on herald-amqp (dependencies flow
-#     protocol <- engine <- amqp <- {router, gateway}).
+#     protocol <- engine <- amqp <- {router, gateway});
+#   - docs/architecture.md names only paths, Rust items and tasks that exist,
+#     and its task table lists every task of each binary
+#     (scripts/check-architecture-doc.py, with its self-test
+#     scripts/test_check_architecture_doc.py).
 # Exits non-zero with what is wrong.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 status=0
 python3 scripts/module-cycles.py || status=1
+python3 scripts/test_check_architecture_doc.py -q || status=1
+python3 scripts/check-architecture-doc.py || status=1
 
 # `cargo tree -p X` resolves features for X alone, as `cargo build -p X` does.
 check_not_in_tree() {
