@@ -29,6 +29,10 @@ What the page names must exist (fenced code blocks are skipped):
   `impl Task for X`, in a crate's non-test code. Every task of the router
   and gateway crates is listed in a row of its own binary; every task of a
   library crate (engine, amqp) in some row; nothing else is listed.
+- configuration keys: every `section.key` (also `section.key = value`)
+  whose section is one of the configuration table's (the `key("...", ..)`
+  rows in the crates' non-test code, engine/src/config/table.rs) is a key
+  of that table, or a field of one of its table-valued keys.
 - no numeric claim about file sizes ("N lines"): nothing keeps it true.
 
 Prints each problem as doc:line and exits 1 when there is any.
@@ -55,6 +59,8 @@ DEF = re.compile(
 MEMBER_DEF = re.compile(rf"\b(?:fn|const|type)\s+({IDENT})")
 PUB_USE = re.compile(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);")
 INLINE_MOD = re.compile(rf"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+({IDENT})\s*\{{", re.M)
+CONFIG_KEY = re.compile(r"\bkey\(\s*\"([a-z_][a-z0-9_.]*)\"")
+DOC_KEY = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+)(?:\s*=.*)?$")
 TASK_FN = re.compile(r"(?:\btask_fn|\.into_task)\(\s*\"([^\"]+)\"")
 TASK_IMPL = re.compile(
     r"\bimpl(?:<[^{]*?>)?\s+(?:[\w:]*::)?Task\s+for\s+[^{]+\{\s*"
@@ -104,6 +110,8 @@ class Code:
         self.texts = {}
         # crate -> set of task names
         self.tasks = {}
+        # every configuration key of the table
+        self.config_keys = set()
         for crate in self.crates:
             src = os.path.join(root, crate, "src")
             self.tasks[crate] = set()
@@ -134,6 +142,7 @@ class Code:
             code = strip_comments_and_tests(raw)
             self.tasks[crate].update(TASK_FN.findall(code))
             self.tasks[crate].update(TASK_IMPL.findall(code))
+            self.config_keys.update(CONFIG_KEY.findall(code))
 
     @staticmethod
     def _names_defined(text):
@@ -322,6 +331,22 @@ def check_tasks(code, root, doc, lines, problems):
             problems.append(f"{where}: task table: `{task}` in the {binary} rows is no task of the {binary} crate or a library{hint}")
 
 
+def check_config_keys(code, root, doc, lines, problems):
+    where = os.path.relpath(doc, root)
+    if not code.config_keys:
+        problems.append(f"{where}: no configuration table found (no `key(\"...\", ..)` row in the crates)")
+        return
+    sections = {k.split(".")[0] for k in code.config_keys if "." in k}
+    for number, line in lines:
+        for span in CODE.findall(line):
+            m = DOC_KEY.match(span.strip())
+            if not m or m.group(1).split(".")[0] not in sections:
+                continue
+            key = m.group(1)
+            if not any(key == k or key.startswith(k + ".") for k in code.config_keys):
+                problems.append(f"{where}:{number}: configuration key `{key}` is in no row of the configuration table")
+
+
 def check_line_counts(root, doc, lines, problems):
     where = os.path.relpath(doc, root)
     for number, line in lines:
@@ -337,6 +362,7 @@ def check(root, doc):
     check_paths(root, doc, lines, problems)
     check_items(code, root, doc, lines, problems)
     check_tasks(code, root, doc, lines, problems)
+    check_config_keys(code, root, doc, lines, problems)
     check_line_counts(root, doc, lines, problems)
     return problems
 
@@ -354,7 +380,7 @@ def main():
     if problems:
         print(f"{os.path.relpath(doc, args.root)}: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print(f"{os.path.relpath(doc, args.root)}: every path, Rust item and task it names exists")
+    print(f"{os.path.relpath(doc, args.root)}: every path, Rust item, task and configuration key it names exists")
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Self-test of scripts/check-architecture-doc.py on a small made-up workspace:
 a page naming only what exists passes; a missing path, type, module item,
-method or task, a task left out, and a count of lines each fail.
+method, task or configuration key, a task left out, and a count of lines
+each fail.
 
     python3 scripts/test_check_architecture_doc.py
 """
@@ -18,9 +19,11 @@ spec.loader.exec_module(checker)
 
 FILES = {
     "Cargo.toml": '[workspace]\nmembers = ["engine", "router", "gateway"]\n',
-    "engine/src/lib.rs": "pub mod task;\npub mod schedule;\n",
+    "engine/src/lib.rs": "pub mod config;\npub mod task;\npub mod schedule;\n",
     "engine/src/task.rs": "pub trait Task { fn name(&self) -> &'static str; }\n"
     "pub fn task_fn(name: &'static str) {}\n",
+    "engine/src/config.rs": "pub const KEYS: &[Key] = &[\n    key(\"routing.mode\", ROUTER, Str, \"\"),\n"
+    "    key(\"schedule.topics\", BOTH, Toml, \"\"),\n];\n",
     "engine/src/schedule.rs": "pub struct Scheduling;\n"
     "impl Task for Scheduling {\n    fn name(&self) -> &'static str {\n        \"scheduling\"\n    }\n}\n",
     "router/src/lib.rs": "pub mod server;\n",
@@ -37,6 +40,8 @@ GOOD = """# Architecture
 The hub (`gateway/src/hub.rs`, in `gateway/src/`) takes `Hub::deliver` calls;
 `Gateway::serve` and `router::server::run()` are the roots, `Scheduling` and
 `hub::Mode::Edge` exist, [the page](architecture.md) too. `Arc` is std's.
+With `routing.mode = "targeted"`, `schedule.topics.callback_url` and the
+exchange `routing_x.edges` (no section of the table).
 
 ```
 `not/checked.rs` inside a fence
@@ -97,6 +102,9 @@ class CheckArchitectureDoc(unittest.TestCase):
             GOOD.replace("| gateway | `mailbox-expiry`;", "| gateway | `intake`, `mailbox-expiry`;"),
             "`intake` in the gateway rows is no task of the gateway crate or a library (it is a task of the router crate)",
         )
+
+    def test_a_missing_config_key_fails(self):
+        self.assertFails(GOOD.replace("routing.mode", "routing.kind"), "configuration key `routing.kind` is in no row")
 
     def test_a_count_of_lines_fails(self):
         self.assertFails(GOOD + "\nNo file is over 600 lines.\n", "a claim in lines ('600 lines')")
