@@ -25,7 +25,8 @@ What the page names must exist (fenced code blocks are skipped):
 - the task table (the table whose header names `tasks`): each row's first
   cell names its binary (`gateway` or `router`), its `kebab-case` code
   spans are task names. A task is a name given to `task_fn("name", ..)`,
-  `.into_task("name", ..)`, or returned by `fn name(&self)` of an
+  `.into_task("name", ..)`, `intake!(Type, "name", ..)` (the router's
+  AMQP intakes, router/src/intake.rs), or returned by `fn name(&self)` of an
   `impl Task for X`, in a crate's non-test code. Every task of the router
   and gateway crates is listed in a row of its own binary; every task of a
   library crate (engine, amqp) in some row; nothing else is listed.
@@ -61,7 +62,9 @@ PUB_USE = re.compile(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);")
 INLINE_MOD = re.compile(rf"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+({IDENT})\s*\{{", re.M)
 CONFIG_KEY = re.compile(r"\bkey\(\s*\"([a-z_][a-z0-9_.]*)\"")
 DOC_KEY = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+)(?:\s*=.*)?$")
-TASK_FN = re.compile(r"(?:\btask_fn|\.into_task)\(\s*\"([^\"]+)\"")
+TASK_FN = re.compile(
+    r"(?:\btask_fn|\.into_task)\(\s*\"([^\"]+)\"|\bintake!\(\s*[^,]+,\s*\"([^\"]+)\""
+)
 TASK_IMPL = re.compile(
     r"\bimpl(?:<[^{]*?>)?\s+(?:[\w:]*::)?Task\s+for\s+[^{]+\{\s*"
     r"fn\s+name\s*\(\s*&self\s*\)\s*->\s*&'static\s+str\s*\{\s*\"([^\"]+)\"",
@@ -140,7 +143,7 @@ class Code:
             self.defined.setdefault(name, []).append((crate, path))
         if not is_test_file(rel):
             code = strip_comments_and_tests(raw)
-            self.tasks[crate].update(TASK_FN.findall(code))
+            self.tasks[crate].update(a or b for a, b in TASK_FN.findall(code))
             self.tasks[crate].update(TASK_IMPL.findall(code))
             self.config_keys.update(CONFIG_KEY.findall(code))
 

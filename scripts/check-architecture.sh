@@ -2,6 +2,7 @@
 # The crate and module rules of docs/architecture.md, checked:
 #   - no two sibling modules of a crate import each other
 #     (scripts/module-cycles.py);
+#   - no source file over 700 lines (tests apart);
 #   - herald-gateway depends on neither herald-router nor the Redis client,
 #     and herald-engine does not depend on herald-amqp (dependencies flow
 #     protocol <- engine <- amqp <- {router, gateway});
@@ -15,6 +16,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 status=0
 python3 scripts/module-cycles.py || status=1
+
+# One concern per file: no source file over 700 lines (tests apart: a
+# `tests.rs` or a crate's `tests/` may hold many cases of one thing).
+long=$(find */src -name '*.rs' ! -name 'tests.rs' ! -path '*/tests/*' -print0 \
+    | xargs -0 awk 'FNR == 1 && NR > 1 { if (n > 700) print f ": " n " lines" } { f = FILENAME; n = FNR } END { if (n > 700) print f ": " n " lines" }')
+if [ -n "$long" ]; then
+    echo "source files over 700 lines (split them by concern):" >&2
+    echo "$long" >&2
+    status=1
+fi
 python3 scripts/test_check_architecture_doc.py -q || status=1
 python3 scripts/check-architecture-doc.py || status=1
 

@@ -53,10 +53,12 @@
 //! ```
 //!
 //! # Tasks
-//! [`Gateway::serve`] lists the background tasks of its mode as
-//! [`herald_engine::task::Task`]s (mailbox expiry; standalone: the delayed
-//! engine; edge: the presence batcher and the uplink), all stopped by the
-//! shutdown token and joined after the drain.
+//! [`Gateway::serve`] spawns the background tasks of its mode as
+//! [`herald_engine::task::Task`]s: mailbox expiry in both; standalone, the
+//! engine's (`scheduling`, with `alerts` in it, and `presence-events` with
+//! `presence.events_topic` set); edge, the presence batcher, the stats
+//! reporter and the uplink. All are stopped by the shutdown token and
+//! joined after the drain.
 //!
 //! # Shutdown
 //! The token fires (SIGTERM/SIGINT in `main`): the listener closes (new
