@@ -30,8 +30,9 @@ use crate::sockjs::session::Registry;
 const DEMO_PAGE: &str = include_str!("../assets/demo.html");
 const CLIENT_MODULE: &str = include_str!("../js/src/herald.js");
 
-/// Every route of the gateway, given the publish routes, and the native
-/// streaming path of the `/sockjs` service (see [`crate::sockjs::native`]).
+/// Every route of the gateway, given the publish routes, and the streaming
+/// receivers of the `/sockjs` service that the front serves on the socket
+/// (see [`crate::sockjs::native`], [`crate::front`]).
 pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Native>>) {
     let mut router = Router::new()
         .route("/ws", get(crate::ws::upgrade))

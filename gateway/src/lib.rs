@@ -3,7 +3,14 @@
 //!
 //! # Layout
 //! - [`config`]: defaults, TOML file, environment, flags; validation.
-//! - [`server`]: the accept loop (hyper HTTP/1.1 with upgrades).
+//! - [`server`]: the accept loop: accept, a PROXY header (`[proxy]`), then
+//!   the front.
+//! - [`front`]: where each new connection goes, from a look at its first
+//!   request head: the direct publish path ([`publish_direct`]), a `/ws`
+//!   WebSocket served on the socket ([`ws`]), a SockJS streaming receiver
+//!   served on the socket ([`sockjs`]), or hyper (HTTP/1.1 with upgrades)
+//!   for everything else; with the header timeout, the bound on connections
+//!   being looked at, and the per-address rate.
 //! - [`http`]: routes: `/ws`, `/sockjs`, `/healthz`, `/readyz`, `/metrics`,
 //!   the demo page, and (standalone) the publish API from `herald-engine`.
 //! - [`health`]: liveness (`/healthz`) and readiness (`/readyz`: not
@@ -86,6 +93,7 @@ pub mod conn_rate;
 pub mod dedup;
 pub mod dev;
 pub mod filter;
+pub mod front;
 pub mod health;
 pub mod http;
 pub mod hub;
@@ -272,26 +280,21 @@ impl Gateway {
         if let Mode::Edge { .. } = &shared.mode {
             spawn_edge(&shared, self.presence_rx, &mut tasks);
         }
-        let (router, native) = http::routes(Arc::clone(&shared), engine_routes);
-        let accepting = server::Accepting {
-            native,
-            header_timeout: Duration::from_millis(cfg.session.header_timeout_ms),
-            clients: Arc::new(client_addr::ClientAddrs::new(
-                cfg.proxy.clone(),
-                cfg.connection_rate.rate().map(|rate| {
-                    Arc::new(conn_rate::ConnectionRate::new(
-                        rate,
-                        cfg.connection_rate.max_addresses,
-                        Arc::clone(&shared.metrics),
-                    ))
-                }),
-            )),
-            metrics: Arc::clone(&shared.metrics),
-        };
+        let (router, sockjs) = http::routes(Arc::clone(&shared), engine_routes);
+        let clients = Arc::new(client_addr::ClientAddrs::new(
+            cfg.proxy.clone(),
+            cfg.connection_rate.rate().map(|rate| {
+                Arc::new(conn_rate::ConnectionRate::new(
+                    rate,
+                    cfg.connection_rate.max_addresses,
+                    Arc::clone(&shared.metrics),
+                ))
+            }),
+        ));
+        let front = front::Front::new(Arc::clone(&shared), router, sockjs, clients);
         server::serve(
             listener,
-            router,
-            accepting,
+            Arc::new(front),
             shared.shutdown.clone(),
             shared.tracker.clone(),
         )

@@ -118,7 +118,7 @@ pub enum RefuseReason {
     /// `session.max_sniffing` connections were already waiting for their
     /// request head: answered 503 and closed.
     SniffLimit,
-    /// The native path did not see a whole request head (or a streaming
+    /// The front did not see a whole request head (or a streaming
     /// receiver's body) within `session.header_timeout_ms` of accept:
     /// closed. (hyper's own timeouts, which also end idle keep-alive
     /// connections, are not counted.)
@@ -206,8 +206,8 @@ pub struct Metrics {
     pub mailboxes_expired: Counter,
     /// Refused connections and sessions.
     pub refused: Family<RefuseLabels, Counter>,
-    /// Connections whose request head is being sniffed now (the native
-    /// streaming path), bounded by `session.max_sniffing`.
+    /// Connections whose request head is being sniffed now (by the front,
+    /// [`crate::front`]), bounded by `session.max_sniffing`.
     pub sniffing: Gauge,
     /// Messages queued to sessions (one per session per notification).
     pub deliveries: Counter,

@@ -16,7 +16,7 @@
 //! - A malformed header, one over [`MAX_HEADER`] bytes, or one begun but
 //!   not whole by the deadline, is refused. (A connection that sends
 //!   nothing by then is closed and counted as `header_timeout`, as the
-//!   native path counts a request head that never came.)
+//!   front ([`crate::front`]) counts a request head that never came.)
 //!
 //! A refused connection is closed without an answer, logged with the peer
 //! and the reason, and counted in `herald_connections_refused_total`
@@ -29,8 +29,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
+use crate::front::sniff::peek_until;
 use crate::metrics::RefuseReason;
-use crate::sockjs::sniff::peek_until;
 
 /// The longest PROXY header accepted. HAProxy's v2 header is 28 bytes for
 /// IPv4 and 52 for IPv6; with every optional TLV it can add (ALPN,
@@ -55,7 +55,7 @@ pub enum Refusal {
     #[error("PROXY header not whole within session.header_timeout_ms")]
     Timeout,
     /// Nothing at all arrived by the deadline: no PROXY header was begun,
-    /// so this is the request head's timeout, counted as the native path
+    /// so this is the request head's timeout, counted as the front
     /// counts it (`header_timeout`).
     #[error("nothing sent within session.header_timeout_ms")]
     Silent,

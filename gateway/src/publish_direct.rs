@@ -3,8 +3,8 @@
 //! A publish through hyper and axum spent about half of its instructions
 //! in the framework (the header map, the request's extensions, the body
 //! channel, the router's boxed services; bench/reports/compare.md). When a
-//! new connection's first request is a publish (the accept loop's look at
-//! it, [`crate::sockjs::native`]), this loop reads the connection's
+//! new connection's first request is a publish (the front's look at it,
+//! [`crate::front`]), this loop reads the connection's
 //! requests itself: each head parsed in place, the key checked before the
 //! body is read, the body taken whole, the same handler's checks and
 //! answer ([`herald_engine::publish::PublishApi::check_publish`] and

@@ -14,9 +14,9 @@
 //!   receiver slot that xhr-streaming, xhr-polling and EventSource requests
 //!   take in turn.
 //! - [`native`]: xhr-streaming and EventSource receivers served straight on
-//!   the socket (no hyper buffers) when they open a connection.
-//! - `sniff`: how [`native`] looks at a new connection's first bytes: on
-//!   readiness, never consuming, with a bound on connections looked at.
+//!   the socket (no hyper buffers) when they open a connection: which
+//!   request lines those are, for the front ([`crate::front`]) that sorts
+//!   new connections, and how they are read and answered.
 //! - [`test_apps`]: the echo and close apps of the test-suite services,
 //!   over WebSocket and as HTTP applications (test mode only); [`routes`]
 //!   runs them instead of the STOMP session on the test services.
@@ -37,7 +37,6 @@ pub mod native;
 pub mod pending;
 pub mod routes;
 pub mod session;
-pub(crate) mod sniff;
 pub mod test_apps;
 
 /// What a SockJS service runs on its sessions.

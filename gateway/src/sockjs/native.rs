@@ -1,28 +1,21 @@
-//! Streaming receivers served straight on the socket; and where a new
-//! connection's first request is looked at, so that `GET /ws` upgrades are
-//! served straight on it too ([`crate::ws::native`]).
+//! Streaming receivers served straight on the socket.
 //!
 //! A hyper connection keeps about 16 KiB of buffers for as long as it
 //! streams a response, which would make an idle xhr-streaming or
-//! EventSource session cost several times an idle WebSocket. So the accept
-//! loop peeks at a new connection's request line (`MSG_PEEK`, nothing is
-//! consumed): when it is a streaming receiver of the `/sockjs` service, the
-//! request head is read and answered here, with `Connection: close` and the
-//! body written from the session's frames until the stream ends. Anything
-//! else goes to hyper untouched. A streaming request that arrives on a
-//! reused keep-alive connection is served by hyper through the same
-//! session, only with hyper's buffers.
+//! EventSource session cost several times an idle WebSocket. So when a new
+//! connection's first request is a streaming receiver of the STOMP service
+//! (the front, [`crate::front`], asks [`Native::receiver`] while it looks
+//! at the request head), the request head and body are read
+//! ([`Native::read`]) and answered here ([`Native::stream`]), with
+//! `Connection: close` and the body written from the session's frames
+//! until the stream ends. A streaming request that arrives on a reused
+//! keep-alive connection is served by hyper through the same session, only
+//! with hyper's buffers.
 //!
 //! # Limits
-//! Sniffing waits on readiness ([`super::sniff`]): a half-sent head costs
-//! nothing until more bytes or the peer's FIN arrive, and a peer that
-//! closes mid-head is dropped at once. At most `session.max_sniffing`
-//! connections are sniffed (and, for a streaming receiver, have their head
-//! and body read) at once; the next is answered 503 before anything is read
-//! and closed, counted as `sniff_limit`. Head and body must arrive within
-//! `session.header_timeout_ms` of accept, the same deadline hyper is given
-//! for the rest of a connection it takes; past it the connection is closed
-//! without an answer, counted as `header_timeout`. A body over
+//! The head and body must arrive within the deadline the front gives
+//! (`session.header_timeout_ms` of accept); past it the connection is
+//! closed without an answer, counted as `header_timeout`. A body over
 //! [`MAX_DISCARD`] is answered 413 (counted as `body_too_large`).
 
 use std::net::SocketAddr;
@@ -37,13 +30,10 @@ use tokio::time::{Instant, timeout_at};
 
 use super::Service;
 use super::session::{Attach, Kind, Registry};
-use super::sniff::{SniffPermit, SniffSlots, peek_until};
 use crate::app::Shared;
 use crate::client_addr::ClientAddrs;
 use crate::metrics::RefuseReason;
 
-/// The longest request line and head this path reads itself.
-const MAX_HEAD: usize = 8 * 1024;
 /// The most request-body bytes discarded before the stream starts (a
 /// streaming receiver's body carries nothing); beyond, 413.
 pub const MAX_DISCARD: usize = 64 * 1024;
@@ -52,43 +42,37 @@ pub const MAX_DISCARD: usize = 64 * 1024;
 /// connection and destroy the answer before the client read it.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 1024 * 1024;
-/// The answer to a connection over `session.max_sniffing`.
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: 54\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections sending their request head; retry";
 
-/// The native streaming path of one SockJS service.
+/// The streaming receivers of one SockJS service, served on the socket.
 pub struct Native {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
     service: Service,
     prefix: &'static str,
-    slots: SniffSlots,
 }
 
-/// What [`Native::sniff`] found.
-enum Sniffed {
-    /// Not ours: hand the connection to hyper.
-    Hyper,
-    /// A streaming receiver: `kind`, session id, head length to consume.
-    Stream(Kind, String, usize),
-    /// `GET /ws`, for [`crate::ws::native`]: the head's length.
-    Upgrade(usize),
-    /// `POST /v1/notifications`, for [`crate::publish_direct`].
-    Publish,
+/// A streaming receiver's request, as its request line names it.
+pub(crate) struct Receiver {
+    kind: Kind,
+    session: String,
 }
 
-/// A connection [`Native::try_serve`] gives back, nothing of it read.
-pub enum Handed {
-    /// For hyper.
-    Hyper(TcpStream),
-    /// For the direct publish path ([`crate::publish_direct`]).
-    Publish(TcpStream),
+/// A streaming receiver's request, read whole: what the answer needs.
+pub(crate) struct Request {
+    kind: Kind,
+    session: String,
+    head: Head,
+    /// The client: the connection's, or the one a trusted proxy's
+    /// `X-Forwarded-For` named.
+    client: SocketAddr,
 }
 
 /// The connection a streaming request came on.
-struct Conn {
-    peer: SocketAddr,
-    client: SocketAddr,
-    clients: Arc<ClientAddrs>,
+pub(crate) struct Conn {
+    pub(crate) peer: SocketAddr,
+    /// `peer`, or the client its PROXY header named.
+    pub(crate) client: SocketAddr,
+    pub(crate) clients: Arc<ClientAddrs>,
 }
 
 struct Head {
@@ -109,205 +93,59 @@ impl Native {
         service: Service,
         prefix: &'static str,
     ) -> Self {
-        let slots = SniffSlots::new(
-            shared.config.session.max_sniffing,
-            shared.metrics.sniffing.clone(),
-        );
         Native {
             shared,
             registry,
             service,
             prefix,
-            slots,
         }
     }
 
-    /// Serve `stream` if it opens with a streaming receiver request;
-    /// otherwise give it back for hyper. The stream is served from a task of
-    /// its own, so it does not carry the (larger) connection task's state.
-    /// None when the connection was refused, timed out at `deadline`, or
-    /// closed by its peer before its head was whole.
-    /// `client` is the connection's client (`peer` itself, or what its
-    /// PROXY header said); a request from a trusted proxy without the
-    /// PROXY protocol names its client in `X-Forwarded-For` instead, and
-    /// is counted against the connection rate here.
-    pub async fn try_serve(
-        self: &Arc<Self>,
-        stream: TcpStream,
-        peer: SocketAddr,
-        client: SocketAddr,
-        clients: &Arc<ClientAddrs>,
-        deadline: Instant,
-    ) -> Option<Handed> {
-        let Some(permit) = self.slots.try_acquire() else {
-            self.shared.metrics.refuse(RefuseReason::SniffLimit);
-            tracing::debug!("too many connections sniffing; answered 503");
-            // Nothing is awaited for a refused connection. The answer is
-            // one send on the plain socket: tokio's try_write would skip
-            // it while the new socket's first writable event is pending,
-            // and it always fits a fresh socket's send buffer.
-            if let Ok(mut socket) = stream.into_std() {
-                let _ = std::io::Write::write(&mut socket, BUSY);
-            }
-            return None;
-        };
-        let mut buf = vec![0u8; MAX_HEAD];
-        // The per-address rate of a proxy's clients is checked on the first
-        // request's X-Forwarded-For, which only hyper's path reads.
-        let publish = self.publish_api().is_some()
-            && !(clients.uses_forwarded_for(peer) && clients.rate_limited());
-        // A connection that has sent nothing when shutdown starts has no
-        // request in flight: it must not hold the drain for the deadline
-        // (a browser's preconnected socket, say).
-        let sniff = tokio::select! {
-            r = timeout_at(deadline, self.sniff(&stream, &mut buf, publish)) => r,
-            _ = self.shared.shutdown.cancelled() => {
-                tracing::debug!("shutting down before the request head was whole; connection closed");
-                return None;
-            }
-        };
-        let sniffed = match sniff {
-            Ok(Ok(Some(s))) => s,
-            Ok(Ok(None)) => {
-                tracing::debug!("peer closed before its request head was whole");
-                return None;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "connection failed before its request head was whole");
-                return None;
-            }
-            Err(_) => {
-                self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
-                tracing::debug!("request head timed out; connection closed");
-                return None;
-            }
-        };
-        match sniffed {
-            Sniffed::Hyper => Some(Handed::Hyper(stream)),
-            Sniffed::Publish => Some(Handed::Publish(stream)),
-            Sniffed::Upgrade(head_len) => {
-                let conn = crate::ws::native::Conn {
-                    peer,
-                    client,
-                    clients,
-                };
-                crate::ws::native::serve(&self.shared, stream, buf, head_len, conn, deadline)
-                    .await
-                    .map(Handed::Hyper)
-            }
-            Sniffed::Stream(kind, session, head_len) => {
-                let this = Arc::clone(self);
-                let conn = Conn {
-                    peer,
-                    client,
-                    clients: Arc::clone(clients),
-                };
-                self.shared.tracker.spawn(async move {
-                    this.serve(stream, conn, permit, deadline, kind, session, head_len)
-                        .await;
-                });
-                None
-            }
-        }
-    }
-
-    /// The publish API, when this gateway serves it (standalone).
-    pub fn publish_api(&self) -> Option<&herald_engine::publish::PublishApi> {
-        match &self.shared.mode {
-            crate::app::Mode::Standalone { publish, .. } => Some(publish),
-            _ => None,
-        }
-    }
-
-    /// Wait (on readiness) until the request line or the whole head says
-    /// whose the connection is; None if the peer closed first.
-    /// `publish`: whether a publish may be served directly.
-    async fn sniff(
-        &self,
-        stream: &TcpStream,
-        buf: &mut [u8],
-        publish: bool,
-    ) -> std::io::Result<Option<Sniffed>> {
-        peek_until(stream, buf, |bytes| self.decide(bytes, publish)).await
-    }
-
-    /// Whose the connection is, from its first `bytes`, if they tell.
-    fn decide(&self, bytes: &[u8], publish: bool) -> Option<Sniffed> {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(bytes) {
-            Ok(httparse::Status::Complete(len)) => {
-                let method = req.method.unwrap_or("");
-                let path = req.path.unwrap_or("");
-                if publish && crate::publish_direct::is_publish_line(method, path, req.version) {
-                    return Some(Sniffed::Publish);
-                }
-                Some(self.classify(method, path, len))
-            }
-            Ok(httparse::Status::Partial) if bytes.len() < MAX_HEAD => {
-                // Decide early when the request line already says no.
-                let line_end = bytes.iter().position(|&b| b == b'\n')?;
-                let line = String::from_utf8_lossy(&bytes[..line_end]);
-                let mut parts = line.split(' ');
-                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-                if publish && crate::publish_direct::is_publish_line(method, path, Some(1)) {
-                    // Its version and headers are still to come.
-                    return None;
-                }
-                matches!(self.classify(method, path, 0), Sniffed::Hyper).then_some(Sniffed::Hyper)
-            }
-            // Too long or malformed: hyper answers as usual.
-            _ => Some(Sniffed::Hyper),
-        }
-    }
-
-    fn classify(&self, method: &str, path: &str, head_len: usize) -> Sniffed {
-        if crate::ws::native::is_upgrade_line(method, path) {
-            return Sniffed::Upgrade(head_len);
-        }
+    /// The streaming receiver a request line (`method`, `path`) opens,
+    /// when it is one this service serves on the socket.
+    pub(crate) fn receiver(&self, method: &str, path: &str) -> Option<Receiver> {
         let path = path.split('?').next().unwrap_or("");
-        let Some(rest) = path.strip_prefix(self.prefix) else {
-            return Sniffed::Hyper;
-        };
+        let rest = path.strip_prefix(self.prefix)?;
         let parts: Vec<&str> = rest.split('/').collect();
         let [_, server, session, transport] = parts[..] else {
-            return Sniffed::Hyper;
+            return None;
         };
         let kind = match (method, transport) {
             ("POST", "xhr_streaming") => Kind::XhrStreaming,
             ("GET", "eventsource") => Kind::Eventsource,
-            _ => return Sniffed::Hyper,
+            _ => return None,
         };
         if !sockjs::is_valid_id(server) || !sockjs::is_valid_id(session) {
             // hyper's routes answer 404.
-            return Sniffed::Hyper;
+            return None;
         }
-        Sniffed::Stream(kind, session.to_owned(), head_len)
+        Some(Receiver {
+            kind,
+            session: session.to_owned(),
+        })
     }
 
-    /// Consume the head and any body (by `deadline`, holding `permit`
-    /// meanwhile), then answer and stream.
-    #[allow(clippy::too_many_arguments)]
-    async fn serve(
+    /// Consume the head of `receiver` (its `head_len` bytes were peeked)
+    /// and any body, by `deadline`. None when the connection was answered
+    /// (429, 413), timed out or failed: the caller closes it.
+    pub(crate) async fn read(
         &self,
-        mut stream: TcpStream,
+        stream: &mut TcpStream,
         conn: Conn,
-        permit: SniffPermit,
         deadline: Instant,
-        kind: Kind,
-        session: String,
+        receiver: Receiver,
         head_len: usize,
-    ) {
-        let head = match timeout_at(deadline, read_head(&mut stream, head_len)).await {
+    ) -> Option<Request> {
+        let head = match timeout_at(deadline, read_head(stream, head_len)).await {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "streaming request head unreadable");
-                return;
+                return None;
             }
             Err(_) => {
                 self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
                 tracing::debug!("streaming request head timed out; connection closed");
-                return;
+                return None;
             }
         };
         let client = if conn.clients.uses_forwarded_for(conn.peer) {
@@ -318,7 +156,7 @@ impl Native {
                 tracing::debug!(client = %client, peer = %conn.peer, retry_after, "connection over the per-address rate; answered 429");
                 let answer = crate::client_addr::rate_limited_answer(retry_after);
                 let _ = stream.write_all(answer.as_bytes()).await;
-                return;
+                return None;
             }
             client
         } else {
@@ -331,26 +169,42 @@ impl Native {
                 "streaming request body too large; answered 413"
             );
             self.too_large(stream, &head).await;
-            return;
+            return None;
         }
         let discard = async {
-            let mut body = (&mut stream).take(head.content_length as u64);
+            let mut body = (&mut *stream).take(head.content_length as u64);
             tokio::io::copy(&mut body, &mut tokio::io::sink()).await
         };
         match timeout_at(deadline, discard).await {
             Ok(Ok(n)) if n == head.content_length as u64 => {}
             Ok(Ok(_)) | Ok(Err(_)) => {
                 tracing::debug!("peer closed before its request body was whole");
-                return;
+                return None;
             }
             Err(_) => {
                 self.shared.metrics.refuse(RefuseReason::HeaderTimeout);
                 tracing::debug!("streaming request body timed out; connection closed");
-                return;
+                return None;
             }
         }
-        // The request is read: from here on it is a session's receiver.
-        drop(permit);
+        let Receiver { kind, session } = receiver;
+        Some(Request {
+            kind,
+            session,
+            head,
+            client,
+        })
+    }
+
+    /// Answer a `request` [`Native::read`] read whole, and stream the
+    /// session's frames on `stream` until either end closes.
+    pub(crate) async fn stream(&self, mut stream: TcpStream, request: Request) {
+        let Request {
+            kind,
+            session,
+            head,
+            client,
+        } = request;
         // Only the STOMP service is served natively.
         let app = || super::application::stomp(&self.shared, kind, head.token.clone(), client);
         let Some(sess) =
@@ -470,7 +324,7 @@ impl Native {
     /// Answer 413 as `xhr_send` does, then read and discard what the
     /// client still sends (up to [`LINGER`] and [`LINGER_BYTES`]) so that
     /// closing does not reset the connection under the answer.
-    async fn too_large(&self, mut stream: TcpStream, head: &Head) {
+    async fn too_large(&self, stream: &mut TcpStream, head: &Head) {
         const BODY: &str = "Payload too large.";
         let mut response =
             self.answer_head("413 Payload Too Large", "text/plain; charset=UTF-8", head);
@@ -479,7 +333,7 @@ impl Native {
         {
             return;
         }
-        let mut rest = (&mut stream).take(LINGER_BYTES);
+        let mut rest = stream.take(LINGER_BYTES);
         let _ =
             tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
     }

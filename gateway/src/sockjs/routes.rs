@@ -260,7 +260,7 @@ async fn receive(s: SockjsState, session: &str, req: Request, kind: Kind) -> Res
     }
     let headers = req.headers().clone();
     let token = query_token(&req);
-    // The client, as the accept loop resolved it (`server`).
+    // The client, as the accept loop and the front resolved it.
     let client = req
         .extensions()
         .get::<ConnectInfo<std::net::SocketAddr>>()

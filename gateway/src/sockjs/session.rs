@@ -254,7 +254,7 @@ impl HttpSession {
     }
 }
 
-/// A request extension the accept loop puts on every request of a
+/// A request extension the front's hyper side puts on every request of a
 /// connection: set when a receiving request was served on it, so that on
 /// shutdown the connection stays open up to [`SHUTDOWN_LINGER`] for the
 /// client's next poll, which gets the session's notice.

@@ -1,14 +1,13 @@
 //! `GET /ws` upgrades served straight on the socket.
 //!
-//! The accept loop already looks at a new connection's request head
-//! without consuming it ([`crate::sockjs::native`]). When the head is a
-//! `GET /ws` upgrade that [`super::check`] accepts, it is answered here:
-//! the head is read off the socket into the buffer it was peeked into,
-//! `101 Switching Protocols` is written from that buffer too, and the
-//! session runs on the socket in a task of its own. hyper never sees the
-//! connection: no connection with its buffers, no request and response
-//! maps, no routing, no upgrade hand-off between two tasks. It is the
-//! same handshake [`super::accept`] answers, and the same session.
+//! The front already looks at a new connection's request head without
+//! consuming it ([`crate::front`]). When the head is a `GET /ws` upgrade
+//! that [`super::check`] accepts, it is answered here: the head is read
+//! off the socket into the buffer it was peeked into, `101 Switching
+//! Protocols` is written from that buffer too, and the session runs on the
+//! socket in a task of its own. hyper never sees the connection: no
+//! connection with its buffers, no request and response maps, no routing,
+//! no upgrade hand-off between two tasks. It is the same handshake [`super::accept`] answers, and the same session.
 //!
 //! Anything else is left to hyper, untouched (nothing was consumed), and
 //! answered there as before: a refused upgrade (it says why), a request
