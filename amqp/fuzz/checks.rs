@@ -6,9 +6,9 @@
 
 #![allow(dead_code)]
 
+use amq_protocol::protocol::BasicProperties;
+use amq_protocol::types::parsing::parse_field_table;
 use herald_amqp::presence::{MAX_REPORT_USERS, PRESENCE_TYPE, PresenceAmqp, PresenceReport};
-use lapin::BasicProperties;
-use lapin::types::parsing::parse_field_table;
 
 /// A presence report as a router reads it from its queue
 /// (`PresenceReport::from_amqp`): the input is an AMQP field table (the
@@ -66,11 +66,11 @@ pub(crate) fn presence_read(data: &[u8]) -> Option<Result<PresenceReport, String
 /// to a frame that reads again as the same method; no delivery comes out
 /// above the bound.
 pub(crate) fn wire_frames(data: &[u8]) {
+    use amq_protocol::protocol::AMQPClass;
+    use amq_protocol::protocol::basic::AMQPMethod;
     use bytes::BytesMut;
     use herald_amqp::wire::delivery::{Assembled, Assembler};
     use herald_amqp::wire::frame::{Frame, decode, put_method};
-    use lapin::protocol::AMQPClass;
-    use lapin::protocol::basic::AMQPMethod;
 
     const MAX: u32 = 4096;
     let mut buf = BytesMut::from(data);

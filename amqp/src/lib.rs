@@ -35,6 +35,10 @@
 //! - [`routing`]: targeted routing, the routing view the router keeps of
 //!   which edge holds whom, and the catch-up after a move.
 //! - [`metrics`]: connection and forward counters.
+//! - [`wire`]: Herald's own AMQP 0-9-1 consumer client, the edges' root link
+//!   by default: the consuming task reads the socket itself and acks a burst
+//!   with one write; frames are read and written with lapin's codec
+//!   (`amq-protocol`), with no thread of lapin's in between.
 //!
 //! The contract for publishers is in `router/AMQP.md`.
 

@@ -12,14 +12,13 @@
 
 use std::time::Duration;
 
+use amq_protocol::protocol::basic::{self, AMQPMethod as Basic};
+use amq_protocol::protocol::channel::{self, AMQPMethod as Chan};
+use amq_protocol::protocol::connection::{self, AMQPMethod as Conn};
+use amq_protocol::protocol::{AMQPClass, BasicProperties};
+use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
+use amq_protocol::uri::{AMQPScheme, AMQPUri, SASLMechanism};
 use bytes::BytesMut;
-use lapin::BasicProperties;
-use lapin::protocol::AMQPClass;
-use lapin::protocol::basic::{self, AMQPMethod as Basic};
-use lapin::protocol::channel::{self, AMQPMethod as Chan};
-use lapin::protocol::connection::{self, AMQPMethod as Conn};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::uri::{AMQPScheme, AMQPUri, SASLMechanism};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};

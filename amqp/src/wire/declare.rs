@@ -1,11 +1,11 @@
 //! The declarations and the consumer of a [`Wire`]: each one a
 //! synchronous method on its channel and the answer it must get.
 
-use lapin::protocol::AMQPClass;
-use lapin::protocol::basic::{self, AMQPMethod as Basic};
-use lapin::protocol::exchange::{self, AMQPMethod as Exchange};
-use lapin::protocol::queue::{self, AMQPMethod as Queue};
-use lapin::types::{FieldTable, ShortString};
+use amq_protocol::protocol::AMQPClass;
+use amq_protocol::protocol::basic::{self, AMQPMethod as Basic};
+use amq_protocol::protocol::exchange::{self, AMQPMethod as Exchange};
+use amq_protocol::protocol::queue::{self, AMQPMethod as Queue};
+use amq_protocol::types::{FieldTable, ShortString};
 
 use super::conn::{Wire, WireError};
 

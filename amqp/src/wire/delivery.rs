@@ -5,8 +5,8 @@
 //! dropped, and the delivery comes out as [`Assembled::TooLarge`] so the
 //! consumer can acknowledge it (redelivering it would not make it fit).
 
+use amq_protocol::protocol::BasicProperties;
 use bytes::Bytes;
-use lapin::BasicProperties;
 
 /// Most bytes reserved for a body before its frames arrive.
 const RESERVE: u64 = 1 << 20;

@@ -3,14 +3,15 @@
 //!
 //! A frame is a type octet, a channel (`u16`), a payload size (`u32`), the
 //! payload and the end octet `0xCE`. Methods and content headers are
-//! parsed with the generated codec lapin uses (`lapin::protocol`, from
-//! `amq-protocol`); the framing around them, and bodies, are read here, so a
-//! body frame is sliced from the read buffer instead of copied byte by byte.
+//! parsed with the generated codec lapin uses (`amq_protocol::protocol`, a
+//! direct dependency at lapin's version); the framing around them, and
+//! bodies, are read here, so a body frame is sliced from the read buffer
+//! instead of copied byte by byte.
 
+use amq_protocol::protocol::BasicProperties;
+use amq_protocol::protocol::basic::{gen_properties, parse_properties};
+use amq_protocol::protocol::{AMQPClass, gen_class, parse_class};
 use bytes::{Buf, Bytes, BytesMut};
-use lapin::BasicProperties;
-use lapin::protocol::basic::{gen_properties, parse_properties};
-use lapin::protocol::{AMQPClass, gen_class, parse_class};
 
 /// The protocol header a client opens with: AMQP 0-9-1.
 pub const PROTOCOL_HEADER: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
@@ -212,8 +213,8 @@ fn finish(out: &mut Vec<u8>, start: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lapin::protocol::basic::{self, AMQPMethod};
-    use lapin::types::ShortString;
+    use amq_protocol::protocol::basic::{self, AMQPMethod};
+    use amq_protocol::types::ShortString;
 
     fn ack(tag: u64) -> AMQPClass {
         AMQPClass::Basic(AMQPMethod::Ack(basic::Ack {
