@@ -95,7 +95,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::confirm::{Confirmer, Sender};
+use self::confirm::{ConfirmQueue, Confirmer};
 use self::inflight::{ClaimDone, Claiming, RefillDone, Refilling};
 use self::plan::{Busy, Plan, Step};
 use self::settle::{SETTLE_QUEUE, Settle, settler};
@@ -257,7 +257,7 @@ impl Firer {
 
     /// The loop: fire what is due, else start what the plan says, else
     /// wait for the next event.
-    async fn fire_until(&mut self, shutdown: &CancellationToken, confirm: &Sender) {
+    async fn fire_until(&mut self, shutdown: &CancellationToken, confirm: &ConfirmQueue) {
         let mut lp = Loop::new(&self.config);
         loop {
             if shutdown.is_cancelled() {
@@ -283,7 +283,7 @@ impl Firer {
         now: Millis,
         until: Millis,
         shutdown: &CancellationToken,
-        confirm: &Sender,
+        confirm: &ConfirmQueue,
     ) {
         let wait = Duration::from_millis(until.saturating_sub(now).clamp(1, MAX_SLEEP_MS));
         tokio::select! {
@@ -298,7 +298,7 @@ impl Firer {
     }
 
     /// Fire what is due in `ready` at `now`; whether there was any.
-    async fn fire_due(&mut self, lp: &mut Loop, now: Millis, confirm: &Sender) -> bool {
+    async fn fire_due(&mut self, lp: &mut Loop, now: Millis, confirm: &ConfirmQueue) -> bool {
         let due = lp.ready.take_due(now);
         if due.scheduled.is_empty() && due.from_hold.is_empty() {
             return false;
@@ -401,7 +401,12 @@ impl Firer {
     }
 
     /// `user` came online: fire what is held for them.
-    async fn user_online(&mut self, user: String, scheduler: &mut Scheduler, confirm: &Sender) {
+    async fn user_online(
+        &mut self,
+        user: String,
+        scheduler: &mut Scheduler,
+        confirm: &ConfirmQueue,
+    ) {
         let batch = self.config.claim_batch;
         loop {
             let now = now_ms();

@@ -20,8 +20,10 @@ use crate::schedule::sender::{Call, CallQueue};
 use crate::schedule::store::Store;
 use crate::schedule::timing::now_ms;
 
-/// The firer's end of the confirmer.
-pub(super) type Sender = mpsc::Sender<Sent>;
+/// The firer's end of the confirmer: the queue of batches sent, of at most
+/// [`CONFIRM_QUEUE`](super::CONFIRM_QUEUE) (not to be confused with the
+/// callback sender, [`crate::schedule::sender::Sender`]).
+pub(super) type ConfirmQueue = mpsc::Sender<Sent>;
 
 /// A batch sent to the link.
 pub(super) struct Sent {

@@ -17,7 +17,7 @@
 use std::time::Instant;
 
 use super::Firer;
-use super::confirm::{Sender, Sent};
+use super::confirm::{ConfirmQueue, Sent};
 use super::merge::{ToSend, merge};
 use super::round::Round;
 use super::spacing::{Spacing, spacing};
@@ -39,7 +39,7 @@ impl Firer {
         entries: Vec<Entry>,
         from_hold: bool,
         scheduler: &mut Scheduler,
-        confirm: &Sender,
+        confirm: &ConfirmQueue,
     ) {
         if entries.is_empty() {
             return;
@@ -265,7 +265,7 @@ impl Firer {
         send: Vec<ToSend>,
         from_hold: bool,
         lease_until: Millis,
-        confirm: &Sender,
+        confirm: &ConfirmQueue,
     ) {
         let fired = herald_protocol::envelope::Accepted::at(std::time::SystemTime::now());
         let mut round = Round::new(send, from_hold, self.link.batch_limit(), lease_until, fired);
