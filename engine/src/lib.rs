@@ -36,6 +36,8 @@
 //!   (`engine/openapi.json`, written by hand), cut down to what a process
 //!   serves and served at `GET /v1/openapi.json`; its drift check against
 //!   the routes each crate registers.
+//! - [`answers`]: what every process answers alike: `/metrics`'s
+//!   exposition, 404 and 405 as JSON errors.
 //! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
 //!   (readiness), the same in both binaries.
 //! - [`callback`]: the pure parts of callbacks (HTTP calls when a
@@ -66,6 +68,7 @@
 //! is acknowledged (HTTP 202, AMQP ack) before the link or the store has
 //! taken it. Delivery is at-least-once: a repeat carries the same id.
 
+pub mod answers;
 pub mod api_key;
 pub mod callback;
 pub mod config;

@@ -18,10 +18,9 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use serde_json::json;
 
 use crate::app::{Mode, Shared};
 use crate::sockjs::native::Native;
@@ -69,8 +68,8 @@ pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Nativ
             .route(&format!("{prefix}/"), get(crate::sockjs::routes::greeting));
     }
     let router = router
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed);
+        .fallback(herald_engine::answers::not_found)
+        .method_not_allowed_fallback(herald_engine::answers::method_not_allowed);
     (router, native)
 }
 
@@ -88,31 +87,8 @@ fn surface(shared: &Shared) -> herald_engine::openapi::Surface {
     }
 }
 
-async fn method_not_allowed() -> Response {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        axum::Json(json!({"error": {
-            "code": "method_not_allowed",
-            "message": "this endpoint does not take that method"
-        }})),
-    )
-        .into_response()
-}
-
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    let mut body = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &shared.registry) {
-        tracing::error!(error = %e, "metrics encoding failed");
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    herald_engine::answers::metrics(&shared.registry)
 }
 
 async fn client_module() -> Response {
@@ -128,14 +104,6 @@ async fn client_module() -> Response {
 
 async fn demo() -> Html<&'static str> {
     Html(DEMO_PAGE)
-}
-
-async fn not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        axum::Json(json!({"error": {"code": "not_found", "message": "no such endpoint"}})),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

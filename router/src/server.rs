@@ -37,11 +37,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +53,7 @@ use crate::stats::{RouterStats, StatsMetrics};
 use crate::stats_intake::StatsIntake;
 use herald_amqp::routing::{Mode, Routing, RoutingMetrics};
 use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot};
+use herald_engine::answers;
 use herald_engine::api_key::ApiKeys;
 use herald_engine::engine::{Durable, Engine, Parts, PresenceSource};
 use herald_engine::presence::redis::RedisPresence;
@@ -280,8 +279,12 @@ fn routes(
         .merge(engine.routes())
         .merge(Arc::clone(stats).routes())
         .merge(openapi)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(answers::not_found)
+        .method_not_allowed_fallback(answers::method_not_allowed)
+}
+
+async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
+    answers::metrics(&registry)
 }
 
 /// Serve `routes` until `shutdown` fires, then finish the requests running,
@@ -304,41 +307,6 @@ async fn serve(
         },
         _ = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "HTTP requests still running at the end of the grace period"),
     }
-}
-
-async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
-    let mut body = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &registry) {
-        tracing::error!(error = %e, "metrics encoding failed");
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
-}
-
-async fn method_not_allowed() -> Response {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        axum::Json(json!({"error": {
-            "code": "method_not_allowed",
-            "message": "this endpoint does not take that method"
-        }})),
-    )
-        .into_response()
-}
-
-async fn not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        axum::Json(json!({"error": {"code": "not_found", "message": "no such endpoint"}})),
-    )
-        .into_response()
 }
 
 #[cfg(test)]
