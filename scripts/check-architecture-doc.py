@@ -40,6 +40,7 @@ Prints each problem as doc:line and exits 1 when there is any.
 """
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -78,21 +79,18 @@ EXTERNAL_CRATES = {
 }
 
 
-def strip_comments_and_tests(text):
-    """Drop `//` comments and `#[cfg(test)] mod x { ... }` blocks."""
-    text = re.sub(r"//[^\n]*", "", text)
-    out, i = [], 0
-    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text):
-        if m.start() < i:
-            continue
-        out.append(text[i:m.start()])
-        depth, j = 1, m.end()
-        while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        i = j
-    out.append(text[i:])
-    return "".join(out)
+def _module_cycles():
+    """scripts/module-cycles.py, whose reading of Rust sources this shares."""
+    spec = importlib.util.spec_from_file_location(
+        "module_cycles", os.path.join(os.path.dirname(os.path.abspath(__file__)), "module-cycles.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Drop `//` comments and `#[cfg(test)] mod x { ... }` blocks.
+strip_comments_and_tests = _module_cycles().strip_tests
 
 
 def is_test_file(rel):
