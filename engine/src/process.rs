@@ -1,8 +1,26 @@
 //! Process plumbing shared by Herald's binaries (`herald-router`,
 //! `herald-gateway`): exit codes, logging set-up, the shutdown signal, the
-//! reload signal, and the process metrics ([`metrics`]).
+//! reload signal, the version string ([`crate::version!`]), and the process
+//! metrics ([`metrics`]).
 
 pub mod metrics;
+
+/// The version of the binary that calls it and the commit it was built
+/// from, as `--version` says: `0.1.0 (commit 0123456789ab)`, a string
+/// literal. A macro, so that it reads the calling crate's
+/// `CARGO_PKG_VERSION` and `HERALD_COMMIT` (which its build script,
+/// `scripts/build-version.rs`, sets), not the engine's.
+#[macro_export]
+macro_rules! version {
+    () => {
+        concat!(
+            env!("CARGO_PKG_VERSION"),
+            " (commit ",
+            env!("HERALD_COMMIT"),
+            ")"
+        )
+    };
+}
 
 /// sysexits.h EX_CONFIG: the configuration is unusable.
 pub const EX_CONFIG: u8 = 78;

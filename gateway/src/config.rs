@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use auth::{ALGORITHMS, AuthConfig, KeyConfig, MIN_SECRET_BYTES};
-pub use cli::Cli;
+pub use cli::{Cli, VERSION};
 use herald_amqp::Reconnect;
 use herald_engine::api_key::{ApiKeyConfig, KeySet};
 use herald_engine::config::env::{Env, process_env, unknown_variables};

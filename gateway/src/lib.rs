@@ -77,14 +77,6 @@
 //! one came on, for up to [`sockjs::session::SHUTDOWN_LINGER`]. `/readyz` reached on a connection still
 //! open answers 503 `draining`.
 
-/// The version and the commit it was built from, as `--version` says.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("HERALD_COMMIT"),
-    ")"
-);
-
 pub mod app;
 pub mod auth;
 pub mod client_addr;

@@ -59,12 +59,15 @@ fn main() -> ExitCode {
         drop(verifier);
         println!(
             "herald-gateway {}: configuration OK ({mode}, listen {})",
-            herald_gateway::VERSION,
+            herald_gateway::config::VERSION,
             config.listen
         );
         return ExitCode::SUCCESS;
     }
-    tracing::info!(version = herald_gateway::VERSION, "herald-gateway starting");
+    tracing::info!(
+        version = herald_gateway::config::VERSION,
+        "herald-gateway starting"
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -141,7 +144,7 @@ fn print_config(config: &Config) -> ExitCode {
             println!(
                 "# herald-gateway {}: the configuration in force (defaults < file < \
                  environment < flags), secrets \"<redacted>\"\n\n{text}",
-                herald_gateway::VERSION
+                herald_gateway::config::VERSION
             );
             ExitCode::SUCCESS
         }

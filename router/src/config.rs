@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use cli::Cli;
+pub use cli::{Cli, VERSION};
 
 use herald_amqp::routing::Mode;
 use herald_amqp::routing::recent::RecentConfig;

@@ -54,14 +54,6 @@
 //! connection lost between the confirm and the ack forwards the publication
 //! again with the same `message_id`.
 
-/// The version and the commit it was built from, as `--version` says.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("HERALD_COMMIT"),
-    ")"
-);
-
 pub mod config;
 pub mod health;
 pub mod ingest;

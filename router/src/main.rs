@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         }
         println!(
             "herald-router {}: configuration OK (listen {}, delayed notifications {})",
-            herald_router::VERSION,
+            herald_router::config::VERSION,
             config.listen,
             if config.redis.store_config().is_some() {
                 "on"
@@ -40,7 +40,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_tracing(config.log_format == LogFormat::Json);
-    tracing::info!(version = herald_router::VERSION, "herald-router starting");
+    tracing::info!(
+        version = herald_router::config::VERSION,
+        "herald-router starting"
+    );
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -108,7 +111,7 @@ fn print_config(config: &Config) -> ExitCode {
             println!(
                 "# herald-router {}: the configuration in force (defaults < file < \
                  environment < flags), secrets \"<redacted>\"\n\n{text}",
-                herald_router::VERSION
+                herald_router::config::VERSION
             );
             ExitCode::SUCCESS
         }

@@ -10,6 +10,9 @@ use clap::Parser;
 
 use super::{Config, LogFormat, WhenFull};
 
+/// The version and the commit it was built from, as `--version` says.
+pub const VERSION: &str = herald_engine::version!();
+
 /// Herald gateway: browser sessions (STOMP over WebSocket) and per-user
 /// mailboxes. With no broker configured it runs standalone: the HTTP publish
 /// API is served on the same port.
@@ -21,7 +24,7 @@ use super::{Config, LogFormat, WhenFull};
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
     name = "herald-gateway",
-    version = crate::VERSION,
+    version = VERSION,
     after_help = "Every configuration key has an environment variable: HERALD_ and its path in \
                   upper case, sections joined by __ (session.max_sessions: \
                   HERALD_SESSION__MAX_SESSIONS); docs/configuration.md lists them all. \

@@ -10,6 +10,9 @@ use clap::Parser;
 
 use super::{Config, LogFormat};
 
+/// The version and the commit it was built from, as `--version` says.
+pub const VERSION: &str = herald_engine::version!();
+
 /// Herald router: the root layer. Consumes publications from the AMQP
 /// exchange `herald` and the HTTP API (`POST /v1/notifications`), validates
 /// them once, and forwards them to every edge through the `herald.edges`
@@ -20,7 +23,7 @@ use super::{Config, LogFormat};
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
     name = "herald-router",
-    version = crate::VERSION,
+    version = VERSION,
     after_help = "Every configuration key has an environment variable: HERALD_ROUTER_ and its \
                   path in upper case, sections joined by __ (amqp.prefetch: \
                   HERALD_ROUTER_AMQP__PREFETCH); docs/configuration.md lists them all. \
