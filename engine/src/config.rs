@@ -2,11 +2,14 @@
 //! error that lists every problem at once, and the publication limits both
 //! binaries take (`[publish]`).
 //!
-//! Every key of both binaries is a row of one table ([`table::KEYS`]): its
-//! environment variable, read over the file by [`load`] ([`env`]), the
-//! redaction of `--print-config` ([`redact`]), the page
-//! docs/configuration.md ([`page`]) and the check that the table covers
-//! each binary's configuration ([`coverage`]) all come from it.
+//! Every key of a binary is a row of its [`Table`]: the rows both binaries
+//! share are here ([`table`]), each binary keeps its own. A row is the one
+//! description of its key (the configuration structs' fields name the key
+//! and point to it): its environment variable, read over the file by
+//! [`load`] ([`env`]), the redaction of `--print-config` ([`redact`]), the
+//! page docs/configuration.md and the defaults `--help` shows ([`page`]),
+//! and the check that the table covers the binary's configuration
+//! ([`coverage`]) all come from it.
 
 pub mod coverage;
 pub mod env;
@@ -20,7 +23,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use key::Binary;
+pub use key::{Binary, Key, Kind, Secret, key};
+pub use table::Table;
 
 /// Publication limits (HTTP and AMQP alike).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -103,13 +107,13 @@ pub struct Renamed {
 
 /// Load a binary's configuration: its defaults, the TOML file at `path`
 /// (if any; its errors name the file and the spot), then the variables of
-/// its keys from `env` ([`env::overlay`]; each problem names the variable
-/// and the key). Returns the configuration, not yet validated, and one
+/// its keys (`keys`) from `env` ([`env::overlay`]; each problem names the
+/// variable and the key). Returns the configuration, not yet validated, and one
 /// warning for each key of `renamed` the file uses under its old name.
 pub fn load<T: serde::de::DeserializeOwned + Default>(
     path: Option<&Path>,
     renamed: &[Renamed],
-    binary: Binary,
+    keys: Table,
     env: env::Env<'_>,
 ) -> Result<(T, Vec<String>), ConfigError> {
     let (text, origin) = match path {
@@ -125,8 +129,8 @@ pub fn load<T: serde::de::DeserializeOwned + Default>(
     let mut doc: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::one(format!("{}: {e}", origin.display())))?;
-    let applied = env::overlay::<T>(&mut doc, table::KEYS, binary, env)
-        .map_err(|problems| ConfigError { problems })?;
+    let applied =
+        env::overlay::<T>(&mut doc, keys, env).map_err(|problems| ConfigError { problems })?;
     if applied == 0 {
         return Ok((from_file, warnings));
     }
@@ -134,21 +138,21 @@ pub fn load<T: serde::de::DeserializeOwned + Default>(
         ConfigError::one(format!(
             "{} with the environment's {}_* variables: {}",
             origin.display(),
-            binary.prefix().trim_end_matches('_'),
+            keys.binary.prefix().trim_end_matches('_'),
             e.to_string().trim_end()
         ))
     })?;
     Ok((config, warnings))
 }
 
-/// `config` as TOML, every secret of `binary`'s keys `"<redacted>"`: what
-/// `--print-config` prints.
-pub fn redacted_toml<T: serde::Serialize>(config: &T, binary: Binary) -> Result<String, String> {
+/// `config` as TOML, every secret of its keys (`keys`) `"<redacted>"`:
+/// what `--print-config` prints.
+pub fn redacted_toml<T: serde::Serialize>(config: &T, keys: Table) -> Result<String, String> {
     let toml::Value::Table(mut doc) = toml::Value::try_from(config).map_err(|e| e.to_string())?
     else {
         return Err("the configuration is not a table".to_owned());
     };
-    redact::redact(&mut doc, table::KEYS, binary);
+    redact::redact(&mut doc, keys);
     toml::to_string_pretty(&doc).map_err(|e| e.to_string())
 }
 

@@ -12,10 +12,11 @@
 //! - [`task`]: the one shape of every long-running task ([`task::Task`],
 //!   run until a shutdown token fires) and the set a binary spawns them in.
 //! - [`config`]: configuration helpers every binary uses (TOML reading, an
-//!   error that lists every problem at once), the `[publish]` limits, and
-//!   the table of every key of both binaries (`config::table`) with what
-//!   is made from it: the environment variables, `--print-config`'s
-//!   redaction, docs/configuration.md.
+//!   error that lists every problem at once), the `[publish]` limits, the
+//!   keys both binaries read (`config::table`; each binary keeps its own
+//!   rows, and its table is both), and what is made from a binary's table:
+//!   the environment variables, `--print-config`'s redaction,
+//!   docs/configuration.md and the defaults `--help` shows.
 //! - [`link`]: the [`link::Link`] trait through which accepted
 //!   notifications leave the process. Standalone Herald implements it
 //!   in-process (straight into the gateway's mailboxes); the distributed

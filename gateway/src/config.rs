@@ -1,12 +1,15 @@
 //! Configuration: defaults, then a TOML file, then environment variables
-//! (one per key, from the table of `herald_engine::config::table`), then
-//! command-line flags.
+//! (one per key: [`keys`], the gateway's rows, and the rows both binaries
+//! share in `herald_engine::config::table`), then command-line flags.
 //!
-//! Every bound Herald enforces has a key here. [`Config::validate`] lists
+//! Every bound Herald enforces has a key here. A key is described once, in
+//! its row (which docs/configuration.md shows); the field that holds it
+//! names the key. [`Config::validate`] lists
 //! every problem at once, so a bad configuration is fixed in one go.
 
 mod auth;
 mod cli;
+pub mod keys;
 mod proxy;
 #[cfg(test)]
 mod table_tests;
@@ -21,9 +24,8 @@ pub use cli::{Cli, VERSION};
 use herald_amqp::Reconnect;
 use herald_engine::api_key::{ApiKeyConfig, KeySet};
 use herald_engine::config::env::{Env, process_env, unknown_variables};
-use herald_engine::config::table::KEYS;
-use herald_engine::config::{Binary, Renamed, load, parse_toml, redacted_toml, renamed_keys};
 pub use herald_engine::config::{ConfigError, PublishConfig};
+use herald_engine::config::{Renamed, load, parse_toml, redacted_toml, renamed_keys};
 use herald_engine::schedule::config::ScheduleConfig;
 pub use proxy::{Cidr, ProxyConfig};
 
@@ -424,14 +426,14 @@ impl Config {
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
         config
             .warnings
-            .extend(unknown_variables(names, KEYS, Binary::Gateway));
+            .extend(unknown_variables(names, keys::TABLE));
         Ok(config)
     }
 
     /// [`Config::load`] with the variables read from `env`.
     pub fn load_with(cli: &Cli, env: Env<'_>) -> Result<Config, ConfigError> {
         let (mut config, warnings): (Config, _) =
-            load(cli.config.as_deref(), RENAMED, Binary::Gateway, env)?;
+            load(cli.config.as_deref(), RENAMED, keys::TABLE, env)?;
         config.warnings = warnings;
         cli.apply(&mut config);
         config.validate()?;
@@ -441,7 +443,7 @@ impl Config {
     /// This configuration as TOML with every secret `"<redacted>"`
     /// (`--print-config`).
     pub fn to_redacted_toml(&self) -> Result<String, String> {
-        redacted_toml(self, Binary::Gateway)
+        redacted_toml(self, keys::TABLE)
     }
 
     /// Whether root brokers are configured: this gateway is an edge.

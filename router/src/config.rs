@@ -1,12 +1,15 @@
 //! Configuration of `herald-router`: defaults, then a TOML file, then
-//! environment variables (`HERALD_ROUTER_*`, one per key, from the table of
+//! environment variables (`HERALD_ROUTER_*`, one per key: [`keys`], the
+//! router's rows, and the rows both binaries share in
 //! `herald_engine::config::table`), then flags.
 //!
-//! Every bound has a key here. [`Config::validate`] lists every problem at
+//! Every bound has a key here. A key is described once, in its row (which
+//! docs/configuration.md shows); the field that holds it names the key. [`Config::validate`] lists every problem at
 //! once, so a bad configuration is fixed in one go. `router.example.toml`
 //! next to this crate's `Cargo.toml` has every key with its default.
 
 mod cli;
+pub mod keys;
 #[cfg(test)]
 mod table_tests;
 
@@ -24,9 +27,8 @@ use herald_amqp::routing::view::ViewConfig;
 use herald_amqp::{Reconnect, SupervisorConfig, Topology};
 use herald_engine::api_key::{ApiKeyConfig, ApiKeys, KeySet};
 use herald_engine::config::env::{Env, process_env, unknown_variables};
-use herald_engine::config::table::KEYS;
-use herald_engine::config::{Binary, load, parse_toml, redacted_toml};
 pub use herald_engine::config::{ConfigError, PublishConfig};
+use herald_engine::config::{load, parse_toml, redacted_toml};
 
 use crate::ingest::IngestConfig;
 
@@ -340,13 +342,13 @@ impl Config {
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
         let mut config = Config::load_with(cli, &process_env)?;
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        config.warnings = unknown_variables(names, KEYS, Binary::Router);
+        config.warnings = unknown_variables(names, keys::TABLE);
         Ok(config)
     }
 
     /// [`Config::load`] with the variables read from `env`.
     pub fn load_with(cli: &Cli, env: Env<'_>) -> Result<Config, ConfigError> {
-        let (mut config, _): (Config, _) = load(cli.config.as_deref(), &[], Binary::Router, env)?;
+        let (mut config, _): (Config, _) = load(cli.config.as_deref(), &[], keys::TABLE, env)?;
         cli.apply(&mut config);
         config.validate()?;
         Ok(config)
@@ -355,7 +357,7 @@ impl Config {
     /// This configuration as TOML with every secret `"<redacted>"`
     /// (`--print-config`).
     pub fn to_redacted_toml(&self) -> Result<String, String> {
-        redacted_toml(self, Binary::Router)
+        redacted_toml(self, keys::TABLE)
     }
 
     /// Check every rule; report all violations.

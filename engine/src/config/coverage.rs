@@ -1,4 +1,4 @@
-//! Whether [`super::table::KEYS`] covers a binary's configuration: its
+//! Whether a binary's [`Table`] covers its configuration: its
 //! default configuration, serialized to JSON (`null` for unset), is walked
 //! key by key and compared with the rows. Each binary's tests run it, so a
 //! key added to a configuration struct without a row (or a row left behind
@@ -7,19 +7,22 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::key::{Binary, Key, Kind, keys_of};
+use super::key::{Kind, value_at};
+use super::table::Table;
 
-/// Every mismatch between `binary`'s configuration (`defaults`) and the
-/// table, one line each; empty when they agree.
-pub fn problems(keys: &'static [Key], binary: Binary, defaults: &serde_json::Value) -> Vec<String> {
+/// Every mismatch between a binary's configuration (`defaults`) and its
+/// table `keys`, one line each; empty when they agree.
+pub fn problems(keys: Table, defaults: &serde_json::Value) -> Vec<String> {
+    let binary = keys.binary;
     let mut leaves = Vec::new();
-    walk(defaults, "", keys, binary, &mut leaves);
+    walk(defaults, "", keys, &mut leaves);
     let mut out = Vec::new();
     for (path, value) in &leaves {
-        match keys_of(keys, binary).find(|k| k.path == path) {
+        match keys.keys().find(|k| k.path == path) {
             None => out.push(format!(
-                "{}: {path} has no row in engine/src/config/table.rs",
-                binary.name()
+                "{}: {path} has no row in {} (or, for both binaries, engine/src/config/table.rs)",
+                binary.name(),
+                binary.keys_file()
             )),
             Some(key) if !fits(key.kind, value) => out.push(format!(
                 "{}: {path} is {:?} in the table, but its default is {value}",
@@ -29,7 +32,7 @@ pub fn problems(keys: &'static [Key], binary: Binary, defaults: &serde_json::Val
             Some(_) => {}
         }
     }
-    for key in keys_of(keys, binary) {
+    for key in keys.keys() {
         if !leaves.iter().any(|(path, _)| path == key.path) {
             out.push(format!(
                 "{}: the row {} names no key of its configuration",
@@ -41,20 +44,18 @@ pub fn problems(keys: &'static [Key], binary: Binary, defaults: &serde_json::Val
     out
 }
 
-/// Every key of `binary` whose variable does not set it: for each key, a
+/// Every key of `keys` whose variable does not set it: for each key, a
 /// value other than its default is put in its variable alone, the
 /// configuration `T` loaded ([`super::load`], no file), and the key read
 /// back; a key with an [`Key::example`] (a list or a string) is set to
 /// it. Arrays and tables of tables ([`Kind::Toml`]) are set to an empty
 /// one. One line per failure; empty when every variable works.
-pub fn env_problems<T: DeserializeOwned + Default + Serialize>(
-    keys: &'static [Key],
-    binary: Binary,
-) -> Vec<String> {
+pub fn env_problems<T: DeserializeOwned + Default + Serialize>(keys: Table) -> Vec<String> {
+    let binary = keys.binary;
     let defaults = serde_json::to_value(T::default()).unwrap_or_default();
     let mut out = Vec::new();
-    for key in keys_of(keys, binary) {
-        let default = lookup(&defaults, key.path);
+    for key in keys.keys() {
+        let default = value_at(&defaults, key.path);
         let (text, want) = match (key.example, key.kind) {
             (Some(e), Kind::List) => (
                 e.to_owned(),
@@ -65,14 +66,14 @@ pub fn env_problems<T: DeserializeOwned + Default + Serialize>(
         };
         let name = key.env_var(binary);
         let env = |n: &str| (n == name).then(|| text.clone());
-        let got = match super::load::<T>(None, &[], binary, &env) {
+        let got = match super::load::<T>(None, &[], keys, &env) {
             Ok((config, _)) => serde_json::to_value(config).unwrap_or_default(),
             Err(e) => {
                 out.push(format!("{name}={text:?}: {e}"));
                 continue;
             }
         };
-        let got = lookup(&got, key.path).cloned();
+        let got = value_at(&got, key.path).cloned();
         if got.as_ref() != Some(&want) {
             out.push(format!(
                 "{name}={text:?} made {} {got:?}, not {want}",
@@ -81,10 +82,6 @@ pub fn env_problems<T: DeserializeOwned + Default + Serialize>(
         }
     }
     out
-}
-
-fn lookup<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
-    path.split('.').try_fold(value, |v, part| v.get(part))
 }
 
 /// A variable's text unlike `default`, and the value it must give.
@@ -132,11 +129,12 @@ fn sample(kind: Kind, default: Option<&serde_json::Value>) -> (String, serde_jso
 fn walk<'v>(
     value: &'v serde_json::Value,
     prefix: &str,
-    keys: &'static [Key],
-    binary: Binary,
+    keys: Table,
     out: &mut Vec<(String, &'v serde_json::Value)>,
 ) {
-    let whole = keys_of(keys, binary).any(|k| k.path == prefix && k.kind == Kind::Toml);
+    let whole = keys
+        .keys()
+        .any(|k| k.path == prefix && k.kind == Kind::Toml);
     match value {
         serde_json::Value::Object(fields) if !fields.is_empty() && !whole => {
             for (name, v) in fields {
@@ -145,7 +143,7 @@ fn walk<'v>(
                 } else {
                     format!("{prefix}.{name}")
                 };
-                walk(v, &path, keys, binary, out);
+                walk(v, &path, keys, out);
             }
         }
         _ => out.push((prefix.to_owned(), value)),
@@ -169,13 +167,13 @@ fn fits(kind: Kind, value: &serde_json::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::key::{GATEWAY, key};
+    use crate::config::key::{Binary, Key, key};
 
     const KEYS: &[Key] = &[
-        key("a", GATEWAY, Kind::Int, ""),
-        key("s.b", GATEWAY, Kind::Str, ""),
-        key("s.t", GATEWAY, Kind::Toml, ""),
-        key("gone", GATEWAY, Kind::Bool, ""),
+        key("a", Kind::Int, ""),
+        key("s.b", Kind::Str, ""),
+        key("s.t", Kind::Toml, ""),
+        key("gone", Kind::Bool, ""),
     ];
 
     #[test]
@@ -183,7 +181,7 @@ mod tests {
         let defaults = serde_json::json!({
             "a": "text", "s": {"b": null, "t": {"x": {"y": 1}}, "new": 1}
         });
-        let p = problems(KEYS, Binary::Gateway, &defaults);
+        let p = problems(Table::only(Binary::Gateway, KEYS), &defaults);
         assert_eq!(p.len(), 3, "{p:?}");
         assert!(p[0].contains("a is Int in the table"), "{p:?}");
         assert!(p[1].contains("s.new has no row"), "{p:?}");

@@ -1,5 +1,5 @@
 //! The environment laid over the configuration file, before validation:
-//! every key of [`super::table::KEYS`] has a variable (see
+//! every key of a binary's [`Table`] has a variable (see
 //! [`super::key::Key::env_var`]), read according to the key's
 //! [`super::key::Kind`]. An empty variable counts as unset (an env file's
 //! `KEY=` line changes nothing). A value the key cannot take is a problem
@@ -8,7 +8,8 @@
 
 use serde::de::DeserializeOwned;
 
-use super::key::{Binary, Key, Kind, Secret, keys_of};
+use super::key::{Binary, Key, Kind, Secret};
+use super::table::Table;
 
 /// Where variables are read from: the process environment, or a map in
 /// tests.
@@ -20,19 +21,19 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Lay the variables of `binary`'s keys over `table` (the parsed file).
-/// Each value is checked alone against the configuration type `T` first,
-/// so a bad one is named by its variable. Returns how many variables were
-/// applied, or every problem.
+/// Lay the variables of the keys of `keys` over `table` (the parsed
+/// file). Each value is checked alone against the configuration type `T`
+/// first, so a bad one is named by its variable. Returns how many
+/// variables were applied, or every problem.
 pub fn overlay<T: DeserializeOwned>(
     table: &mut toml::Table,
-    keys: &'static [Key],
-    binary: Binary,
+    keys: Table,
     env: Env<'_>,
 ) -> Result<usize, Vec<String>> {
+    let binary = keys.binary;
     let mut problems = Vec::new();
     let mut applied = 0;
-    for key in keys_of(keys, binary) {
+    for key in keys.keys() {
         let Some((name, raw)) = lookup(key, binary, env, &mut problems) else {
             continue;
         };
@@ -61,15 +62,14 @@ pub fn overlay<T: DeserializeOwned>(
 }
 
 /// One warning for each of `names` (the environment's variable names) that
-/// looks like a configuration variable of `binary` (its prefix, and `__`
-/// between sections) but names no key: a typo would otherwise be ignored.
-/// The gateway leaves the router's variables (`HERALD_ROUTER_…`) alone.
-pub fn unknown_variables(
-    names: impl IntoIterator<Item = String>,
-    keys: &'static [Key],
-    binary: Binary,
-) -> Vec<String> {
-    let known: Vec<String> = keys_of(keys, binary)
+/// looks like a configuration variable of the binary of `keys` (its
+/// prefix, and `__` between sections) but names no key: a typo would
+/// otherwise be ignored. The gateway leaves the router's variables
+/// (`HERALD_ROUTER_…`) alone.
+pub fn unknown_variables(names: impl IntoIterator<Item = String>, keys: Table) -> Vec<String> {
+    let binary = keys.binary;
+    let known: Vec<String> = keys
+        .keys()
         .flat_map(|k| {
             std::iter::once(k.env_var(binary)).chain(k.aliases_for(binary).map(str::to_owned))
         })
@@ -195,7 +195,7 @@ pub fn set(table: &mut toml::Table, path: &str, value: toml::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::key::{GATEWAY, key};
+    use crate::config::key::key;
     use std::collections::HashMap;
 
     #[derive(Debug, Default, serde::Deserialize)]
@@ -216,12 +216,12 @@ mod tests {
     }
 
     const DEMO: &[Key] = &[
-        key("listen", GATEWAY, Kind::Str, ""),
-        key("token", GATEWAY, Kind::Str, "").secret(Secret::Yes),
-        key("tags", GATEWAY, Kind::List, "").aliases(&["HERALD_TAG_LIST"]),
-        key("section.limit", GATEWAY, Kind::Int, ""),
-        key("section.on", GATEWAY, Kind::Bool, ""),
-        key("section.mode", GATEWAY, Kind::Enum(&["a", "b"]), ""),
+        key("listen", Kind::Str, ""),
+        key("token", Kind::Str, "").secret(Secret::Yes),
+        key("tags", Kind::List, "").aliases(&["HERALD_TAG_LIST"]),
+        key("section.limit", Kind::Int, ""),
+        key("section.on", Kind::Bool, ""),
+        key("section.mode", Kind::Enum(&["a", "b"]), ""),
     ];
 
     fn run(file: &str, vars: &[(&str, &str)]) -> Result<(Demo, usize), Vec<String>> {
@@ -231,7 +231,7 @@ mod tests {
             .collect();
         let env = move |name: &str| vars.get(name).cloned();
         let mut table: toml::Table = file.parse().unwrap();
-        let n = overlay::<Demo>(&mut table, DEMO, Binary::Gateway, &env)?;
+        let n = overlay::<Demo>(&mut table, Table::only(Binary::Gateway, DEMO), &env)?;
         Ok((toml::Value::Table(table).try_into().unwrap(), n))
     }
 
@@ -314,10 +314,10 @@ mod tests {
             "PATH",
         ]
         .map(String::from);
-        let w = unknown_variables(names.clone(), DEMO, Binary::Gateway);
+        let w = unknown_variables(names.clone(), Table::only(Binary::Gateway, DEMO));
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("HERALD_SECTON__LIMIT names no configuration key"));
-        let w = unknown_variables(names, DEMO, Binary::Router);
+        let w = unknown_variables(names, Table::only(Binary::Router, DEMO));
         assert_eq!(w.len(), 1, "the router's own prefix: {w:?}");
         assert!(w[0].contains("HERALD_ROUTER_AMQP__URL"));
     }
@@ -326,8 +326,8 @@ mod tests {
     fn a_secret_is_not_repeated_in_a_problem() {
         let mut table = toml::Table::new();
         let env = |name: &str| (name == "HERALD_TOKEN").then(|| "[not-a-string]".to_owned());
-        const BAD: &[Key] = &[key("token", GATEWAY, Kind::Toml, "").secret(Secret::Yes)];
-        let err = overlay::<Demo>(&mut table, BAD, Binary::Gateway, &env).unwrap_err();
+        const BAD: &[Key] = &[key("token", Kind::Toml, "").secret(Secret::Yes)];
+        let err = overlay::<Demo>(&mut table, Table::only(Binary::Gateway, BAD), &env).unwrap_err();
         assert!(err[0].starts_with("HERALD_TOKEN (token): "), "{err:?}");
         assert!(!err[0].contains("not-a-string"), "{err:?}");
     }

@@ -1,6 +1,7 @@
-//! One configuration key: where it sits in the TOML file, which binary
-//! reads it, its type, whether it is a secret, and its environment
-//! variable. The keys themselves are in [`super::table::KEYS`].
+//! One configuration key: where it sits in the TOML file, its type,
+//! whether it is a secret, what it does, and its environment variable for
+//! each binary. Which binary reads it is the table it is a row of
+//! ([`super::table`]).
 
 /// A Herald binary, for the keys it reads and the prefix of its variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,14 @@ impl Binary {
         }
     }
 
+    /// The file of the workspace that holds this binary's own keys.
+    pub fn keys_file(self) -> &'static str {
+        match self {
+            Binary::Gateway => "gateway/src/config/keys.rs",
+            Binary::Router => "router/src/config/keys.rs",
+        }
+    }
+
     /// What every variable of this binary starts with.
     pub fn prefix(self) -> &'static str {
         match self {
@@ -28,13 +37,6 @@ impl Binary {
         }
     }
 }
-
-/// Both binaries.
-pub const BOTH: &[Binary] = &[Binary::Gateway, Binary::Router];
-/// `herald-gateway` only.
-pub const GATEWAY: &[Binary] = &[Binary::Gateway];
-/// `herald-router` only.
-pub const ROUTER: &[Binary] = &[Binary::Router];
 
 /// The type of a key's value, which says how its variable is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +96,6 @@ pub struct Key {
     /// Its dotted path in the TOML file, e.g. `callbacks.max_per_host` for
     /// `max_per_host` under `[callbacks]`.
     pub path: &'static str,
-    /// The binaries that read it.
-    pub binaries: &'static [Binary],
     /// Its type.
     pub kind: Kind,
     /// Whether it is a secret.
@@ -103,7 +103,9 @@ pub struct Key {
     /// Older variable names that still work (the one the key's path makes
     /// wins when both are set and differ: that is an error).
     pub aliases: &'static [&'static str],
-    /// What it does, one or two sentences of Markdown.
+    /// What it does, one or two sentences of Markdown: the one description
+    /// of the key (docs/configuration.md shows it; the configuration
+    /// struct's field names the key and points here).
     pub doc: &'static str,
     /// A value its variable takes, for keys whose values have a form of
     /// their own (the tests set each variable to one).
@@ -112,15 +114,9 @@ pub struct Key {
 
 /// A key that is no secret and has no older variable names; see
 /// [`Key::secret`] and [`Key::aliases`] for the others.
-pub const fn key(
-    path: &'static str,
-    binaries: &'static [Binary],
-    kind: Kind,
-    doc: &'static str,
-) -> Key {
+pub const fn key(path: &'static str, kind: Kind, doc: &'static str) -> Key {
     Key {
         path,
-        binaries,
         kind,
         secret: Secret::No,
         aliases: &[],
@@ -148,11 +144,6 @@ impl Key {
         self
     }
 
-    /// Whether `binary` reads this key.
-    pub fn applies_to(&self, binary: Binary) -> bool {
-        self.binaries.contains(&binary)
-    }
-
     /// The key's variable for `binary`: the prefix, then the path in upper
     /// case with `__` between sections (`HERALD_CALLBACKS__MAX_PER_HOST`).
     pub fn env_var(&self, binary: Binary) -> String {
@@ -172,9 +163,10 @@ impl Key {
     }
 }
 
-/// The keys of `keys` that `binary` reads.
-pub fn keys_of(keys: &'static [Key], binary: Binary) -> impl Iterator<Item = &'static Key> {
-    keys.iter().filter(move |k| k.applies_to(binary))
+/// The value at the dotted `path` of `value` (a configuration serialized
+/// to JSON), if there is one.
+pub fn value_at<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    path.split('.').try_fold(value, |v, part| v.get(part))
 }
 
 #[cfg(test)]
@@ -183,7 +175,7 @@ mod tests {
 
     #[test]
     fn variables_are_the_path_in_upper_case_with_the_binary_prefix() {
-        let key = key("callbacks.alerts.smtp_host", BOTH, Kind::Str, "")
+        let key = key("callbacks.alerts.smtp_host", Kind::Str, "")
             .aliases(&["HERALD_SMTP", "HERALD_ROUTER_SMTP"]);
         assert_eq!(
             key.env_var(Binary::Gateway),

@@ -1,17 +1,20 @@
-//! docs/configuration.md, made from [`super::table::KEYS`]: for each binary,
-//! one table per section of the file (key, variable, type, default,
-//! meaning), between markers the binary's tests compare and, asked to,
-//! rewrite.
+//! docs/configuration.md, made from each binary's [`Table`]: for each
+//! binary, one table per section of the file (key, variable, type,
+//! default, meaning), between markers the binary's tests compare and, asked
+//! to, rewrite. The defaults `--help` shows come from here too
+//! ([`default_text`]).
 
 use std::fmt::Write;
 
-use super::key::{Binary, Key, keys_of};
+use super::key::{Binary, value_at};
+use super::table::Table;
 
 /// The line before a binary's generated part.
 pub fn begin_marker(binary: Binary) -> String {
     format!(
-        "<!-- {} keys: generated from engine/src/config/table.rs, do not edit -->",
-        binary.name()
+        "<!-- {} keys: generated from engine/src/config/table.rs and {}, do not edit -->",
+        binary.name(),
+        binary.keys_file()
     )
 }
 
@@ -20,12 +23,14 @@ pub fn end_marker(binary: Binary) -> String {
     format!("<!-- end of {} keys -->", binary.name())
 }
 
-/// The Markdown of `binary`'s keys, each default read from `defaults` (its
-/// default configuration serialized to JSON, `null` for unset).
-pub fn render(keys: &'static [Key], binary: Binary, defaults: &serde_json::Value) -> String {
+/// The Markdown of the keys of `keys`, each default read from `defaults`
+/// (the binary's default configuration serialized to JSON, `null` for
+/// unset).
+pub fn render(keys: Table, defaults: &serde_json::Value) -> String {
+    let binary = keys.binary;
     let mut out = String::new();
     let mut section = None;
-    for key in keys_of(keys, binary) {
+    for key in keys.keys() {
         let this = key.path.rsplit_once('.').map(|(s, _)| s);
         if section != Some(this) {
             section = Some(this);
@@ -51,15 +56,11 @@ pub fn render(keys: &'static [Key], binary: Binary, defaults: &serde_json::Value
             out,
             "| `{name}` | {variable} | {} | {} | {}{secret} |",
             key.kind.describe(),
-            default(lookup(defaults, key.path)),
+            default(value_at(defaults, key.path)),
             key.doc
         );
     }
     out
-}
-
-fn lookup<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
-    path.split('.').try_fold(value, |v, part| v.get(part))
 }
 
 fn default(value: Option<&serde_json::Value>) -> String {
@@ -69,6 +70,19 @@ fn default(value: Option<&serde_json::Value>) -> String {
         Some(Value::String(s)) if s.is_empty() => "`\"\"`".to_owned(),
         Some(Value::String(s)) => format!("`{s}`"),
         Some(other) => format!("`{other}`"),
+    }
+}
+
+/// The default of the key at `path` as `--help` shows it (`[default: …]`,
+/// a string without its quotes), from `defaults` (the binary's default
+/// configuration serialized to JSON); `None` when the key is unset by
+/// default. The flags that set a key show its default from here, so a
+/// default is written once, in the configuration's `Default`.
+pub fn default_text(defaults: &serde_json::Value, path: &str) -> Option<String> {
+    match value_at(defaults, path)? {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
     }
 }
 
@@ -87,19 +101,19 @@ pub fn splice(page: &str, binary: Binary, generated: &str) -> Option<String> {
     ))
 }
 
-/// Whether the page at `path` (docs/configuration.md) has `binary`'s part
-/// as the table makes it now. With `HERALD_BLESS` set in the environment a
+/// Whether the page at `path` (docs/configuration.md) has the part of the
+/// binary of `keys` as its table makes it now. With `HERALD_BLESS` set in the environment a
 /// stale part is rewritten instead. The error says what is wrong and how
 /// to regenerate it. For each binary's tests.
 pub fn check_current(
     path: &std::path::Path,
-    keys: &'static [Key],
-    binary: Binary,
+    keys: Table,
     defaults: &serde_json::Value,
 ) -> Result<(), String> {
+    let binary = keys.binary;
     let name = binary.name();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let generated = render(keys, binary, defaults);
+    let generated = render(keys, defaults);
     let want = splice(&text, binary, &generated)
         .ok_or_else(|| format!("{} has no {name} markers", path.display()))?;
     if want == text {
@@ -118,22 +132,20 @@ pub fn check_current(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::key::{BOTH, GATEWAY, Kind, ROUTER, Secret, key};
+    use crate::config::key::{Key, Kind, Secret, key};
 
     const KEYS: &[Key] = &[
-        key("listen", BOTH, Kind::Str, "Where."),
-        key("a.b", GATEWAY, Kind::Int, "B.").aliases(&["HERALD_B", "HERALD_ROUTER_B"]),
-        key("a.c", GATEWAY, Kind::List, "C.").secret(Secret::Yes),
-        key("r.x", ROUTER, Kind::Bool, "X."),
+        key("listen", Kind::Str, "Where."),
+        key("a.b", Kind::Int, "B.").aliases(&["HERALD_B", "HERALD_ROUTER_B"]),
+        key("a.c", Kind::List, "C.").secret(Secret::Yes),
     ];
 
     #[test]
     fn each_section_is_a_table_with_defaults() {
         let defaults = serde_json::json!({"listen": "127.0.0.1:1", "a": {"b": 5, "c": []}});
-        let md = render(KEYS, Binary::Gateway, &defaults);
+        let md = render(Table::only(Binary::Gateway, KEYS), &defaults);
         assert!(md.contains("#### Top level"), "{md}");
         assert!(md.contains("#### `[a]`"), "{md}");
-        assert!(!md.contains("r.x") && !md.contains("HERALD_R__X"), "{md}");
         assert!(
             md.contains("| `b` | `HERALD_A__B` (or `HERALD_B`) | integer | `5` | B. |"),
             "{md}"
@@ -159,5 +171,17 @@ mod tests {
             )
         );
         assert!(splice(&page, Binary::Gateway, "x").is_none());
+    }
+
+    #[test]
+    fn help_shows_a_default_without_quotes_and_no_unset_one() {
+        let defaults = serde_json::json!({"listen": "127.0.0.1:1", "a": {"b": 5, "c": null}});
+        assert_eq!(
+            default_text(&defaults, "listen").as_deref(),
+            Some("127.0.0.1:1")
+        );
+        assert_eq!(default_text(&defaults, "a.b").as_deref(), Some("5"));
+        assert_eq!(default_text(&defaults, "a.c"), None);
+        assert_eq!(default_text(&defaults, "a.d"), None);
     }
 }

@@ -1,16 +1,17 @@
 //! Secrets out of a configuration before it is shown (`--print-config`):
-//! every value [`super::table::KEYS`] marks secret becomes `"<redacted>"`,
+//! every value a binary's [`Table`] marks secret becomes `"<redacted>"`,
 //! a URL's password only its password.
 
-use super::key::{Binary, Key, Secret, keys_of};
+use super::key::Secret;
+use super::table::Table;
 
 /// What a secret is shown as.
 pub const REDACTED: &str = "<redacted>";
 
-/// Replace every secret of `binary`'s keys in `table` (a configuration
+/// Replace every secret of the keys of `keys` in `table` (a configuration
 /// serialized to TOML).
-pub fn redact(table: &mut toml::Table, keys: &'static [Key], binary: Binary) {
-    for key in keys_of(keys, binary) {
+pub fn redact(table: &mut toml::Table, keys: Table) {
+    for key in keys.keys() {
         if key.secret == Secret::No {
             continue;
         }
@@ -73,15 +74,15 @@ pub fn url_without_password(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::key::{GATEWAY, Kind, key};
+    use crate::config::key::{Binary, Key, Kind, key};
 
     const KEYS: &[Key] = &[
-        key("plain", GATEWAY, Kind::Str, ""),
-        key("secret", GATEWAY, Kind::Str, "").secret(Secret::Yes),
-        key("list", GATEWAY, Kind::List, "").secret(Secret::Yes),
-        key("s.urls", GATEWAY, Kind::List, "").secret(Secret::UrlPassword),
-        key("s.url", GATEWAY, Kind::Str, "").secret(Secret::UrlPassword),
-        key("keys", GATEWAY, Kind::Toml, "").secret(Secret::Fields(&["key"])),
+        key("plain", Kind::Str, ""),
+        key("secret", Kind::Str, "").secret(Secret::Yes),
+        key("list", Kind::List, "").secret(Secret::Yes),
+        key("s.urls", Kind::List, "").secret(Secret::UrlPassword),
+        key("s.url", Kind::Str, "").secret(Secret::UrlPassword),
+        key("keys", Kind::Toml, "").secret(Secret::Fields(&["key"])),
     ];
 
     #[test]
@@ -97,7 +98,7 @@ url = "redis://:p5ss@h:6379/0"
 "#
         .parse()
         .unwrap();
-        redact(&mut t, KEYS, Binary::Gateway);
+        redact(&mut t, Table::only(Binary::Gateway, KEYS));
         let text = toml::to_string(&t).unwrap();
         for secret in ["s3cret", "k1", "k2", "k3", "p4ss", "p5ss"] {
             assert!(!text.contains(secret), "{secret} in {text}");

@@ -1,159 +1,115 @@
-//! The table of every configuration key of both binaries: its path in the
-//! TOML file, which binary reads it, its type, whether it is a secret, older
-//! variable names, and what it does. The variables (`HERALD_…`,
-//! `HERALD_ROUTER_…`), the environment overlay ([`super::env`]), the
-//! redaction of `--print-config` and the page docs/configuration.md are all
-//! made from it; each binary's tests check that every key of its
-//! configuration structs has a row here, and that the page is current.
+//! The table of a binary's configuration keys: the rows both binaries
+//! share (here: the top-level keys they have in common and the sections of
+//! the engine, `[publish]`, `[schedule]`, `[presence]`, `[callbacks]`), and
+//! the binary's own rows, which its crate keeps
+//! (`gateway/src/config/keys.rs`, `router/src/config/keys.rs`). A row says
+//! the key's path in the TOML file, its type, whether it is a secret, older
+//! variable names, and what it does; it is the one description of the key.
+//! The variables (`HERALD_…`, `HERALD_ROUTER_…`), the environment overlay
+//! ([`super::env`]), the redaction of `--print-config` ([`super::redact`])
+//! and the page docs/configuration.md ([`super::page`]) are all made from a
+//! binary's [`Table`]; each binary's tests check that every key of its
+//! configuration structs has a row, and that the page is current
+//! ([`super::coverage`]).
 //!
 //! Arrays of tables and tables of tables (`api_key`, `auth.keys`,
 //! `schedule.topics`) are one row each: their variable holds a TOML inline
 //! value.
 
-use super::key::Kind::{Bool, Enum, Float, Int, List, Str, Toml};
-use super::key::Secret::{Fields, UrlPassword, Yes};
-use super::key::{BOTH, GATEWAY, Key, ROUTER, key};
+use super::key::Kind::{Bool, Enum, Int, List, Str, Toml};
+use super::key::Secret::{Fields, Yes};
+use super::key::{Binary, Key, key};
 
-/// Every configuration key, in the order of the documentation: top-level
-/// keys, then each section.
-pub const KEYS: &[Key] = &[
-    key("listen", BOTH, Str, "Address to listen on: browsers, the publish API, `/healthz`, `/readyz`, `/metrics` (the router: its HTTP API and probes)."),
-    key("log_format", BOTH, Enum(&["text", "json"]), "Log output format."),
-    key("api_keys", BOTH, List, "Plain API keys for the publish API (every operation, every site), named `key-1`, `key-2`, … by position. The variable is comma-separated.").secret(Yes),
-    key("api_key", BOTH, Toml, "Named API keys, `[[api_key]]` tables: `name`, the key from `key`, `key_file` or `key_env`, `ops`, `sites`, `rate_per_sec`, `burst` (README, API keys). The variable: `[{ name = \"billing\", key_env = \"BILLING_KEY\" }]`.").secret(Fields(&["key"])),
-    key("shutdown_grace_ms", BOTH, Int, "How long shutdown waits for sessions (the router: HTTP requests and forwards) to drain."),
-    key("data_dir", GATEWAY, Str, "Where Herald keeps its files: dev credentials and, standalone, the delayed-notification store (`DATA_DIR/delayed`)."),
-    key("auth.jwt_secret", GATEWAY, Str, "HS256 shared secret (at least 32 bytes): the default key.").secret(Yes).aliases(&["HERALD_JWT_SECRET"]),
-    key("auth.jwt_public_key_file", GATEWAY, Str, "PEM file with the RS256 or ES256 public key: the default key.").aliases(&["HERALD_JWT_PUBLIC_KEY_FILE"]),
-    key("auth.jwt_algorithm", GATEWAY, Str, "`HS256`, `RS256` or `ES256`; defaults to HS256 with a secret.").aliases(&["HERALD_JWT_ALGORITHM"]),
-    key("auth.leeway_secs", GATEWAY, Int, "Clock skew tolerated on `exp` and `nbf`, in seconds; a session ends this long after its token's `exp`."),
-    key("auth.keys", GATEWAY, Toml, "Keys chosen by the token header's `kid`, `[[auth.keys]]` tables: `kid`, `algorithm`, and `secret` or `public_key_file`. The variable: `[{ kid = \"2026-01\", algorithm = \"HS256\", secret = \"…\" }]`.").secret(Fields(&["secret"])),
-    key("auth.jwks_file", GATEWAY, Str, "A JWKS file (RFC 7517): RSA, EC (P-256, P-384) and `oct` keys, each chosen by its `kid`."),
-    key("auth.default_kid", GATEWAY, Str, "The key (of `keys` or the JWKS file) for tokens without `kid`, when no single-key setting is made."),
-    key("auth.issuers", GATEWAY, List, "Accepted `iss` values; empty: `iss` is not checked. When set, a token must carry one of them."),
-    key("auth.audiences", GATEWAY, List, "Accepted `aud` values; empty: `aud` is not checked. When set, a token's `aud` must name one of them."),
-    key("session.max_sessions", GATEWAY, Int, "Most concurrent sessions; the next upgrade gets 503.").aliases(&["HERALD_MAX_SESSIONS"]),
-    key("session.max_per_user", GATEWAY, Int, "Most sessions of one user (a token's `sub` on its `site`) on this gateway at once; the next CONNECT gets ERROR \"too many sessions for this user\" and is closed. Users are hashed to edges, so this is about a user's limit across the deployment too."),
-    key("session.connect_timeout_ms", GATEWAY, Int, "Time allowed between the upgrade and a valid CONNECT."),
-    key("session.header_timeout_ms", GATEWAY, Int, "Time a new connection has, from accept, to send its whole request head (a native streaming receiver: its body too), for `/ws`, SockJS and every other route alike; then it is closed without an answer. Also hyper's header read timeout on a keep-alive connection."),
-    key("session.max_sniffing", GATEWAY, Int, "Most connections whose request head is still being sniffed (the native streaming path); the next one is answered 503 and closed."),
-    key("session.heartbeat_send_ms", GATEWAY, Int, "Shortest interval at which the server sends heart-beats (`sx`)."),
-    key("session.heartbeat_receive_ms", GATEWAY, Int, "Shortest interval at which the server wants heart-beats (`sy`)."),
-    key("session.max_frame_bytes", GATEWAY, Int, "Largest inbound STOMP frame (and WebSocket message)."),
-    key("session.max_headers", GATEWAY, Int, "Most headers in an inbound frame."),
-    key("session.max_header_bytes", GATEWAY, Int, "Longest inbound header line."),
-    key("session.max_subscriptions", GATEWAY, Int, "Most subscriptions per session."),
-    key("session.queue_messages", GATEWAY, Int, "Most messages queued for one session (its window onto the mailbox: beyond it, the session reads on from the mailbox's buffer)."),
-    key("session.queue_bytes", GATEWAY, Int, "Most payload bytes queued for one session (as `queue_messages`), and the bound on the control frames waiting for its socket."),
-    key("session.when_full", GATEWAY, Enum(&["disconnect", "drop-oldest"]), "What happens when the mailbox evicts a message a lagging session has not been sent.").aliases(&["HERALD_WHEN_FULL"]),
-    key("session.max_lag_ms", GATEWAY, Int, "Longest a session may go without write progress (its client taking bytes) while something waits for it; then it is cut as a slow consumer, whatever `when_full` says."),
-    key("connection_rate.per_sec", GATEWAY, Float, "New connections a second per source address, on average; 0 turns the limit off. A connection over it is answered 429 with `Retry-After` and closed."),
-    key("connection_rate.burst", GATEWAY, Int, "Connections one address may open at once before the rate applies."),
-    key("connection_rate.max_addresses", GATEWAY, Int, "Addresses remembered; beyond it refilled ones are forgotten first, then the oldest (evict-oldest, counted)."),
-    key("mailbox.ttl_secs", GATEWAY, Int, "How long a mailbox outlives its user's last session.").aliases(&["HERALD_MAILBOX_TTL_SECS"]),
-    key("mailbox.buffer_messages", GATEWAY, Int, "Most messages kept for replay, and for sessions that fell behind to read on from."),
-    key("mailbox.buffer_bytes", GATEWAY, Int, "Most payload bytes kept (as `buffer_messages`)."),
-    key("mailbox.expiry_tick_ms", GATEWAY, Int, "How often expired mailboxes are removed."),
-    key("mailbox.max_expirations_per_tick", GATEWAY, Int, "Most mailboxes removed per tick, so mass expiry makes no spike."),
-    key("sockjs.heartbeat_ms", GATEWAY, Int, "Interval of SockJS `h` frames when nothing else is sent."),
-    key("sockjs.session_timeout_ms", GATEWAY, Int, "How long a session survives without a receiving request."),
-    key("sockjs.streaming_limit_bytes", GATEWAY, Int, "Bytes after which an xhr-streaming or EventSource response ends (the client opens a new one), so browsers can free what they buffered."),
-    key("sockjs.max_send_bytes", GATEWAY, Int, "Largest `xhr_send` body; 413 beyond."),
-    key("sockjs.jsessionid", GATEWAY, Bool, "Set a `JSESSIONID` cookie (for load balancers that stick by it) and answer `cookie_needed: true` in `/info`."),
-    key("sockjs.websocket", GATEWAY, Bool, "Offer the websocket transport in `/info`."),
-    key("sockjs.test_endpoints", GATEWAY, Bool, "Mount the SockJS protocol test suite's services (`/echo`, `/close`, `/disabled_websocket_echo`, `/cookie_needed_echo`). Tests only.").aliases(&["HERALD_SOCKJS_TEST_ENDPOINTS"]),
-    key("edge.id", GATEWAY, Str, "This edge's stable id: its queue on every root is `herald.edge.<id>`, so it must survive restarts.").aliases(&["HERALD_EDGE_ID"]),
-    key("edge.roots", GATEWAY, List, "AMQP URLs of every root broker; empty means standalone. The variable is comma-separated.").secret(UrlPassword).aliases(&["HERALD_ROOTS"]),
-    key("edge.exchange", GATEWAY, Str, "The fanout exchange routers publish to on each root."),
-    key("edge.prefetch", GATEWAY, Int, "Unacknowledged deliveries per root link."),
-    key("edge.queue_expires_secs", GATEWAY, Int, "How long a root keeps this edge's queue once the edge is gone."),
-    key("edge.dedup_window_secs", GATEWAY, Int, "Window in which a repeated notification id reaches no mailbox. Both modes: standalone deduplicates what the publish API and the delayed firer hand the hub, an edge what its roots deliver. (The key keeps its `edge.` name from when only edges deduplicated, so existing configurations keep working.) 0 turns deduplication off."),
-    key("edge.dedup_max", GATEWAY, Int, "Most ids remembered for deduplication, both modes (the oldest forgotten first, counted in `herald_dedup_evicted_total`)."),
-    key("edge.reconnect_initial_ms", GATEWAY, Int, "First reconnect delay after a broker connection fails (grows exponentially, with jitter). Read under its old name `reconnect_min_ms` too, with a deprecation warning."),
-    key("edge.reconnect_max_ms", GATEWAY, Int, "Longest reconnect delay."),
-    key("edge.connect_timeout_ms", GATEWAY, Int, "Longest a connection attempt to a root may take."),
-    key("edge.presence_exchange", GATEWAY, Str, "The fanout exchange presence reports go to on each root."),
-    key("edge.presence_batch_ms", GATEWAY, Int, "Longest a presence change waits before it is reported."),
-    key("edge.presence_heartbeat_ms", GATEWAY, Int, "Longest time between two presence reports (an empty one is a heartbeat: routers count this edge's users online while they come)."),
-    key("edge.presence_queue", GATEWAY, Int, "Bound of the queue of presence changes (drop-newest when full)."),
-    key("edge.presence_sync_ms", GATEWAY, Int, "Time between two snapshots of every mailbox this edge holds, which routers routing by edge (`routing.mode = \"targeted\"`) need to trust their view of it after they start or miss a report; one is also sent whenever a root link comes up."),
-    key("edge.uplink_client", GATEWAY, Enum(&["herald", "lapin"]), "The AMQP client of the root links: `herald`, Herald's own consumer, whose task reads the socket itself (no thread hand-off per delivery), or `lapin`, which runs each connection on a thread of its own. `amqps://` roots always use lapin."),
-    key("proxy.protocol", GATEWAY, Bool, "Read a PROXY protocol header (v1 or v2, HAProxy's `send-proxy` / `send-proxy-v2`) at the start of connections from `trusted` peers and take the client's address from it; a header from an untrusted peer, or a malformed one, gets the connection closed. Off: `X-Forwarded-For` from trusted peers names the client."),
-    key("proxy.trusted", GATEWAY, List, "The proxies, as CIDRs (`127.0.0.1/32`, `10.0.0.0/8`, `::1/128`; a bare address is a single host). Empty: no peer is a proxy and every connection's own address is the client's.").example("10.0.0.0/8, ::1/128"),
-    key("amqp.url", ROUTER, Str, "Broker URL, `amqp://user:pass@host:port/vhost` or `amqps://…`.").secret(UrlPassword).aliases(&["HERALD_ROUTER_AMQP_URL"]),
-    key("amqp.connection_name", ROUTER, Str, "Connection name the broker shows."),
-    key("amqp.prefetch", ROUTER, Int, "Most unacknowledged publications in flight (`basic.qos`).").aliases(&["HERALD_ROUTER_PREFETCH"]),
-    key("amqp.reconnect_initial_ms", ROUTER, Int, "First reconnect delay (grows exponentially, with jitter).").aliases(&["HERALD_ROUTER_RECONNECT_INITIAL_MS"]),
-    key("amqp.reconnect_max_ms", ROUTER, Int, "Longest reconnect delay.").aliases(&["HERALD_ROUTER_RECONNECT_MAX_MS"]),
-    key("amqp.connect_timeout_ms", ROUTER, Int, "Longest a connection attempt may take."),
-    key("amqp.publish_timeout_ms", ROUTER, Int, "Longest the HTTP API waits for the broker's confirms (then 503)."),
-    key("amqp.bundle_max", ROUTER, Int, "Most notifications in one message to the edges: a batch (an HTTP batch, delayed notifications falling due) goes as bundles of up to this many. 1 sends one message per notification, for edges older than bundles."),
-    key("amqp.bundle_max_bytes", ROUTER, Int, "Most bytes in one bundle; a notification larger than this goes alone. At most 16 MiB (16777216): edges drop larger deliveries."),
-    key("amqp.topology.exchange", ROUTER, Str, "Topic exchange backends publish to."),
-    key("amqp.topology.queue", ROUTER, Str, "Durable queue bound to `exchange` with `#`: the router consumes it."),
-    key("amqp.topology.dead_exchange", ROUTER, Str, "Fanout exchange for publications that fail validation."),
-    key("amqp.topology.dead_queue", ROUTER, Str, "Durable queue bound to `dead_exchange`, where dead letters wait for a human."),
-    key("amqp.topology.edges_exchange", ROUTER, Str, "Fanout exchange every edge binds its own queue to."),
-    key("amqp.topology.presence_exchange", ROUTER, Str, "Fanout exchange edges publish presence reports to."),
-    key("amqp.topology.presence_queue", ROUTER, Str, "Durable queue bound to `presence_exchange`, shared by the routers of this root."),
-    key("redis.url", ROUTER, Str, "One Redis server: `redis://host:port/db` (`rediss://` for TLS).").secret(UrlPassword).aliases(&["HERALD_ROUTER_REDIS_URL"]),
-    key("redis.cluster", ROUTER, List, "Or a Redis Cluster: its seed nodes.").secret(UrlPassword),
-    key("redis.prefix", ROUTER, Str, "Key prefix (several deployments can share a Redis)."),
-    key("redis.shards", ROUTER, Int, "Shards the entries are spread over; fixed for the life of the data."),
-    key("redis.connect_timeout_ms", ROUTER, Int, "Longest a connect may take."),
-    key("redis.response_timeout_ms", ROUTER, Int, "Longest one Redis request may wait for its answer."),
-    key("redis.operation_timeout_ms", ROUTER, Int, "Longest one store operation may take in all."),
-    key("redis.presence_edge_ttl_ms", ROUTER, Int, "An edge's users count as online this long after its last presence report (keep it a few times `edge.presence_heartbeat_ms`)."),
-    key("routing.mode", ROUTER, Enum(&["fanout", "targeted"]), "`fanout`: every notification to every edge (`herald.edges`). `targeted`: user- and client-scoped ones only to the edges holding a recipient (`herald.edges.targeted`), from the edges' presence reports; global ones, and any while the view is in doubt, to every edge. Edges of this version bind both, so routers switch one at a time (docs/architecture.md, targeted routing)."),
-    key("routing.stale_ms", ROUTER, Int, "Targeted: an edge's view is trusted this long after its last report (keep it a few times `edge.presence_heartbeat_ms`), and a router routes to every edge this long after its view starts."),
-    key("routing.forget_ms", ROUTER, Int, "Targeted: an edge not heard from this long is forgotten (it then gets nothing by its own key). Keep it at least the edges' `edge.queue_expires_secs`, after which its queue is gone anyway."),
-    key("routing.catch_up_ms", ROUTER, Int, "Targeted: how long a notification sent to chosen edges is kept to be re-sent to an edge a recipient arrives on; longer than a presence report takes to reach the router (`edge.presence_batch_ms` and the queue's lag). Also the longest absence from a dead edge after which a returning user (STOMP `offline-ms`) still gets everything published meanwhile."),
-    key("routing.catch_up_max", ROUTER, Int, "Targeted: most notifications kept for the catch-up (the oldest forgotten first, counted in `herald_routing_catch_up_evicted_total`)."),
-    key("routing.catch_up_max_bytes", ROUTER, Int, "Targeted: most payload bytes kept for the catch-up."),
-    key("routing.queue_max_length", ROUTER, Int, "Targeted: most reports waiting in this router's own presence queue (drop-head beyond: the edge whose report went is distrusted until its next snapshot)."),
-    key("publish.max_payload_bytes", BOTH, Int, "Largest payload.").aliases(&["HERALD_ROUTER_MAX_PAYLOAD_BYTES"]),
-    key("publish.max_body_bytes", BOTH, Int, "Largest HTTP request body (batches included)."),
-    key("publish.max_batch", BOTH, Int, "Most notifications per HTTP batch."),
-    key("publish.max_users", BOTH, Int, "Most users per publication."),
-    key("publish.max_clients", BOTH, Int, "Most clients per publication."),
-    key("publish.max_sites", BOTH, Int, "Most sites per publication."),
-    key("publish.max_ttl_ms", BOTH, Int, "Longest `ttl-ms`."),
-    key("schedule.max_delay_ms", BOTH, Int, "Longest `delay_ms` (and furthest `deliver_at`) accepted."),
-    key("schedule.lease_ms", BOTH, Int, "How long a claim holds an entry before another firer may take it (the redelivery delay after a crash)."),
-    key("schedule.horizon_ms", BOTH, Int, "How far ahead the in-memory window looks."),
-    key("schedule.refill_every_ms", BOTH, Int, "Longest time between two reads of the store's upcoming entries (each reads what came into the horizon since the one before)."),
-    key("schedule.full_refill_every_ms", BOTH, Int, "Longest time between two reads of the whole horizon, which also find entries other routers accepted due before the last read's end: their lateness bound if the router that accepted them dies first. At least `refill_every_ms`; equal, every read is whole."),
-    key("schedule.max_window", BOTH, Int, "Most entries in the in-memory window (keep-earliest when full)."),
-    key("schedule.claim_batch", BOTH, Int, "Most entries one claim takes."),
-    key("schedule.claim_ahead_ms", BOTH, Int, "Claim entries this long before they are due, and hold them in memory until then, so the claim's commit is not part of their lateness. A cancel that comes later than this before the due time finds the entry firing (too late). Must be less than `lease_ms`."),
-    key("schedule.claim_ahead_max_ms", BOTH, Int, "How far ahead a pile (many entries due close together, a herd) may be claimed: its claims start early enough to be done by its due time, at the pace claims were measured to take, but no earlier than this. Cancels of a pile's entries later than this before their due time may find them firing. At least `claim_ahead_ms`, at most `horizon_ms` (the window sees no further), less than `lease_ms`. Unset: 4 s, or less to fit a short lease or horizon."),
-    key("schedule.max_claimed", BOTH, Int, "Most claimed entries held in memory until they are due (when full, the firer stops claiming until some go: policy backpressure). About 0.5 KiB each plus the payload."),
-    key("schedule.max_unsettled", BOTH, Int, "Most fired entries waiting to be marked delivered (beyond, firing waits for the store: policy backpressure). A herd goes out at the link's pace and is marked delivered behind it; if the process dies, these fire again after their lease."),
-    key("schedule.settle_delay_ms", BOTH, Int, "How long fired entries wait before they are marked delivered (the first of a round waits this long, the rest less): a burst goes out before its bookkeeping competes with it, and a steady stream makes a few large writes instead of many small ones. Their status reads `firing` meanwhile; if the process dies, they fire again after their lease. Unset: 2 s, or less to fit a short lease."),
-    key("schedule.hold_max_ms", BOTH, Int, "How long a `when-online` notification is held for an offline user before it expires."),
-    key("schedule.retention_ms", BOTH, Int, "How long finished statuses stay readable."),
-    key("schedule.maintenance_every_ms", BOTH, Int, "How often held entries are expired, old statuses purged and the pending gauges refreshed."),
-    key("schedule.retry_after_ms", BOTH, Int, "When the link cannot take due entries, retry them after this long."),
-    key("schedule.min_interval_ms", BOTH, Int, "Default shortest time between two `when-online` sends to one user (0: none)."),
-    key("schedule.merge", BOTH, Bool, "Default for merging `when-online` notifications that fall due together for one user."),
-    key("schedule.max_tracked_users", BOTH, Int, "Most users whose last `when-online` send is remembered for `min_interval_ms` (when full, new users are not tracked; counted)."),
-    key("schedule.online_queue", BOTH, Int, "Bound of the queue of \"user came online\" events (when full, the newest is dropped and counted; the user's next connect retries)."),
-    key("schedule.hint_queue", BOTH, Int, "Bound of the queue of accepted entries handed to the in-memory window (when full, the newest is dropped and counted; the next refill reads it from the store)."),
-    key("schedule.max_topics", BOTH, Int, "Most topics registered through `PUT /v1/topics` (a new one beyond is refused with 409; configured topics do not count)."),
-    key("schedule.topics", BOTH, Toml, "Per-topic policies, `[schedule.topics.NAME]` tables: `jitter_ms`, `min_interval_ms`, `merge`. The variable: `{ coupon = { jitter_ms = 5000 } }`."),
-    key("presence.events_topic", BOTH, Str, "A topic to publish online and offline events to: a user's first session starting (cluster-wide in distributed mode) and last session ending each make a callback-only notification of this topic, `{\"user\",\"site\",\"client\",\"event\",\"at_ms\",\"edge\"}`, called back as the topic's `callback_url` says (docs/presence.md). Unset: no events. Standalone and routers with `[redis]`; an edge leaves it to its routers."),
-    key("presence.events_queue", BOTH, Int, "Presence events waiting to be stored, at most (drop-newest beyond, counted in `herald_presence_events_total{outcome=\"dropped\"}`)."),
-    key("callbacks.allow_private_networks", BOTH, Bool, "Let callbacks reach loopback, private (RFC 1918, ULA), link-local and shared (CGNAT) addresses. Off by default: whoever can register a topic could otherwise make Herald call internal services. The cloud metadata addresses stay refused either way."),
-    key("callbacks.max_per_host", BOTH, Int, "Requests to one destination host at once, at most, per process (the others wait for a slot: a receiver is never flooded)."),
-    key("callbacks.max_in_flight", BOTH, Int, "Callbacks made at once, at most, per process (as many more wait to start; beyond that, firing waits: backpressure)."),
-    key("callbacks.alerts.webhook_url", BOTH, Str, "A Slack-compatible incoming webhook: alerts are POSTed to it as JSON `{\"text\": \"...\"}`. Set by the operator, so any address is allowed.").secret(Yes),
-    key("callbacks.alerts.smtp_host", BOTH, Str, "The SMTP server mail goes through; unset, no mail."),
-    key("callbacks.alerts.smtp_port", BOTH, Int, "Its port (587, the submission port, by default)."),
-    key("callbacks.alerts.smtp_tls", BOTH, Enum(&["starttls", "tls", "none"]), "How the connection is protected: `starttls` (the default), `tls` (implicit TLS, usually port 465) or `none` (a local relay)."),
-    key("callbacks.alerts.smtp_username", BOTH, Str, "The user to log in as; with it, `smtp_password_env`."),
-    key("callbacks.alerts.smtp_password_env", BOTH, Str, "The name of the environment variable that holds the password (the password itself never goes in the file)."),
-    key("callbacks.alerts.mail_from", BOTH, Str, "The sender, `alerts@example.com` or `Herald <alerts@example.com>`."),
-    key("callbacks.alerts.mail_to", BOTH, List, "The recipients; at least one with `smtp_host`."),
-    key("callbacks.alerts.min_interval_ms", BOTH, Int, "At most one message per kind of alert per channel in this long; what comes in between goes out as one summary when it is over."),
-    key("callbacks.alerts.store_unavailable_after_ms", BOTH, Int, "The delayed store counts as unavailable once its maintenance rounds have been failing for this long (0: at the first failed round)."),
+/// A binary's keys: the common rows and its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    /// The binary that reads them (the prefix of their variables).
+    pub binary: Binary,
+    parts: [&'static [Key]; 3],
+}
+
+impl Table {
+    /// `binary`'s table: the common rows ([`TOP`], [`SECTIONS`]) and
+    /// `own`, whose top-level keys come first, then its sections.
+    pub const fn new(binary: Binary, own: &'static [Key]) -> Table {
+        Table {
+            binary,
+            parts: [TOP, own, SECTIONS],
+        }
+    }
+
+    /// A table of `keys` alone, without the common rows (for tests of the
+    /// machinery).
+    pub const fn only(binary: Binary, keys: &'static [Key]) -> Table {
+        Table {
+            binary,
+            parts: [&[], keys, &[]],
+        }
+    }
+
+    /// Every key, in the order of the documentation: the top-level keys
+    /// (the common ones, then the binary's), the binary's sections, then
+    /// the common sections.
+    pub fn keys(&self) -> impl Iterator<Item = &'static Key> + use<> {
+        self.parts.into_iter().flatten()
+    }
+}
+
+/// The top-level keys of both binaries.
+pub const TOP: &[Key] = &[
+    key("listen", Str, "Address to listen on: browsers, the publish API, `/healthz`, `/readyz`, `/metrics` (the router: its HTTP API and probes)."),
+    key("log_format", Enum(&["text", "json"]), "Log output format."),
+    key("api_keys", List, "Plain API keys for the publish API (every operation, every site), named `key-1`, `key-2`, … by position. The variable is comma-separated.").secret(Yes),
+    key("api_key", Toml, "Named API keys, `[[api_key]]` tables: `name`, the key from `key`, `key_file` or `key_env`, `ops`, `sites`, `rate_per_sec`, `burst` (README, API keys). The variable: `[{ name = \"billing\", key_env = \"BILLING_KEY\" }]`.").secret(Fields(&["key"])),
+    key("shutdown_grace_ms", Int, "How long shutdown waits for sessions (the router: HTTP requests and forwards) to drain."),
+];
+
+/// The sections of both binaries, the engine's: `[publish]`, `[schedule]`,
+/// `[presence]`, `[callbacks]`.
+pub const SECTIONS: &[Key] = &[
+    key("publish.max_payload_bytes", Int, "Largest payload.").aliases(&["HERALD_ROUTER_MAX_PAYLOAD_BYTES"]),
+    key("publish.max_body_bytes", Int, "Largest HTTP request body (batches included)."),
+    key("publish.max_batch", Int, "Most notifications per HTTP batch."),
+    key("publish.max_users", Int, "Most users per publication."),
+    key("publish.max_clients", Int, "Most clients per publication."),
+    key("publish.max_sites", Int, "Most sites per publication."),
+    key("publish.max_ttl_ms", Int, "Longest `ttl-ms`."),
+    key("schedule.max_delay_ms", Int, "Longest `delay_ms` (and furthest `deliver_at`) accepted."),
+    key("schedule.lease_ms", Int, "How long a claim holds an entry before another firer may take it (the redelivery delay after a crash)."),
+    key("schedule.horizon_ms", Int, "How far ahead the in-memory window looks."),
+    key("schedule.refill_every_ms", Int, "Longest time between two reads of the store's upcoming entries (each reads what came into the horizon since the one before)."),
+    key("schedule.full_refill_every_ms", Int, "Longest time between two reads of the whole horizon, which also find entries other routers accepted due before the last read's end: their lateness bound if the router that accepted them dies first. At least `refill_every_ms`; equal, every read is whole."),
+    key("schedule.max_window", Int, "Most entries in the in-memory window (keep-earliest when full)."),
+    key("schedule.claim_batch", Int, "Most entries one claim takes."),
+    key("schedule.claim_ahead_ms", Int, "Claim entries this long before they are due, and hold them in memory until then, so the claim's commit is not part of their lateness. A cancel that comes later than this before the due time finds the entry firing (too late). Must be less than `lease_ms`."),
+    key("schedule.claim_ahead_max_ms", Int, "How far ahead a pile (many entries due close together, a herd) may be claimed: its claims start early enough to be done by its due time, at the pace claims were measured to take, but no earlier than this. Cancels of a pile's entries later than this before their due time may find them firing. At least `claim_ahead_ms`, at most `horizon_ms` (the window sees no further), less than `lease_ms`. Unset: 4 s, or less to fit a short lease or horizon."),
+    key("schedule.max_claimed", Int, "Most claimed entries held in memory until they are due (when full, the firer stops claiming until some go: policy backpressure). About 0.5 KiB each plus the payload."),
+    key("schedule.max_unsettled", Int, "Most fired entries waiting to be marked delivered (beyond, firing waits for the store: policy backpressure). A herd goes out at the link's pace and is marked delivered behind it; if the process dies, these fire again after their lease."),
+    key("schedule.settle_delay_ms", Int, "How long fired entries wait before they are marked delivered (the first of a round waits this long, the rest less): a burst goes out before its bookkeeping competes with it, and a steady stream makes a few large writes instead of many small ones. Their status reads `firing` meanwhile; if the process dies, they fire again after their lease. Unset: 2 s, or less to fit a short lease."),
+    key("schedule.hold_max_ms", Int, "How long a `when-online` notification is held for an offline user before it expires."),
+    key("schedule.retention_ms", Int, "How long finished statuses stay readable."),
+    key("schedule.maintenance_every_ms", Int, "How often held entries are expired, old statuses purged and the pending gauges refreshed."),
+    key("schedule.retry_after_ms", Int, "When the link cannot take due entries, retry them after this long."),
+    key("schedule.min_interval_ms", Int, "Default shortest time between two `when-online` sends to one user (0: none)."),
+    key("schedule.merge", Bool, "Default for merging `when-online` notifications that fall due together for one user."),
+    key("schedule.max_tracked_users", Int, "Most users whose last `when-online` send is remembered for `min_interval_ms` (when full, new users are not tracked; counted)."),
+    key("schedule.online_queue", Int, "Bound of the queue of \"user came online\" events (when full, the newest is dropped and counted; the user's next connect retries)."),
+    key("schedule.hint_queue", Int, "Bound of the queue of accepted entries handed to the in-memory window (when full, the newest is dropped and counted; the next refill reads it from the store)."),
+    key("schedule.max_topics", Int, "Most topics registered through `PUT /v1/topics` (a new one beyond is refused with 409; configured topics do not count)."),
+    key("schedule.topics", Toml, "Per-topic policies, `[schedule.topics.NAME]` tables: `jitter_ms`, `min_interval_ms`, `merge`. The variable: `{ coupon = { jitter_ms = 5000 } }`."),
+    key("presence.events_topic", Str, "A topic to publish online and offline events to: a user's first session starting (cluster-wide in distributed mode) and last session ending each make a callback-only notification of this topic, `{\"user\",\"site\",\"client\",\"event\",\"at_ms\",\"edge\"}`, called back as the topic's `callback_url` says (docs/presence.md). Unset: no events. Standalone and routers with `[redis]`; an edge leaves it to its routers."),
+    key("presence.events_queue", Int, "Presence events waiting to be stored, at most (drop-newest beyond, counted in `herald_presence_events_total{outcome=\"dropped\"}`)."),
+    key("callbacks.allow_private_networks", Bool, "Let callbacks reach loopback, private (RFC 1918, ULA), link-local and shared (CGNAT) addresses. Off by default: whoever can register a topic could otherwise make Herald call internal services. The cloud metadata addresses stay refused either way."),
+    key("callbacks.max_per_host", Int, "Requests to one destination host at once, at most, per process (the others wait for a slot: a receiver is never flooded)."),
+    key("callbacks.max_in_flight", Int, "Callbacks made at once, at most, per process (as many more wait to start; beyond that, firing waits: backpressure)."),
+    key("callbacks.alerts.webhook_url", Str, "A Slack-compatible incoming webhook: alerts are POSTed to it as JSON `{\"text\": \"...\"}`. Set by the operator, so any address is allowed.").secret(Yes),
+    key("callbacks.alerts.smtp_host", Str, "The SMTP server mail goes through; unset, no mail."),
+    key("callbacks.alerts.smtp_port", Int, "Its port (587, the submission port, by default)."),
+    key("callbacks.alerts.smtp_tls", Enum(&["starttls", "tls", "none"]), "How the connection is protected: `starttls` (the default), `tls` (implicit TLS, usually port 465) or `none` (a local relay)."),
+    key("callbacks.alerts.smtp_username", Str, "The user to log in as; with it, `smtp_password_env`."),
+    key("callbacks.alerts.smtp_password_env", Str, "The name of the environment variable that holds the password (the password itself never goes in the file)."),
+    key("callbacks.alerts.mail_from", Str, "The sender, `alerts@example.com` or `Herald <alerts@example.com>`."),
+    key("callbacks.alerts.mail_to", List, "The recipients; at least one with `smtp_host`."),
+    key("callbacks.alerts.min_interval_ms", Int, "At most one message per kind of alert per channel in this long; what comes in between goes out as one summary when it is over."),
+    key("callbacks.alerts.store_unavailable_after_ms", Int, "The delayed store counts as unavailable once its maintenance rounds have been failing for this long (0: at the first failed round)."),
 ];

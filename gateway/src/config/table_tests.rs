@@ -1,5 +1,5 @@
 //! The gateway's configuration against the table of keys
-//! (`herald_engine::config::table`): every key has a row and a working
+//! ([`super::keys::TABLE`]): every key has a row and a working
 //! `HERALD_*` variable, docs/configuration.md is current, the environment
 //! lies between the file and the flags, and `--print-config` shows no
 //! secret.
@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use clap::Parser;
-use herald_engine::config::{Binary, coverage, page, table::KEYS};
+use herald_engine::config::{coverage, page};
+
+use super::keys::TABLE;
 
 use super::*;
 
@@ -28,20 +30,20 @@ const SECRET: &str = "jwt-secret-from-env-0123456789abcdef";
 
 #[test]
 fn every_key_of_the_configuration_has_a_row() {
-    let problems = coverage::problems(KEYS, Binary::Gateway, &defaults());
+    let problems = coverage::problems(TABLE, &defaults());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn every_key_has_a_variable_that_sets_it() {
-    let problems = coverage::env_problems::<Config>(KEYS, Binary::Gateway);
+    let problems = coverage::env_problems::<Config>(TABLE);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn docs_configuration_md_is_current() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
-    if let Err(e) = page::check_current(&path, KEYS, Binary::Gateway, &defaults()) {
+    if let Err(e) = page::check_current(&path, TABLE, &defaults()) {
         panic!("{e}");
     }
 }

@@ -1,5 +1,5 @@
 //! The router's configuration against the table of keys
-//! (`herald_engine::config::table`): every key has a row and a working
+//! ([`super::keys::TABLE`]): every key has a row and a working
 //! `HERALD_ROUTER_*` variable, docs/configuration.md is current, the
 //! environment lies between the file and the flags, and `--print-config`
 //! shows no secret.
@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use clap::Parser;
-use herald_engine::config::{Binary, coverage, page, table::KEYS};
+use herald_engine::config::{coverage, page};
+
+use super::keys::TABLE;
 
 use super::*;
 
@@ -26,20 +28,20 @@ fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
 
 #[test]
 fn every_key_of_the_configuration_has_a_row() {
-    let problems = coverage::problems(KEYS, Binary::Router, &defaults());
+    let problems = coverage::problems(TABLE, &defaults());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn every_key_has_a_variable_that_sets_it() {
-    let problems = coverage::env_problems::<Config>(KEYS, Binary::Router);
+    let problems = coverage::env_problems::<Config>(TABLE);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn docs_configuration_md_is_current() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
-    if let Err(e) = page::check_current(&path, KEYS, Binary::Router, &defaults()) {
+    if let Err(e) = page::check_current(&path, TABLE, &defaults()) {
         panic!("{e}");
     }
 }
