@@ -1,12 +1,14 @@
 //! Command-line flags. Every configuration key also has an environment
-//! variable (`HERALD_*`, read by `Config::load` from the table in
-//! `herald_engine::config::table`, the older names of the flags' variables
-//! included); flags win over it.
+//! variable (`HERALD_*`, read by `Config::load` from the gateway's table of
+//! keys, [`super::keys`], the older names of the flags' variables
+//! included); flags win over it. A flag that sets a key shows the key's
+//! default in `--help`, from `Config::default()`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Arg, Parser};
+use herald_engine::config::page::default_text;
 
 use super::{Config, LogFormat, WhenFull};
 
@@ -25,6 +27,7 @@ pub const VERSION: &str = herald_engine::version!();
 #[command(
     name = "herald-gateway",
     version = VERSION,
+    mut_args = defaults_in_help(),
     after_help = "Every configuration key has an environment variable: HERALD_ and its path in \
                   upper case, sections joined by __ (session.max_sessions: \
                   HERALD_SESSION__MAX_SESSIONS); docs/configuration.md lists them all. \
@@ -34,10 +37,10 @@ pub struct Cli {
     /// TOML configuration file (see deploy/gateway.example.toml).
     #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on [default: 127.0.0.1:8080].
+    /// Address to listen on.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Data directory (dev credentials, the delayed-notification store) [default: herald-data].
+    /// Data directory (dev credentials, the delayed-notification store).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// HS256 secret for browser JWTs (at least 32 bytes).
@@ -52,13 +55,13 @@ pub struct Cli {
     /// API key for the publish API; repeat the flag or separate with commas.
     #[arg(long = "api-key", value_name = "KEY", value_delimiter = ',')]
     pub api_keys: Vec<String>,
-    /// How long a mailbox outlives its user's last session, in seconds [default: 300].
+    /// How long a mailbox outlives its user's last session, in seconds.
     #[arg(long, value_name = "SECS")]
     pub mailbox_ttl_secs: Option<u64>,
-    /// Most concurrent sessions [default: 100000].
+    /// Most concurrent sessions.
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
-    /// What a session that fell behind further than its mailbox holds gets: cut or gaps [default: disconnect].
+    /// What a session that fell behind further than its mailbox holds gets: cut or gaps.
     #[arg(long, value_name = "POLICY")]
     pub when_full: Option<WhenFull>,
     /// Edge mode: this edge's stable id (names its queue on every root).
@@ -79,9 +82,36 @@ pub struct Cli {
     /// every problem when it is not valid.
     #[arg(long)]
     pub print_config: bool,
-    /// Log format [default: text]. Log levels come from RUST_LOG.
+    /// Log format (levels come from RUST_LOG).
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+}
+
+/// The flags that set a key, and that key: `--help` shows the key's default,
+/// read from `Config::default()`, so a default is written once.
+const FLAG_KEYS: &[(&str, &str)] = &[
+    ("listen", "listen"),
+    ("data_dir", "data_dir"),
+    ("mailbox_ttl_secs", "mailbox.ttl_secs"),
+    ("max_sessions", "session.max_sessions"),
+    ("when_full", "session.when_full"),
+    ("log_format", "log_format"),
+];
+
+/// What `--help` says of each flag of [`FLAG_KEYS`]: its help, then
+/// `[default: …]` with its key's default.
+fn defaults_in_help() -> impl FnMut(Arg) -> Arg {
+    let defaults = serde_json::to_value(Config::default()).unwrap_or_default();
+    move |arg| {
+        let Some((_, path)) = FLAG_KEYS.iter().find(|(id, _)| arg.get_id() == *id) else {
+            return arg;
+        };
+        let Some(value) = default_text(&defaults, path) else {
+            return arg;
+        };
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        arg.help(format!("{help} [default: {value}]"))
+    }
 }
 
 impl Cli {
@@ -150,6 +180,23 @@ mod tests {
         assert_eq!(c.listen.port(), 0);
         assert_eq!(c.api_keys, vec!["a", "b"]);
         assert_eq!(c.session.when_full, WhenFull::DropOldest);
+    }
+
+    #[test]
+    fn help_shows_the_defaults_of_the_configuration() {
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        let d = Config::default();
+        for shown in [
+            format!("[default: {}]", d.listen),
+            format!("[default: {}]", d.data_dir.display()),
+            format!("[default: {}]", d.mailbox.ttl_secs),
+            format!("[default: {}]", d.session.max_sessions),
+            "[default: disconnect]".to_owned(),
+        ] {
+            assert!(help.contains(&shown), "{shown} not in:\n{help}");
+        }
     }
 
     #[test]

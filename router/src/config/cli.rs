@@ -1,12 +1,14 @@
 //! Command-line flags. Every configuration key also has an environment
-//! variable (`HERALD_ROUTER_*`, read by `Config::load` from the table in
-//! `herald_engine::config::table`, the older names of the flags' variables
-//! included); flags win over it.
+//! variable (`HERALD_ROUTER_*`, read by `Config::load` from the router's
+//! table of keys, [`super::keys`], the older names of the flags' variables
+//! included); flags win over it. A flag that sets a key shows the key's
+//! default in `--help`, from `Config::default()`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Arg, Parser};
+use herald_engine::config::page::default_text;
 
 use super::{Config, LogFormat};
 
@@ -24,6 +26,7 @@ pub const VERSION: &str = herald_engine::version!();
 #[command(
     name = "herald-router",
     version = VERSION,
+    mut_args = defaults_in_help(),
     after_help = "Every configuration key has an environment variable: HERALD_ROUTER_ and its \
                   path in upper case, sections joined by __ (amqp.prefetch: \
                   HERALD_ROUTER_AMQP__PREFETCH); docs/configuration.md lists them all. \
@@ -33,32 +36,28 @@ pub struct Cli {
     /// TOML configuration file (see router/router.example.toml).
     #[arg(long, env = "HERALD_ROUTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address of the HTTP API [default: 127.0.0.1:8090].
+    /// Address of the HTTP API.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Broker URL (`amqp://` or `amqps://`).
-    #[arg(
-        long,
-        help = "Broker URL [default: amqp://guest:guest@127.0.0.1:5672/%2f]",
-        value_name = "URL"
-    )]
+    #[arg(long, help = "Broker URL", value_name = "URL")]
     pub amqp_url: Option<String>,
     /// API key for the HTTP publish API; repeat the flag or separate with commas.
     #[arg(long = "api-key", value_name = "KEY", value_delimiter = ',')]
     pub api_keys: Vec<String>,
-    /// Most unacknowledged AMQP publications in flight [default: 256].
+    /// Most unacknowledged AMQP publications in flight.
     #[arg(long, value_name = "N")]
     pub prefetch: Option<u16>,
-    /// First reconnect delay in ms; doubles per failure, with jitter [default: 100].
+    /// First reconnect delay in ms; doubles per failure, with jitter.
     #[arg(long, value_name = "MS")]
     pub reconnect_initial_ms: Option<u64>,
-    /// Longest reconnect delay in ms [default: 10000].
+    /// Longest reconnect delay in ms.
     #[arg(long, value_name = "MS")]
     pub reconnect_max_ms: Option<u64>,
-    /// Largest payload in bytes [default: 1048576].
+    /// Largest payload in bytes.
     #[arg(long, value_name = "BYTES")]
     pub max_payload_bytes: Option<usize>,
-    /// Most users (and clients, and sites) per publication [default: 50].
+    /// Most users (and clients, and sites) per publication.
     #[arg(long, env = "HERALD_ROUTER_MAX_RECIPIENTS", value_name = "N")]
     pub max_recipients: Option<usize>,
     /// Redis for delayed notifications and presence (`redis://host:port/db`);
@@ -74,9 +73,38 @@ pub struct Cli {
     /// every problem when it is not valid.
     #[arg(long)]
     pub print_config: bool,
-    /// Log format [default: text]. Log levels come from RUST_LOG.
+    /// Log format (levels come from RUST_LOG).
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+}
+
+/// The flags that set a key, and that key: `--help` shows the key's default,
+/// read from `Config::default()`, so a default is written once.
+const FLAG_KEYS: &[(&str, &str)] = &[
+    ("listen", "listen"),
+    ("amqp_url", "amqp.url"),
+    ("prefetch", "amqp.prefetch"),
+    ("reconnect_initial_ms", "amqp.reconnect_initial_ms"),
+    ("reconnect_max_ms", "amqp.reconnect_max_ms"),
+    ("max_payload_bytes", "publish.max_payload_bytes"),
+    ("max_recipients", "publish.max_users"),
+    ("log_format", "log_format"),
+];
+
+/// What `--help` says of each flag of [`FLAG_KEYS`]: its help, then
+/// `[default: …]` with its key's default.
+fn defaults_in_help() -> impl FnMut(Arg) -> Arg {
+    let defaults = serde_json::to_value(Config::default()).unwrap_or_default();
+    move |arg| {
+        let Some((_, path)) = FLAG_KEYS.iter().find(|(id, _)| arg.get_id() == *id) else {
+            return arg;
+        };
+        let Some(value) = default_text(&defaults, path) else {
+            return arg;
+        };
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        arg.help(format!("{help} [default: {value}]"))
+    }
 }
 
 impl Cli {
@@ -156,6 +184,24 @@ mod tests {
         assert_eq!(c.envelope_limits().max_sites, 10);
         assert_eq!(c.log_format, LogFormat::Json);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn help_shows_the_defaults_of_the_configuration() {
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        let d = Config::default();
+        for shown in [
+            format!("[default: {}]", d.listen),
+            format!("[default: {}]", d.amqp.url),
+            format!("[default: {}]", d.amqp.prefetch),
+            format!("[default: {}]", d.publish.max_users),
+            "[default: text]".to_owned(),
+        ] {
+            assert!(help.contains(&shown), "{shown} not in:\n{help}");
+        }
+        assert!(!help.contains("[default: null]"), "{help}");
     }
 
     #[test]
