@@ -28,24 +28,25 @@ use lapin::{Channel, ExchangeKind};
 
 /// The names the router declares and uses. Every one is configurable, so
 /// tests (and several Herald installations on one broker) do not collide.
+/// Each field is the router's key of its name under `[amqp.topology]`,
+/// described once in its row of the router's table of keys
+/// (`router/src/config/keys.rs`, docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Topology {
-    /// Topic exchange backends publish to.
+    /// Key `amqp.topology.exchange`.
     pub exchange: String,
-    /// Durable queue bound to `exchange` with `#`: the router consumes it.
+    /// Key `amqp.topology.queue`.
     pub queue: String,
-    /// Fanout exchange for publications that fail validation.
+    /// Key `amqp.topology.dead_exchange`.
     pub dead_exchange: String,
-    /// Durable queue bound to `dead_exchange`, where dead letters wait for a
-    /// human.
+    /// Key `amqp.topology.dead_queue`.
     pub dead_queue: String,
-    /// Fanout exchange every edge binds its own queue to.
+    /// Key `amqp.topology.edges_exchange`.
     pub edges_exchange: String,
-    /// Fanout exchange edges publish presence reports to.
+    /// Key `amqp.topology.presence_exchange`.
     pub presence_exchange: String,
-    /// Durable queue bound to `presence_exchange`, shared by the routers of
-    /// this root.
+    /// Key `amqp.topology.presence_queue`.
     pub presence_queue: String,
 }
 

@@ -6,7 +6,7 @@
 //! share are here ([`table`]), each binary keeps its own. A row is the one
 //! description of its key (the configuration structs' fields name the key
 //! and point to it): its environment variable, read over the file by
-//! [`load`] ([`env`]), the redaction of `--print-config` ([`redact`]), the
+//! [`load`] ([`env`](mod@env)), the redaction of `--print-config` ([`redact`]), the
 //! page docs/configuration.md and the defaults `--help` shows ([`page`]),
 //! and the check that the table covers the binary's configuration
 //! ([`coverage`]) all come from it.
@@ -26,23 +26,24 @@ use serde::Deserialize;
 pub use key::{Binary, Key, Kind, Secret, key};
 pub use table::Table;
 
-/// Publication limits (HTTP and AMQP alike).
+/// Publication limits (HTTP and AMQP alike), `[publish]`. Each field is the
+/// key of its name, described once in its row of [`table::SECTIONS`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PublishConfig {
-    /// Largest payload.
+    /// Key `publish.max_payload_bytes`.
     pub max_payload_bytes: usize,
-    /// Largest HTTP request body (batches included).
+    /// Key `publish.max_body_bytes`.
     pub max_body_bytes: usize,
-    /// Most notifications per HTTP batch.
+    /// Key `publish.max_batch`.
     pub max_batch: usize,
-    /// Most users per publication.
+    /// Key `publish.max_users`.
     pub max_users: usize,
-    /// Most clients per publication.
+    /// Key `publish.max_clients`.
     pub max_clients: usize,
-    /// Most sites per publication.
+    /// Key `publish.max_sites`.
     pub max_sites: usize,
-    /// Longest `ttl-ms`.
+    /// Key `publish.max_ttl_ms`.
     pub max_ttl_ms: u64,
 }
 

@@ -67,51 +67,40 @@ pub enum LogFormat {
     Json,
 }
 
-/// Browser session settings.
+/// Browser session settings, `[session]`. Each field is the key of its name, described once in its row of
+/// [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionConfig {
-    /// Most concurrent sessions; the next upgrade gets 503.
+    /// Key `session.max_sessions`.
     pub max_sessions: usize,
-    /// Most sessions of one user (a token's `sub` on its `site`) on this
-    /// gateway at once; the next CONNECT gets ERROR "too many sessions for
-    /// this user" and is closed. Users are hashed to edges, so this is
-    /// about a user's limit across the deployment too.
+    /// Key `session.max_per_user`.
     pub max_per_user: usize,
-    /// Time allowed between the upgrade and a valid CONNECT.
+    /// Key `session.connect_timeout_ms`.
     pub connect_timeout_ms: u64,
-    /// Time a new connection has, from accept, to send its whole request
-    /// head (a native streaming receiver: its body too), for `/ws`, SockJS
-    /// and every other route alike; then it is closed without an answer.
-    /// Also hyper's header read timeout on a keep-alive connection.
+    /// Key `session.header_timeout_ms`.
     pub header_timeout_ms: u64,
-    /// Most connections whose request head is still being sniffed (the
-    /// native streaming path); the next one is answered 503 and closed.
+    /// Key `session.max_sniffing`.
     pub max_sniffing: usize,
-    /// Shortest interval at which the server sends heart-beats (`sx`).
+    /// Key `session.heartbeat_send_ms`.
     pub heartbeat_send_ms: u32,
-    /// Shortest interval at which the server wants heart-beats (`sy`).
+    /// Key `session.heartbeat_receive_ms`.
     pub heartbeat_receive_ms: u32,
-    /// Largest inbound STOMP frame (and WebSocket message).
+    /// Key `session.max_frame_bytes`.
     pub max_frame_bytes: usize,
-    /// Most headers in an inbound frame.
+    /// Key `session.max_headers`.
     pub max_headers: usize,
-    /// Longest inbound header line.
+    /// Key `session.max_header_bytes`.
     pub max_header_bytes: usize,
-    /// Most subscriptions per session.
+    /// Key `session.max_subscriptions`.
     pub max_subscriptions: usize,
-    /// Most messages queued for one session (its window onto the mailbox:
-    /// beyond it, the session reads on from the mailbox's buffer).
+    /// Key `session.queue_messages`.
     pub queue_messages: usize,
-    /// Most payload bytes queued for one session (as `queue_messages`),
-    /// and the bound on the control frames waiting for its socket.
+    /// Key `session.queue_bytes`.
     pub queue_bytes: usize,
-    /// What happens when the mailbox evicts a message a lagging session
-    /// has not been sent.
+    /// Key `session.when_full`.
     pub when_full: WhenFull,
-    /// Longest a session may go without write progress (its client taking
-    /// bytes) while something waits for it; then it is cut as a slow
-    /// consumer, whatever `when_full` says.
+    /// Key `session.max_lag_ms`.
     pub max_lag_ms: u64,
 }
 
@@ -141,18 +130,16 @@ impl Default for SessionConfig {
 /// that browsers reach directly. Off by default: behind HAProxy every
 /// connection comes from HAProxy's own addresses (limit there instead, with
 /// the template's stick table), and many users behind one NAT share an
-/// address.
+/// address. Each field is the key of its name, described once in its row
+/// of [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionRateConfig {
-    /// New connections a second per source address, on average; 0 turns
-    /// the limit off. A connection over it is answered 429 with
-    /// `Retry-After` and closed.
+    /// Key `connection_rate.per_sec`.
     pub per_sec: f64,
-    /// Connections one address may open at once before the rate applies.
+    /// Key `connection_rate.burst`.
     pub burst: u32,
-    /// Addresses remembered; beyond it refilled ones are forgotten first,
-    /// then the oldest (evict-oldest, counted).
+    /// Key `connection_rate.max_addresses`.
     pub max_addresses: usize,
 }
 
@@ -175,20 +162,20 @@ impl ConnectionRateConfig {
     }
 }
 
-/// Mailbox settings.
+/// Mailbox settings, `[mailbox]`. Each field is the key of its name, described once in its row of
+/// [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MailboxConfig {
-    /// How long a mailbox outlives its user's last session.
+    /// Key `mailbox.ttl_secs`.
     pub ttl_secs: u64,
-    /// Most messages kept for replay, and for sessions that fell behind
-    /// to read on from.
+    /// Key `mailbox.buffer_messages`.
     pub buffer_messages: usize,
-    /// Most payload bytes kept (as `buffer_messages`).
+    /// Key `mailbox.buffer_bytes`.
     pub buffer_bytes: usize,
-    /// How often expired mailboxes are removed.
+    /// Key `mailbox.expiry_tick_ms`.
     pub expiry_tick_ms: u64,
-    /// Most mailboxes removed per tick, so mass expiry makes no spike.
+    /// Key `mailbox.max_expirations_per_tick`.
     pub max_expirations_per_tick: usize,
 }
 
@@ -204,26 +191,24 @@ impl Default for MailboxConfig {
     }
 }
 
-/// SockJS settings.
+/// SockJS settings, `[sockjs]`. Each field is the key of its name, described once in its row of
+/// [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SockjsConfig {
-    /// Interval of SockJS `h` frames when nothing else is sent.
+    /// Key `sockjs.heartbeat_ms`.
     pub heartbeat_ms: u64,
-    /// How long a session survives without a receiving request.
+    /// Key `sockjs.session_timeout_ms`.
     pub session_timeout_ms: u64,
-    /// Bytes after which an xhr-streaming or EventSource response ends (the
-    /// client opens a new one), so browsers can free what they buffered.
+    /// Key `sockjs.streaming_limit_bytes`.
     pub streaming_limit_bytes: usize,
-    /// Largest `xhr_send` body; 413 beyond.
+    /// Key `sockjs.max_send_bytes`.
     pub max_send_bytes: usize,
-    /// Set a `JSESSIONID` cookie (for load balancers that stick by it) and
-    /// answer `cookie_needed: true` in `/info`.
+    /// Key `sockjs.jsessionid`.
     pub jsessionid: bool,
-    /// Offer the websocket transport in `/info`.
+    /// Key `sockjs.websocket`.
     pub websocket: bool,
-    /// Mount the SockJS protocol test suite's services (`/echo`, `/close`,
-    /// `/disabled_websocket_echo`, `/cookie_needed_echo`). Tests only.
+    /// Key `sockjs.test_endpoints`.
     pub test_endpoints: bool,
 }
 
@@ -241,56 +226,44 @@ impl Default for SockjsConfig {
     }
 }
 
-/// Edge mode: consume from root brokers instead of running standalone.
+/// Edge mode, `[edge]`: consume from root brokers instead of running
+/// standalone. Each field is the key of its name, described once in its
+/// row of [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EdgeConfig {
-    /// This edge's stable id: its queue on every root is `herald.edge.<id>`,
-    /// so it must survive restarts.
+    /// Key `edge.id`.
     pub id: Option<String>,
-    /// AMQP URLs of every root broker. Empty means standalone.
+    /// Key `edge.roots`.
     pub roots: Vec<String>,
-    /// The fanout exchange routers publish to on each root.
+    /// Key `edge.exchange`.
     pub exchange: String,
-    /// Unacknowledged deliveries per root link.
+    /// Key `edge.prefetch`.
     pub prefetch: u16,
-    /// How long a root keeps this edge's queue once the edge is gone.
+    /// Key `edge.queue_expires_secs`.
     pub queue_expires_secs: u64,
-    /// Window in which a repeated notification id reaches no mailbox. Both
-    /// modes: standalone deduplicates what the publish API and the delayed
-    /// firer hand the hub, an edge what its roots deliver. (The key keeps
-    /// its `edge.` name from when only edges deduplicated, so existing
-    /// configurations keep working.) 0 turns deduplication off.
+    /// Key `edge.dedup_window_secs`.
     pub dedup_window_secs: u64,
-    /// Most ids remembered for deduplication, both modes (the oldest
-    /// forgotten first, counted in `herald_dedup_evicted_total`).
+    /// Key `edge.dedup_max`.
     pub dedup_max: usize,
-    /// First reconnect delay after a broker connection fails (grows
-    /// exponentially, with jitter). Read under its old name
-    /// `reconnect_min_ms` too, with a deprecation warning.
+    /// Key `edge.reconnect_initial_ms`.
     #[serde(alias = "reconnect_min_ms")]
     pub reconnect_initial_ms: u64,
-    /// Longest reconnect delay.
+    /// Key `edge.reconnect_max_ms`.
     pub reconnect_max_ms: u64,
-    /// Longest a connection attempt to a root may take.
+    /// Key `edge.connect_timeout_ms`.
     pub connect_timeout_ms: u64,
-    /// The fanout exchange presence reports go to on each root.
+    /// Key `edge.presence_exchange`.
     pub presence_exchange: String,
-    /// Longest a presence change waits before it is reported.
+    /// Key `edge.presence_batch_ms`.
     pub presence_batch_ms: u64,
-    /// Longest time between two presence reports (an empty one is a
-    /// heartbeat: routers count this edge's users online while they come).
+    /// Key `edge.presence_heartbeat_ms`.
     pub presence_heartbeat_ms: u64,
-    /// Bound of the queue of presence changes (drop-newest when full).
+    /// Key `edge.presence_queue`.
     pub presence_queue: usize,
-    /// Time between two snapshots of every mailbox this edge holds, which
-    /// routers routing by edge (`routing.mode = "targeted"`) need to trust
-    /// their view of it after they start or miss a report; one is also
-    /// sent whenever a root link comes up.
+    /// Key `edge.presence_sync_ms`.
     pub presence_sync_ms: u64,
-    /// The AMQP client of the root links: `herald` (its own, read by the
-    /// link's task) or `lapin` (a thread per connection). `amqps://` roots
-    /// always use lapin.
+    /// Key `edge.uplink_client`.
     pub uplink_client: UplinkClient,
 }
 
@@ -329,23 +302,22 @@ impl Default for EdgeConfig {
     }
 }
 
-/// The whole gateway configuration.
+/// The whole gateway configuration. A field that is a key (not a section)
+/// is described once in its row of [`keys::TABLE`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address to serve on.
+    /// Key `listen`.
     pub listen: SocketAddr,
-    /// Where Herald keeps its files: dev credentials and, standalone, the
-    /// delayed-notification store (`DATA_DIR/delayed`).
+    /// Key `data_dir`.
     pub data_dir: PathBuf,
-    /// Log output format.
+    /// Key `log_format`.
     pub log_format: LogFormat,
-    /// Plain API keys for the publish API (every operation, every site),
-    /// named `key-1`, `key-2`, ... by position.
+    /// Key `api_keys`.
     pub api_keys: Vec<String>,
-    /// Named API keys (`[[api_key]]`): operations, sites, publish rate.
+    /// Key `api_key`.
     pub api_key: Vec<ApiKeyConfig>,
-    /// How long shutdown waits for sessions to drain.
+    /// Key `shutdown_grace_ms`.
     pub shutdown_grace_ms: u64,
     /// JWT verification.
     pub auth: AuthConfig,

@@ -42,31 +42,28 @@ pub enum LogFormat {
     Json,
 }
 
-/// The broker connection and the intake.
+/// The broker connection and the intake, `[amqp]`. Each field is the key of its
+/// name, described once in its row of [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AmqpConfig {
-    /// Broker URL, `amqp://user:pass@host:port/vhost` or `amqps://…`.
+    /// Key `amqp.url`.
     pub url: String,
-    /// Connection name the broker shows.
+    /// Key `amqp.connection_name`.
     pub connection_name: String,
-    /// Most unacknowledged publications in flight (`basic.qos`).
+    /// Key `amqp.prefetch`.
     pub prefetch: u16,
-    /// First reconnect delay (grows exponentially, with jitter).
+    /// Key `amqp.reconnect_initial_ms`.
     pub reconnect_initial_ms: u64,
-    /// Longest reconnect delay.
+    /// Key `amqp.reconnect_max_ms`.
     pub reconnect_max_ms: u64,
-    /// Longest a connection attempt may take.
+    /// Key `amqp.connect_timeout_ms`.
     pub connect_timeout_ms: u64,
-    /// Longest the HTTP API waits for the broker's confirms (then 503).
+    /// Key `amqp.publish_timeout_ms`.
     pub publish_timeout_ms: u64,
-    /// Most notifications in one message to the edges: a batch (an HTTP
-    /// batch, delayed notifications falling due) goes as bundles of up to
-    /// this many. 1 sends one message per notification, for edges older
-    /// than bundles.
+    /// Key `amqp.bundle_max`.
     pub bundle_max: usize,
-    /// Most bytes in one bundle; a notification larger than this goes
-    /// alone.
+    /// Key `amqp.bundle_max_bytes`.
     pub bundle_max_bytes: usize,
     /// Exchange and queue names.
     pub topology: Topology,
@@ -103,26 +100,26 @@ impl Default for AmqpConfig {
 
 /// `[redis]`: the delayed-notification store (and presence) of the
 /// distributed routers. Delayed notifications are enabled when `url` or
-/// `cluster` is set.
+/// `cluster` is set. Each field is the key of its name, described once in
+/// its row of [`keys::OWN`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisSection {
-    /// One Redis server: `redis://host:port/db` (`rediss://` for TLS).
+    /// Key `redis.url`.
     pub url: Option<String>,
-    /// Or a Redis Cluster: its seed nodes.
+    /// Key `redis.cluster`.
     pub cluster: Vec<String>,
-    /// Key prefix (several deployments can share a Redis).
+    /// Key `redis.prefix`.
     pub prefix: String,
-    /// Shards the entries are spread over; fixed for the life of the data.
+    /// Key `redis.shards`.
     pub shards: u16,
-    /// Longest a connect may take.
+    /// Key `redis.connect_timeout_ms`.
     pub connect_timeout_ms: u64,
-    /// Longest one Redis request may wait for its answer.
+    /// Key `redis.response_timeout_ms`.
     pub response_timeout_ms: u64,
-    /// Longest one store operation may take in all.
+    /// Key `redis.operation_timeout_ms`.
     pub operation_timeout_ms: u64,
-    /// An edge's users count as online this long after its last presence
-    /// report (keep it a few times `edge.presence_heartbeat_ms`).
+    /// Key `redis.presence_edge_ttl_ms`.
     pub presence_edge_ttl_ms: u64,
 }
 
@@ -185,39 +182,24 @@ impl RedisSection {
 
 /// `[routing]`: how this router sends notifications to the edges
 /// (`herald_amqp::routing`; docs/architecture.md, "Targeted routing").
+/// Each field is the key of its name, described once in its row of
+/// [`keys::OWN`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoutingSection {
-    /// `fanout`: every notification to every edge (`herald.edges`).
-    /// `targeted`: user- and client-scoped ones only to the edges holding
-    /// a recipient (`herald.edges.targeted`), from the edges' presence
-    /// reports; global ones, and any while the view is in doubt, to every
-    /// edge. Edges of this version bind both, so routers switch one at a
-    /// time.
+    /// Key `routing.mode`.
     pub mode: Mode,
-    /// Targeted: an edge's view is trusted this long after its last
-    /// report (keep it a few times `edge.presence_heartbeat_ms`), and a
-    /// router routes to every edge this long after its view starts.
+    /// Key `routing.stale_ms`.
     pub stale_ms: u64,
-    /// Targeted: an edge not heard from this long is forgotten (it then
-    /// gets nothing by its own key). Keep it at least the edges'
-    /// `edge.queue_expires_secs`, after which its queue is gone anyway.
+    /// Key `routing.forget_ms`.
     pub forget_ms: u64,
-    /// Targeted: how long a notification sent to chosen edges is kept to
-    /// be re-sent to an edge a recipient arrives on; longer than a
-    /// presence report takes to reach the router
-    /// (`edge.presence_batch_ms` and the queue's lag). Also the longest
-    /// absence from a dead edge after which a returning user (STOMP
-    /// `offline-ms`) still gets everything published meanwhile.
+    /// Key `routing.catch_up_ms`.
     pub catch_up_ms: u64,
-    /// Targeted: most notifications kept for the catch-up (the oldest
-    /// forgotten first, counted in `herald_routing_catch_up_evicted_total`).
+    /// Key `routing.catch_up_max`.
     pub catch_up_max: usize,
-    /// Targeted: most payload bytes kept for the catch-up.
+    /// Key `routing.catch_up_max_bytes`.
     pub catch_up_max_bytes: usize,
-    /// Targeted: most reports waiting in this router's own presence queue
-    /// (drop-head beyond: the edge whose report went is distrusted until
-    /// its next snapshot).
+    /// Key `routing.queue_max_length`.
     pub queue_max_length: u32,
 }
 
@@ -275,20 +257,20 @@ impl RoutingSection {
     }
 }
 
-/// The whole router configuration.
+/// The whole router configuration. A field that is a key (not a section)
+/// is described once in its row of [`keys::TABLE`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address of the HTTP API (`/v1/notifications`, `/healthz`, `/metrics`).
+    /// Key `listen`.
     pub listen: SocketAddr,
-    /// Log output format.
+    /// Key `log_format`.
     pub log_format: LogFormat,
-    /// Plain API keys for the HTTP API (every operation, every site),
-    /// named `key-1`, `key-2`, ... by position.
+    /// Key `api_keys`.
     pub api_keys: Vec<String>,
-    /// Named API keys (`[[api_key]]`): operations, sites, publish rate.
+    /// Key `api_key`.
     pub api_key: Vec<ApiKeyConfig>,
-    /// How long shutdown waits for HTTP requests and in-flight forwards.
+    /// Key `shutdown_grace_ms`.
     pub shutdown_grace_ms: u64,
     /// Broker and intake.
     pub amqp: AmqpConfig,

@@ -11,20 +11,16 @@ pub const MAX_PER_HOST: usize = 64;
 /// The default of `callbacks.max_in_flight`.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
-/// Settings of callbacks.
+/// Settings of callbacks, `[callbacks]`. Each field is the key of its name,
+/// described once in its row of [`crate::config::table::SECTIONS`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CallbackConfig {
-    /// Let callbacks reach loopback, private (RFC 1918, ULA), link-local and
-    /// shared (CGNAT) addresses. Off by default: whoever can register a
-    /// topic could otherwise make Herald call internal services. The cloud
-    /// metadata addresses stay refused either way.
+    /// Key `callbacks.allow_private_networks`.
     pub allow_private_networks: bool,
-    /// Requests to one destination host at once, at most, per process
-    /// (the others wait for a slot: a receiver is never flooded).
+    /// Key `callbacks.max_per_host`.
     pub max_per_host: usize,
-    /// Callbacks made at once, at most, per process (as many more wait to
-    /// start; beyond that, firing waits: backpressure).
+    /// Key `callbacks.max_in_flight`.
     pub max_in_flight: usize,
     /// Alerts (`[callbacks.alerts]`): dead letters and the delayed store
     /// failing, to a webhook and by mail.

@@ -47,7 +47,7 @@ pub fn problems(keys: Table, defaults: &serde_json::Value) -> Vec<String> {
 /// Every key of `keys` whose variable does not set it: for each key, a
 /// value other than its default is put in its variable alone, the
 /// configuration `T` loaded ([`super::load`], no file), and the key read
-/// back; a key with an [`Key::example`] (a list or a string) is set to
+/// back; a key with an [`example`](super::key::Key::example) (a list or a string) is set to
 /// it. Arrays and tables of tables ([`Kind::Toml`]) are set to an empty
 /// one. One line per failure; empty when every variable works.
 pub fn env_problems<T: DeserializeOwned + Default + Serialize>(keys: Table) -> Vec<String> {

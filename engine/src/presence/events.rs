@@ -68,13 +68,14 @@ pub fn entry(t: &Transition, topic: &str, now: u64) -> Entry {
     }
 }
 
-/// `[presence]`: events to a topic (both binaries).
+/// `[presence]`: events to a topic (both binaries). Each field is the key of its name,
+/// described once in its row of [`crate::config::table::SECTIONS`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PresenceConfig {
-    /// The topic online and offline events are published to; unset: none.
+    /// Key `presence.events_topic`.
     pub events_topic: Option<String>,
-    /// Transitions waiting to be stored, at most (drop-newest beyond).
+    /// Key `presence.events_queue`.
     pub events_queue: usize,
 }
 

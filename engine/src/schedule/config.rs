@@ -22,90 +22,58 @@ pub struct TopicPolicy {
     pub merge: Option<bool>,
 }
 
-/// Settings of delayed notifications.
+/// Settings of delayed notifications, `[schedule]`. Each field is the key of its name,
+/// described once in its row of [`crate::config::table::SECTIONS`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ScheduleConfig {
-    /// Longest `delay_ms` (and furthest `deliver_at`) accepted.
+    /// Key `schedule.max_delay_ms`.
     pub max_delay_ms: u64,
-    /// How long a claim holds an entry before another firer may take it
-    /// (the redelivery delay after a crash).
+    /// Key `schedule.lease_ms`.
     pub lease_ms: u64,
-    /// How far ahead the in-memory window looks.
+    /// Key `schedule.horizon_ms`.
     pub horizon_ms: u64,
-    /// Longest time between two reads of the store's upcoming entries
-    /// (each reads what came into the horizon since the one before).
+    /// Key `schedule.refill_every_ms`.
     pub refill_every_ms: u64,
-    /// Longest time between two reads of the whole horizon, which also
-    /// find entries other routers accepted due before the last read's end:
-    /// their lateness bound if the router that accepted them dies first.
-    /// At least `refill_every_ms`; equal, every read is whole.
+    /// Key `schedule.full_refill_every_ms`.
     pub full_refill_every_ms: u64,
-    /// Most entries in the in-memory window (keep-earliest when full).
+    /// Key `schedule.max_window`.
     pub max_window: usize,
-    /// Most entries one claim takes.
+    /// Key `schedule.claim_batch`.
     pub claim_batch: usize,
-    /// Claim entries this long before they are due, and hold them in
-    /// memory until then, so the claim's commit is not part of their
-    /// lateness. A cancel that comes later than this before the due time
-    /// finds the entry firing (too late). Must be less than `lease_ms`.
+    /// Key `schedule.claim_ahead_ms`.
     pub claim_ahead_ms: u64,
-    /// How far ahead a pile (many entries due close together, a herd) may
-    /// be claimed: its claims start early enough to be done by its due
-    /// time, at the pace claims were measured to take, but no earlier than
-    /// this. Cancels of a pile's entries later than this before their due
-    /// time may find them firing. At least `claim_ahead_ms`, at most
-    /// `horizon_ms` (the window sees no further), less than `lease_ms`.
-    /// Unset: 4 s, or less to fit a short lease or horizon
-    /// ([`ScheduleConfig::claim_ahead_max_ms`]).
+    /// Key `schedule.claim_ahead_max_ms`.
+    /// Unset, [`ScheduleConfig::claim_ahead_max_ms`] derives it.
     pub claim_ahead_max_ms: Option<u64>,
-    /// Most claimed entries held in memory until they are due (when
-    /// full, the firer stops claiming until some go: policy
-    /// backpressure). About 0.5 KiB each plus the payload.
+    /// Key `schedule.max_claimed`.
     pub max_claimed: usize,
-    /// Most fired entries waiting to be marked delivered (beyond, firing
-    /// waits for the store: policy backpressure). A herd goes out at the
-    /// link's pace and is marked delivered behind it; if the process dies,
-    /// these fire again after their lease.
+    /// Key `schedule.max_unsettled`.
     pub max_unsettled: usize,
-    /// How long fired entries wait before they are marked delivered (the
-    /// first of a round waits this long, the rest less): a burst goes out
-    /// before its bookkeeping competes with it, and a steady stream makes
-    /// a few large writes instead of many small ones. Their status reads
-    /// `firing` meanwhile; if the process dies, they fire again after
-    /// their lease. Unset: 2 s, or less to fit a short lease
-    /// ([`ScheduleConfig::settle_delay_ms`]).
+    /// Key `schedule.settle_delay_ms`.
+    /// Unset, [`ScheduleConfig::settle_delay_ms`] derives it.
     pub settle_delay_ms: Option<u64>,
-    /// How long a `when-online` notification is held for an offline user
-    /// before it expires.
+    /// Key `schedule.hold_max_ms`.
     pub hold_max_ms: u64,
-    /// How long finished statuses stay readable.
+    /// Key `schedule.retention_ms`.
     pub retention_ms: u64,
-    /// How often held entries are expired, old statuses purged and the
-    /// pending gauges refreshed.
+    /// Key `schedule.maintenance_every_ms`.
     pub maintenance_every_ms: u64,
-    /// When the link cannot take due entries, retry them after this long.
+    /// Key `schedule.retry_after_ms`.
     pub retry_after_ms: u64,
-    /// Default shortest time between two `when-online` sends to one user
-    /// (0: none).
+    /// Key `schedule.min_interval_ms`.
     pub min_interval_ms: u64,
-    /// Default for merging `when-online` notifications that fall due
-    /// together for one user.
+    /// Key `schedule.merge`.
     pub merge: bool,
-    /// Most users whose last `when-online` send is remembered for
-    /// `min_interval_ms` (when full, new users are not tracked; counted).
+    /// Key `schedule.max_tracked_users`.
     pub max_tracked_users: usize,
-    /// Bound of the queue of "user came online" events (when full, the
-    /// newest is dropped and counted; the user's next connect retries).
+    /// Key `schedule.online_queue`.
     pub online_queue: usize,
-    /// Bound of the queue of accepted entries handed to the in-memory
-    /// window (when full, the newest is dropped and counted; the next
-    /// refill reads it from the store).
+    /// Key `schedule.hint_queue`.
     pub hint_queue: usize,
-    /// Most topics registered through `PUT /v1/topics` (a new one beyond
-    /// is refused with 409; configured topics do not count).
+    /// Key `schedule.max_topics`.
     pub max_topics: usize,
-    /// Per-topic policies.
+    /// Key `schedule.topics`.
     pub topics: BTreeMap<String, TopicPolicy>,
 }
 

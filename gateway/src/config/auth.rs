@@ -20,32 +20,29 @@ pub const ALGORITHMS: &[&str] = &[
 /// Shortest HMAC secret accepted, in bytes (RFC 7518 §3.2 for HS256).
 pub const MIN_SECRET_BYTES: usize = 32;
 
-/// JWT verification settings. No key set anywhere means dev mode.
+/// JWT verification settings, `[auth]`. No key set anywhere means dev mode.
+/// Each field is the key of its name, described once in its row of
+/// [`super::keys::OWN`].
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// HS256 shared secret (at least 32 bytes): the default key.
+    /// Key `auth.jwt_secret`.
     pub jwt_secret: Option<String>,
-    /// PEM file with the RS256 or ES256 public key: the default key.
+    /// Key `auth.jwt_public_key_file`.
     pub jwt_public_key_file: Option<PathBuf>,
-    /// `HS256`, `RS256` or `ES256`; defaults to HS256 with a secret.
+    /// Key `auth.jwt_algorithm`.
     pub jwt_algorithm: Option<String>,
-    /// Clock skew tolerated on `exp` and `nbf`, in seconds; a session ends
-    /// this long after its token's `exp`.
+    /// Key `auth.leeway_secs`.
     pub leeway_secs: u64,
-    /// Keys chosen by the token header's `kid`.
+    /// Key `auth.keys`.
     pub keys: Vec<KeyConfig>,
-    /// A JWKS file (RFC 7517): RSA, EC (P-256, P-384) and `oct` keys, each
-    /// chosen by its `kid`.
+    /// Key `auth.jwks_file`.
     pub jwks_file: Option<PathBuf>,
-    /// The key (of `keys` or the JWKS file) for tokens without `kid`, when
-    /// no single-key setting is made.
+    /// Key `auth.default_kid`.
     pub default_kid: Option<String>,
-    /// Accepted `iss` values; empty: `iss` is not checked. When set, a
-    /// token must carry one of them.
+    /// Key `auth.issuers`.
     pub issuers: Vec<String>,
-    /// Accepted `aud` values; empty: `aud` is not checked. When set, a
-    /// token's `aud` must name one of them.
+    /// Key `auth.audiences`.
     pub audiences: Vec<String>,
 }
 

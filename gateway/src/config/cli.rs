@@ -98,7 +98,7 @@ const FLAG_KEYS: &[(&str, &str)] = &[
     ("log_format", "log_format"),
 ];
 
-/// What `--help` says of each flag of [`FLAG_KEYS`]: its help, then
+/// What `--help` says of each flag of `FLAG_KEYS`: its help, then
 /// `[default: …]` with its key's default.
 fn defaults_in_help() -> impl FnMut(Arg) -> Arg {
     let defaults = serde_json::to_value(Config::default()).unwrap_or_default();

@@ -7,21 +7,14 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
-/// `[proxy]`: the client's address behind a proxy.
+/// `[proxy]`: the client's address behind a proxy. Each field is the key of
+/// its name, described once in its row of [`super::keys::OWN`].
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyConfig {
-    /// Read a PROXY protocol header (v1 or v2, HAProxy's `send-proxy` /
-    /// `send-proxy-v2`) at the start of connections from `trusted` peers
-    /// and take the client's address from it. A connection from a trusted
-    /// peer without a header is served as a direct one (the proxy's own
-    /// health checks); a header from an untrusted peer, or a malformed,
-    /// oversized or slow one, gets the connection closed, logged and
-    /// counted. Off: `X-Forwarded-For` from trusted peers names the client.
+    /// Key `proxy.protocol`.
     pub protocol: bool,
-    /// The proxies, as CIDRs (`127.0.0.1/32`, `10.0.0.0/8`, `::1/128`; a
-    /// bare address is a single host). Empty: no peer is a proxy and every
-    /// connection's own address is the client's.
+    /// Key `proxy.trusted`.
     pub trusted: Vec<Cidr>,
 }
 

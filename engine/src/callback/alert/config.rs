@@ -11,34 +11,31 @@ use url::Url;
 pub const MIN_INTERVAL_FLOOR_MS: u64 = 1_000;
 
 /// Settings of alerts. With neither `webhook_url` nor `smtp_host`, alerts
-/// are log lines and metrics only.
+/// are log lines and metrics only. Each field is the key of its name under
+/// `[callbacks.alerts]`, described once in its row of
+/// [`crate::config::table::SECTIONS`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertsConfig {
-    /// A Slack-compatible incoming webhook: alerts are POSTed to it as JSON
-    /// `{"text": "..."}`. Set by the operator, so any address is allowed.
+    /// Key `callbacks.alerts.webhook_url`.
     pub webhook_url: Option<String>,
-    /// The SMTP server mail goes through; unset, no mail.
+    /// Key `callbacks.alerts.smtp_host`.
     pub smtp_host: Option<String>,
-    /// Its port (587, the submission port, by default).
+    /// Key `callbacks.alerts.smtp_port`.
     pub smtp_port: u16,
-    /// How the connection is protected: `starttls` (the default), `tls`
-    /// (implicit TLS, usually port 465) or `none` (a local relay).
+    /// Key `callbacks.alerts.smtp_tls`.
     pub smtp_tls: SmtpTls,
-    /// The user to log in as; with it, `smtp_password_env`.
+    /// Key `callbacks.alerts.smtp_username`.
     pub smtp_username: Option<String>,
-    /// The name of the environment variable that holds the password (the
-    /// password itself never goes in the file).
+    /// Key `callbacks.alerts.smtp_password_env`.
     pub smtp_password_env: Option<String>,
-    /// The sender, `alerts@example.com` or `Herald <alerts@example.com>`.
+    /// Key `callbacks.alerts.mail_from`.
     pub mail_from: Option<String>,
-    /// The recipients; at least one with `smtp_host`.
+    /// Key `callbacks.alerts.mail_to`.
     pub mail_to: Vec<String>,
-    /// At most one message per kind of alert per channel in this long;
-    /// what comes in between goes out as one summary when it is over.
+    /// Key `callbacks.alerts.min_interval_ms`.
     pub min_interval_ms: u64,
-    /// The delayed store counts as unavailable once its maintenance rounds
-    /// have been failing for this long (0: at the first failed round).
+    /// Key `callbacks.alerts.store_unavailable_after_ms`.
     pub store_unavailable_after_ms: u64,
 }
 
