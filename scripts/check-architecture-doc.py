@@ -32,7 +32,8 @@ What the page names must exist (fenced code blocks are skipped):
   library crate (engine, amqp) in some row; nothing else is listed.
 - configuration keys: every `section.key` (also `section.key = value`)
   whose section is one of the configuration table's (the `key("...", ..)`
-  rows in the crates' non-test code, engine/src/config/table.rs) is a key
+  rows in the crates' non-test code: engine/src/config/table.rs and each
+  binary's src/config/keys.rs) is a key
   of that table, or a field of one of its table-valued keys.
 - no numeric claim about file sizes ("N lines"): nothing keeps it true.
 
