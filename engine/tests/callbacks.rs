@@ -143,6 +143,15 @@ impl Presence for Everyone {
     }
 }
 
+/// Nobody has a browser session (a user online on another channel only).
+struct Nobody;
+
+impl Presence for Nobody {
+    fn online<'a>(&'a self, who: &'a [Asked]) -> PresenceFuture<'a> {
+        Box::pin(async move { vec![false; who.len()] })
+    }
+}
+
 struct Running {
     delayed: Delayed,
     link: Arc<Taking>,
@@ -161,6 +170,10 @@ impl Drop for Running {
 }
 
 async fn start() -> Running {
+    start_with(Arc::new(Everyone)).await
+}
+
+async fn start_with(presence: Arc<dyn Presence>) -> Running {
     let (addr, receiver) = receiver().await;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
@@ -177,7 +190,7 @@ async fn start() -> Running {
     let link = Arc::new(Taking::default());
     let shutdown = CancellationToken::new();
     let scheduling = delayed
-        .scheduling(link.clone(), Arc::new(Everyone))
+        .scheduling(link.clone(), presence)
         .expect("started once");
     tokio::spawn(Box::new(scheduling).run(shutdown.clone()));
     Running {
@@ -474,4 +487,45 @@ async fn a_callback_only_notification_never_reaches_the_browsers() {
         "no topic, no secret: unsigned"
     );
     assert!(h.link.ids.lock().is_empty(), "the browsers never had it");
+}
+
+/// The first field report's flow: the backend knows the user is online on
+/// another channel and says so (`POST /v1/users/{uid}/online`, which is
+/// `Delayed::user_online`); a callback-only `when_online` notification
+/// held for them goes to its callback, though no browser session exists.
+/// One that goes to browsers stays held (nobody would receive it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_online_api_releases_a_callback_only_when_online_notification() {
+    let h = start_with(Arc::new(Nobody)).await;
+    let mut callback_only = entry("online-cb", None, now_ms());
+    callback_only.when_online = true;
+    callback_only.target = Target {
+        callback_url: Some(format!("http://{}/call", h.addr)),
+        recheck_url: None,
+        browsers: false,
+    };
+    let mut to_browsers = entry("online-br", None, now_ms());
+    to_browsers.when_online = true;
+    h.accept(callback_only).await;
+    h.accept(to_browsers).await;
+    h.until_state("online-cb", State::Held).await;
+    h.until_state("online-br", State::Held).await;
+    assert!(
+        h.calls().is_empty(),
+        "held: no call before the user is online"
+    );
+
+    h.delayed.user_online("u7");
+    h.until_state("online-cb", State::Delivered).await;
+    let calls = h.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(header(&calls[0], "herald-notification-id"), "online-cb");
+    assert!(h.link.ids.lock().is_empty(), "the browsers never had it");
+    // The one for browsers was released, found nobody and is held again.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h.metrics.rehold.get() < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "never held again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    h.until_state("online-br", State::Held).await;
 }

@@ -141,18 +141,27 @@ impl Firer {
 
     /// The entries to send, and those to hold with their hold limit
     /// (`when-online`, user offline). Entries released by an online event
-    /// are asked about again: the event may come from a backend
-    /// (`POST /v1/users/{uid}/online`) while the user has no session and no
-    /// mailbox anywhere, and a notification handed to nobody would be lost.
-    /// Held again, they keep the limit of their first hold (counted from
-    /// their due time), so repeated online events do not hold them forever.
+    /// that go to browsers are asked about again: the event may come from
+    /// a backend (`POST /v1/users/{uid}/online`) while the user has no
+    /// session and no mailbox anywhere, and a notification handed to
+    /// nobody would be lost. A callback-only one (`browsers: false`) is
+    /// sent: its recipient is the callback, and the online event, from a
+    /// session or from the backend that knows the user is online on
+    /// another channel, is what it waited for. Held again, they keep the
+    /// limit of their first hold (counted from their due time), so
+    /// repeated online events do not hold them forever.
     async fn by_presence(
         &self,
         entries: Vec<Entry>,
         from_hold: bool,
     ) -> (Vec<Entry>, Vec<(String, Millis, Option<String>)>) {
+        // Whether an entry waits for its user to be online: a `when-online`
+        // one, unless it is callback-only and an online event released it.
+        let waits =
+            |e: &Entry| -> bool { e.online_user().is_some() && (e.target.browsers || !from_hold) };
         let asked: Vec<Asked> = entries
             .iter()
+            .filter(|e| waits(e))
             .filter_map(|e| {
                 e.online_user().map(|u| Asked {
                     user: u.to_owned(),
@@ -173,7 +182,7 @@ impl Firer {
             if e.attempts > 1 && !from_hold {
                 self.metrics.refired.inc();
             }
-            if e.online_user().is_some() && !online.next().unwrap_or(false) {
+            if waits(&e) && !online.next().unwrap_or(false) {
                 let expires = if from_hold {
                     self.metrics.rehold.inc();
                     e.due_ms.saturating_add(self.config.hold_max_ms).max(now)
