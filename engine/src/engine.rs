@@ -238,3 +238,6 @@ impl Engine {
         router.merge(crate::console::routes())
     }
 }
+
+#[cfg(test)]
+mod tests;
