@@ -16,10 +16,13 @@
 //! 1918, IPv6 ULA, the deprecated site-local), link-local, the metadata
 //! addresses, unspecified (and IPv4 `0.0.0.0/8`, which Linux treats as
 //! this host), broadcast, multicast, shared address space (CGNAT,
-//! `100.64.0.0/10`) and the reserved `240.0.0.0/4`. IPv6 forms that embed an
-//! IPv4 address (mapped `::ffff:a.b.c.d`, the deprecated compatible
-//! `::a.b.c.d`, and NAT64 `64:ff9b::a.b.c.d`) are classified by that IPv4
-//! address.
+//! `100.64.0.0/10`), the reserved `240.0.0.0/4`, and the ranges of IANA's
+//! special-purpose registries that are not globally reachable
+//! (documentation, benchmarking, IETF protocol assignments, discard-only,
+//! local-use NAT64; [`Class::Reserved`]). IPv6 forms that embed an IPv4
+//! address (mapped `::ffff:a.b.c.d`, the deprecated compatible
+//! `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4 `2002:AABB:CCDD::` and
+//! Teredo's client and server) are classified by that IPv4 address.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -49,7 +52,12 @@ pub enum Class {
     Multicast,
     /// `100.64.0.0/10`, the carrier-grade NAT shared address space.
     Shared,
-    /// `240.0.0.0/4` (other than broadcast).
+    /// `240.0.0.0/4` (other than broadcast), and the IANA special-purpose
+    /// ranges that are not globally reachable: `192.0.0.0/24` (but for
+    /// `.9` and `.10`), the TEST-NETs `192.0.2.0/24`, `198.51.100.0/24`,
+    /// `203.0.113.0/24`, benchmarking `198.18.0.0/15`, the 6to4 relay
+    /// anycast `192.88.99.0/24`; `100::/64`, `2001::/23` (but for its
+    /// global parts), `2001:db8::/32`, `3fff::/20`, `5f00::/16`.
     Reserved,
 }
 
@@ -97,6 +105,16 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
         (224..=239, _) => Class::Multicast,
         (255, 255) if (c, d) == (255, 255) => Class::Broadcast,
         (240..=255, _) => Class::Reserved,
+        // IANA IPv4 special-purpose registry, not globally reachable: IETF
+        // protocol assignments (but for the anycast 192.0.0.9 and .10),
+        // the documentation TEST-NETs, benchmarking, the deprecated 6to4
+        // relay anycast.
+        (192, 0) if c == 0 && !matches!(d, 9 | 10) => Class::Reserved,
+        (192, 0) if c == 2 => Class::Reserved,
+        (192, 88) if c == 99 => Class::Reserved,
+        (198, 18 | 19) => Class::Reserved,
+        (198, 51) if c == 100 => Class::Reserved,
+        (203, 0) if c == 113 => Class::Reserved,
         _ => return None,
     })
 }
@@ -123,12 +141,43 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
         [0, 0, 0, 0, 0, 0xffff | 0, _, _] => classify_v4(embedded(6)),
         // NAT64, the well-known prefix 64:ff9b::/96.
         [0x64, 0xff9b, 0, 0, 0, 0, _, _] => classify_v4(embedded(6)),
+        // Local-use NAT64 (64:ff9b:1::/48): a network's own translator.
+        [0x64, 0xff9b, 1, ..] => Some(Class::Private),
+        // 6to4 (2002::/16): the IPv4 address in bits 16-47.
+        [0x2002, ..] => classify_v4(embedded(1)),
+        // Teredo (2001::/32): the server's IPv4 in bits 32-63, the
+        // client's inverted in the last 32: refused when either is.
+        [0x2001, 0, ..] => {
+            let [a, b, c, d] = embedded(6).octets();
+            classify_v4(Ipv4Addr::new(!a, !b, !c, !d)).or(classify_v4(embedded(2)))
+        }
+        [0x2001, second, ..] if second < 0x200 => ietf_assignment(s),
+        // Discard-only (100::/64), documentation (2001:db8::/32,
+        // 3fff::/20), SRv6 SIDs (5f00::/16).
+        [0x100, 0, 0, 0, ..] => Some(Class::Reserved),
+        [0x2001, 0xdb8, ..] => Some(Class::Reserved),
+        [0x3fff, second, ..] if second < 0x1000 => Some(Class::Reserved),
+        [0x5f00, ..] => Some(Class::Reserved),
         [first, ..] if first & 0xfe00 == 0xfc00 => Some(Class::Private),
         [first, ..] if first & 0xffc0 == 0xfec0 => Some(Class::Private),
         [first, ..] if first & 0xffc0 == 0xfe80 => Some(Class::LinkLocal),
         [first, ..] if first & 0xff00 == 0xff00 => Some(Class::Multicast),
         _ => None,
     }
+}
+
+/// 2001::/23, the IETF protocol assignments (Teredo apart): not globally
+/// reachable but for the ranges the IANA registry marks so.
+fn ietf_assignment(s: [u16; 8]) -> Option<Class> {
+    let global = match s {
+        // PCP and TURN anycast.
+        [0x2001, 1, 0, 0, 0, 0, 0, 1 | 2] => true,
+        // AMT; AS112-v6; ORCHIDv2; Drone Remote ID.
+        [0x2001, 3, ..] | [0x2001, 4, 0x112, ..] => true,
+        [0x2001, second, ..] => (0x20..0x40).contains(&second),
+        _ => false,
+    };
+    (!global).then_some(Class::Reserved)
 }
 
 /// A destination address that was refused.

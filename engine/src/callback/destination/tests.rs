@@ -89,6 +89,76 @@ fn ipv6_forms_embedding_ipv4_are_classified_by_it() {
     }
 }
 
+/// The IANA special-purpose registries' ranges that are not globally
+/// reachable are refused; the globally reachable ones inside them and
+/// their neighbours pass.
+#[test]
+fn special_purpose_ranges_that_are_not_global_are_refused() {
+    let cases = [
+        ("192.0.0.1", Some(Class::Reserved)),
+        ("192.0.0.255", Some(Class::Reserved)),
+        ("192.0.0.9", None),
+        ("192.0.0.10", None),
+        ("192.0.2.1", Some(Class::Reserved)),
+        ("198.51.100.7", Some(Class::Reserved)),
+        ("203.0.113.200", Some(Class::Reserved)),
+        ("198.18.0.1", Some(Class::Reserved)),
+        ("198.19.255.255", Some(Class::Reserved)),
+        ("192.88.99.1", Some(Class::Reserved)),
+        ("192.0.1.1", None),
+        ("192.0.3.1", None),
+        ("198.17.255.255", None),
+        ("198.20.0.0", None),
+        ("198.51.101.1", None),
+        ("203.0.114.1", None),
+        ("100::1", Some(Class::Reserved)),
+        ("100::ffff:ffff:ffff:ffff", Some(Class::Reserved)),
+        ("100:0:0:1::1", None),
+        ("2001:db8::1", Some(Class::Reserved)),
+        ("3fff::1", Some(Class::Reserved)),
+        ("2001:2::1", Some(Class::Reserved)),
+        ("2001:10::1", Some(Class::Reserved)),
+        ("2001:4:112::1", None),
+        ("2001:20::1", None),
+        ("2001:1::1", None),
+        ("2001:1::3", Some(Class::Reserved)),
+        ("5f00::1", Some(Class::Reserved)),
+        ("64:ff9b:1::1", Some(Class::Private)),
+        ("64:ff9b:1:ffff::1", Some(Class::Private)),
+        ("64:ff9b:2::1", None),
+    ];
+    for (ip, want) in cases {
+        assert_eq!(class(ip), want, "{ip}");
+    }
+}
+
+/// 6to4 and Teredo carry an IPv4 address: they are classified by it (for
+/// Teredo, the client's, stored inverted, and its server's: refused when
+/// either is).
+#[test]
+fn six_to_four_and_teredo_are_classified_by_the_ipv4_inside() {
+    let cases = [
+        ("2002:7f00:1::", Some(Class::Loopback)),
+        ("2002:a00:1::1", Some(Class::Private)),
+        ("2002:a9fe:a9fe::1", Some(Class::Metadata)),
+        ("2002:808:808::1", None),
+        // Teredo: server 65.54.227.120, client 127.0.0.1 (80ff:fffe).
+        (
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
+            Some(Class::Loopback),
+        ),
+        // Server 65.54.227.120, client 10.0.0.1 (f5ff:fffe).
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", Some(Class::Private)),
+        // Server 10.0.0.1, client 8.8.8.8 (f7f7:f7f7).
+        ("2001:0:a00:1:8000:63bf:f7f7:f7f7", Some(Class::Private)),
+        // Server 65.54.227.120, client 8.8.8.8: public.
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", None),
+    ];
+    for (ip, want) in cases {
+        assert_eq!(class(ip), want, "{ip}");
+    }
+}
+
 #[test]
 fn check_refuses_unless_the_class_is_allowed() {
     let ip: IpAddr = "127.0.0.1".parse().unwrap();
