@@ -30,7 +30,7 @@ pub const OWN: &[Key] = &[
     key("session.max_per_user", Int, "Most sessions of one user (a token's `sub` on its `site`) on this gateway at once; the next CONNECT gets ERROR \"too many sessions for this user\" and is closed. Users are hashed to edges, so this is about a user's limit across the deployment too."),
     key("session.connect_timeout_ms", Int, "Time allowed between the upgrade and a valid CONNECT."),
     key("session.header_timeout_ms", Int, "Time a new connection has, from accept, to send its whole request head (a native streaming receiver: its body too), for `/ws`, SockJS and every other route alike; then it is closed without an answer. Also hyper's header read timeout on a keep-alive connection."),
-    key("session.max_sniffing", Int, "Most connections whose request head is still being sniffed (the native streaming path); the next one is answered 503 and closed."),
+    key("session.max_sniffing", Int, "Most new connections whose request head the front is still reading (before it sorts them to the publish path, a WebSocket, a SockJS stream or hyper); the next one is answered 503 and closed."),
     key("session.heartbeat_send_ms", Int, "Shortest interval at which the server sends heart-beats (`sx`)."),
     key("session.heartbeat_receive_ms", Int, "Shortest interval at which the server wants heart-beats (`sy`)."),
     key("session.max_frame_bytes", Int, "Largest inbound STOMP frame (and WebSocket message)."),
