@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use herald_engine::publish::PublishApi;
-use herald_engine::schedule::service::Delayed;
+use herald_engine::engine::Engine;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -33,12 +32,10 @@ pub enum Mode {
     /// The whole of Herald in one process: this gateway serves the publish
     /// API and schedules delayed notifications itself.
     Standalone {
-        /// The delayed-notification engine: told when a user comes online.
-        delayed: Delayed,
-        /// The publish API (`POST /v1/notifications`), into the local hub.
-        publish: PublishApi,
-        /// Online and offline events to `presence.events_topic`.
-        events: herald_engine::presence::events::PresenceEvents,
+        /// The engine over this gateway's parts ([`crate::standalone`]):
+        /// the publish API into the local hub, delayed notifications (told
+        /// when a user comes online), online and offline events.
+        engine: Engine,
     },
     /// An edge of root brokers: notifications arrive over the uplinks,
     /// publishing and scheduling are the routers' business.

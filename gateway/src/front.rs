@@ -289,7 +289,7 @@ impl Front {
     /// The publish API, when this gateway serves it (standalone).
     fn publish_api(&self) -> Option<&herald_engine::publish::PublishApi> {
         match &self.shared.mode {
-            crate::app::Mode::Standalone { publish, .. } => Some(publish),
+            crate::app::Mode::Standalone { engine } => Some(&engine.publish),
             _ => None,
         }
     }

@@ -112,7 +112,6 @@ use std::time::Duration;
 
 use herald_engine::api_key::ApiKeys;
 use herald_engine::engine::EngineTasks;
-use herald_engine::schedule::store::StoreError;
 use herald_engine::task::{Tasks, task_fn};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -136,8 +135,8 @@ pub struct Gateway {
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, presence::Change)>>,
     /// Standalone: the publish API's keys, for reloads.
     api_keys: Option<ApiKeys>,
-    /// Standalone: the engine's routes and tasks, for [`Gateway::serve`].
-    engine: Option<(axum::Router, EngineTasks)>,
+    /// Standalone: the engine's tasks, for [`Gateway::serve`].
+    engine_tasks: Option<EngineTasks>,
 }
 
 impl Gateway {
@@ -173,7 +172,7 @@ impl Gateway {
         // Standalone, this process runs the engine (the publish API,
         // delayed notifications); an edge leaves both to its routers and
         // reports presence to them instead.
-        let (mode, presence_rx, api_keys, engine) = if config.edge_mode() {
+        let (mode, presence_rx, api_keys, engine_tasks) = if config.edge_mode() {
             let (presence, rx) =
                 presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
             (Mode::Edge { presence }, Some(rx), None, None)
@@ -187,22 +186,10 @@ impl Gateway {
                 topics,
                 &mut registry,
             )?;
-            let engine = built.engine;
-            let delayed = engine.delayed.clone().ok_or_else(|| {
-                StoreError::Unavailable("the engine was built without its store".into())
-            })?;
             let mode = Mode::Standalone {
-                delayed,
-                publish: engine.publish.clone(),
-                events: engine.events.clone(),
+                engine: built.engine,
             };
-            let routes = engine.routes();
-            (
-                mode,
-                None,
-                Some(built.api_keys),
-                Some((routes, built.tasks)),
-            )
+            (mode, None, Some(built.api_keys), Some(built.tasks))
         };
         let shared = Arc::new(Shared {
             sessions: SessionSlots::new(config.session.max_sessions),
@@ -221,7 +208,7 @@ impl Gateway {
             shared,
             presence_rx,
             api_keys,
-            engine,
+            engine_tasks,
         })
     }
 
@@ -262,16 +249,16 @@ impl Gateway {
         // Standalone: the engine's tasks and routes (the publish API, the
         // console). An edge takes notifications from its roots; publishing
         // goes through a router, so it serves no engine.
-        let engine_routes = match self.engine {
-            Some((routes, engine_tasks)) => {
-                engine_tasks.spawn(&mut tasks, &shutdown);
-                routes
-            }
-            None => axum::Router::new(),
-        };
-        if let Mode::Edge { .. } = &shared.mode {
-            spawn_edge(&shared, self.presence_rx, &mut tasks);
+        if let Some(engine_tasks) = self.engine_tasks {
+            engine_tasks.spawn(&mut tasks, &shutdown);
         }
+        let engine_routes = match &shared.mode {
+            Mode::Standalone { engine } => engine.routes(),
+            Mode::Edge { .. } => {
+                spawn_edge(&shared, self.presence_rx, &mut tasks);
+                axum::Router::new()
+            }
+        };
         let (router, sockjs) = http::routes(Arc::clone(&shared), engine_routes);
         let clients = Arc::new(client_addr::ClientAddrs::new(
             cfg.proxy.clone(),

@@ -41,10 +41,10 @@ pub fn part(shared: &Shared, now: u64) -> Part {
     let topics = m.topics.windows(now);
     let totals = m.topics.totals();
     let (kind, id, delayed) = match &shared.mode {
-        Mode::Standalone { delayed, .. } => (
+        Mode::Standalone { engine } => (
             "standalone",
             "standalone".to_owned(),
-            Some(delayed.metrics().due()),
+            engine.delayed.as_ref().map(|d| d.metrics().due()),
         ),
         Mode::Edge { .. } => (
             "edge",

@@ -484,7 +484,11 @@ async fn an_immediate_notification_is_not_in_the_delayed_store() {
 fn store_of(gw: &TestGateway) -> std::sync::Arc<dyn herald_engine::schedule::store::Store> {
     let (shared, _) = gw.local.as_ref().expect("an in-process gateway");
     match &shared.mode {
-        herald_gateway::app::Mode::Standalone { delayed, .. } => {
+        herald_gateway::app::Mode::Standalone { engine } => {
+            let delayed = engine
+                .delayed
+                .as_ref()
+                .expect("a standalone engine has its store");
             std::sync::Arc::clone(delayed.store())
         }
         other => panic!("not standalone: {}", other.name()),

@@ -143,11 +143,11 @@ impl Host for Shared {
 
     fn user_online(&self, who: &Identity) {
         match &self.mode {
-            Mode::Standalone {
-                delayed, events, ..
-            } => {
-                delayed.user_online(&who.user);
-                self.presence_event(events, who, Move::Online);
+            Mode::Standalone { engine } => {
+                if let Some(delayed) = &engine.delayed {
+                    delayed.user_online(&who.user);
+                }
+                self.presence_event(&engine.events, who, Move::Online);
             }
             Mode::Edge { presence } => presence.online(&who.user),
         }
@@ -156,7 +156,7 @@ impl Host for Shared {
     fn user_offline(&self, who: &Identity) {
         match &self.mode {
             // The delayed engine asks the hub when it needs to know.
-            Mode::Standalone { events, .. } => self.presence_event(events, who, Move::Offline),
+            Mode::Standalone { engine } => self.presence_event(&engine.events, who, Move::Offline),
             Mode::Edge { presence } => presence.offline(&who.user),
         }
     }
