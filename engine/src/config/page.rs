@@ -86,6 +86,22 @@ pub fn default_text(defaults: &serde_json::Value, path: &str) -> Option<String> 
     }
 }
 
+/// What `--help` says of `flag` when it sets a key of `flag_keys` (flag
+/// id, key path): its `help`, then `[default: …]` with that key's default
+/// in `defaults` (a binary's `Config::default()` as JSON), so a default is
+/// written once. `None` for a flag that sets no listed key, or whose key
+/// has no default.
+pub fn help_with_default(
+    defaults: &serde_json::Value,
+    flag_keys: &[(&str, &str)],
+    flag: &str,
+    help: &str,
+) -> Option<String> {
+    let (_, path) = flag_keys.iter().find(|(id, _)| *id == flag)?;
+    let value = default_text(defaults, path)?;
+    Some(format!("{help} [default: {value}]"))
+}
+
 /// `page` with `binary`'s generated part replaced by `generated`; `None`
 /// when the page lacks the markers.
 pub fn splice(page: &str, binary: Binary, generated: &str) -> Option<String> {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Arg, Parser};
-use herald_engine::config::page::default_text;
+use herald_engine::config::page::help_with_default;
 
 use super::{Config, LogFormat};
 
@@ -96,14 +96,11 @@ const FLAG_KEYS: &[(&str, &str)] = &[
 fn defaults_in_help() -> impl FnMut(Arg) -> Arg {
     let defaults = serde_json::to_value(Config::default()).unwrap_or_default();
     move |arg| {
-        let Some((_, path)) = FLAG_KEYS.iter().find(|(id, _)| arg.get_id() == *id) else {
-            return arg;
-        };
-        let Some(value) = default_text(&defaults, path) else {
-            return arg;
-        };
         let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-        arg.help(format!("{help} [default: {value}]"))
+        match help_with_default(&defaults, FLAG_KEYS, arg.get_id().as_str(), &help) {
+            Some(help) => arg.help(help),
+            None => arg,
+        }
     }
 }
 

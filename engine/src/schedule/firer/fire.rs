@@ -155,15 +155,10 @@ impl Firer {
         entries: Vec<Entry>,
         from_hold: bool,
     ) -> (Vec<Entry>, Vec<(String, Millis, Option<String>)>) {
-        // Whether an entry waits for its user to be online: a `when-online`
-        // one, unless it is callback-only and an online event released it.
-        let waits =
-            |e: &Entry| -> bool { e.online_user().is_some() && (e.target.browsers || !from_hold) };
         let asked: Vec<Asked> = entries
             .iter()
-            .filter(|e| waits(e))
             .filter_map(|e| {
-                e.online_user().map(|u| Asked {
+                waiting_for(e, from_hold).map(|u| Asked {
                     user: u.to_owned(),
                     sites: e.notification.sites.clone(),
                 })
@@ -182,7 +177,7 @@ impl Firer {
             if e.attempts > 1 && !from_hold {
                 self.metrics.refired.inc();
             }
-            if waits(&e) && !online.next().unwrap_or(false) {
+            if waiting_for(&e, from_hold).is_some() && !online.next().unwrap_or(false) {
                 let expires = if from_hold {
                     self.metrics.rehold.inc();
                     e.due_ms.saturating_add(self.config.hold_max_ms).max(now)
@@ -317,4 +312,10 @@ fn call(e: Entry, resolved: Resolved, lease_until: Millis) -> Call {
 /// `e` as a dead letter for `reason`: (id, topic, reason).
 fn buried(e: Entry, reason: String) -> (String, Option<String>, String) {
     (e.notification.id, e.notification.topic, reason)
+}
+
+/// The user an entry waits for to be online: a `when-online` entry's,
+/// unless it is callback-only and an online event released it.
+fn waiting_for(e: &Entry, from_hold: bool) -> Option<&str> {
+    e.online_user().filter(|_| e.target.browsers || !from_hold)
 }
