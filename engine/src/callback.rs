@@ -56,6 +56,8 @@ pub mod condition;
 pub mod config;
 pub mod destination;
 pub mod exchange;
+pub mod guard;
+pub mod host;
 pub mod metrics;
 pub mod retry;
 pub mod signature;

@@ -423,7 +423,13 @@ async fn a_recheck_that_says_no_declines_it_without_a_call() {
             declined[0].verdict,
             declined[0].excerpt.as_str()
         ),
-        (Kind::Recheck, Verdict::Declined, "ERROR")
+        (Kind::Recheck, Verdict::Declined, ""),
+        "the recheck answered from loopback (allowed, not public): its body is not kept"
+    );
+    let reason = declined[0].error.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("HTTP 200") && !reason.contains("ERROR"),
+        "status only: {reason}"
     );
 }
 

@@ -23,6 +23,9 @@
 //! or failure reason the first [`REASON_BYTES`]. The cut backs off to a
 //! UTF-8 character boundary, and the bytes are stored as lossy text: invalid
 //! sequences become U+FFFD, so a binary body still leaves a readable trace.
+//! An answer from a destination that is not plainly public (reached only
+//! because `allow_private_networks` allowed it) is neither kept nor quoted:
+//! its status and length are.
 
 use serde_json::Value;
 
@@ -43,6 +46,9 @@ pub enum Answer<'a> {
         status: u16,
         /// The body as read (the sender bounds how much it reads).
         body: &'a [u8],
+        /// Whether a reason may quote the body: not when it came from a
+        /// destination that is not plainly public ([`super::client::Answer::public`]).
+        quote: bool,
     },
     /// No response within the timeout.
     Timeout,
@@ -86,7 +92,7 @@ pub enum Outcome {
 /// Classifies the answer of a recheck request (see the module docs).
 pub fn recheck(answer: &Answer<'_>) -> Recheck {
     let (status, body) = match *answer {
-        Answer::Response { status, body } => (status, body),
+        Answer::Response { status, body, .. } => (status, body),
         Answer::Timeout | Answer::Network { .. } => {
             return Recheck::Retry {
                 reason: describe(answer),
@@ -121,7 +127,7 @@ pub fn callback(answer: &Answer<'_>, condition: Option<&Condition>) -> Outcome {
     let failed = || Outcome::Failed {
         reason: describe(answer),
     };
-    let Answer::Response { status, body } = *answer else {
+    let Answer::Response { status, body, .. } = *answer else {
         return failed();
     };
     if !(200..=299).contains(&status) {
@@ -157,8 +163,18 @@ pub fn callback(answer: &Answer<'_>, condition: Option<&Condition>) -> Outcome {
 /// A one-line account of an answer for reasons and logs.
 fn describe(answer: &Answer<'_>) -> String {
     match *answer {
-        Answer::Response { status, body: [] } => format!("HTTP {status}"),
-        Answer::Response { status, body } => {
+        Answer::Response {
+            status, body: [], ..
+        } => format!("HTTP {status}"),
+        Answer::Response {
+            status,
+            quote: false,
+            body,
+        } => format!(
+            "HTTP {status} ({} bytes, not quoted: the destination is not public)",
+            body.len()
+        ),
+        Answer::Response { status, body, .. } => {
             format!("HTTP {status}: {}", excerpt(body, REASON_BYTES))
         }
         Answer::Timeout => "timed out".to_owned(),

@@ -6,7 +6,13 @@
 //!   resolves through [`GuardedResolver`], which drops every address of a
 //!   refused class ([`destination::check`]) before a connection is made,
 //!   so a name cannot rebind to a private address later. An IP literal in
-//!   the URL is checked before each request.
+//!   the URL is checked before each request. Both checks refuse this
+//!   host's own addresses too ([`super::host`]).
+//! - **No answer body is kept from a destination that is not plainly
+//!   public** (one reached because `allow_private_networks` let it):
+//!   [`Answer::public`] says so, and the attempt record keeps the status
+//!   only, so a callback cannot read an internal service back through the
+//!   status API.
 //! - **No redirects** are followed: a 3xx is the answer.
 //! - **No proxy** from the environment (`HTTP_PROXY`, ...): a proxy would
 //!   resolve the name itself, past the check above.
@@ -23,18 +29,19 @@
 //!   failing is paused and tried again by itself.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::sync::Semaphore;
 use url::{Host, Url};
 
 use super::breaker::{Admit, BreakerConfig, Breakers, Transition};
-use super::destination::{self, Class, Refused};
+use super::destination::Class;
+use super::guard::{Guard, GuardedResolver};
+use super::host::HostAddrs;
 
 /// Settings of the client.
 #[derive(Debug, Clone)]
@@ -51,6 +58,8 @@ pub struct ClientConfig {
     pub breaker: BreakerConfig,
     /// Idle connections kept per host.
     pub idle_per_host: usize,
+    /// This host's own addresses.
+    pub host: Arc<HostAddrs>,
 }
 
 impl Default for ClientConfig {
@@ -62,6 +71,7 @@ impl Default for ClientConfig {
             max_hosts: 10_000,
             breaker: BreakerConfig::default(),
             idle_per_host: 32,
+            host: Arc::new(HostAddrs::system()),
         }
     }
 }
@@ -92,6 +102,10 @@ pub struct Answer {
     pub truncated: bool,
     /// The `Retry-After` header, if any.
     pub retry_after: Option<String>,
+    /// Whether the answer came from a plainly public address (neither of
+    /// a class callbacks are refused unless allowed, nor this host's own):
+    /// only then may its body be kept and shown.
+    pub public: bool,
 }
 
 /// No answer.
@@ -153,6 +167,7 @@ pub struct Client {
 struct Inner {
     http: reqwest::Client,
     config: ClientConfig,
+    guard: Guard,
     slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     breakers: Mutex<Breakers>,
     events: Arc<dyn ClientEvents>,
@@ -166,41 +181,12 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// A resolver that drops addresses callbacks may not reach. A name with
-/// no address left fails to resolve, naming what it resolved to.
-#[derive(Debug, Clone)]
-pub struct GuardedResolver {
-    allowed: Arc<[Class]>,
-}
-
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let allowed = Arc::clone(&self.allowed);
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let (ok, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = found
-                .into_iter()
-                .partition(|a| destination::check(a.ip(), &allowed).is_ok());
-            if ok.is_empty() {
-                let why = refused
-                    .first()
-                    .and_then(|a| destination::check(a.ip(), &allowed).err())
-                    .map_or_else(|| "no address".to_owned(), |r: Refused| r.to_string());
-                return Err(format!("refused destination: {host} resolves to {why}").into());
-            }
-            let addrs: Addrs = Box::new(ok.into_iter());
-            Ok(addrs)
-        })
-    }
-}
-
 impl Client {
     /// A client with `config`, reporting to `events`.
     pub fn new(config: ClientConfig, events: Arc<dyn ClientEvents>) -> Result<Client, String> {
+        let guard = Guard::new(&config.allowed, Arc::clone(&config.host));
         let resolver = GuardedResolver {
-            allowed: config.allowed.clone().into(),
+            guard: guard.clone(),
         };
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -220,6 +206,7 @@ impl Client {
                 http,
                 breakers: Mutex::new(Breakers::new(config.breaker)),
                 config,
+                guard,
                 slots: Mutex::new(HashMap::new()),
                 events,
             }),
@@ -235,7 +222,9 @@ impl Client {
     pub async fn send(&self, request: Request, now_ms: u64) -> Result<Answer, Failure> {
         let host = host_key(&request.url);
         if let Some(ip) = literal_ip(&request.url) {
-            destination::check(ip, &self.inner.config.allowed)
+            self.inner
+                .guard
+                .check(ip)
                 .map_err(|r| Failure::Refused(r.to_string()))?;
         }
         match self.inner.breakers.lock().admit(&host, now_ms) {
@@ -283,6 +272,9 @@ impl Client {
         *outgoing.body_mut() = Some(request.body.into());
         let response = self.inner.http.execute(outgoing).await.map_err(network)?;
         let status = response.status().as_u16();
+        let public = response
+            .remote_addr()
+            .is_some_and(|a| self.inner.guard.is_public(a.ip()));
         let retry_after = response
             .headers()
             .get(http::header::RETRY_AFTER)
@@ -294,6 +286,7 @@ impl Client {
             body,
             truncated,
             retry_after,
+            public,
         })
     }
 

@@ -66,6 +66,7 @@ impl CallbackConfig {
                 Class::Private,
                 Class::LinkLocal,
                 Class::Shared,
+                Class::ThisHost,
             ]
         } else {
             Vec::new()

@@ -23,6 +23,11 @@
 //! address (mapped `::ffff:a.b.c.d`, the deprecated compatible
 //! `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4 `2002:AABB:CCDD::` and
 //! Teredo's client and server) are classified by that IPv4 address.
+//!
+//! A third check is not pure: an address that passes all of the above but
+//! is one of this host's own ([`super::host`], [`Class::ThisHost`]) is
+//! refused when a callback connects, unless allowed as the private classes
+//! are.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -59,6 +64,10 @@ pub enum Class {
     /// anycast `192.88.99.0/24`; `100::/64`, `2001::/23` (but for its
     /// global parts), `2001:db8::/32`, `3fff::/20`, `5f00::/16`.
     Reserved,
+    /// An address of one of this host's own interfaces that would
+    /// otherwise pass for public ([`super::host`]): checked when a
+    /// callback connects, not at registration.
+    ThisHost,
 }
 
 impl Class {
@@ -74,6 +83,7 @@ impl Class {
             Class::Multicast => "multicast",
             Class::Shared => "shared (CGNAT)",
             Class::Reserved => "reserved",
+            Class::ThisHost => "this host's own address",
         }
     }
 }
@@ -163,6 +173,30 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
         [first, ..] if first & 0xffc0 == 0xfe80 => Some(Class::LinkLocal),
         [first, ..] if first & 0xff00 == 0xff00 => Some(Class::Multicast),
         _ => None,
+    }
+}
+
+/// The IPv4 addresses an IPv6 address embeds, in the forms [`classify`]
+/// reads them from: mapped, compatible, NAT64 (well-known prefix), 6to4,
+/// and Teredo's server and (inverted) client.
+pub fn embedded_ipv4(ip: Ipv6Addr) -> [Option<Ipv4Addr>; 2] {
+    let s = ip.segments();
+    let embedded = |hi: usize| {
+        let [a, b] = s[hi].to_be_bytes();
+        let [c, d] = s[hi + 1].to_be_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    };
+    match s {
+        [0, 0, 0, 0, 0, 0xffff | 0, _, _] if !ip.is_unspecified() && !ip.is_loopback() => {
+            [Some(embedded(6)), None]
+        }
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => [Some(embedded(6)), None],
+        [0x2002, ..] => [Some(embedded(1)), None],
+        [0x2001, 0, ..] => {
+            let [a, b, c, d] = embedded(6).octets();
+            [Some(embedded(2)), Some(Ipv4Addr::new(!a, !b, !c, !d))]
+        }
+        _ => [None, None],
     }
 }
 

@@ -202,7 +202,7 @@ async fn exchange(
     let exchanged = match result {
         Ok(a) => {
             record.status = Some(a.status);
-            record.excerpt = answer::excerpt(&a.body, RECORD_BYTES);
+            record.excerpt = kept_excerpt(&a);
             Exchanged::Answer(Ok(a))
         }
         Err(Failure::Paused { host, until_ms }) => Exchanged::Paused {
@@ -221,11 +221,22 @@ async fn exchange(
     (exchanged, record)
 }
 
+/// What an attempt record keeps of an answer's body: its start, unless it
+/// came from a destination that is not plainly public, whose answer stays
+/// inside ([`Answer::public`]).
+fn kept_excerpt(a: &Answer) -> String {
+    match a.public {
+        true => answer::excerpt(&a.body, RECORD_BYTES),
+        false => String::new(),
+    }
+}
+
 fn meaning_of(result: &Result<Answer, Failure>) -> Meaning<'_> {
     match result {
         Ok(a) => Meaning::Response {
             status: a.status,
             body: &a.body,
+            quote: a.public,
         },
         Err(Failure::Timeout(_)) => Meaning::Timeout,
         Err(f) => Meaning::Network {

@@ -1,7 +1,11 @@
 use super::*;
 
 fn response(status: u16, body: &[u8]) -> Answer<'_> {
-    Answer::Response { status, body }
+    Answer::Response {
+        status,
+        body,
+        quote: true,
+    }
 }
 
 fn is_proceed(r: Recheck) -> bool {

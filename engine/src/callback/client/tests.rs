@@ -1,6 +1,7 @@
 //! The client against a real HTTP server on loopback (allowed here, as
 //! `callbacks.allow_private_networks` does).
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;

@@ -170,7 +170,8 @@ async fn a_recheck_that_says_no_declines_without_calling() {
     *r.recheck.lock() = (200, "ERROR: refunded".into());
     let out = attempt(&topic(addr, json!({})), 1).await;
     assert!(
-        matches!(&out.next, Next::Declined { reason } if reason.contains("refunded")),
+        // From loopback: the status and length, not the body.
+        matches!(&out.next, Next::Declined { reason } if reason == "HTTP 200 (15 bytes, not quoted: the destination is not public)"),
         "{out:?}"
     );
     assert_eq!(out.attempts.len(), 1);
@@ -209,7 +210,13 @@ async fn failed_calls_follow_the_schedule_then_die() {
         matches!(&last.next, Next::Dead { reason } if reason.contains("503")),
         "{last:?}"
     );
-    assert_eq!(last.attempts[0].excerpt, "busy");
+    // The receiver is on loopback: allowed here, but not public, so its
+    // body is neither kept nor quoted (client::Answer::public).
+    assert_eq!(last.attempts[0].excerpt, "");
+    assert!(
+        matches!(&last.next, Next::Dead { reason } if reason.contains("not quoted") && !reason.contains("busy")),
+        "{last:?}"
+    );
     assert_eq!(r.calls.lock().len(), 3);
     assert_eq!(r.calls.lock()[2].0["herald-attempt"], "3");
 }
@@ -277,4 +284,26 @@ async fn a_refused_destination_is_dead_at_once() {
     );
     assert_eq!(out.attempts.len(), 1);
     assert!(r.calls.lock().is_empty());
+}
+
+#[test]
+fn only_a_public_answer_leaves_an_excerpt_and_a_quote() {
+    let answer = |public| Answer {
+        status: 500,
+        body: Bytes::from_static(b"internal secrets"),
+        truncated: false,
+        retry_after: None,
+        public,
+    };
+    assert_eq!(kept_excerpt(&answer(true)), "internal secrets");
+    assert_eq!(kept_excerpt(&answer(false)), "");
+    let quoted = |public| match answer::callback(&meaning_of(&Ok(answer(public))), None) {
+        answer::Outcome::Failed { reason } => reason,
+        answer::Outcome::Delivered => panic!("a 500 is no delivery"),
+    };
+    assert_eq!(quoted(true), "HTTP 500: internal secrets");
+    assert_eq!(
+        quoted(false),
+        "HTTP 500 (16 bytes, not quoted: the destination is not public)"
+    );
 }
