@@ -164,6 +164,36 @@ pub fn from_amqp_bytes(
     limits: &Limits,
     new_id: impl FnOnce() -> String,
 ) -> Result<Notification, Rejection> {
+    read(properties, body, limits, new_id, Notification::validate)
+}
+
+/// [`from_amqp_bytes`] for a notification a router forwarded to an edge:
+/// its id may be scoped to a tenant ([`herald_protocol::tenant`]), which
+/// no publisher may write.
+pub fn forwarded_from_amqp_bytes(
+    properties: &BasicProperties,
+    body: Bytes,
+    limits: &Limits,
+    new_id: impl FnOnce() -> String,
+) -> Result<Notification, Rejection> {
+    read(
+        properties,
+        body,
+        limits,
+        new_id,
+        Notification::validate_forwarded,
+    )
+}
+
+type Validate = fn(&mut Notification, &Limits) -> Result<(), herald_protocol::envelope::FieldError>;
+
+fn read(
+    properties: &BasicProperties,
+    body: Bytes,
+    limits: &Limits,
+    new_id: impl FnOnce() -> String,
+    validate: Validate,
+) -> Result<Notification, Rejection> {
     let empty = FieldTable::default();
     let table = properties.headers().as_ref().unwrap_or(&empty);
     let get = |name: &str| table.inner().get(name);
@@ -208,7 +238,7 @@ pub fn from_amqp_bytes(
         encodings: Default::default(),
         accepted: Default::default(),
     };
-    n.validate(limits).map_err(|e| {
+    validate(&mut n, limits).map_err(|e| {
         let field = match e.field {
             "id" => headers::MESSAGE_ID_PROPERTY,
             "content_type" => headers::CONTENT_TYPE_PROPERTY,

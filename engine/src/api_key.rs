@@ -11,7 +11,11 @@
 //!   each allowed every operation on every site, without a rate limit,
 //!   named `key-1`, `key-2`, ... by position;
 //! - `[[api_key]]` tables ([`ApiKeyConfig`]): `name`, one of `key`,
-//!   `key_file` or `key_env`, `ops`, `sites`, `rate_per_sec`, `burst`.
+//!   `key_file` or `key_env`, `ops`, `sites`, `tenant`, `rate_per_sec`,
+//!   `burst`.
+//!
+//! A key limited to sites, or naming a `tenant`, publishes and reads ids
+//! in its tenant's namespace ([`herald_protocol::tenant`]).
 //!
 //! A presented key is hashed (SHA-256) and compared with every configured
 //! key's hash, each comparison in constant time, so neither the position of
@@ -105,6 +109,8 @@ struct Key {
     ops: u8,
     /// None: every site.
     sites: Option<Box<[String]>>,
+    /// The namespace of its ids; None: the ids as written.
+    tenant: Option<Arc<str>>,
     limit: Option<Limit>,
 }
 
@@ -314,6 +320,18 @@ impl Caller {
     /// The sites the key may publish to; None for every site.
     pub fn sites(&self) -> Option<&[String]> {
         self.key().sites.as_deref()
+    }
+
+    /// The tenant whose ids the key publishes and reads
+    /// ([`herald_protocol::tenant`]); None for a key of every site that
+    /// names none.
+    pub fn tenant(&self) -> Option<&str> {
+        self.key().tenant.as_deref()
+    }
+
+    /// The id Herald keeps for `id` given by this key.
+    pub fn scoped_id(&self, id: &str) -> String {
+        herald_protocol::tenant::scope(id, self.tenant())
     }
 
     /// The key's publish rate, when it has one.

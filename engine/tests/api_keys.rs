@@ -74,19 +74,29 @@ struct Api {
     api: PublishApi,
     link: Arc<Kept>,
     metrics: PublishMetrics,
+    store: Arc<EmbeddedStore>,
     _dir: tempfile::TempDir,
 }
 
 fn api() -> Api {
+    api_with(KEYS)
+}
+
+/// The API with the keys of `keys`.
+fn api_with(keys: &str) -> Api {
     #[derive(serde::Deserialize)]
     struct Doc {
         api_key: Vec<ApiKeyConfig>,
     }
-    let named = toml::from_str::<Doc>(KEYS).unwrap().api_key;
+    let named = toml::from_str::<Doc>(keys).unwrap().api_key;
     let keys = ApiKeys::from_set(KeySet::load(&["plain-secret".into()], &named).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    let delayed = Delayed::new(ScheduleConfig::default(), store, DelayedMetrics::default());
+    let delayed = Delayed::new(
+        ScheduleConfig::default(),
+        store.clone(),
+        DelayedMetrics::default(),
+    );
     let link = Arc::new(Kept::default());
     let metrics = PublishMetrics::default();
     let api = PublishApi::with_delayed(
@@ -102,6 +112,7 @@ fn api() -> Api {
         api,
         link,
         metrics,
+        store,
         _dir: dir,
     }
 }
@@ -379,4 +390,186 @@ async fn an_accepted_publication_is_logged_with_the_keys_name_never_the_key() {
     assert_eq!(accepted[0]["fields"]["notifications"], 1);
     assert!(!text.contains("publisher-secret"), "{text}");
     assert!(!text.contains("plain-secret"), "{text}");
+}
+
+const TENANT_KEYS: &str = r#"
+[[api_key]]
+name = "a-app"
+key = "a-secret"
+sites = ["a"]
+
+[[api_key]]
+name = "a-next"
+key = "a-next-secret"
+sites = ["a", "a2"]
+tenant = "a"
+
+[[api_key]]
+name = "b-app"
+key = "b-secret"
+sites = ["b"]
+"#;
+
+fn for_site(site: &str, id: &str, delay_ms: Option<u64>) -> Value {
+    let mut n = json!({"id": id, "users": ["u1"], "event": "e", "sites": [site], "payload": "hi"});
+    if let Some(d) = delay_ms {
+        n["delay_ms"] = json!(d);
+    }
+    n
+}
+
+#[tokio::test]
+async fn each_tenant_has_ids_of_its_own() {
+    let t = api_with(TENANT_KEYS);
+    // Immediate: the same id from two tenants is two notifications, each
+    // kept in its tenant's namespace (what the duplicate window sees).
+    for (key, site) in [("a-secret", "a"), ("b-secret", "b")] {
+        let r = t.publish(key, for_site(site, "invoice-77", None)).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+        assert_eq!(
+            r.body["ids"],
+            json!(["invoice-77"]),
+            "answered by the id as given"
+        );
+    }
+    let kept: Vec<String> = t.link.0.lock().iter().map(|n| n.id.clone()).collect();
+    assert_eq!(kept, ["invoice-77:a", "invoice-77:b"]);
+
+    // Delayed: neither is a duplicate of the other, each has its own due time.
+    let a = t
+        .publish("a-secret", for_site("a", "later-1", Some(600_000)))
+        .await;
+    let b = t
+        .publish("b-secret", for_site("b", "later-1", Some(1_200_000)))
+        .await;
+    for r in [&a, &b] {
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+        assert_eq!(r.body["scheduled"][0]["id"], "later-1");
+        assert_eq!(r.body["scheduled"][0]["duplicate"], false, "{}", r.body);
+    }
+    let due = |r: &Answer| r.body["scheduled"][0]["due_at_ms"].as_u64().unwrap();
+    let status = |key: &'static str, id: &'static str| {
+        let t = &t;
+        async move {
+            t.call("GET", &format!("/v1/notifications/{id}"), Some(key), None)
+                .await
+        }
+    };
+    let seen_by_a = status("a-secret", "later-1").await;
+    assert_eq!(seen_by_a.status, StatusCode::OK, "{}", seen_by_a.body);
+    assert_eq!(seen_by_a.body["id"], "later-1");
+    assert_eq!(seen_by_a.body["due_at_ms"].as_u64(), Some(due(&a)));
+    let seen_by_b = status("b-secret", "later-1").await;
+    assert_eq!(seen_by_b.body["due_at_ms"].as_u64(), Some(due(&b)));
+    // Another key of tenant `a` (named, with other sites) is the same tenant.
+    let next = status("a-next-secret", "later-1").await;
+    assert_eq!(next.body["due_at_ms"].as_u64(), Some(due(&a)));
+
+    // b's cancel is b's alone.
+    let cancel = t
+        .call(
+            "DELETE",
+            "/v1/notifications/later-1",
+            Some("b-secret"),
+            None,
+        )
+        .await;
+    assert_eq!(cancel.body["state"], "cancelled", "{}", cancel.body);
+    assert_eq!(
+        status("a-secret", "later-1").await.body["state"],
+        "scheduled"
+    );
+
+    // A tenant cannot see another's id, nor name a kept id.
+    t.publish("b-secret", for_site("b", "only-b", Some(600_000)))
+        .await;
+    let other = status("a-secret", "only-b").await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND, "{}", other.body);
+    let kept_form = status("a-secret", "only-b:b").await;
+    assert_eq!(kept_form.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(kept_form.body["error"]["field"], "id");
+
+    // A key of every site sees the store as it is kept.
+    let plain = status("plain-secret", "later-1:a").await;
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.body);
+    assert_eq!(plain.body["id"], "later-1:a");
+    assert_eq!(
+        status("plain-secret", "later-1").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // And cannot publish into a tenant's namespace: ids hold no colon.
+    let forged = t
+        .publish(
+            "plain-secret",
+            json!({"id": "x:a", "users": ["u1"], "event": "e"}),
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(forged.body["error"]["field"], "id");
+}
+
+#[tokio::test]
+async fn a_notification_stored_before_tenants_is_still_found_by_its_id() {
+    use bytes::Bytes;
+    use herald_engine::schedule::entry::{Entry, Phase, Target};
+    use herald_engine::schedule::store::Store;
+    use herald_protocol::envelope::Scope;
+
+    let entry = |id: &str, accepted_ms: u64| Entry {
+        notification: Notification {
+            id: id.into(),
+            scope: Scope::User,
+            users: vec!["u1".into()],
+            clients: vec![],
+            sites: vec!["a".into()],
+            event: "e".into(),
+            topic: None,
+            content_type: "text/plain".into(),
+            payload: Bytes::from_static(b"hi"),
+            payload_is_utf8: true,
+            ttl: None,
+            encodings: Default::default(),
+            accepted: Default::default(),
+        },
+        due_ms: u64::MAX / 4,
+        accepted_ms,
+        when_online: false,
+        attempts: 0,
+        phase: Phase::Deliver,
+        fire_ms: 0,
+        calls: 0,
+        target: Target::default(),
+    };
+    let t = api_with(TENANT_KEYS);
+    let since = t.store.tenants_since();
+    assert!(since > 0);
+    // As an older Herald kept a's id (bare), and as a key of every site
+    // keeps one now.
+    let entries = vec![entry("legacy-1", since - 60_000), entry("plain-1", since)];
+    assert_eq!(t.store.insert(entries, since).await.unwrap().len(), 2);
+    let get = |key: &'static str, id: &'static str| {
+        let t = &t;
+        async move {
+            t.call("GET", &format!("/v1/notifications/{id}"), Some(key), None)
+                .await
+        }
+    };
+    let legacy = get("a-secret", "legacy-1").await;
+    assert_eq!(legacy.status, StatusCode::OK, "{}", legacy.body);
+    assert_eq!(legacy.body["id"], "legacy-1");
+    let cancel = t
+        .call(
+            "DELETE",
+            "/v1/notifications/legacy-1",
+            Some("a-secret"),
+            None,
+        )
+        .await;
+    assert_eq!(cancel.body["state"], "cancelled", "{}", cancel.body);
+    // What a key of every site published since is not a tenant's.
+    assert_eq!(
+        get("a-secret", "plain-1").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(get("plain-secret", "plain-1").await.status, StatusCode::OK);
 }

@@ -56,6 +56,10 @@ struct Recording {
 }
 
 impl Store for Recording {
+    fn tenants_since(&self) -> Millis {
+        0
+    }
+
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
         self.inserted.lock().extend(entries.iter().cloned());
         self.store.insert(entries, now)

@@ -119,6 +119,17 @@ async fn users_with_something_held_are_known_after_a_reopen() {
     }
 }
 
+/// The moment this file began keeping tenants' ids apart is written by the
+/// first open and kept by every later one.
+#[tokio::test]
+async fn the_moment_tenants_began_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = EmbeddedStore::open(dir.path()).unwrap().tenants_since();
+    assert!(first > 0);
+    let again = EmbeddedStore::open(dir.path()).unwrap().tenants_since();
+    assert_eq!(again, first);
+}
+
 #[tokio::test]
 async fn ids_folded_or_not_are_known_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();

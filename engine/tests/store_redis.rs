@@ -133,6 +133,19 @@ async fn open() -> (Arc<dyn Store>, Guard) {
 
 store_suite_tests!(open);
 
+/// The moment a prefix began keeping tenants' ids apart is written by the
+/// first Herald to connect and kept by every later one.
+#[tokio::test]
+async fn the_moment_tenants_began_is_written_once_per_prefix() {
+    let (prefix, _guard) = fresh_prefix();
+    let first = connect(config(&prefix)).await.tenants_since();
+    assert!(first > 0);
+    let (other, _other_guard) = fresh_prefix();
+    let later = connect(config(&other)).await.tenants_since();
+    assert!(later >= first);
+    assert_eq!(connect(config(&prefix)).await.tenants_since(), first);
+}
+
 fn ids(entries: &[Entry]) -> Vec<String> {
     entries.iter().map(|e| e.id().to_owned()).collect()
 }

@@ -241,6 +241,29 @@ async fn a_delivery_above_the_bound_is_dropped_and_counted() {
     root.cleanup().await;
 }
 
+/// Tenants' ids (`id:tenant`, as routers forward a site-limited key's
+/// publications): the same id of two tenants is two notifications, and a
+/// browser reads the id as published.
+#[tokio::test]
+async fn tenants_ids_arrive_apart_and_read_as_published() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (gw, _) = edge(&exchange).await;
+    gw.until_metric("herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    let mut gina = gw.session(&token("gina", None, None)).await;
+    root.forward(&note("invoice-77:a", "gina", "x")).await;
+    root.forward(&note("invoice-77:b", "gina", "x")).await;
+    root.forward(&note("invoice-77:a", "gina", "x")).await;
+    root.forward(&note("after", "gina", "x")).await;
+    for id in ["invoice-77", "invoice-77", "after"] {
+        assert_eq!(gina.message().await.header("message-id"), Some(id));
+    }
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, "herald_duplicates_total"), Some(1.0));
+    assert_eq!(sample(&metrics, "herald_uplink_rejected_total"), Some(0.0));
+    root.cleanup().await;
+}
+
 /// `edge.uplink_client = "lapin"` links, delivers and acks as the default
 /// client does.
 #[tokio::test]

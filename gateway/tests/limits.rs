@@ -152,6 +152,49 @@ burst = 1
     .api_key;
 }
 
+/// Issue 37, hole 3: two tenants publishing the same id each reach their
+/// own user; neither is the other's duplicate, and browsers read the id as
+/// published.
+#[tokio::test]
+async fn two_tenants_publishing_one_id_both_deliver() {
+    let gw = start(|c| {
+        c.api_key = Config::from_toml(
+            r#"
+[[api_key]]
+name = "a-app"
+key = "a-secret"
+sites = ["a"]
+
+[[api_key]]
+name = "b-app"
+key = "b-secret"
+sites = ["b"]
+"#,
+            std::path::Path::new("keys.toml"),
+        )
+        .unwrap()
+        .api_key;
+    })
+    .await;
+    let mut ann = gw.session(&token("ann", None, Some("a"))).await;
+    let mut bob = gw.session(&token("bob", None, Some("b"))).await;
+    for (key, user, site) in [("a-secret", "ann", "a"), ("b-secret", "bob", "b")] {
+        let r = post(
+            &gw,
+            key,
+            json!({"id": "invoice-77", "users": [user], "sites": [site], "event": "invoice"}),
+        )
+        .await;
+        assert_eq!(r.status(), 202);
+    }
+    for session in [&mut ann, &mut bob] {
+        let m = session.message().await;
+        assert_eq!(m.header("message-id"), Some("invoice-77"));
+    }
+    let m = gw.metrics().await;
+    assert_eq!(sample(&m, "herald_duplicates_total"), Some(0.0), "{m}");
+}
+
 async fn post(gw: &TestGateway, key: &str, body: serde_json::Value) -> reqwest::Response {
     reqwest::Client::new()
         .post(format!("http://{}/v1/notifications", gw.addr))

@@ -322,7 +322,22 @@ impl Notification {
     /// Checks every field against `limits`, and records whether the payload
     /// is UTF-8. Text content types must carry valid UTF-8.
     pub fn validate(&mut self, limits: &Limits) -> Result<(), FieldError> {
-        if !is_valid_name(&self.id) {
+        self.validate_with(limits, is_valid_name)
+    }
+
+    /// [`Notification::validate`] for a notification Herald forwarded
+    /// (a root's bundle to an edge): its id may be scoped to a tenant
+    /// ([`crate::tenant`]).
+    pub fn validate_forwarded(&mut self, limits: &Limits) -> Result<(), FieldError> {
+        self.validate_with(limits, crate::tenant::is_valid_kept_id)
+    }
+
+    fn validate_with(
+        &mut self,
+        limits: &Limits,
+        valid_id: fn(&str) -> bool,
+    ) -> Result<(), FieldError> {
+        if !valid_id(&self.id) {
             return Err(FieldError::new(
                 "id",
                 "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -",

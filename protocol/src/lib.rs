@@ -41,5 +41,6 @@ pub mod envelope;
 pub mod proxy;
 pub mod sockjs;
 pub mod stomp;
+pub mod tenant;
 pub mod utf8;
 pub mod websocket;

@@ -455,3 +455,15 @@ fn acceptance_travels_to_the_edges_and_not_from_backends() {
     let unknown = vec![std::sync::Arc::new(parse(&props(base()), b"{}").unwrap())];
     assert!(bundle_accepted(&bundle_to_amqp(&unknown).0).is_none());
 }
+
+#[test]
+fn only_a_forwarded_notification_may_carry_a_tenants_id() {
+    let p = BasicProperties::default()
+        .with_message_id("invoice-77:eu".into())
+        .with_headers(base());
+    let body = Bytes::from_static(b"{}");
+    let refused = from_amqp_bytes(&p, body.clone(), &Limits::default(), || unreachable!());
+    assert_eq!(refused.unwrap_err().field, "message_id");
+    let n = forwarded_from_amqp_bytes(&p, body, &Limits::default(), || unreachable!()).unwrap();
+    assert_eq!(n.id, "invoice-77:eu");
+}

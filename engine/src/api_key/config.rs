@@ -22,6 +22,7 @@ use crate::rate_limit::{Rate, TokenBucket};
 /// key_file = "/etc/herald/billing.key"   # or key = "...", or key_env = "VAR"
 /// ops = ["publish", "status"]      # default: every operation
 /// sites = ["eu"]                   # default: every site
+/// tenant = "acme"                  # default: the sites, "eu" here
 /// rate_per_sec = 50                # default: no limit
 /// burst = 100                      # default: one second's worth
 /// ```
@@ -46,6 +47,14 @@ pub struct ApiKeyConfig {
     /// The sites the key may publish to; every site when absent.
     #[serde(default)]
     pub sites: Option<Vec<String>>,
+    /// The namespace of the key's notification ids
+    /// ([`herald_protocol::tenant`]): keys of one tenant share ids, keys of
+    /// two never see each other's. By default a key limited to sites is
+    /// the tenant of its sites (sorted, comma-separated), and a key of
+    /// every site has none (the ids as written). Naming it keeps a
+    /// tenant's ids across a change of its sites or a new key.
+    #[serde(default)]
+    pub tenant: Option<String>,
     /// Most notifications a second, on average; no limit when absent.
     #[serde(default)]
     pub rate_per_sec: Option<f64>,
@@ -63,6 +72,7 @@ impl fmt::Debug for ApiKeyConfig {
             .field("key_env", &self.key_env)
             .field("ops", &self.ops)
             .field("sites", &self.sites)
+            .field("tenant", &self.tenant)
             .field("rate_per_sec", &self.rate_per_sec)
             .field("burst", &self.burst)
             .finish()
@@ -122,6 +132,7 @@ pub(super) fn load(
             digest: digest(key.as_bytes()),
             ops: all_ops(),
             sites: None,
+            tenant: None,
             limit: None,
         });
     }
@@ -177,6 +188,31 @@ pub(super) fn load(
                 Some(s.clone().into_boxed_slice())
             }
         };
+        let tenant = match (&c.tenant, &sites) {
+            (Some(t), _) => {
+                if !herald_protocol::tenant::is_valid_tenant(t) {
+                    say(format!(
+                        "tenant: must be 1 to {} bytes without control characters",
+                        herald_protocol::tenant::MAX_TENANT_BYTES
+                    ));
+                }
+                Some(Arc::from(t.as_str()))
+            }
+            (None, Some(sites)) => {
+                let mut sorted: Vec<&str> = sites.iter().map(String::as_str).collect();
+                sorted.sort_unstable();
+                sorted.dedup();
+                let joined = sorted.join(",");
+                if !herald_protocol::tenant::is_valid_tenant(&joined) {
+                    say(format!(
+                        "sites: together longer than a tenant may be ({} bytes): name the key's tenant",
+                        herald_protocol::tenant::MAX_TENANT_BYTES
+                    ));
+                }
+                Some(Arc::from(joined))
+            }
+            (None, None) => None,
+        };
         let limit = match (c.rate_per_sec, c.burst) {
             (None, None) => None,
             (None, Some(_)) => {
@@ -205,6 +241,7 @@ pub(super) fn load(
                 digest: digest(key.as_bytes()),
                 ops,
                 sites,
+                tenant,
                 limit,
             });
         }

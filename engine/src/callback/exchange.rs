@@ -322,7 +322,12 @@ fn request(
         put("herald-topic", topic)?;
     }
     put("herald-attempt", &job.attempt.to_string())?;
-    put("herald-notification-id", job.id)?;
+    // The id as published; the webhook-id below is made of the id kept,
+    // with its tenant, so that two tenants' notifications never share one.
+    put(
+        "herald-notification-id",
+        herald_protocol::tenant::public_id(job.id),
+    )?;
     if let Some(user) = job.user {
         put("herald-user", user)?;
     }

@@ -60,7 +60,7 @@ pub const TOP: &[Key] = &[
     key("listen", Str, "Address to listen on: browsers, the publish API, `/healthz`, `/readyz`, `/metrics` (the router: its HTTP API and probes)."),
     key("log_format", Enum(&["text", "json"]), "Log output format."),
     key("api_keys", List, "Plain API keys for the publish API (every operation, every site), named `key-1`, `key-2`, … by position. The variable is comma-separated.").secret(Yes),
-    key("api_key", Toml, "Named API keys, `[[api_key]]` tables: `name`, the key from `key`, `key_file` or `key_env`, `ops`, `sites`, `rate_per_sec`, `burst` (README, API keys). The variable: `[{ name = \"billing\", key_env = \"BILLING_KEY\" }]`.").secret(Fields(&["key"])),
+    key("api_key", Toml, "Named API keys, `[[api_key]]` tables: `name`, the key from `key`, `key_file` or `key_env`, `ops`, `sites`, `tenant`, `rate_per_sec`, `burst` (README, API keys). The variable: `[{ name = \"billing\", key_env = \"BILLING_KEY\" }]`.").secret(Fields(&["key"])),
     key("shutdown_grace_ms", Int, "How long shutdown waits for sessions (the router: HTTP requests and forwards) to drain."),
 ];
 
@@ -99,7 +99,7 @@ pub const SECTIONS: &[Key] = &[
     key("schedule.topics", Toml, "Per-topic policies, `[schedule.topics.NAME]` tables: `jitter_ms`, `min_interval_ms`, `merge`. The variable: `{ coupon = { jitter_ms = 5000 } }`."),
     key("presence.events_topic", Str, "A topic to publish online and offline events to: a user's first session starting (cluster-wide in distributed mode) and last session ending each make a callback-only notification of this topic, `{\"user\",\"site\",\"client\",\"event\",\"at_ms\",\"edge\"}`, called back as the topic's `callback_url` says (docs/presence.md). Unset: no events. Standalone and routers with `[redis]`; an edge leaves it to its routers."),
     key("presence.events_queue", Int, "Presence events waiting to be stored, at most (drop-newest beyond, counted in `herald_presence_events_total{outcome=\"dropped\"}`)."),
-    key("callbacks.allow_private_networks", Bool, "Let callbacks reach loopback, private (RFC 1918, ULA), link-local and shared (CGNAT) addresses. Off by default: whoever can register a topic could otherwise make Herald call internal services. The cloud metadata addresses stay refused either way."),
+    key("callbacks.allow_private_networks", Bool, "Let callbacks reach loopback, private (RFC 1918, ULA), link-local and shared (CGNAT) addresses and this host's own. Off by default: whoever can register a topic could otherwise make Herald call internal services. The cloud metadata addresses stay refused either way, and the answers of such destinations are recorded by status only."),
     key("callbacks.max_per_host", Int, "Requests to one destination host at once, at most, per process (the others wait for a slot: a receiver is never flooded)."),
     key("callbacks.max_in_flight", Int, "Callbacks made at once, at most, per process (as many more wait to start; beyond that, firing waits: backpressure)."),
     key("callbacks.alerts.webhook_url", Str, "A Slack-compatible incoming webhook: alerts are POSTed to it as JSON `{\"text\": \"...\"}`. Set by the operator, so any address is allowed.").secret(Yes),

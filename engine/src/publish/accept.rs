@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use herald_protocol::envelope::Notification;
+use herald_protocol::tenant::public_id;
 
 use super::{
     Accepted, Admitted, ApiError, PublishApi, PublishHead, RequestBody, ScheduledInfo, is_json,
@@ -136,7 +137,7 @@ impl PublishApi {
     /// immediate ones to the link; then count them per topic and per key.
     async fn dispatch(&self, caller: &Caller, checked: CheckedBatch) -> Result<Accepted, ApiError> {
         let CheckedBatch {
-            publications,
+            mut publications,
             targets,
             batch,
         } = checked;
@@ -144,6 +145,13 @@ impl PublishApi {
             .iter()
             .map(|p| p.notification.id.clone())
             .collect();
+        // From here on each id is kept in the key's tenant's namespace
+        // (herald_protocol::tenant): its duplicate window, its store entry.
+        if caller.tenant().is_some() {
+            for p in &mut publications {
+                p.notification.id = caller.scoped_id(&p.notification.id);
+            }
+        }
         // Counted per topic once accepted: those without one together.
         let untitled = publications
             .iter()
@@ -264,9 +272,10 @@ impl PublishApi {
         if let Some(service) = self.delayed()
             && !delayed.is_empty()
         {
+            // Answered by the id as the caller gave it.
             let asked: Vec<(String, u64)> = delayed
                 .iter()
-                .map(|e| (e.id().to_owned(), e.due_ms))
+                .map(|e| (public_id(e.id()).to_owned(), e.due_ms))
                 .collect();
             let outcome = service.accept(delayed).await.map_err(|e| {
                 ApiError::unavailable(format!("the delayed store did not take the batch: {e}"))

@@ -21,7 +21,9 @@
 //! operation: `status` for a status, `cancel` to cancel, `admin` for the
 //! list (it spans every site and user), `publish` for `online` (it makes
 //! held notifications go out). Status and cancel name one notification by
-//! id and are not limited to the key's sites.
+//! id in the key's tenant's namespace ([`herald_protocol::tenant`]; see
+//! `resolve`): a key limited to sites reads and cancels only what its
+//! tenant published.
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
@@ -195,6 +197,59 @@ fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The id the store keeps for the notification `caller` names `id`
+/// ([`herald_protocol::tenant`]), or a 422 naming the field.
+///
+/// A key of a tenant names ids in its tenant's namespace: `id` is an id as
+/// published, and the store keeps it scoped. One exception, the migration
+/// from before tenants: an entry kept under `id` as written that was
+/// accepted before the store first kept tenants apart
+/// ([`Delayed::tenants_since`]) is found by it as well, as any key found
+/// it then. A key of no tenant names what the store keeps as it is: an id
+/// published without a tenant, or a scoped `id:tenant` as the list shows
+/// it.
+async fn resolve(caller: &Caller, delayed: &Delayed, id: &str) -> Result<String, ApiError> {
+    if caller.tenant().is_none() {
+        if !herald_protocol::tenant::is_valid_kept_id(id) {
+            return Err(ApiError::invalid(
+                "id",
+                "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -, or such an id, a colon and its tenant",
+            ));
+        }
+        return Ok(id.to_owned());
+    }
+    check_name("id", id)?;
+    let scoped = caller.scoped_id(id);
+    if delayed
+        .status(&scoped)
+        .await
+        .map_err(unavailable)?
+        .is_some()
+    {
+        return Ok(scoped);
+    }
+    let before_tenants = delayed
+        .status(id)
+        .await
+        .map_err(unavailable)?
+        .is_some_and(|s| s.accepted_ms < delayed.tenants_since());
+    Ok(if before_tenants {
+        id.to_owned()
+    } else {
+        scoped
+    })
+}
+
+/// `status` as `caller` sees it: by the id it published, without its
+/// tenant.
+fn shown(caller: &Caller, mut status: Status) -> Status {
+    if caller.tenant().is_some() {
+        let public = herald_protocol::tenant::public_id(&status.id).len();
+        status.id.truncate(public);
+    }
+    status
+}
+
 /// `GET /v1/notifications/{id}`.
 pub(crate) async fn status(
     State(api): State<PublishApi>,
@@ -202,18 +257,18 @@ pub(crate) async fn status(
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
     let answer = async {
-        let (_, delayed) = guard(&api, &headers, Operation::Status)?;
+        let (caller, delayed) = guard(&api, &headers, Operation::Status)?;
         let id = path_param("id", id)?;
-        check_name("id", &id)?;
+        let kept = resolve(&caller, delayed, &id).await?;
         // The status first, then the log: a callback that ends in between
         // shows as still firing with its last attempt logged, never as
         // ended with the attempt missing (the store writes both at once).
-        let status = delayed.status(&id).await;
-        let log = delayed.attempts(&id).await;
+        let status = delayed.status(&kept).await;
+        let log = delayed.attempts(&kept).await;
         match status.map_err(unavailable)? {
             Some(s) => {
                 let body = StatusWithLog {
-                    status: s.into(),
+                    status: shown(&caller, s).into(),
                     attempt_log: log
                         .map_err(unavailable)?
                         .into_iter()
@@ -239,18 +294,18 @@ pub(crate) async fn cancel(
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Cancel)?;
         let id = path_param("id", id)?;
-        check_name("id", &id)?;
-        match delayed.cancel(&id).await.map_err(unavailable)? {
+        let kept = resolve(&caller, delayed, &id).await?;
+        match delayed.cancel(&kept).await.map_err(unavailable)? {
             Cancel::Cancelled(s) => {
-                tracing::info!(api_key = caller.name(), id = %id, "delayed notification cancelled");
-                Ok(Json(StatusBody::from(s)).into_response())
+                tracing::info!(api_key = caller.name(), id = %kept, "delayed notification cancelled");
+                Ok(Json(StatusBody::from(shown(&caller, s))).into_response())
             }
             Cancel::TooLate(s) => {
                 let message = format!(
                     "notification {id:?} is {} and can no longer be cancelled",
                     s.state
                 );
-                Ok(conflict("too_late", message, s))
+                Ok(conflict("too_late", message, shown(&caller, s)))
             }
             Cancel::NotFound => Err(ApiError::not_found(format!(
                 "no delayed notification {id:?} to cancel"
@@ -269,10 +324,11 @@ pub(crate) async fn retry(
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Admin)?;
         let id = path_param("id", id)?;
-        check_name("id", &id)?;
-        match delayed.replay(&id).await.map_err(unavailable)? {
+        let kept = resolve(&caller, delayed, &id).await?;
+        match delayed.replay(&kept).await.map_err(unavailable)? {
             Replay::Replayed(s) => {
-                tracing::info!(api_key = caller.name(), id = %id, "dead letter sent again");
+                tracing::info!(api_key = caller.name(), id = %kept, "dead letter sent again");
+                let s = shown(&caller, s);
                 Ok((StatusCode::ACCEPTED, Json(StatusBody::from(s))).into_response())
             }
             Replay::NotDead(s) => {
@@ -280,7 +336,7 @@ pub(crate) async fn retry(
                     "notification {id:?} is {}: only a dead letter can be sent again",
                     s.state
                 );
-                Ok(conflict("not_dead", message, s))
+                Ok(conflict("not_dead", message, shown(&caller, s)))
             }
             Replay::NotFound => Err(ApiError::not_found(format!(
                 "no delayed notification {id:?} to send again (never delayed, or purged after the retention period)"
@@ -338,7 +394,7 @@ fn parse_cursor(c: &str) -> Result<Cursor, ApiError> {
     let bad = || ApiError::invalid("cursor", "is not a cursor this API gave (next_cursor)");
     let (due, id) = c.split_once('.').ok_or_else(bad)?;
     let due_ms = due.parse().map_err(|_| bad())?;
-    if !herald_protocol::envelope::is_valid_name(id) {
+    if !herald_protocol::tenant::is_valid_kept_id(id) {
         return Err(bad());
     }
     Ok(Cursor {

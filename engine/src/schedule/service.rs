@@ -345,6 +345,12 @@ impl Delayed {
         Ok(out)
     }
 
+    /// When the store began keeping tenants' ids apart
+    /// ([`Store::tenants_since`]).
+    pub fn tenants_since(&self) -> Millis {
+        self.inner.store.tenants_since()
+    }
+
     /// The status of one notification.
     pub async fn status(&self, id: &str) -> Result<Option<Status>, StoreError> {
         self.inner.store.status(id).await.inspect_err(|_| {

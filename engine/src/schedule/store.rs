@@ -265,6 +265,12 @@ pub trait Store: Send + Sync + 'static {
     /// the same id twice within one call is stored once.
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>>;
 
+    /// When this store was first opened by a Herald that keeps tenants'
+    /// ids apart ([`herald_protocol::tenant`]), recorded in the store
+    /// itself: an id kept as written and accepted before then may be a
+    /// tenant's (the status and cancel endpoints' migration).
+    fn tenants_since(&self) -> Millis;
+
     /// Claim up to `limit` entries that are due: scheduled or retry_wait
     /// with fire time `<= now`, or firing with an expired lease
     /// (`lease_until <= now`; their firer crashed). Each becomes firing

@@ -79,7 +79,7 @@ fn shared<'a>(n: &'a Notification, length: &'a str, base64: bool) -> Vec<(&'a st
     let mut lines = Vec::with_capacity(8);
     lines.extend([
         (headers::DESTINATION, super::stomp::DESTINATION),
-        (names::MESSAGE_ID, n.id.as_str()),
+        (names::MESSAGE_ID, herald_protocol::tenant::public_id(&n.id)),
         (names::EVENT, n.event.as_str()),
         (names::SCOPE, n.scope.as_str()),
     ]);

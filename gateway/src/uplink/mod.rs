@@ -33,7 +33,9 @@ mod client;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use herald_amqp::envelope::{BUNDLE_TYPE, accepted_from_amqp, bundle_accepted, from_amqp_bytes};
+use herald_amqp::envelope::{
+    BUNDLE_TYPE, accepted_from_amqp, bundle_accepted, forwarded_from_amqp_bytes,
+};
 use herald_amqp::presence::{PresenceAmqp, PresenceReport};
 use herald_amqp::stats::Part;
 use herald_amqp::supervisor::CLOSE_TIMEOUT;
@@ -455,7 +457,7 @@ impl Uplink {
             return;
         }
         self.metrics.uplink_received.inc();
-        let n = match from_amqp_bytes(
+        let n = match forwarded_from_amqp_bytes(
             properties,
             body,
             &self.limits,
@@ -500,7 +502,7 @@ impl Uplink {
         self.metrics.uplink_received.inc_by(batch.len() as u64);
         let now = Instant::now();
         for mut n in batch {
-            if let Err(e) = n.validate(&self.limits) {
+            if let Err(e) = n.validate_forwarded(&self.limits) {
                 self.metrics.uplink_rejected.inc();
                 tracing::warn!(id = %n.id, reason = %e, "invalid notification in a bundle dropped");
                 continue;

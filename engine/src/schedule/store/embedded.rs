@@ -128,6 +128,8 @@ pub struct EmbeddedStore {
     requests: mpsc::Sender<Request>,
     path: PathBuf,
     writer: Option<JoinHandle<()>>,
+    /// [`Store::tenants_since`], from `meta`.
+    tenants_since: Millis,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -181,6 +183,7 @@ impl EmbeddedStore {
         let mem = Arc::new(Memory::new(&config));
         let txn = db.begin_write().map_err(io)?;
         check_format(&txn, &path)?;
+        let tenants_since = tenants_since(&txn)?;
         let unleased = {
             let mut t = Tables::open(&txn, &mem)?;
             let n = t.unlease()?;
@@ -221,6 +224,7 @@ impl EmbeddedStore {
             requests,
             path,
             writer: Some(writer),
+            tenants_since,
         })
     }
 
@@ -314,6 +318,22 @@ fn read_recent(db: &Database, recent: &RecentIds) -> Result<(), StoreError> {
 
 /// Refuse a file of another layout; stamp a new one, or one of a format
 /// this code reads as it is, with [`FORMAT`].
+/// `meta["tenants_since"]`, written now by the first open that keeps
+/// tenants' ids apart.
+fn tenants_since(txn: &redb::WriteTransaction) -> Result<Millis, StoreError> {
+    use redb::ReadableTable;
+    let mut meta = txn.open_table(META).map_err(io)?;
+    let kept = meta.get(TENANTS_SINCE).map_err(io)?.map(|v| v.value());
+    match kept {
+        Some(since) => Ok(since),
+        None => {
+            let now = crate::schedule::timing::now_ms();
+            meta.insert(TENANTS_SINCE, now).map_err(io)?;
+            Ok(now)
+        }
+    }
+}
+
 fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreError> {
     use redb::{ReadableTable, TableHandle};
     let mut meta = txn.open_table(META).map_err(io)?;
@@ -363,6 +383,10 @@ fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreEr
 impl Store for EmbeddedStore {
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
         Box::pin(self.ask(move |tx| Request::Insert(entries, now, tx)))
+    }
+
+    fn tenants_since(&self) -> Millis {
+        self.tenants_since
     }
 
     fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>> {

@@ -163,6 +163,8 @@ pub struct RedisStore {
     /// Where expire and purge start among the shards, turning per call so
     /// routers running them together spread over the shards.
     rotation: AtomicUsize,
+    /// [`Store::tenants_since`], from the prefix's meta.
+    tenants_since: Millis,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -184,7 +186,7 @@ impl RedisStore {
         config.check()?;
         let conn = conn::connect(&config).await?;
         let keys = Keys::new(&config.prefix, config.shards);
-        check_meta(&conn, &keys).await?;
+        let tenants_since = check_meta(&conn, &keys).await?;
         let persistence = Persistence::from_nodes(conn::config_of_masters(&conn).await);
         persistence.log();
         let metrics = RedisStoreMetrics::default();
@@ -206,6 +208,7 @@ impl RedisStore {
             persistence,
             metrics,
             rotation: AtomicUsize::new(0),
+            tenants_since,
         })
     }
 
@@ -330,6 +333,10 @@ async fn invoke(
 impl Store for RedisStore {
     fn insert(&self, entries: Vec<Entry>, now: Millis) -> StoreFuture<'_, Vec<Insert>> {
         self.op("insert", self.inserts.insert(entries, now))
+    }
+
+    fn tenants_since(&self) -> Millis {
+        self.tenants_since
     }
 
     fn claim_due(&self, now: Millis, limit: usize, lease_ms: u64) -> StoreFuture<'_, Vec<Entry>> {
@@ -470,7 +477,10 @@ impl Store for RedisStore {
 /// Record the shard count and layout under the prefix, or check them
 /// against what is recorded: every router sharing the data must place ids
 /// in the same shards.
-async fn check_meta(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
+/// Checks the prefix's shard count and layout (writing them when new), and
+/// reads [`Store::tenants_since`] (written by the first Herald to keep
+/// tenants' ids apart).
+async fn check_meta(conn: &Conn, keys: &Keys) -> Result<Millis, StoreError> {
     let mut c = conn.clone();
     let meta = keys.meta();
     let mut set = redis::cmd("HSETNX");
@@ -479,9 +489,17 @@ async fn check_meta(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
     let mut set = redis::cmd("HSETNX");
     set.arg(&meta).arg("layout").arg(layout::LAYOUT);
     set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
+    let mut set = redis::cmd("HSETNX");
+    set.arg(&meta)
+        .arg("tenants_since")
+        .arg(crate::schedule::timing::now_ms());
+    set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
     let mut get = redis::cmd("HMGET");
-    get.arg(&meta).arg("shards").arg("layout");
-    let (shards, lay): (Option<u16>, Option<u8>) =
+    get.arg(&meta)
+        .arg("shards")
+        .arg("layout")
+        .arg("tenants_since");
+    let (shards, lay, tenants_since): (Option<u16>, Option<u8>, Option<Millis>) =
         get.query_async(&mut c).await.map_err(unavailable)?;
     if shards != Some(keys.shards()) {
         return Err(StoreError::Unavailable(format!(
@@ -497,5 +515,5 @@ async fn check_meta(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
             layout::LAYOUT
         )));
     }
-    Ok(())
+    Ok(tenants_since.unwrap_or(0))
 }

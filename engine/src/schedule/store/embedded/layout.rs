@@ -2,7 +2,7 @@
 //! stored value of an entry. Pure: no I/O.
 //!
 //! ```text
-//! meta     name -> u64                          "format" (4), "next_seq"
+//! meta     name -> u64                          "format" (4), "next_seq", "tenants_since"
 //! ids      id -> seq                            every stored entry
 //! records  seq -> header (33 B) ++ id ++ record       (live: scheduled, firing, held,
 //!                                                     retry_wait; and dead letters)
@@ -100,6 +100,9 @@ pub(super) const TOPICS_VERSION: &str = "topics_version";
 pub(super) const NEXT_SEQ: &str = "next_seq";
 /// `meta` key of the first seq whose id is not folded into `ids`.
 pub(super) const FOLDED: &str = "folded";
+/// `meta` key of the moment this file was first opened by a Herald that
+/// keeps tenants' ids apart (`Store::tenants_since`).
+pub(super) const TENANTS_SINCE: &str = "tenants_since";
 /// The table that only the first layout (entries keyed by id) had.
 pub(super) const FORMAT_1_TABLE: &str = "entries";
 
