@@ -74,6 +74,8 @@ pub mod headers {
     pub const CONTENT_TYPE_PROPERTY: &str = "content_type";
     /// Field name for the message body.
     pub const BODY: &str = "body";
+    /// Field name for the `headers` property as a whole.
+    pub const HEADERS: &str = "headers";
     /// Router to edges: when the router accepted the notification (or the
     /// delayed one fired), microseconds after the Unix epoch: an integer
     /// on a single notification, the table of
@@ -197,6 +199,17 @@ fn read(
     let empty = FieldTable::default();
     let table = properties.headers().as_ref().unwrap_or(&empty);
     let get = |name: &str| table.inner().get(name);
+    if let Some(why) = get(crate::wire::nesting::REJECTED_HEADER) {
+        // The client read none of the publisher's headers (wire::nesting).
+        let why = match why {
+            AMQPValue::LongString(s) => s.to_string(),
+            _ => "over the bounds".to_owned(),
+        };
+        return Err(Rejection::invalid(
+            headers::HEADERS,
+            format!("not read: {why}"),
+        ));
+    }
     let scope = match get(names::SCOPE) {
         None => Scope::User,
         Some(v) => string(names::SCOPE, v)?

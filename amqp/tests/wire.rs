@@ -297,3 +297,50 @@ async fn next_dropped_by_a_select_loses_nothing() {
         .unwrap();
     wire.close(Duration::from_secs(5)).await.unwrap();
 }
+
+/// Issue 36, item 2: a broker whose `connection.start` holds server
+/// properties nested 3,000 levels deep (about 15 KB, one frame) is refused
+/// with the reason before anything recursive reads it; the client does not
+/// overflow its stack. The broker here is a loopback listener that answers
+/// the protocol header with that frame.
+#[tokio::test]
+async fn a_broker_with_a_nested_handshake_is_refused_with_the_reason() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let broker = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut header = [0u8; 8];
+        socket.read_exact(&mut header).await.unwrap();
+        assert_eq!(&header, b"AMQP\x00\x00\x09\x01");
+        let levels = 3_000u32;
+        let mut table = Vec::new();
+        for j in (1..levels).rev() {
+            table.push(b'A');
+            table.extend_from_slice(&(5 * (j - 1)).to_be_bytes());
+        }
+        let mut payload = vec![0, 10, 0, 10, 0, 9];
+        payload.extend_from_slice(&((2 + table.len()) as u32).to_be_bytes());
+        payload.extend_from_slice(&[1, b'n']);
+        payload.extend_from_slice(&table);
+        payload.extend_from_slice(&[0, 0, 0, 5]);
+        payload.extend_from_slice(b"PLAIN");
+        payload.extend_from_slice(&[0, 0, 0, 5]);
+        payload.extend_from_slice(b"en_US");
+        let mut frame = vec![1, 0, 0];
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        frame.push(0xCE);
+        socket.write_all(&frame).await.unwrap();
+        // The client hangs up.
+        let mut rest = Vec::new();
+        let _ = socket.read_to_end(&mut rest).await;
+    });
+    let url = format!("amqp://guest:guest@{addr}/%2f");
+    let err = Wire::open(&config(&url, 1 << 20)).await.unwrap_err();
+    assert!(
+        matches!(err, WireError::Frame(_)) && err.to_string().contains("nested deeper than 32"),
+        "{err}"
+    );
+    broker.await.unwrap();
+}

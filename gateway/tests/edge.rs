@@ -370,6 +370,80 @@ async fn a_burst_is_routed_in_order_and_acked_in_full() {
     root.cleanup().await;
 }
 
+/// Publish to `exchange` a message whose headers hold arrays nested
+/// `levels` deep (5 bytes a level), written by hand: lapin's codec, as the
+/// edge's, would recurse to write or read it.
+async fn publish_poison(exchange: &str, levels: usize) {
+    use herald_amqp::wire::{Wire, WireConfig};
+    let arrays = levels - 1;
+    let mut nest = Vec::with_capacity(5 * arrays);
+    for j in (1..=arrays).rev() {
+        nest.push(b'A');
+        nest.extend_from_slice(&(5 * (j as u32 - 1)).to_be_bytes());
+    }
+    // Property flags: headers only; then the table, one field "nest".
+    let mut properties = (1u16 << 13).to_be_bytes().to_vec();
+    properties.extend_from_slice(&((5 + nest.len()) as u32).to_be_bytes());
+    properties.extend_from_slice(&[4, b'n', b'e', b's', b't']);
+    properties.extend_from_slice(&nest);
+    let mut wire = Wire::open(&WireConfig {
+        url: AMQP.into(),
+        connection_name: "poison-publisher".into(),
+        max_body: 1 << 20,
+    })
+    .await
+    .unwrap();
+    wire.publish_encoded(exchange, "", &properties, b"{}")
+        .await
+        .unwrap();
+    // The broker answers the close after it has routed the publish.
+    wire.close(Duration::from_secs(10)).await.unwrap();
+}
+
+/// Issue 36, item 2: a message whose headers are nested 1,500 levels deep
+/// waits in an edge's queue while it is down (as after a crash). The edge
+/// starts, reads it without recursing into it, drops it with its reason
+/// and counts it; the message is acknowledged, not requeued, so the next
+/// start finds nothing of it.
+#[tokio::test]
+async fn a_poison_message_is_dropped_with_its_reason_and_the_edge_lives_on() {
+    let exchange = format!("herald.edges.test-{}", rand::random::<u32>());
+    let (mut gw, id) = edge(&exchange).await;
+    gw.until_metric("herald_root_links", 1.0).await;
+    let root = Root::connect(&exchange).await;
+    gw.shutdown.cancel();
+    let (_, task) = gw.local.take().unwrap();
+    task.await.unwrap();
+    publish_poison(&exchange, 1_500).await;
+    root.forward(&note("after-poison", "hank", "x")).await;
+
+    let (mut again, _) = edge_with_id(&exchange, id.clone()).await;
+    again
+        .until_metric("herald_uplink_received_total", 2.0)
+        .await;
+    again
+        .until_metric("herald_uplink_rejected_total", 1.0)
+        .await;
+    // Alive, and delivering.
+    let mut hank = again.session(&token("hank", None, None)).await;
+    root.forward(&note("marker-1", "hank", "x")).await;
+    assert_eq!(hank.message().await.header("message-id"), Some("marker-1"));
+
+    // Nothing of it is left for the next start.
+    again.shutdown.cancel();
+    let (_, task) = again.local.take().unwrap();
+    task.await.unwrap();
+    let (third, _) = edge_with_id(&exchange, id).await;
+    third.until_metric("herald_root_links", 1.0).await;
+    let mut hank = third.session(&token("hank", None, None)).await;
+    root.forward(&note("marker-2", "hank", "x")).await;
+    assert_eq!(hank.message().await.header("message-id"), Some("marker-2"));
+    let metrics = third.metrics().await;
+    assert_eq!(sample(&metrics, "herald_uplink_rejected_total"), Some(0.0));
+    assert_eq!(sample(&metrics, "herald_uplink_received_total"), Some(1.0));
+    root.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_bundle_reaches_sessions_in_order_and_bad_parts_are_dropped_alone() {
     let exchange = format!("herald.edges.test-{}", rand::random::<u32>());

@@ -467,3 +467,27 @@ fn only_a_forwarded_notification_may_carry_a_tenants_id() {
     let n = forwarded_from_amqp_bytes(&p, body, &Limits::default(), || unreachable!()).unwrap();
     assert_eq!(n.id, "invoice-77:eu");
 }
+
+#[test]
+fn headers_a_client_did_not_read_are_the_reason_it_is_refused() {
+    let mut t = FieldTable::default();
+    t.insert(
+        crate::wire::nesting::REJECTED_HEADER.into(),
+        text("field table nested deeper than 32 levels"),
+    );
+    let p = BasicProperties::default()
+        .with_message_id("poison-1".into())
+        .with_headers(t);
+    let r = from_amqp_bytes(
+        &p,
+        Bytes::from_static(b"{}"),
+        &Limits::default(),
+        || unreachable!(),
+    )
+    .unwrap_err();
+    assert_eq!(r.field, "headers");
+    assert_eq!(
+        r.reason,
+        "headers: not read: field table nested deeper than 32 levels"
+    );
+}

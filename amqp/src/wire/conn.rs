@@ -319,6 +319,29 @@ impl Wire {
         self.flush().await
     }
 
+    /// [`Wire::publish`] with the properties already encoded (property
+    /// flags, then the properties), sent as they are: what a publisher
+    /// whose properties this client's codec would not write sends.
+    pub async fn publish_encoded(
+        &mut self,
+        exchange: &str,
+        routing_key: &str,
+        properties: &[u8],
+        body: &[u8],
+    ) -> Result<(), WireError> {
+        self.send(
+            CHANNEL,
+            AMQPClass::Basic(Basic::Publish(basic::Publish {
+                exchange: ShortString::from(exchange),
+                routing_key: ShortString::from(routing_key),
+                mandatory: false,
+                immediate: false,
+            })),
+        );
+        frame::put_encoded_content(&mut self.out, CHANNEL, properties, body, self.frame_max);
+        self.flush().await
+    }
+
     /// Close the connection (`200 OK`) and wait for the broker's answer,
     /// at most `timeout`. Unacknowledged deliveries go back to the queue.
     pub async fn close(mut self, timeout: Duration) -> Result<(), WireError> {

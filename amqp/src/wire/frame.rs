@@ -6,12 +6,15 @@
 //! parsed with the generated codec lapin uses (`amq_protocol::protocol`, a
 //! direct dependency at lapin's version); the framing around them, and
 //! bodies, are read here, so a body frame is sliced from the read buffer
-//! instead of copied byte by byte.
+//! instead of copied byte by byte. Methods and content headers are
+//! bounded first ([`nesting`]): the codec reads field tables by recursion.
 
 use amq_protocol::protocol::BasicProperties;
 use amq_protocol::protocol::basic::{gen_properties, parse_properties};
 use amq_protocol::protocol::{AMQPClass, gen_class, parse_class};
 use bytes::{Buf, Bytes, BytesMut};
+
+use super::nesting;
 
 /// The protocol header a client opens with: AMQP 0-9-1.
 pub const PROTOCOL_HEADER: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
@@ -69,6 +72,11 @@ pub enum FrameError {
     /// A content header the codec cannot read.
     #[error("unreadable content header")]
     BadHeader,
+    /// A method refused before it is parsed ([`nesting::check_method`]): one
+    /// no client receives, or a `connection.start` whose server properties
+    /// are nested too deep.
+    #[error("refused method frame: {0}")]
+    Refused(nesting::Refusal),
 }
 
 impl FrameError {
@@ -77,6 +85,9 @@ impl FrameError {
     pub fn reply_code(&self) -> u16 {
         match self {
             FrameError::BadMethod | FrameError::BadHeader => 502,
+            // command-invalid: a method that has no place here.
+            FrameError::Refused(nesting::Refusal::Unexpected { .. }) => 503,
+            FrameError::Refused(_) => 502,
             _ => 501,
         }
     }
@@ -121,13 +132,24 @@ pub fn decode(buf: &mut BytesMut, max_frame: u32) -> Result<Option<Frame>, Frame
     buf.advance(HEAD);
     let payload = buf.split_to(size);
     buf.advance(1);
+    // Nothing recursive reads a field table before it is bounded (nesting).
+    let bounds = nesting::Bounds::default();
     Ok(Some(match kind {
-        METHOD => match parse_class(&payload[..]) {
-            Ok(([], class)) => Frame::Method(channel, class),
-            _ => return Err(FrameError::BadMethod),
-        },
+        METHOD => {
+            nesting::check_method(&payload, bounds).map_err(|why| match why {
+                nesting::Refusal::Malformed(_) => FrameError::BadMethod,
+                other => FrameError::Refused(other),
+            })?;
+            match parse_class(&payload[..]) {
+                Ok(([], class)) => Frame::Method(channel, class),
+                _ => return Err(FrameError::BadMethod),
+            }
+        }
         HEADER => {
-            let (size, properties) = parse_header(&payload).ok_or(FrameError::BadHeader)?;
+            let defused =
+                nesting::defuse_header(&payload, bounds).map_err(|_| FrameError::BadHeader)?;
+            let read = defused.as_deref().unwrap_or(&payload);
+            let (size, properties) = parse_header(read).ok_or(FrameError::BadHeader)?;
             Frame::Header(channel, size, Box::new(properties))
         }
         BODY => Frame::Body(channel, payload.freeze()),
@@ -177,15 +199,27 @@ pub fn put_content(
     body: &[u8],
     max_frame: u32,
 ) {
+    let encoded = match gen_properties(properties)(Vec::new().into()) {
+        Ok(ctx) => ctx.write,
+        Err(e) => unreachable!("serializing into a Vec cannot fail: {e:?}"),
+    };
+    put_encoded_content(out, channel, &encoded, body, max_frame);
+}
+
+/// [`put_content`] with the properties already encoded (property flags,
+/// then the properties), written as they are.
+pub fn put_encoded_content(
+    out: &mut Vec<u8>,
+    channel: u16,
+    properties: &[u8],
+    body: &[u8],
+    max_frame: u32,
+) {
     let start = begin(out, HEADER, channel);
     out.extend_from_slice(&BASIC_CLASS.to_be_bytes());
     out.extend_from_slice(&0u16.to_be_bytes());
     out.extend_from_slice(&(body.len() as u64).to_be_bytes());
-    let buf = std::mem::take(out);
-    *out = match gen_properties(properties)(buf.into()) {
-        Ok(ctx) => ctx.write,
-        Err(e) => unreachable!("serializing into a Vec cannot fail: {e:?}"),
-    };
+    out.extend_from_slice(properties);
     finish(out, start);
     let chunk = max_frame.saturating_sub(OVERHEAD).max(1) as usize;
     for piece in body.chunks(chunk) {

@@ -14,6 +14,7 @@ pub mod conn;
 mod declare;
 pub mod delivery;
 pub mod frame;
+pub mod nesting;
 
 pub use conn::{Wire, WireConfig, WireError};
 pub use delivery::{Assembled, Delivery};
