@@ -133,8 +133,10 @@ impl Default for SessionConfig {
 /// that browsers reach directly. Off by default: behind HAProxy every
 /// connection comes from HAProxy's own addresses (limit there instead, with
 /// the template's stick table), and many users behind one NAT share an
-/// address. Each field is the key of its name, described once in its row
-/// of [`keys::OWN`].
+/// address. (What one address may hold open while its request heads are
+/// read is `session.max_sniffing_per_address`'s, on by default.) Each
+/// field is the key of its name, described once in its row of
+/// [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionRateConfig {

@@ -42,7 +42,7 @@ pub const OWN: &[Key] = &[
     key("session.queue_bytes", Int, "Most payload bytes queued for one session (as `queue_messages`), and the bound on the control frames waiting for its socket."),
     key("session.when_full", Enum(&["disconnect", "drop-oldest"]), "What happens when the mailbox evicts a message a lagging session has not been sent.").aliases(&["HERALD_WHEN_FULL"]),
     key("session.max_lag_ms", Int, "Longest a session may go without write progress (its client taking bytes) while something waits for it; then it is cut as a slow consumer, whatever `when_full` says."),
-    key("connection_rate.per_sec", Float, "New connections a second per source address, on average; 0 turns the limit off. A connection over it is answered 429 with `Retry-After` and closed."),
+    key("connection_rate.per_sec", Float, "New connections a second per source address, on average; 0 turns the limit off. A connection over it is answered 429 with `Retry-After` and closed. Off by default: users behind one NAT share an address, and behind a proxy not in `proxy.trusted` every browser is the proxy's; how many half-read heads one address may hold is bounded by `session.max_sniffing_per_address` instead."),
     key("connection_rate.burst", Int, "Connections one address may open at once before the rate applies."),
     key("connection_rate.max_addresses", Int, "Addresses remembered; beyond it refilled ones are forgotten first, then the oldest (evict-oldest, counted)."),
     key("mailbox.ttl_secs", Int, "How long a mailbox outlives its user's last session.").aliases(&["HERALD_MAILBOX_TTL_SECS"]),
