@@ -82,6 +82,8 @@ pub struct SessionConfig {
     pub header_timeout_ms: u64,
     /// Key `session.max_sniffing`.
     pub max_sniffing: usize,
+    /// Key `session.max_sniffing_per_address`.
+    pub max_sniffing_per_address: usize,
     /// Key `session.heartbeat_send_ms`.
     pub heartbeat_send_ms: u32,
     /// Key `session.heartbeat_receive_ms`.
@@ -112,6 +114,7 @@ impl Default for SessionConfig {
             connect_timeout_ms: 10_000,
             header_timeout_ms: 10_000,
             max_sniffing: 4096,
+            max_sniffing_per_address: 256,
             heartbeat_send_ms: 10_000,
             heartbeat_receive_ms: 10_000,
             max_frame_bytes: 64 * 1024,
@@ -130,8 +133,10 @@ impl Default for SessionConfig {
 /// that browsers reach directly. Off by default: behind HAProxy every
 /// connection comes from HAProxy's own addresses (limit there instead, with
 /// the template's stick table), and many users behind one NAT share an
-/// address. Each field is the key of its name, described once in its row
-/// of [`keys::OWN`].
+/// address. (What one address may hold open while its request heads are
+/// read is `session.max_sniffing_per_address`'s, on by default.) Each
+/// field is the key of its name, described once in its row of
+/// [`keys::OWN`].
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionRateConfig {
@@ -460,6 +465,10 @@ impl Config {
             ("session.connect_timeout_ms", s.connect_timeout_ms as usize),
             ("session.header_timeout_ms", s.header_timeout_ms as usize),
             ("session.max_sniffing", s.max_sniffing),
+            (
+                "session.max_sniffing_per_address",
+                s.max_sniffing_per_address,
+            ),
             ("session.max_lag_ms", s.max_lag_ms as usize),
             ("mailbox.buffer_messages", self.mailbox.buffer_messages),
             ("mailbox.buffer_bytes", self.mailbox.buffer_bytes),

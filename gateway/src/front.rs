@@ -25,15 +25,29 @@
 //! # Limits
 //! Sniffing waits on readiness ([`sniff`]): a half-sent head costs nothing
 //! until more bytes or the peer's FIN arrive, and a peer that closes
-//! mid-head is dropped at once. At most `session.max_sniffing` connections
-//! are sniffed (and, for a streaming receiver, have their head and body
-//! read; for a `/ws` upgrade, their head read and answered) at once; the
-//! next is answered 503 before anything is read and closed, counted as
-//! `sniff_limit`. The head must arrive within `session.header_timeout_ms`
-//! of accept, the same deadline hyper is given for the rest of a
-//! connection it takes; past it the connection is closed without an
-//! answer, counted as `header_timeout`. A head over [`MAX_HEAD`] bytes,
-//! or one httparse cannot read, is hyper's to answer.
+//! mid-head is dropped at once. The head must arrive within
+//! `session.header_timeout_ms` of accept, the same deadline hyper is given
+//! for the rest of a connection it takes; past it the connection is closed
+//! without an answer, counted as `header_timeout`. A head over
+//! [`MAX_HEAD`] bytes, or one httparse cannot read, is hyper's to answer.
+//!
+//! The connections being sniffed (and a streaming receiver's, until its
+//! head and body are read) are bounded by `session.max_sniffing`, and
+//! those of one client address by `session.max_sniffing_per_address`
+//! ([`slots`]). Over a bound, a new connection is still taken in and a
+//! half-read head makes room: its address's oldest when the address has its
+//! whole share (`sniff_address_shed`), else the oldest of all
+//! (`sniff_shed`). The shed connection is answered 503 (`Retry-After: 1`,
+//! after what it sent is read off, so the close does not reset the answer)
+//! and closed. So a client that opens half heads as fast as it can, renewing
+//! them before their header timeout, only ever competes with itself, and
+//! every new connection, `/healthz` and `/readyz` included, is read at
+//! once: refusing the newest instead, as the front once did, let one such
+//! client have every new connection answered 503. The client address is
+//! the one a trusted proxy's PROXY header names; a trusted proxy's own
+//! connections (its health checks; every connection when it names clients
+//! in `X-Forwarded-For`, which is inside the head) have no share and count
+//! against `session.max_sniffing` only.
 //!
 //! Per-address connection rates (`[connection_rate]`) are applied here
 //! too: to the connection's client before it is sorted, or, for a trusted
@@ -41,6 +55,7 @@
 //! request names, on whichever path reads that request.
 
 mod hyper_conn;
+mod slots;
 pub(crate) mod sniff;
 mod sorting;
 
@@ -54,7 +69,7 @@ use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use self::hyper_conn::{HttpConn, refuse_rate_limited, serve_http};
-use self::sniff::SniffSlots;
+use self::slots::{Client, Shed, SniffSlots};
 use self::sorting::{Sniffed, decide};
 use crate::app::Shared;
 use crate::client_addr::ClientAddrs;
@@ -63,7 +78,7 @@ use crate::sockjs::native::Native;
 
 /// The longest request head the front looks at; a longer one is hyper's.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// The answer to a connection over `session.max_sniffing`.
+/// The answer to a connection shed to make room for a newer one.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: 54\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections sending their request head; retry";
 
 /// Where new connections go, and what they are allowed on the way.
@@ -85,8 +100,18 @@ pub struct Front {
     /// connections per client address (`[connection_rate]`, when on: a
     /// connection over it is answered 429 and closed).
     clients: Arc<ClientAddrs>,
-    /// `session.max_sniffing`.
+    /// `session.max_sniffing` and `session.max_sniffing_per_address`.
     slots: SniffSlots,
+}
+
+/// How reading from a connection not yet sorted ended.
+enum Interrupted<T> {
+    /// It was not: what the read gave.
+    No(T),
+    /// Shed to make room for a newer connection.
+    Shed(Shed),
+    /// The gateway began shutting down.
+    ShuttingDown,
 }
 
 /// A connection [`Front::sort`] gives back, nothing of it read.
@@ -106,8 +131,10 @@ impl Front {
         sockjs: Option<Arc<Native>>,
         clients: Arc<ClientAddrs>,
     ) -> Self {
+        let session = &shared.config.session;
         let slots = SniffSlots::new(
-            shared.config.session.max_sniffing,
+            session.max_sniffing,
+            session.max_sniffing_per_address,
             shared.metrics.sniffing.clone(),
         );
         Front {
@@ -204,18 +231,9 @@ impl Front {
         deadline: Instant,
     ) -> Option<Handed> {
         let clients = &self.clients;
-        let Some(permit) = self.slots.try_acquire() else {
-            self.shared.metrics.refuse(RefuseReason::SniffLimit);
-            tracing::debug!("too many connections sniffing; answered 503");
-            // Nothing is awaited for a refused connection. The answer is
-            // one send on the plain socket: tokio's try_write would skip
-            // it while the new socket's first writable event is pending,
-            // and it always fits a fresh socket's send buffer.
-            if let Ok(mut socket) = stream.into_std() {
-                let _ = std::io::Write::write(&mut socket, BUSY);
-            }
-            return None;
-        };
+        // A trusted proxy's own connection is no one client's.
+        let share = (!clients.is_trusted(client.ip())).then(|| Client::of(client.ip()));
+        let mut permit = self.slots.take(share);
         let mut buf = vec![0u8; MAX_HEAD];
         // The per-address rate of a proxy's clients is checked on the first
         // request's X-Forwarded-For, which only hyper's path reads.
@@ -226,9 +244,20 @@ impl Front {
         // request in flight: it must not hold the drain for the deadline
         // (a browser's preconnected socket, say).
         let sniff = tokio::select! {
-            r = timeout_at(deadline, sniff::peek_until(&stream, &mut buf, |bytes| decide(bytes, publish, sockjs))) => r,
-            _ = self.shared.shutdown.cancelled() => {
-                tracing::debug!("shutting down before the request head was whole; connection closed");
+            r = timeout_at(deadline, sniff::peek_until(&stream, &mut buf, |bytes| decide(bytes, publish, sockjs))) => Interrupted::No(r),
+            why = permit.shed() => Interrupted::Shed(why),
+            _ = self.shared.shutdown.cancelled() => Interrupted::ShuttingDown,
+        };
+        let sniff = match sniff {
+            Interrupted::No(sniff) => sniff,
+            Interrupted::Shed(why) => {
+                answer_shed(&self.shared.metrics, stream, why);
+                return None;
+            }
+            Interrupted::ShuttingDown => {
+                tracing::debug!(
+                    "shutting down before the request head was whole; connection closed"
+                );
                 return None;
             }
         };
@@ -252,6 +281,9 @@ impl Front {
             Sniffed::Hyper => Some(Handed::Hyper(stream)),
             Sniffed::Publish => Some(Handed::Publish(stream)),
             Sniffed::Upgrade(head_len) => {
+                // The head is whole and buffered: nothing more is awaited
+                // from the peer.
+                drop(permit);
                 let conn = crate::ws::native::Conn {
                     peer,
                     client,
@@ -268,13 +300,21 @@ impl Front {
                     client,
                     clients: Arc::clone(clients),
                 };
+                let metrics = Arc::clone(&self.shared.metrics);
                 self.shared.tracker.spawn(async move {
-                    let mut stream = stream;
-                    let Some(request) = sockjs
-                        .read(&mut stream, conn, deadline, receiver, head_len)
-                        .await
-                    else {
-                        return;
+                    let (mut stream, mut permit) = (stream, permit);
+                    // The body may still be on its way: it can be shed.
+                    let read = tokio::select! {
+                        r = sockjs.read(&mut stream, conn, deadline, receiver, head_len) => Interrupted::No(r),
+                        why = permit.shed() => Interrupted::Shed(why),
+                    };
+                    let request = match read {
+                        Interrupted::No(Some(request)) => request,
+                        Interrupted::No(None) | Interrupted::ShuttingDown => return,
+                        Interrupted::Shed(why) => {
+                            answer_shed(&metrics, stream, why);
+                            return;
+                        }
                     };
                     // The request is read: from here on it is a session's
                     // receiver.
@@ -293,6 +333,31 @@ impl Front {
             _ => None,
         }
     }
+}
+
+/// Answer a connection shed to make room 503, and close it. What it sent
+/// so far (at most a head and a streaming receiver's body) is read off
+/// first: closing a socket with unread bytes resets the connection, and the
+/// reset could destroy the answer before the peer read it. Nothing is
+/// awaited: the reads take what is buffered, and the answer is one send on
+/// the plain socket (tokio's try_write would skip it while the socket's
+/// first writable event is pending), which fits its send buffer.
+fn answer_shed(metrics: &Metrics, stream: TcpStream, why: Shed) {
+    use std::io::{Read, Write};
+    metrics.refuse(why.reason());
+    tracing::debug!(reason = ?why, "request head shed to make room for a newer connection; answered 503");
+    let Ok(mut socket) = stream.into_std() else {
+        return;
+    };
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < MAX_HEAD + crate::sockjs::native::MAX_DISCARD {
+        match socket.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+    let _ = socket.write(BUSY);
 }
 
 #[cfg(test)]

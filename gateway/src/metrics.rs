@@ -70,7 +70,8 @@ label_value!(RefuseReason {
     ConnectTimeout => "connect_timeout",
     Version => "version",
     InboundFull => "inbound_full",
-    SniffLimit => "sniff_limit",
+    SniffShed => "sniff_shed",
+    SniffAddressShed => "sniff_address_shed",
     HeaderTimeout => "header_timeout",
     BodyTooLarge => "body_too_large",
     RateLimited => "rate_limited",
@@ -115,9 +116,15 @@ pub enum RefuseReason {
     Version,
     /// A SockJS `xhr_send` found the session's inbound queue full (503).
     InboundFull,
-    /// `session.max_sniffing` connections were already waiting for their
-    /// request head: answered 503 and closed.
-    SniffLimit,
+    /// A connection whose request head the front was still reading, shed
+    /// because `session.max_sniffing` were and a new one came: the oldest
+    /// of all makes room. Answered 503 and closed.
+    SniffShed,
+    /// A connection whose request head the front was still reading, shed
+    /// because its client address had `session.max_sniffing_per_address`
+    /// and a new one came from it: that address's oldest makes room.
+    /// Answered 503 and closed.
+    SniffAddressShed,
     /// The front did not see a whole request head (or a streaming
     /// receiver's body) within `session.header_timeout_ms` of accept:
     /// closed. (hyper's own timeouts, which also end idle keep-alive
@@ -207,7 +214,8 @@ pub struct Metrics {
     /// Refused connections and sessions.
     pub refused: Family<RefuseLabels, Counter>,
     /// Connections whose request head is being sniffed now (by the front,
-    /// [`crate::front`]), bounded by `session.max_sniffing`.
+    /// [`crate::front`]), bounded by `session.max_sniffing` (and
+    /// `session.max_sniffing_per_address` per client address).
     pub sniffing: Gauge,
     /// Messages queued to sessions (one per session per notification).
     pub deliveries: Counter,

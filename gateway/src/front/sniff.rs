@@ -1,6 +1,6 @@
 //! Looking at a new connection's first bytes without consuming them, on
-//! readiness, with a bound on how many connections may be looked at at
-//! once.
+//! readiness. (How many connections may be looked at at once is
+//! [`super::slots`]'s.)
 //!
 //! A peek returns at once while anything is buffered, so "peek again" is no
 //! way to wait for the rest of a head split across segments. Instead each
@@ -12,55 +12,8 @@
 use std::io;
 use std::task::{Context, Poll, Waker};
 
-use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{Interest, ReadBuf};
 use tokio::net::TcpStream;
-
-/// Connections being sniffed, at most `max`; the count is the gauge
-/// itself (`herald_connections_sniffing`), so it cannot drift from it.
-#[derive(Debug)]
-pub(super) struct SniffSlots {
-    taken: Gauge,
-    max: i64,
-}
-
-impl SniffSlots {
-    /// `max` slots counted in `gauge`.
-    pub(super) fn new(max: usize, gauge: Gauge) -> Self {
-        SniffSlots {
-            taken: gauge,
-            max: i64::try_from(max).unwrap_or(i64::MAX),
-        }
-    }
-
-    /// Take a slot, or None when all are taken.
-    pub(super) fn try_acquire(&self) -> Option<SniffPermit> {
-        use std::sync::atomic::Ordering;
-        let max = self.max;
-        self.taken
-            .inner()
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| SniffPermit {
-                taken: self.taken.clone(),
-            })
-    }
-}
-
-/// One sniffing connection; dropping it gives the slot back.
-#[derive(Debug)]
-#[must_use = "the slot is given back as soon as the permit is dropped"]
-pub(super) struct SniffPermit {
-    taken: Gauge,
-}
-
-impl Drop for SniffPermit {
-    fn drop(&mut self) {
-        self.taken.dec();
-    }
-}
 
 /// Peek at `stream` into `buf` until `decide` decides on the bytes that
 /// arrived so far; `decide` must decide once `buf` is full. Returns None
@@ -149,17 +102,5 @@ mod tests {
         let mut buf = [0u8; 64];
         let decided = peek_until(&server, &mut buf, |_| None::<()>).await.unwrap();
         assert_eq!(decided, None);
-    }
-
-    #[test]
-    fn slots_are_bounded_and_counted() {
-        let gauge = Gauge::default();
-        let slots = SniffSlots::new(2, gauge.clone());
-        let a = slots.try_acquire().unwrap();
-        let b = slots.try_acquire().unwrap();
-        assert!(slots.try_acquire().is_none());
-        assert_eq!(gauge.get(), 2);
-        drop((a, b));
-        assert_eq!(gauge.get(), 0);
     }
 }
