@@ -199,16 +199,8 @@ fn read(
     let empty = FieldTable::default();
     let table = properties.headers().as_ref().unwrap_or(&empty);
     let get = |name: &str| table.inner().get(name);
-    if let Some(why) = get(crate::wire::nesting::REJECTED_HEADER) {
-        // The client read none of the publisher's headers (wire::nesting).
-        let why = match why {
-            AMQPValue::LongString(s) => s.to_string(),
-            _ => "over the bounds".to_owned(),
-        };
-        return Err(Rejection::invalid(
-            headers::HEADERS,
-            format!("not read: {why}"),
-        ));
+    if let Some(rejection) = unread_headers(properties) {
+        return Err(rejection);
     }
     let scope = match get(names::SCOPE) {
         None => Scope::User,
@@ -266,6 +258,25 @@ fn read(
         rejection
     })?;
     Ok(n)
+}
+
+/// The refusal of a message whose headers its client did not read
+/// ([`crate::wire::nesting`]: over the bounds, replaced by
+/// `x-herald-rejected` and the reason); None for any other.
+pub fn unread_headers(properties: &BasicProperties) -> Option<Rejection> {
+    let why = properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .get(crate::wire::nesting::REJECTED_HEADER)?;
+    let why = match why {
+        AMQPValue::LongString(s) => s.to_string(),
+        _ => "over the bounds".to_owned(),
+    };
+    Some(Rejection::invalid(
+        headers::HEADERS,
+        format!("not read: {why}"),
+    ))
 }
 
 /// The timing headers of a publication (none set: not delayed). Their

@@ -43,6 +43,7 @@
 //! The contract for publishers is in `router/AMQP.md`.
 
 pub mod envelope;
+pub mod guarded;
 pub mod link;
 pub mod metrics;
 pub mod presence;

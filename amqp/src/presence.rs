@@ -230,6 +230,9 @@ impl PresenceAmqp for PresenceReport {
     }
 
     fn from_amqp(properties: &BasicProperties, body: &[u8]) -> Result<PresenceReport, Rejection> {
+        if let Some(rejection) = crate::envelope::unread_headers(properties) {
+            return Err(rejection);
+        }
         let kind = properties.kind().as_ref().map(|k| k.as_str());
         if kind != Some(PRESENCE_TYPE) {
             return Err(Rejection::invalid(

@@ -365,7 +365,19 @@ impl Supervisor {
     async fn connect(&self) -> lapin::Result<Connection> {
         let properties = ConnectionProperties::default()
             .with_connection_name(self.config.connection_name.as_str().into());
-        Connection::connect(&self.config.url, properties).await
+        // Plain connections read their frames through the guard (guarded):
+        // lapin's codec recurses into field tables. TLS runs above the
+        // socket the guard sees, so amqps:// connects as lapin does.
+        if self.config.url.starts_with("amqps://") {
+            Connection::connect(&self.config.url, properties).await
+        } else {
+            Connection::connect_with_runtime(
+                &self.config.url,
+                properties,
+                crate::guarded::runtime(),
+            )
+            .await
+        }
     }
 }
 

@@ -33,6 +33,16 @@ fn wire_frames_corpus() {
 }
 
 #[test]
+fn guarded_stream_corpus() {
+    replay("guarded_stream", checks::guarded_stream);
+}
+
+#[test]
+fn wire_handshake_corpus() {
+    replay("wire_handshake", checks::wire_handshake);
+}
+
+#[test]
 fn presence_decode_corpus() {
     replay("presence_decode", checks::presence_decode);
 }

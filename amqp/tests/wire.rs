@@ -313,15 +313,8 @@ async fn a_broker_with_a_nested_handshake_is_refused_with_the_reason() {
         let mut header = [0u8; 8];
         socket.read_exact(&mut header).await.unwrap();
         assert_eq!(&header, b"AMQP\x00\x00\x09\x01");
-        let levels = 3_000u32;
-        let mut table = Vec::new();
-        for j in (1..levels).rev() {
-            table.push(b'A');
-            table.extend_from_slice(&(5 * (j - 1)).to_be_bytes());
-        }
+        let table = herald_amqp::wire::nesting::hostile_table(3_000);
         let mut payload = vec![0, 10, 0, 10, 0, 9];
-        payload.extend_from_slice(&((2 + table.len()) as u32).to_be_bytes());
-        payload.extend_from_slice(&[1, b'n']);
         payload.extend_from_slice(&table);
         payload.extend_from_slice(&[0, 0, 0, 5]);
         payload.extend_from_slice(b"PLAIN");

@@ -375,17 +375,9 @@ async fn a_burst_is_routed_in_order_and_acked_in_full() {
 /// edge's, would recurse to write or read it.
 async fn publish_poison(exchange: &str, levels: usize) {
     use herald_amqp::wire::{Wire, WireConfig};
-    let arrays = levels - 1;
-    let mut nest = Vec::with_capacity(5 * arrays);
-    for j in (1..=arrays).rev() {
-        nest.push(b'A');
-        nest.extend_from_slice(&(5 * (j as u32 - 1)).to_be_bytes());
-    }
-    // Property flags: headers only; then the table, one field "nest".
+    // Property flags: headers only; then the table.
     let mut properties = (1u16 << 13).to_be_bytes().to_vec();
-    properties.extend_from_slice(&((5 + nest.len()) as u32).to_be_bytes());
-    properties.extend_from_slice(&[4, b'n', b'e', b's', b't']);
-    properties.extend_from_slice(&nest);
+    properties.extend(herald_amqp::wire::nesting::hostile_table(levels));
     let mut wire = Wire::open(&WireConfig {
         url: AMQP.into(),
         connection_name: "poison-publisher".into(),

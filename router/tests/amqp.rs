@@ -136,6 +136,88 @@ async fn a_valid_publication_reaches_the_edges_and_is_acked() {
     broker.cleanup().await;
 }
 
+/// Issue 36, item 2: a publication whose headers are nested 1,500 levels
+/// deep (lapin's codec reads them by recursion, on its I/O thread) waits
+/// in the publications queue while no router runs. A router starts: the
+/// guarded socket (herald_amqp::guarded) hands lapin the headers replaced
+/// by the reason, the router dead-letters it with that reason, and the
+/// publication behind it flows. A second start finds nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_publication_is_dead_lettered_and_the_router_lives_on() {
+    use herald_amqp::wire::{Wire, WireConfig, nesting};
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    // Property flags: headers and message_id; the table, then the id.
+    let mut properties = ((1u16 << 13) | (1 << 7)).to_be_bytes().to_vec();
+    properties.extend(nesting::hostile_table(1_500));
+    properties.push(8);
+    properties.extend_from_slice(b"poison-1");
+    let mut wire = Wire::open(&WireConfig {
+        url: amqp_url(),
+        connection_name: "poison-publisher".into(),
+        max_body: 1 << 20,
+    })
+    .await
+    .unwrap();
+    wire.publish_encoded(&topology.exchange, "chat.room.1", &properties, b"{}")
+        .await
+        .unwrap();
+    wire.close(Duration::from_secs(10)).await.unwrap();
+    let mut fine = FieldTable::default();
+    fine.insert("users".into(), strings(&["alice"]));
+    fine.insert("event".into(), text("chat.message"));
+    assert!(
+        broker
+            .publish(
+                "chat.room.1",
+                publication("after-poison", fine.clone()),
+                b"{}"
+            )
+            .await
+    );
+
+    let router = Router::start(&topology, |_| {}).await;
+    router.wait_ready().await;
+    let dead = broker
+        .take(&topology.dead_queue, 1, Duration::from_secs(10))
+        .await;
+    let d = &dead[0];
+    assert_eq!(
+        d.properties.message_id().as_ref().unwrap().as_str(),
+        "poison-1"
+    );
+    assert_eq!(
+        header_text(&d.properties, headers::FIELD).as_deref(),
+        Some("headers")
+    );
+    let reason = header_text(&d.properties, headers::ERROR).unwrap();
+    assert_eq!(
+        reason,
+        "headers: not read: field table nested deeper than 32 levels"
+    );
+    let forwarded = broker
+        .take_notifications(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(forwarded[0].0.id, "after-poison");
+    router.stop().await;
+
+    // Nothing of it is left: the next router forwards the next one at once.
+    let router = Router::start(&topology, |_| {}).await;
+    router.wait_ready().await;
+    assert!(
+        broker
+            .publish("chat.room.1", publication("after-restart", fine), b"{}")
+            .await
+    );
+    let forwarded = broker
+        .take_notifications(&broker.edge_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(forwarded[0].0.id, "after-restart");
+    assert_eq!(broker.ready(&topology.dead_queue).await, 0);
+    router.stop().await;
+    broker.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_publications_are_dead_lettered_with_the_reason() {
     let topology = Topology::with_suffix(&suffix());

@@ -287,5 +287,29 @@ pub fn check_method(payload: &[u8], bounds: Bounds) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A field table of one field, `n`, holding arrays nested in each other
+/// to `levels` levels in all (5 bytes a level), as a hostile publisher
+/// writes it: what the tests, here and in the crates that consume, send.
+/// Neither lapin's codec nor this crate's could write it (they recurse).
+pub fn hostile_table(levels: usize) -> Vec<u8> {
+    // The arrays, outermost first: the one j levels from the innermost
+    // holds j - 1 arrays of 5 bytes (a type octet and a length) each.
+    let arrays = levels.saturating_sub(1);
+    let mut inner = Vec::with_capacity(5 * arrays);
+    for j in (1..=arrays).rev() {
+        inner.push(b'A');
+        inner.extend_from_slice(&(5 * (j as u32 - 1)).to_be_bytes());
+    }
+    let mut table = Vec::with_capacity(6 + inner.len());
+    if levels > 1 {
+        table.extend_from_slice(&((2 + inner.len()) as u32).to_be_bytes());
+        table.extend_from_slice(&[1, b'n']);
+        table.extend_from_slice(&inner);
+    } else {
+        table.extend_from_slice(&[0, 0, 0, 0]);
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests;

@@ -5,26 +5,8 @@ use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString};
 
 use super::*;
 
-/// A table holding `levels - 1` arrays, one in the other (`levels` deep in
-/// all), written by hand: the codec could not read it back.
 fn nested(levels: usize) -> Vec<u8> {
-    // The arrays, outermost first: the one j levels from the innermost
-    // holds j - 1 arrays of 5 bytes (a type octet and a length) each.
-    let arrays = levels.saturating_sub(1);
-    let mut inner = Vec::with_capacity(5 * arrays);
-    for j in (1..=arrays).rev() {
-        inner.push(b'A');
-        inner.extend_from_slice(&(5 * (j as u32 - 1)).to_be_bytes());
-    }
-    // The outer table: one field "n" holding the arrays.
-    let mut table = Vec::new();
-    let entry_len = if levels > 1 { 2 + inner.len() } else { 0 };
-    table.extend_from_slice(&(entry_len as u32).to_be_bytes());
-    if levels > 1 {
-        table.extend_from_slice(&[1, b'n']);
-        table.extend_from_slice(&inner);
-    }
-    table
+    hostile_table(levels)
 }
 
 fn encoded(table: &FieldTable) -> Vec<u8> {

@@ -1,0 +1,9 @@
+//! See `checks::wire_handshake` (amqp/fuzz/checks.rs), which the stable corpus replay
+//! (`amqp/tests/fuzz_corpus.rs`) runs too.
+
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::wire_handshake(data));
