@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use herald_engine::deadline::Deadlines;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
@@ -87,6 +88,9 @@ pub struct Front {
     clients: Arc<ClientAddrs>,
     /// `session.max_sniffing`.
     slots: SniffSlots,
+    /// `[http]`: how long an answer may wait for its client, and how fast
+    /// a request body must come, on the direct publish path and hyper's.
+    deadlines: Deadlines,
 }
 
 /// A connection [`Front::sort`] gives back, nothing of it read.
@@ -110,10 +114,12 @@ impl Front {
             shared.config.session.max_sniffing,
             shared.metrics.sniffing.clone(),
         );
+        let deadlines = Deadlines::new(&shared.config.http, shared.metrics.deadline_counters());
         Front {
             header_timeout: Duration::from_millis(shared.config.session.header_timeout_ms),
+            router: deadlines.bound_bodies(router),
+            deadlines,
             shared,
-            router,
             sockjs,
             clients,
             slots,
@@ -165,6 +171,7 @@ impl Front {
             clients: Arc::clone(clients),
             per_request,
             header_timeout,
+            deadlines: &self.deadlines,
         };
         let left = |deadline: Instant| {
             deadline
@@ -180,8 +187,12 @@ impl Front {
                     return;
                 };
                 let timeout = self.header_timeout;
+                let limits = crate::publish_direct::Limits {
+                    header_timeout: timeout,
+                    deadlines: &self.deadlines,
+                };
                 if let Some(rest) =
-                    crate::publish_direct::serve(api, stream, timeout, &shutdown).await
+                    crate::publish_direct::serve(api, stream, limits, &shutdown).await
                 {
                     serve_http(rest, self.router.clone(), conn(timeout), shutdown).await;
                 }
