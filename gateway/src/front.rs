@@ -35,6 +35,13 @@
 //! answer, counted as `header_timeout`. A head over [`MAX_HEAD`] bytes,
 //! or one httparse cannot read, is hyper's to answer.
 //!
+//! `[http]` ([`herald_engine::deadline`]) on the direct publish path and
+//! hyper alike: an answer the client takes no byte of for
+//! `http.write_timeout_ms` closes the connection (`write_timeout`; a
+//! WebSocket upgraded through hyper leaves this at the upgrade), and a
+//! request body slower than `http.body_min_bytes_per_sec` after
+//! `http.body_grace_ms` is answered 408 and closed (`body_timeout`).
+//!
 //! Per-address connection rates (`[connection_rate]`) are applied here
 //! too: to the connection's client before it is sorted, or, for a trusted
 //! proxy that names clients in `X-Forwarded-For`, to the client its first
