@@ -17,6 +17,10 @@
 //!   rows, and its table is both), and what is made from a binary's table:
 //!   the environment variables, `--print-config`'s redaction,
 //!   docs/configuration.md and the defaults `--help` shows.
+//! - [`deadline`]: the deadlines of an HTTP connection, both binaries'
+//!   (`[http]`): a write that the client leaves untaken too long closes
+//!   the connection, a request body that comes slower than a rate is
+//!   answered 408.
 //! - [`link`]: the [`link::Link`] trait through which accepted
 //!   notifications leave the process. Standalone Herald implements it
 //!   in-process (straight into the gateway's mailboxes); the distributed
@@ -74,6 +78,7 @@ pub mod api_key;
 pub mod callback;
 pub mod config;
 pub mod console;
+pub mod deadline;
 pub mod engine;
 pub mod health;
 pub mod link;

@@ -31,11 +31,13 @@ pub enum RejectReason {
     Forbidden,
     /// The API key is over its publish rate (HTTP 429).
     RateLimited,
+    /// The body came slower than `http.body_min_bytes_per_sec` (HTTP 408).
+    BodyTimeout,
 }
 
 impl RejectReason {
     /// Every reason, to create the series at zero.
-    pub const ALL: [RejectReason; 9] = [
+    pub const ALL: [RejectReason; 10] = [
         RejectReason::Unauthorized,
         RejectReason::MalformedJson,
         RejectReason::InvalidField,
@@ -45,6 +47,7 @@ impl RejectReason {
         RejectReason::Unsupported,
         RejectReason::Forbidden,
         RejectReason::RateLimited,
+        RejectReason::BodyTimeout,
     ];
 
     /// The label value.
@@ -59,6 +62,7 @@ impl RejectReason {
             RejectReason::Unsupported => "unsupported",
             RejectReason::Forbidden => "forbidden",
             RejectReason::RateLimited => "rate_limited",
+            RejectReason::BodyTimeout => "body_timeout",
         }
     }
 }

@@ -8,7 +8,8 @@
 //! (`400` malformed, `401` key, `403` the key may not publish, or not to
 //! these sites, `413` size, or a batch over the key's burst, `415` no
 //! content type, `422` a field, `429` over the key's publish rate, with
-//! `Retry-After`, `503` link down).
+//! `Retry-After`, `408` a body slower than `http.body_min_bytes_per_sec`
+//! ([`crate::deadline`]), `503` link down).
 //!
 //! Order of the checks: the key and its operation (before the body is
 //! read), then the body and every notification's fields (its callback
@@ -357,9 +358,10 @@ impl PublishApi {
         match Limited::new(body, max).collect().await {
             Ok(collected) => Ok(collected.to_bytes()),
             Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-            Err(e) => Err(ApiError::malformed(format!(
-                "the request body could not be read: {e}"
-            ))),
+            Err(e) => Err(match crate::deadline::BodyTimedOut::find(&*e) {
+                Some(slow) => ApiError::body_timeout(slow.to_string()),
+                None => ApiError::malformed(format!("the request body could not be read: {e}")),
+            }),
         }
     }
 

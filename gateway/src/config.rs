@@ -340,6 +340,8 @@ pub struct Config {
     pub edge: EdgeConfig,
     /// Publish API.
     pub publish: PublishConfig,
+    /// Deadlines of HTTP connections.
+    pub http: herald_engine::deadline::HttpConfig,
     /// Delayed notifications (standalone; an edge leaves them to its routers).
     pub schedule: ScheduleConfig,
     /// Callbacks (standalone; an edge leaves them to its routers).
@@ -379,6 +381,7 @@ impl Default for Config {
             sockjs: SockjsConfig::default(),
             edge: EdgeConfig::default(),
             publish: PublishConfig::default(),
+            http: Default::default(),
             schedule: ScheduleConfig::default(),
             callbacks: Default::default(),
             presence: Default::default(),
@@ -530,6 +533,7 @@ impl Config {
             p.extend(self.edge.reconnect().problems("edge"));
         }
         p.extend(self.publish.problems());
+        p.extend(self.http.problems());
         p.extend(self.proxy.problems());
         p.extend(self.schedule.problems());
         p.extend(self.callbacks.problems());

@@ -49,6 +49,13 @@
 //! in `X-Forwarded-For`, which is inside the head) have no share and count
 //! against `session.max_sniffing` only.
 //!
+//! `[http]` ([`herald_engine::deadline`]) on the direct publish path and
+//! hyper alike: an answer the client takes no byte of for
+//! `http.write_timeout_ms` closes the connection (`write_timeout`; a
+//! WebSocket upgraded through hyper leaves this at the upgrade), and a
+//! request body slower than `http.body_min_bytes_per_sec` after
+//! `http.body_grace_ms` is answered 408 and closed (`body_timeout`).
+//!
 //! Per-address connection rates (`[connection_rate]`) are applied here
 //! too: to the connection's client before it is sorted, or, for a trusted
 //! proxy that names clients in `X-Forwarded-For`, to the client its first
@@ -64,6 +71,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use herald_engine::deadline::Deadlines;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
@@ -102,6 +110,9 @@ pub struct Front {
     clients: Arc<ClientAddrs>,
     /// `session.max_sniffing` and `session.max_sniffing_per_address`.
     slots: SniffSlots,
+    /// `[http]`: how long an answer may wait for its client, and how fast
+    /// a request body must come, on the direct publish path and hyper's.
+    deadlines: Deadlines,
 }
 
 /// How reading from a connection not yet sorted ended.
@@ -137,10 +148,12 @@ impl Front {
             session.max_sniffing_per_address,
             shared.metrics.sniffing.clone(),
         );
+        let deadlines = Deadlines::new(&shared.config.http, shared.metrics.deadline_counters());
         Front {
             header_timeout: Duration::from_millis(shared.config.session.header_timeout_ms),
+            router: deadlines.bound_bodies(router),
+            deadlines,
             shared,
-            router,
             sockjs,
             clients,
             slots,
@@ -192,6 +205,7 @@ impl Front {
             clients: Arc::clone(clients),
             per_request,
             header_timeout,
+            deadlines: &self.deadlines,
         };
         let left = |deadline: Instant| {
             deadline
@@ -207,8 +221,12 @@ impl Front {
                     return;
                 };
                 let timeout = self.header_timeout;
+                let limits = crate::publish_direct::Limits {
+                    header_timeout: timeout,
+                    deadlines: &self.deadlines,
+                };
                 if let Some(rest) =
-                    crate::publish_direct::serve(api, stream, timeout, &shutdown).await
+                    crate::publish_direct::serve(api, stream, limits, &shutdown).await
                 {
                     serve_http(rest, self.router.clone(), conn(timeout), shutdown).await;
                 }

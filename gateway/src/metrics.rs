@@ -79,6 +79,8 @@ label_value!(RefuseReason {
     ProxyUntrusted => "proxy_untrusted",
     ProxyMalformed => "proxy_malformed",
     ProxyTimeout => "proxy_timeout",
+    WriteTimeout => "write_timeout",
+    BodyTimeout => "body_timeout",
 });
 label_value!(DropReason {
     QueueFullDropOldest => "queue_full_drop_oldest",
@@ -145,6 +147,12 @@ pub enum RefuseReason {
     /// A PROXY header not whole within `session.header_timeout_ms` of
     /// accept: closed.
     ProxyTimeout,
+    /// An HTTP answer the client took no byte of for
+    /// `http.write_timeout_ms` (it sends and does not read): closed.
+    WriteTimeout,
+    /// A request body slower than `http.body_min_bytes_per_sec` after
+    /// `http.body_grace_ms`: answered 408 and closed.
+    BodyTimeout,
 }
 
 /// Label: reason for a refusal.
@@ -461,6 +469,16 @@ impl Metrics {
         }
         for &kind in ProtocolError::ALL {
             let _ = self.errors.get_or_create(&ErrorLabels { kind });
+        }
+    }
+
+    /// The counters of the HTTP deadlines (`[http]`): this family's
+    /// `write_timeout` and `body_timeout` series.
+    pub fn deadline_counters(&self) -> herald_engine::deadline::DeadlineCounters {
+        let counter = |reason| self.refused.get_or_create(&RefuseLabels { reason }).clone();
+        herald_engine::deadline::DeadlineCounters {
+            write_timeout: counter(RefuseReason::WriteTimeout),
+            body_timeout: counter(RefuseReason::BodyTimeout),
         }
     }
 

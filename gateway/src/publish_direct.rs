@@ -27,7 +27,10 @@
 //! applies its own limits. The body is read only once the key passed, up
 //! to `publish.max_body_bytes` (a larger `Content-Length` is answered 413
 //! at once), each read within `session.header_timeout_ms` of the one
-//! before, into a buffer of its own that grows with what arrived (by as
+//! before and the whole at `http.body_min_bytes_per_sec` once
+//! `http.body_grace_ms` has passed since the head
+//! ([`herald_engine::deadline::BodyRate`]; behind it, the answer is 408
+//! `body_timeout`, as below), into a buffer of its own that grows with what arrived (by as
 //! much as it holds, at least [`BODY_CHUNK`], never past the body's end),
 //! which a raw notification keeps as its payload. A refusal whose body has not arrived whole is answered with
 //! `connection: close`, and the connection is closed after draining what
@@ -36,7 +39,10 @@
 //! in one buffer only while more whole requests are already read (at most
 //! [`MAX_PENDING_ANSWERS`] bytes, then written); a request over
 //! [`KEEP_IDLE`] bytes, or answers over it, do not leave their buffers to
-//! the connection while it waits for the next. On shutdown a connection
+//! the connection while it waits for the next. An answer the client takes
+//! no byte of for `http.write_timeout_ms` (it pipelines requests and does
+//! not read) closes the connection
+//! ([`herald_engine::deadline::WriteDeadline`]). On shutdown a connection
 //! waiting for its next head, or the rest of one, closes at once; a request being served
 //! is answered with `connection: close`.
 
@@ -47,8 +53,9 @@ use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, BytesMut};
+use herald_engine::deadline::{BodyRate, BodyTimedOut, Deadlines, WriteDeadline};
 use herald_engine::publish::{PublishApi, Reply, RequestBody};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
@@ -74,15 +81,28 @@ pub const LINGER: Duration = Duration::from_secs(2);
 /// See [`LINGER`].
 pub const LINGER_BYTES: u64 = 1024 * 1024;
 
+/// The bounds of a connection on this path.
+pub(crate) struct Limits<'a> {
+    /// `session.header_timeout_ms`: for a head, and for each read of a body.
+    pub(crate) header_timeout: Duration,
+    /// `[http]`: for an answer to be taken, and for a whole body.
+    pub(crate) deadlines: &'a Deadlines,
+}
+
 /// Serve publish requests on `stream` until it ends (None), or until a
 /// request this path does not serve: then the connection, that request's
 /// bytes put back, is returned for hyper.
 pub(crate) async fn serve(
     api: &PublishApi,
-    mut stream: TcpStream,
-    header_timeout: Duration,
+    stream: TcpStream,
+    limits: Limits<'_>,
     shutdown: &CancellationToken,
 ) -> Option<Rewind> {
+    let Limits {
+        header_timeout,
+        deadlines,
+    } = limits;
+    let mut stream = deadlines.wrap(stream);
     let mut buf = BytesMut::new();
     let mut out: Vec<u8> = Vec::new();
     let mut deadline = Instant::now() + header_timeout;
@@ -152,7 +172,7 @@ pub(crate) async fn serve(
                     return None;
                 }
                 tracing::debug!("request not for the direct publish path; handed to hyper");
-                return Some(Rewind::new(buf.freeze(), stream));
+                return Some(Rewind::new(buf.freeze(), stream.into_inner()));
             }
             Step::Refused { reply, end, plan } => match end {
                 Some(end) if buf.len() >= end => (reply, end, plan.close),
@@ -175,15 +195,35 @@ pub(crate) async fn serve(
                 if !flush(&mut stream, &mut out).await {
                     return None;
                 }
+                let head_whole = Instant::now();
                 // The body's bytes read with the head move to its own
                 // buffer; the rest are read into it, and no further: the
                 // next request's bytes stay on the socket.
                 let mut body = Vec::with_capacity(buf.len() - head_len);
                 body.extend_from_slice(&buf[head_len..]);
                 buf.truncate(head_len);
-                if !read_body(&mut stream, &mut body, end - head_len, header_timeout).await {
-                    api.body_unreadable(&std::io::ErrorKind::UnexpectedEof.into());
-                    return None;
+                let pace = Pace {
+                    idle: header_timeout,
+                    rate: deadlines.body_rate(),
+                    start: head_whole,
+                };
+                match read_body(&mut stream, &mut body, end - head_len, pace).await {
+                    BodyRead::Whole => {}
+                    BodyRead::Gone => {
+                        api.body_unreadable(&std::io::ErrorKind::UnexpectedEof.into());
+                        return None;
+                    }
+                    BodyRead::TooSlow(error) => {
+                        // Answered (the client is sending: it can read),
+                        // then closed as any refusal before the body's end.
+                        deadlines.body_timed_out();
+                        tracing::debug!(error = %error, "request body too slow; answered 408");
+                        encode(&mut out, &api.body_too_slow(&error), true);
+                        if flush(&mut stream, &mut out).await {
+                            linger(stream).await;
+                        }
+                        return None;
+                    }
                 }
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut req = httparse::Request::new(&mut headers);
@@ -248,14 +288,37 @@ enum Step {
     },
 }
 
-/// Read until `body` holds `len` bytes and not one more, each read within
-/// `idle`; false if the client went away or stalled first. Memory grows
+/// How a body must come: each read within `idle` of the one before, and
+/// the whole at `rate` from `start` (when its head was whole).
+struct Pace {
+    idle: Duration,
+    rate: BodyRate,
+    start: Instant,
+}
+
+/// How reading a body ended.
+#[derive(Debug)]
+enum BodyRead {
+    /// All of it is in the buffer.
+    Whole,
+    /// The client went away, or stalled for longer than a read may wait.
+    Gone,
+    /// The client fell behind the body's rate.
+    TooSlow(BodyTimedOut),
+}
+
+/// Read until `body` holds `len` bytes and not one more, at `pace`. Memory grows
 /// with what arrived, not by what the head declared: a full buffer grows by
 /// as much as it holds (at least [`BODY_CHUNK`]), never past the body's
 /// end, so it is grown a few times however the bytes come (the copies stay
 /// linear in the body) and ends exactly as long as the body, which the
 /// payload then keeps without a copy.
-async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize, idle: Duration) -> bool {
+async fn read_body<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    body: &mut Vec<u8>,
+    len: usize,
+    pace: Pace,
+) -> BodyRead {
     while body.len() < len {
         if body.len() == body.capacity() {
             body.reserve_exact(body.len().max(BODY_CHUNK).min(len - body.len()));
@@ -263,16 +326,26 @@ async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize, idle:
         // Never past the body's end: the next request's bytes stay on the
         // socket.
         let room = body.capacity().min(len) - body.len();
-        match timeout(idle, stream.read_buf(&mut (&mut *body).limit(room))).await {
+        let received = body.len() as u64;
+        let due = pace.rate.deadline(pace.start, received);
+        let idle = Instant::now() + pace.idle;
+        match timeout_at(
+            due.min(idle),
+            stream.read_buf(&mut (&mut *body).limit(room)),
+        )
+        .await
+        {
             Ok(Ok(n)) if n > 0 => {}
-            _ => return false,
+            Err(_) if due <= idle => return BodyRead::TooSlow(pace.rate.timed_out(received)),
+            _ => return BodyRead::Gone,
         }
     }
-    true
+    BodyRead::Whole
 }
 
-/// Write the answers held back; false if the connection failed.
-async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>) -> bool {
+/// Write the answers held back; false if the connection failed (or the
+/// client took none of them for `http.write_timeout_ms`).
+async fn flush(stream: &mut WriteDeadline<TcpStream>, out: &mut Vec<u8>) -> bool {
     if out.is_empty() {
         return true;
     }
@@ -287,7 +360,7 @@ async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>) -> bool {
 
 /// Close after a refusal: stop writing, drain what the client still sends
 /// (bounded), so the answer is not lost to a reset.
-async fn linger(mut stream: TcpStream) {
+async fn linger(mut stream: WriteDeadline<TcpStream>) {
     let _ = stream.shutdown().await;
     let mut rest = (&mut stream).take(LINGER_BYTES);
     let _ = timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
@@ -340,8 +413,8 @@ mod tests {
             client.write_all(b"NEXT").await.unwrap();
             client
         });
-        let read = read_body(&mut server, &mut body, len, Duration::from_secs(10)).await;
-        assert!(read);
+        let read = read_body(&mut server, &mut body, len, pace(10)).await;
+        assert!(matches!(read, BodyRead::Whole), "{read:?}");
         let _client = writer.await.unwrap();
         assert_eq!(body.len(), len);
         assert_eq!(body.capacity(), len, "no spare capacity");
@@ -360,6 +433,50 @@ mod tests {
         client.write_all(b"short").await.unwrap();
         drop(client);
         let mut body = Vec::new();
-        assert!(!read_body(&mut server, &mut body, 100, Duration::from_secs(10)).await);
+        let read = read_body(&mut server, &mut body, 100, pace(10)).await;
+        assert!(matches!(read, BodyRead::Gone), "{read:?}");
+    }
+
+    /// Reads within `secs`, the body at 1 KiB/s after a 5 s grace.
+    fn pace(secs: u64) -> Pace {
+        Pace {
+            idle: Duration::from_secs(secs),
+            rate: BodyRate::new(Duration::from_secs(5), 1024),
+            start: Instant::now(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_behind_its_rate_is_too_slow_though_each_read_is_in_time() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        // A byte every 900 ms: every read well within its 1 s, the body
+        // 1000 times slower than its rate.
+        let writer = tokio::spawn(async move {
+            loop {
+                if client.write_all(b"x").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(900)).await;
+            }
+        });
+        let started = Instant::now();
+        let mut body = Vec::new();
+        let read = read_body(&mut server, &mut body, 100, pace(1)).await;
+        let BodyRead::TooSlow(error) = read else {
+            panic!("{read:?}");
+        };
+        // The 7th byte was due 5 s and 6 bytes at 1 KiB/s in; it would
+        // have come at 5.4 s.
+        assert_eq!(error.received, 6);
+        assert!(started.elapsed() < Duration::from_millis(5_100));
+        writer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_is_gone_at_its_read_timeout_when_that_comes_first() {
+        let (_client, mut server) = tokio::io::duplex(1024);
+        let mut body = Vec::new();
+        let read = read_body(&mut server, &mut body, 100, pace(1)).await;
+        assert!(matches!(read, BodyRead::Gone), "{read:?}");
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use herald_engine::deadline::WriteDeadline;
 use herald_protocol::stomp::Version;
 use herald_protocol::websocket::accept_key;
 use hyper_util::rt::TokioIo;
@@ -16,6 +17,7 @@ use tokio::net::TcpStream;
 
 use crate::app::Shared;
 use crate::metrics::RefuseReason;
+use crate::publish_direct::Rewind;
 use crate::session::websocket::{self, Framing, Upgraded};
 
 pub(crate) mod native;
@@ -247,12 +249,14 @@ where
                 return;
             }
         };
-        // A plain connection, or one the direct publish path handed on.
-        let (stream, leftover) = match upgraded.downcast::<TokioIo<TcpStream>>() {
-            Ok(parts) => (parts.io.into_inner(), parts.read_buf),
-            Err(upgraded) => match upgraded.downcast::<TokioIo<crate::publish_direct::Rewind>>() {
+        // A plain connection, or one the direct publish path handed on,
+        // its writes bounded by `http.write_timeout_ms` until now: from
+        // here the session's own slow-consumer rules apply.
+        let (stream, leftover) = match upgraded.downcast::<TokioIo<WriteDeadline<TcpStream>>>() {
+            Ok(parts) => (parts.io.into_inner().into_inner(), parts.read_buf),
+            Err(upgraded) => match upgraded.downcast::<TokioIo<WriteDeadline<Rewind>>>() {
                 Ok(parts) => {
-                    let (unread, stream) = parts.io.into_inner().into_parts();
+                    let (unread, stream) = parts.io.into_inner().into_inner().into_parts();
                     let leftover = if unread.is_empty() {
                         parts.read_buf
                     } else {

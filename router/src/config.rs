@@ -276,6 +276,8 @@ pub struct Config {
     pub amqp: AmqpConfig,
     /// Publication limits.
     pub publish: PublishConfig,
+    /// Deadlines of HTTP connections.
+    pub http: herald_engine::deadline::HttpConfig,
     /// Delayed notifications (enabled with `[redis]`).
     pub schedule: herald_engine::schedule::config::ScheduleConfig,
     /// Callbacks (enabled with `[redis]`).
@@ -302,6 +304,7 @@ impl Default for Config {
             shutdown_grace_ms: 10_000,
             amqp: AmqpConfig::default(),
             publish: PublishConfig::default(),
+            http: Default::default(),
             schedule: herald_engine::schedule::config::ScheduleConfig::default(),
             callbacks: Default::default(),
             presence: Default::default(),
@@ -384,6 +387,7 @@ impl Config {
             ));
         }
         p.extend(self.publish.problems());
+        p.extend(self.http.problems());
         p.extend(self.schedule.problems());
         p.extend(self.callbacks.problems());
         p.extend(self.presence.problems());

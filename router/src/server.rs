@@ -25,6 +25,13 @@
 //! sweep, the stats intake and this router's stats summary
 //! ([`crate::stats_intake`]).
 //!
+//! # Limits
+//! `[http]` ([`herald_engine::deadline`]): a connection whose client takes
+//! no byte of an answer for `http.write_timeout_ms` is closed; a request
+//! body slower than `http.body_min_bytes_per_sec` once `http.body_grace_ms`
+//! has passed is answered 408 and its connection closed. Both are counted
+//! in `herald_connections_refused_total{reason}`.
+//!
 //! # Shutdown
 //! When the token fires: the HTTP server stops accepting (the listener
 //! closes: new connections, `/healthz` and `/readyz` included, are refused
@@ -55,6 +62,7 @@ use herald_amqp::routing::{Mode, Routing, RoutingMetrics};
 use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot};
 use herald_engine::answers;
 use herald_engine::api_key::ApiKeys;
+use herald_engine::deadline::{DeadlineCounters, DeadlineListener, Deadlines};
 use herald_engine::engine::{Durable, Engine, Parts, PresenceSource};
 use herald_engine::presence::redis::RedisPresence;
 use herald_engine::schedule::store::StoreError;
@@ -118,6 +126,7 @@ pub async fn run(
         Arc::new(Routing::new(view, config.routing.recent(), routing_metrics))
     });
     let health = Health::new(side.slot.clone(), shutdown.clone(), side.store.clone());
+    let deadlines = Deadlines::new(&config.http, DeadlineCounters::register(&mut registry));
     let routes = routes(Arc::new(registry), health, &engine, &stats);
 
     // The AMQP side, stopped after the HTTP server has drained: the
@@ -156,7 +165,14 @@ pub async fn run(
         );
         tasks.spawn(summary, amqp_shutdown.clone());
     }
-    serve(listener, routes, config.shutdown_grace(), shutdown).await;
+    serve(
+        listener,
+        routes,
+        &deadlines,
+        config.shutdown_grace(),
+        shutdown,
+    )
+    .await;
     tracing::info!("HTTP server stopped; stopping the AMQP intake");
     amqp_shutdown.cancel();
     // The intake waits up to the grace for its forwards; closing takes a little more.
@@ -288,15 +304,18 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
 }
 
 /// Serve `routes` until `shutdown` fires, then finish the requests running,
-/// for at most `grace`.
+/// for at most `grace`. Every connection's answers and request bodies are
+/// bounded by `deadlines` (`[http]`).
 async fn serve(
     listener: TcpListener,
     routes: Router,
+    deadlines: &Deadlines,
     grace: Duration,
     shutdown: CancellationToken,
 ) {
-    let server =
-        axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let listener = DeadlineListener::new(listener, deadlines.clone());
+    let server = axum::serve(listener, deadlines.bound_bodies(routes))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let deadline = async {
         shutdown.cancelled().await;
         tokio::time::sleep(grace).await;
@@ -308,6 +327,9 @@ async fn serve(
         _ = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "HTTP requests still running at the end of the grace period"),
     }
 }
+
+#[cfg(test)]
+mod deadline_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! The table of a binary's configuration keys: the rows both binaries
 //! share (here: the top-level keys they have in common and the sections of
-//! the engine, `[publish]`, `[schedule]`, `[presence]`, `[callbacks]`), and
+//! the engine, `[publish]`, `[http]`, `[schedule]`, `[presence]`, `[callbacks]`), and
 //! the binary's own rows, which its crate keeps
 //! (`gateway/src/config/keys.rs`, `router/src/config/keys.rs`). A row says
 //! the key's path in the TOML file, its type, whether it is a secret, older
@@ -64,8 +64,8 @@ pub const TOP: &[Key] = &[
     key("shutdown_grace_ms", Int, "How long shutdown waits for sessions (the router: HTTP requests and forwards) to drain."),
 ];
 
-/// The sections of both binaries, the engine's: `[publish]`, `[schedule]`,
-/// `[presence]`, `[callbacks]`.
+/// The sections of both binaries, the engine's: `[publish]`, `[http]`,
+/// `[schedule]`, `[presence]`, `[callbacks]`.
 pub const SECTIONS: &[Key] = &[
     key("publish.max_payload_bytes", Int, "Largest payload.").aliases(&["HERALD_ROUTER_MAX_PAYLOAD_BYTES"]),
     key("publish.max_body_bytes", Int, "Largest HTTP request body (batches included)."),
@@ -74,6 +74,9 @@ pub const SECTIONS: &[Key] = &[
     key("publish.max_clients", Int, "Most clients per publication."),
     key("publish.max_sites", Int, "Most sites per publication."),
     key("publish.max_ttl_ms", Int, "Longest `ttl-ms`."),
+    key("http.write_timeout_ms", Int, "Longest an HTTP answer may wait for the client to take any of it (the client sends requests and does not read the answers, so the socket's buffers are full); then the connection is closed, counted as `write_timeout` in `herald_connections_refused_total`. Every HTTP path: the direct publish path, hyper, the router's API; not an upgraded WebSocket, whose `session.max_lag_ms` applies. A client that keeps taking bytes, however slowly, is not cut; an idle connection is not either. Like nginx's `send_timeout` (60 s)."),
+    key("http.body_grace_ms", Int, "How long a request body may take before `body_min_bytes_per_sec` applies: a body of N bytes must be whole within `body_grace_ms` + N / `body_min_bytes_per_sec` of its head, and at every moment on the way have come at that rate since the grace (so one that stalls is cut before its end). A body behind is answered 408 Request Timeout with `Connection: close`, counted as `body_timeout` in `herald_connections_refused_total`."),
+    key("http.body_min_bytes_per_sec", Int, "The least average rate of a request body once `body_grace_ms` has passed (above). The defaults, 240 B/s after 5 s, are Kestrel's `MinRequestBodyDataRate`: a browser on a poor mobile link keeps them; a publisher sending 1 byte every few seconds does not. The largest body (`publish.max_body_bytes`, 8 MiB) may take 9.7 hours at that rate: raise it where publishers are known to be fast."),
     key("schedule.max_delay_ms", Int, "Longest `delay_ms` (and furthest `deliver_at`) accepted."),
     key("schedule.lease_ms", Int, "How long a claim holds an entry before another firer may take it (the redelivery delay after a crash)."),
     key("schedule.horizon_ms", Int, "How far ahead the in-memory window looks."),

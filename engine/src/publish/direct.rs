@@ -182,6 +182,12 @@ impl PublishApi {
         ))));
     }
 
+    /// An admitted request whose body came slower than its rate: the 408
+    /// answer, counted as a refusal as the axum path counts it.
+    pub fn body_too_slow(&self, error: &crate::deadline::BodyTimedOut) -> Reply {
+        self.reply(Err(ApiError::body_timeout(error.to_string())))
+    }
+
     /// Count and log `outcome`, and make its answer.
     pub(super) fn reply(&self, outcome: Result<Accepted, ApiError>) -> Reply {
         match outcome {

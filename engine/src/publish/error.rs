@@ -91,6 +91,17 @@ impl ApiError {
         }
     }
 
+    /// 408: the body came too slowly ([`crate::deadline::BodyTimedOut`]).
+    pub fn body_timeout(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "body_timeout",
+            message: message.into(),
+            field: None,
+            retry_after: None,
+        }
+    }
+
     /// 503: the link did not take the batch.
     pub fn unavailable(message: impl Into<String>) -> Self {
         ApiError {
@@ -157,6 +168,7 @@ impl ApiError {
             StatusCode::SERVICE_UNAVAILABLE => RejectReason::Unavailable,
             StatusCode::FORBIDDEN => RejectReason::Forbidden,
             StatusCode::TOO_MANY_REQUESTS => RejectReason::RateLimited,
+            StatusCode::REQUEST_TIMEOUT => RejectReason::BodyTimeout,
             _ => RejectReason::InvalidField,
         }
     }

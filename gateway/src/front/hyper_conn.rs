@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use herald_engine::deadline::Deadlines;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -18,9 +19,9 @@ use tower::ServiceExt;
 use crate::client_addr::ClientAddrs;
 use crate::sockjs::session::{ReceivedOn, SHUTDOWN_LINGER};
 
-/// A connection hyper serves: where it came from, and for how long a head
-/// may take.
-pub(super) struct HttpConn {
+/// A connection hyper serves: where it came from, for how long a head may
+/// take, and its answers' and bodies' deadlines.
+pub(super) struct HttpConn<'a> {
     pub(super) peer: SocketAddr,
     pub(super) client: SocketAddr,
     pub(super) clients: Arc<ClientAddrs>,
@@ -28,16 +29,21 @@ pub(super) struct HttpConn {
     /// without the PROXY protocol).
     pub(super) per_request: bool,
     pub(super) header_timeout: Duration,
+    /// `[http]`: the socket's writes are bounded here, until an upgrade
+    /// takes the socket out (`crate::ws`); the router's request bodies
+    /// already are (`Deadlines::bound_bodies`).
+    pub(super) deadlines: &'a Deadlines,
 }
 
 /// Serve `io` with hyper (upgrades allowed) until it ends or `shutdown`
 /// fires: idle keep-alive connections close and in-flight requests finish
 /// (a connection a SockJS poll came on stays open up to
-/// [`SHUTDOWN_LINGER`] for the client's next poll).
+/// [`SHUTDOWN_LINGER`] for the client's next poll). An answer the client
+/// takes nothing of for `http.write_timeout_ms` ends the connection.
 pub(super) async fn serve_http<I>(
     io: I,
     router: Router,
-    conn: HttpConn,
+    conn: HttpConn<'_>,
     shutdown: CancellationToken,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -48,6 +54,7 @@ pub(super) async fn serve_http<I>(
         clients,
         per_request,
         header_timeout,
+        deadlines,
     } = conn;
     let ended = |e: hyper::Error| {
         tracing::debug!(client = %client, peer = %peer, error = %e, "http connection ended");
@@ -85,7 +92,7 @@ pub(super) async fn serve_http<I>(
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(io), service)
+        .serve_connection(TokioIo::new(deadlines.wrap(io)), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
