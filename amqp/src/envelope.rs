@@ -12,7 +12,7 @@
 //! | header `topic` | string | `topic` |
 //! | header `ttl-ms` | integer | `ttl` |
 //! | header `delay-ms` | integer | deliver this many ms after acceptance |
-//! | header `deliver-at` | integer (epoch ms) or RFC 3339 string | deliver at this time |
+//! | header `deliver-at` | integer (epoch seconds or ms) or RFC 3339 string | deliver at this time |
 //! | header `when-online` | boolean | hold until the user is online |
 //! | header `callback-url` | string | `POST` it here when due (over its topic's) |
 //! | header `recheck-url` | string | ask here first (over its topic's) |
@@ -50,7 +50,7 @@ pub const PERSISTENT: u8 = 2;
 pub mod headers {
     /// Delayed delivery: milliseconds from acceptance.
     pub const DELAY_MS: &str = "delay-ms";
-    /// Delayed delivery: epoch milliseconds, or RFC 3339 text.
+    /// Delayed delivery: epoch seconds or milliseconds, or RFC 3339 text.
     pub const DELIVER_AT: &str = "deliver-at";
     /// Hold until the user is online.
     pub const WHEN_ONLINE: &str = "when-online";
@@ -300,7 +300,7 @@ pub fn delay_from_amqp(properties: &BasicProperties) -> Result<DelayRequest, Rej
     let deliver_at = match get(headers::DELIVER_AT) {
         None => None,
         Some(v) => match (integer(v), as_text(v)) {
-            (Some(ms), _) => Some(DeliverAt::EpochMs(clamp_i64(ms))),
+            (Some(ms), _) => Some(DeliverAt::Epoch(clamp_i64(ms))),
             (None, Some(Ok(text))) => Some(DeliverAt::Rfc3339(text.to_owned())),
             (None, Some(Err(_))) => {
                 return Err(Rejection::invalid(
@@ -312,7 +312,7 @@ pub fn delay_from_amqp(properties: &BasicProperties) -> Result<DelayRequest, Rej
                 return Err(Rejection::invalid(
                     headers::DELIVER_AT,
                     format!(
-                        "must be an integer (epoch ms) or an RFC 3339 string, not {}",
+                        "must be an integer (epoch seconds or ms) or an RFC 3339 string, not {}",
                         type_name(v)
                     ),
                 ));

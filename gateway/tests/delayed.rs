@@ -94,11 +94,30 @@ async fn a_delayed_notification_arrives_at_its_due_time_never_before() {
 async fn a_past_deliver_at_is_due_now_and_a_far_one_waits_until_cancelled() {
     let gw = start(|_| {}).await;
     let mut bob = gw.session(&token("bob", None, None)).await;
+    // A minute late (a backend's clock, a queue): due now.
     let (code, body) = gw
-        .publish(json!({"id": "past", "users": ["bob"], "event": "e", "deliver_at": "2001-01-01T00:00:00Z"}))
+        .publish(
+            json!({"id": "past", "users": ["bob"], "event": "e", "deliver_at": now_ms() - 60_000}),
+        )
         .await;
     assert_eq!(code, 202, "{body}");
     assert_eq!(bob.message().await.header("message-id"), Some("past"));
+    // Years late: a mistake, refused naming the field (schedule.max_past_ms).
+    let (code, body) = gw
+        .publish(json!({"id": "years", "users": ["bob"], "event": "e", "deliver_at": "2001-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(body["error"]["field"], "deliver_at");
+    // Epoch seconds, as the Go delay service writes them: an hour from now.
+    let in_an_hour = now_ms() / 1000 + 3600;
+    let (code, body) = gw
+        .publish(json!({"id": "secs", "users": ["bob"], "event": "e", "deliver_at": in_an_hour}))
+        .await;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(
+        body["scheduled"][0]["due_at_ms"].as_u64(),
+        Some(in_an_hour * 1000)
+    );
 
     let far = now_ms() + 30 * 24 * 3600 * 1000;
     let (code, body) = gw

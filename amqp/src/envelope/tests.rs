@@ -278,7 +278,7 @@ fn timing_headers_are_read() {
     let p = with("deliver-at", AMQPValue::LongLongInt(1_800_000_000_000));
     assert_eq!(
         delay_from_amqp(&p).unwrap().deliver_at,
-        Some(DeliverAt::EpochMs(1_800_000_000_000))
+        Some(DeliverAt::Epoch(1_800_000_000_000))
     );
     let p = with(
         "deliver-at",

@@ -25,7 +25,7 @@ pub(crate) struct Publication {
     pub(crate) target: TargetRequest,
 }
 
-/// `deliver_at` in JSON: RFC 3339 text or epoch ms.
+/// `deliver_at` in JSON: RFC 3339 text, or epoch seconds or ms ([`DeliverAt::Epoch`]).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum JsonDeliverAt {
@@ -57,12 +57,12 @@ struct JsonPublication {
     browsers: Option<bool>,
 }
 
-/// A `deliver_at` from a query string: digits (epoch ms) or RFC 3339.
+/// A `deliver_at` from a query string: digits (epoch seconds or ms) or RFC 3339.
 fn query_deliver_at(v: String) -> DeliverAt {
     let digits = v.strip_prefix('-').unwrap_or(&v);
     if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
         match v.parse() {
-            Ok(ms) => DeliverAt::EpochMs(ms),
+            Ok(ms) => DeliverAt::Epoch(ms),
             Err(_) => DeliverAt::Rfc3339(v),
         }
     } else {
@@ -99,7 +99,7 @@ fn from_json(
     let delay = DelayRequest {
         delay_ms: p.delay_ms,
         deliver_at: p.deliver_at.map(|d| match d {
-            JsonDeliverAt::Ms(ms) => DeliverAt::EpochMs(ms),
+            JsonDeliverAt::Ms(ms) => DeliverAt::Epoch(ms),
             JsonDeliverAt::Text(t) => DeliverAt::Rfc3339(t),
         }),
         when_online: p.when_online.unwrap_or(false),
@@ -389,7 +389,7 @@ mod tests {
         assert!(v[1].delay.when_online);
         assert_eq!(
             v[2].delay.deliver_at,
-            Some(DeliverAt::EpochMs(1_800_000_000_000))
+            Some(DeliverAt::Epoch(1_800_000_000_000))
         );
         let err = parse_json(br#"{"event":"e","delay_ms":"soon"}"#, 10, &mut ids()).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("delay_ms"), "{err:?}");
@@ -397,7 +397,7 @@ mod tests {
         let p = raw("event=e&deliver_at=1800000000000&when_online=true").unwrap();
         assert_eq!(
             p.delay.deliver_at,
-            Some(DeliverAt::EpochMs(1_800_000_000_000))
+            Some(DeliverAt::Epoch(1_800_000_000_000))
         );
         assert!(p.delay.when_online);
         let p = raw("event=e&deliver_at=2027-01-15T08:00:00%2B01:00").unwrap();

@@ -29,6 +29,8 @@ pub struct TopicPolicy {
 pub struct ScheduleConfig {
     /// Key `schedule.max_delay_ms`.
     pub max_delay_ms: u64,
+    /// Key `schedule.max_past_ms`.
+    pub max_past_ms: u64,
     /// Key `schedule.lease_ms`.
     pub lease_ms: u64,
     /// Key `schedule.horizon_ms`.
@@ -82,6 +84,7 @@ impl Default for ScheduleConfig {
         let s = SchedulerConfig::default();
         ScheduleConfig {
             max_delay_ms: 365 * 24 * 3600 * 1000,
+            max_past_ms: 24 * 3600 * 1000,
             lease_ms: 30_000,
             horizon_ms: s.horizon_ms,
             refill_every_ms: s.refill_every_ms,

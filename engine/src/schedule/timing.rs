@@ -8,14 +8,22 @@ use time::format_description::well_known::Rfc3339;
 use super::config::ScheduleConfig;
 use super::entry::Millis;
 
-/// `deliver_at` as given: RFC 3339 text or epoch milliseconds.
+/// `deliver_at` as given: RFC 3339 text or a number of the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeliverAt {
     /// `2027-01-15T08:00:00Z`, `2027-01-15T09:00:00.250+01:00`.
     Rfc3339(String),
-    /// Milliseconds since the Unix epoch.
-    EpochMs(i64),
+    /// Seconds since the Unix epoch when below [`SECONDS_BELOW`] (the Go
+    /// delay service's `timing_moment`, `date +%s`), else milliseconds
+    /// (JavaScript's `Date.now()`): the two cannot be confused for any
+    /// time from March 1973 to the year 5138.
+    Epoch(i64),
 }
+
+/// A `deliver_at` number below this is epoch seconds, from here on epoch
+/// milliseconds: 10^11 seconds is the year 5138, 10^11 milliseconds is
+/// 3 March 1973.
+pub const SECONDS_BELOW: i64 = 100_000_000_000;
 
 /// What a publication asks about timing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,7 +46,9 @@ impl DelayRequest {
 
 /// The due time of `n` accepted at `now`, or the field that is wrong.
 ///
-/// A `deliver_at` in the past is due at once (`now`); a delay or a
+/// A `deliver_at` in the past is due at once (`now`), up to
+/// `max_past_ms` back; further back it is refused (a time in the wrong
+/// unit, or computed wrong, rather than one a little late). A delay or a
 /// `deliver_at` beyond `max_delay_ms` is refused, as is a negative delay.
 /// The topic's `jitter_ms`, if any, is added from `jitter` (a draw in
 /// `0..=jitter_ms`), so a due time never moves earlier.
@@ -85,6 +95,18 @@ pub fn due_time(
                     ),
                 ));
             }
+            let past = config.max_past_ms;
+            if at.saturating_add(past) < now {
+                return Err(FieldError::new(
+                    "deliver_at",
+                    format!(
+                        "is {} ({} ms ago); the limit is {past} ms in the past \
+                         (schedule.max_past_ms): give RFC 3339, epoch seconds or epoch milliseconds",
+                        rfc3339(at),
+                        now - at
+                    ),
+                ));
+            }
             at.max(now)
         }
         (None, None) => now,
@@ -106,17 +128,18 @@ pub fn due_time(
 /// Epoch ms of a `deliver_at`.
 pub fn parse_deliver_at(at: &DeliverAt) -> Result<Millis, FieldError> {
     match at {
-        DeliverAt::EpochMs(ms) if *ms < 0 => Err(FieldError::new(
+        DeliverAt::Epoch(ms) if *ms < 0 => Err(FieldError::new(
             "deliver_at",
             format!("must not be before 1970 (got {ms})"),
         )),
-        DeliverAt::EpochMs(ms) => Ok(*ms as u64),
+        DeliverAt::Epoch(s) if *s < SECONDS_BELOW => Ok(*s as u64 * 1000),
+        DeliverAt::Epoch(ms) => Ok(*ms as u64),
         DeliverAt::Rfc3339(text) => {
             let t = OffsetDateTime::parse(text, &Rfc3339).map_err(|e| {
                 FieldError::new(
                     "deliver_at",
                     format!(
-                        "{text:?} is not an RFC 3339 time like 2027-01-15T08:00:00Z, nor epoch ms: {e}"
+                        "{text:?} is not an RFC 3339 time like 2027-01-15T08:00:00Z, nor epoch seconds or ms: {e}"
                     ),
                 )
             })?;
@@ -192,7 +215,7 @@ mod tests {
             deliver_at: Some(a),
             ..Default::default()
         };
-        assert_eq!(due(at(DeliverAt::EpochMs((NOW + 7) as i64))), Ok(NOW + 7));
+        assert_eq!(due(at(DeliverAt::Epoch((NOW + 7) as i64))), Ok(NOW + 7));
         assert_eq!(
             due(at(DeliverAt::Rfc3339("2027-01-15T08:00:00.250Z".into()))),
             Ok(NOW + 250)
@@ -202,11 +225,66 @@ mod tests {
             parse_deliver_at(&DeliverAt::Rfc3339("2027-01-15T08:00:00Z".into()))
         );
         assert_eq!(
-            due(at(DeliverAt::EpochMs(5))),
+            due(at(DeliverAt::Epoch((NOW - 60_000) as i64))),
             Ok(NOW),
-            "the past is due now"
+            "the recent past is due now"
         );
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    }
+
+    /// Issue 39, item 2: the Go delay service's `timing_moment` is epoch
+    /// seconds. Read as milliseconds it was January 1970, due at once.
+    #[test]
+    fn epoch_seconds_and_milliseconds_are_told_apart() {
+        let at = |a| DelayRequest {
+            deliver_at: Some(DeliverAt::Epoch(a)),
+            ..Default::default()
+        };
+        let secs = (NOW / 1000 + 3600) as i64;
+        assert_eq!(due(at(secs)), Ok(NOW + 3_600_000), "seconds");
+        assert_eq!(due(at(secs * 1000)), Ok(NOW + 3_600_000), "milliseconds");
+        assert_eq!(due(at(secs * 1000 + 250)), Ok(NOW + 3_600_250));
+        // Every second of this century, and every millisecond since 1973.
+        for t in [946_684_800_i64, 4_102_444_799] {
+            assert_eq!(parse_deliver_at(&DeliverAt::Epoch(t)), Ok(t as u64 * 1000));
+            assert_eq!(
+                parse_deliver_at(&DeliverAt::Epoch(t * 1000)),
+                Ok(t as u64 * 1000)
+            );
+        }
+        assert_eq!(
+            parse_deliver_at(&DeliverAt::Epoch(SECONDS_BELOW)),
+            Ok(SECONDS_BELOW as u64)
+        );
+    }
+
+    #[test]
+    fn a_time_far_in_the_past_is_refused_naming_the_field() {
+        let at = |a| DelayRequest {
+            deliver_at: Some(a),
+            ..Default::default()
+        };
+        let limit = ScheduleConfig::default().max_past_ms;
+        assert_eq!(
+            due(at(DeliverAt::Epoch((NOW - limit) as i64))),
+            Ok(NOW),
+            "at the limit: due now"
+        );
+        for far in [
+            DeliverAt::Epoch((NOW - limit - 1) as i64),
+            DeliverAt::Epoch(5),
+            DeliverAt::Rfc3339("2001-01-01T00:00:00Z".into()),
+        ] {
+            let e = due(at(far.clone())).unwrap_err();
+            assert_eq!(e.field, "deliver_at", "{far:?}");
+            assert!(e.message.contains("schedule.max_past_ms"), "{}", e.message);
+        }
+        let e = due(at(DeliverAt::Rfc3339("2001-01-01T00:00:00Z".into()))).unwrap_err();
+        assert!(
+            e.message.starts_with("is 2001-01-01T00:00:00Z ("),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -238,7 +316,7 @@ mod tests {
             ),
             (
                 DelayRequest {
-                    deliver_at: Some(DeliverAt::EpochMs(-5)),
+                    deliver_at: Some(DeliverAt::Epoch(-5)),
                     ..Default::default()
                 },
                 "deliver_at",
@@ -246,7 +324,7 @@ mod tests {
             ),
             (
                 DelayRequest {
-                    deliver_at: Some(DeliverAt::EpochMs(i64::MAX)),
+                    deliver_at: Some(DeliverAt::Epoch(i64::MAX)),
                     ..Default::default()
                 },
                 "deliver_at",
@@ -255,7 +333,7 @@ mod tests {
             (
                 DelayRequest {
                     delay_ms: Some(1),
-                    deliver_at: Some(DeliverAt::EpochMs(1)),
+                    deliver_at: Some(DeliverAt::Epoch(1)),
                     ..Default::default()
                 },
                 "deliver_at",
