@@ -12,6 +12,7 @@
 #     and the stats page and Prometheus /metrics show them;
 #   - different users spread over every edge; edges see every source address;
 #   - /v1/notifications goes round robin to the routers, /v1/stats to an edge;
+#   - /metrics on the public side is answered 404 by HAProxy, never an edge;
 #   - a WebSocket upgrade becomes a tunnel; streamed chunks and WebSocket
 #     messages pass without delay (option http-no-delay);
 #   - stopping an edge moves only its users and they come back with it;

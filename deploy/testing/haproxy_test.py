@@ -588,6 +588,12 @@ class Harness:
         status, _, body = request(self.proxy_port, "/v1/stats")
         self.check("GET /v1/stats is answered by an edge",
                    status == 200 and json.loads(body)["edge"] in self.edge_ports, body[:100])
+        for path in ("/metrics", "/metrics/", "/metrics?uid=alice"):
+            status, _, body = request(self.proxy_port, path)
+            answer = json.loads(body) if body.startswith(b"{") else {}
+            self.check(f"GET {path} on the public side is 404 from HAProxy, never an edge's",
+                       status == 404 and answer.get("error", {}).get("code") == "not_found"
+                       and "edge" not in answer, body[:100])
 
     def test_websocket_tunnel(self):
         s = socket.create_connection((HOST, self.proxy_port), timeout=5)

@@ -57,15 +57,19 @@ pub enum Operation {
     /// every site and user) and the topics API (`/v1/topics`, every
     /// method: callback URLs and signing secrets, for every site).
     Admin,
+    /// `GET /metrics` when `metrics_require_key` is on (its series name
+    /// the API keys and count every site's traffic).
+    Metrics,
 }
 
 impl Operation {
     /// Every operation, in the order the docs list them.
-    pub const ALL: [Operation; 4] = [
+    pub const ALL: [Operation; 5] = [
         Operation::Publish,
         Operation::Status,
         Operation::Cancel,
         Operation::Admin,
+        Operation::Metrics,
     ];
 
     /// The name used in configuration, errors and metrics.
@@ -75,6 +79,7 @@ impl Operation {
             Operation::Status => "status",
             Operation::Cancel => "cancel",
             Operation::Admin => "admin",
+            Operation::Metrics => "metrics",
         }
     }
 
@@ -152,6 +157,11 @@ impl KeySet {
     /// Whether there is no key.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// Whether some key may perform `op`.
+    pub fn any_may(&self, op: Operation) -> bool {
+        self.keys.iter().any(|k| k.ops & op.bit() != 0)
     }
 
     /// The names, in configuration order.

@@ -166,15 +166,21 @@ impl PublishMetrics {
             "Publications refused, by reason",
             self.rejected.clone(),
         );
-        registry.register(
-            "herald_api_key_refused",
-            "HTTP API requests refused for their API key (401 unauthorized, 403 forbidden, 429 rate_limited), by key name and operation",
-            self.key_refused.clone(),
-        );
+        self.register_key_refusals(registry);
         registry.register(
             "herald_api_key_notifications",
             "Notifications accepted over HTTP, by the name of the API key that published them",
             self.key_notifications.clone(),
+        );
+    }
+
+    /// Register `herald_api_key_refused` alone: what a process that serves
+    /// no publish API counts (an edge whose `/metrics` takes a key).
+    pub fn register_key_refusals(&self, registry: &mut Registry) {
+        registry.register(
+            "herald_api_key_refused",
+            "HTTP requests refused for their API key (401 unauthorized, 403 forbidden, 429 rate_limited), by key name and operation",
+            self.key_refused.clone(),
         );
     }
 

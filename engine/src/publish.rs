@@ -131,6 +131,57 @@ pub fn new_id() -> String {
     out.iter().map(|&b| char::from(b)).collect()
 }
 
+/// The caller's key, from `Authorization: Bearer KEY` or `X-Api-Key: KEY`,
+/// if it is one of `keys` and allows `op`: else 401 `unauthorized` (with
+/// `WWW-Authenticate: Bearer`) or 403 `forbidden` naming the key's ops,
+/// each counted in `metrics` (`herald_api_key_refused_total`). Every
+/// endpoint that takes a key checks it here: the publish API's, and
+/// `GET /metrics` with `metrics_require_key` ([`crate::answers`]).
+pub fn authorize(
+    keys: &ApiKeys,
+    metrics: &PublishMetrics,
+    headers: &http::HeaderMap,
+    op: Operation,
+) -> Result<Caller, ApiError> {
+    authorize_key(
+        keys,
+        metrics,
+        direct::first(headers, http::header::AUTHORIZATION),
+        direct::first(headers, X_API_KEY),
+        op,
+    )
+}
+
+/// [`authorize`] given the first `Authorization` and `X-Api-Key` values
+/// that are visible ASCII.
+fn authorize_key(
+    keys: &ApiKeys,
+    metrics: &PublishMetrics,
+    authorization: Option<&str>,
+    x_api_key: Option<&str>,
+    op: Operation,
+) -> Result<Caller, ApiError> {
+    let bearer = authorization.and_then(|v| v.strip_prefix("Bearer "));
+    let key = bearer.or(x_api_key);
+    let Some(caller) = key.and_then(|k| keys.authenticate(k.trim())) else {
+        metrics.refuse_key(None, op, KeyRefusal::Unauthorized);
+        return Err(ApiError::unauthorized());
+    };
+    if !caller.may(op) {
+        metrics.refuse_key(Some(caller.name_arc()), op, KeyRefusal::Forbidden);
+        return Err(ApiError::forbidden(
+            None,
+            format!(
+                "API key {:?} is not allowed the operation {:?} (its ops: {})",
+                caller.name(),
+                op.as_str(),
+                caller.ops()
+            ),
+        ));
+    }
+    Ok(caller)
+}
+
 impl PublishApi {
     /// An API that validates with `config` and hands batches to `link`.
     pub fn new(config: PublishConfig, link: Arc<dyn Link>, metrics: PublishMetrics) -> Self {
@@ -191,15 +242,16 @@ impl PublishApi {
     }
 
     /// The caller's key, if it is one and allows `op`: else 401 or 403,
-    /// counted in `herald_api_key_refused_total`.
+    /// counted in `herald_api_key_refused_total` ([`authorize`]).
     pub(crate) fn authorize(
         &self,
         headers: &http::HeaderMap,
         op: Operation,
     ) -> Result<Caller, ApiError> {
-        self.authorize_key(
-            direct::first(headers, http::header::AUTHORIZATION),
-            direct::first(headers, X_API_KEY),
+        authorize(
+            &self.inner.config.api_keys,
+            &self.inner.metrics,
+            headers,
             op,
         )
     }
@@ -212,27 +264,8 @@ impl PublishApi {
         x_api_key: Option<&str>,
         op: Operation,
     ) -> Result<Caller, ApiError> {
-        let bearer = authorization.and_then(|v| v.strip_prefix("Bearer "));
-        let key = bearer.or(x_api_key);
-        let metrics = &self.inner.metrics;
-        let Some(caller) = key.and_then(|k| self.inner.config.api_keys.authenticate(k.trim()))
-        else {
-            metrics.refuse_key(None, op, KeyRefusal::Unauthorized);
-            return Err(ApiError::unauthorized());
-        };
-        if !caller.may(op) {
-            metrics.refuse_key(Some(caller.name_arc()), op, KeyRefusal::Forbidden);
-            return Err(ApiError::forbidden(
-                None,
-                format!(
-                    "API key {:?} is not allowed the operation {:?} (its ops: {})",
-                    caller.name(),
-                    op.as_str(),
-                    caller.ops()
-                ),
-            ));
-        }
-        Ok(caller)
+        let (keys, metrics) = (&self.inner.config.api_keys, &self.inner.metrics);
+        authorize_key(keys, metrics, authorization, x_api_key, op)
     }
 
     /// Every notification goes only to sites the key may publish to: a

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use herald_engine::answers::MetricsAccess;
 use herald_engine::engine::Engine;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -80,6 +81,8 @@ pub struct Shared {
     pub mode: Mode,
     /// Session slots (`session.max_sessions`).
     pub sessions: SessionSlots,
+    /// Who may read `/metrics` (`metrics_require_key`).
+    pub metrics_access: MetricsAccess,
 }
 
 impl Shared {

@@ -6,7 +6,7 @@
 //! | `POST /v1/notifications` | publish (from `herald-router`) |
 //! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
 //! | `GET /readyz` | readiness: 200 when taking new sessions, else 503 with reasons ([`crate::health`]) |
-//! | `GET /metrics` | Prometheus text format |
+//! | `GET /metrics` | Prometheus text format; with `metrics_require_key`, for an API key allowed `metrics` ([`herald_engine::answers::MetricsAccess`]) |
 //! | `GET /v1/stats` | this process's figures and per-topic windows as JSON, cacheable for 15 s ([`crate::stats`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document of what this gateway serves ([`herald_engine::openapi`]) |
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
@@ -87,8 +87,8 @@ fn surface(shared: &Shared) -> herald_engine::openapi::Surface {
     }
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    herald_engine::answers::metrics(&shared.registry)
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    shared.metrics_access.answer(&shared.registry, &headers)
 }
 
 async fn client_module() -> Response {

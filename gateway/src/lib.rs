@@ -110,6 +110,7 @@ mod test_support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_engine::answers::MetricsAccess;
 use herald_engine::api_key::ApiKeys;
 use herald_engine::engine::EngineTasks;
 use herald_engine::task::{Tasks, task_fn};
@@ -133,7 +134,7 @@ pub struct Gateway {
     shared: Arc<Shared>,
     /// Edge mode: the presence changes sessions report, for the batcher.
     presence_rx: Option<tokio::sync::mpsc::Receiver<(Arc<str>, presence::Change)>>,
-    /// Standalone: the publish API's keys, for reloads.
+    /// The API keys, for reloads ([`Gateway::api_keys`]).
     api_keys: Option<ApiKeys>,
     /// Standalone: the engine's tasks, for [`Gateway::serve`].
     engine_tasks: Option<EngineTasks>,
@@ -172,10 +173,11 @@ impl Gateway {
         // Standalone, this process runs the engine (the publish API,
         // delayed notifications); an edge leaves both to its routers and
         // reports presence to them instead.
-        let (mode, presence_rx, api_keys, engine_tasks) = if config.edge_mode() {
+        let (mode, presence_rx, api_keys, engine_tasks, metrics_access) = if config.edge_mode() {
             let (presence, rx) =
                 presence::channel(config.edge.presence_queue, Arc::clone(&metrics));
-            (Mode::Edge { presence }, Some(rx), None, None)
+            let (api_keys, access) = standalone::edge_metrics_keys(&config, &mut registry)?;
+            (Mode::Edge { presence }, Some(rx), api_keys, None, access)
         } else {
             let topics = metrics.topics.clone();
             let built = standalone::build(
@@ -186,10 +188,15 @@ impl Gateway {
                 topics,
                 &mut registry,
             )?;
+            let access = MetricsAccess::new(
+                config.metrics_require_key,
+                &built.api_keys,
+                &built.engine.publish_metrics,
+            );
             let mode = Mode::Standalone {
                 engine: built.engine,
             };
-            (mode, None, Some(built.api_keys), Some(built.tasks))
+            (mode, None, Some(built.api_keys), Some(built.tasks), access)
         };
         let shared = Arc::new(Shared {
             sessions: SessionSlots::new(config.session.max_sessions),
@@ -203,6 +210,7 @@ impl Gateway {
             tracker: TaskTracker::new(),
             dev,
             mode,
+            metrics_access,
         });
         Ok(Gateway {
             shared,
@@ -212,8 +220,9 @@ impl Gateway {
         })
     }
 
-    /// Standalone: the publish API's keys (clones share them, so
-    /// [`ApiKeys::replace`] on one reloads the API). None on an edge.
+    /// The API keys (clones share them, so [`ApiKeys::replace`] on one
+    /// reloads them): standalone, the publish API's; on an edge, with
+    /// `metrics_require_key`, those `/metrics` takes. Else None.
     pub fn api_keys(&self) -> Option<&ApiKeys> {
         self.api_keys.as_ref()
     }

@@ -9,8 +9,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use herald_engine::answers::MetricsAccess;
 use herald_engine::api_key::{ApiKeyConfig, ApiKeys, KeySet};
 use herald_engine::engine::{Durable, Engine, EngineConfig, EngineTasks, Parts, PresenceSource};
+use herald_engine::metrics::PublishMetrics;
 use herald_engine::presence::{Asked, Presence, PresenceFuture};
 use herald_engine::publish::PublishConfig;
 use herald_engine::schedule::store::Store;
@@ -108,6 +110,27 @@ fn api_keys(config: &Config, dev: Option<&DevCredentials>) -> Result<ApiKeys, St
     }
     let set = KeySet::load(&config.api_keys, &named).map_err(StartError::ApiKeys)?;
     Ok(ApiKeys::from_set(set))
+}
+
+/// An edge serves no publish API, so it loads no API keys, but for
+/// `/metrics` with `metrics_require_key`: then the keys (registering
+/// `herald_api_keys`, `herald_api_key_reloads` and `herald_api_key_refused`;
+/// `main` reloads them on SIGHUP) and the access they give. Else no keys
+/// and an open `/metrics`.
+pub fn edge_metrics_keys(
+    config: &Config,
+    registry: &mut Registry,
+) -> Result<(Option<ApiKeys>, MetricsAccess), StartError> {
+    if !config.metrics_require_key {
+        return Ok((None, MetricsAccess::open()));
+    }
+    let set = KeySet::load(&config.api_keys, &config.api_key).map_err(StartError::ApiKeys)?;
+    let keys = ApiKeys::from_set(set);
+    keys.register(registry);
+    let refusals = PublishMetrics::default();
+    refusals.register_key_refusals(registry);
+    let access = MetricsAccess::keyed(keys.clone(), refusals);
+    Ok((Some(keys), access))
 }
 
 /// Presence as this gateway's mailboxes see it.

@@ -44,6 +44,30 @@ fn check_config_says_ok_or_lists_every_problem() {
     );
 }
 
+/// An edge asked to keep `/metrics` behind a key, given none allowed
+/// `metrics`, refuses to start: exit 78, saying so.
+#[test]
+fn metrics_behind_a_key_that_nobody_has_is_a_configuration_error() {
+    let out = Command::new(BIN)
+        .args(["--check-config", "--jwt-secret", SECRET])
+        .env_remove("HERALD_API_KEYS")
+        .env("HERALD_METRICS_REQUIRE_KEY", "true")
+        .env("HERALD_EDGE__ID", "edge-1")
+        .env("HERALD_EDGE__ROOTS", "amqp://127.0.0.1/%2f")
+        .env(
+            "HERALD_API_KEY",
+            r#"[{ name = "billing", key = "billing-key", ops = ["publish"] }]"#,
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("metrics_require_key is on but no API key allows the operation \"metrics\""),
+        "{err}"
+    );
+}
+
 #[test]
 fn text_logs_to_a_pipe_carry_no_colour_codes() {
     let data = tempfile::tempdir().unwrap();

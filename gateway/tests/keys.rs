@@ -1,5 +1,7 @@
 //! Key rotation without a restart: the binary reloads its JWT keys and its
 //! API keys on SIGHUP, and a reload that fails keeps the keys it had.
+//! And `/metrics` behind an API key (`metrics_require_key`), standalone and
+//! on an edge, which then loads and reloads API keys of its own.
 
 mod common;
 
@@ -187,6 +189,172 @@ async fn sighup_reloads_the_api_keys_and_a_missing_key_file_keeps_them() {
         child.try_wait().unwrap().is_none(),
         "SIGHUP does not stop the gateway"
     );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+// ---- /metrics behind a key (metrics_require_key) ----
+
+const METRICS_KEYS: &str = r#"
+[[api_key]]
+name = "prometheus"
+key = "scrape-secret"
+ops = ["metrics"]
+[[api_key]]
+name = "billing"
+key = "billing-secret"
+ops = ["publish"]
+"#;
+
+fn named_keys(text: &str) -> Vec<herald_engine::api_key::ApiKeyConfig> {
+    herald_gateway::config::Config::from_toml(text, std::path::Path::new("keys.toml"))
+        .unwrap()
+        .api_key
+}
+
+/// `GET path` with `headers`: the status and the body.
+async fn get_with(gw: &TestGateway, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = reqwest::Client::new().get(format!("http://{}{path}", gw.addr));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Every refusal the API makes, on `/metrics`: no key or a wrong one 401,
+/// a key without `metrics` 403 naming its ops; a key allowed `metrics`
+/// reads them (either header), the probes stay open, and the refusals are
+/// counted under `operation="metrics"`.
+async fn metrics_need_a_key(gw: &TestGateway) {
+    let bearer = |key: &'static str| ("authorization", format!("Bearer {key}"));
+    for headers in [vec![], vec![bearer("wrong")]] {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let (status, body) = get_with(gw, "/metrics", &headers).await;
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains(r#""code":"unauthorized""#), "{body}");
+    }
+    let (status, body) = get_with(
+        gw,
+        "/metrics",
+        &[("authorization", "Bearer billing-secret")],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(
+            r#"API key \"billing\" is not allowed the operation \"metrics\" (its ops: publish)"#
+        ),
+        "{body}"
+    );
+    for path in ["/healthz", "/readyz"] {
+        let (status, _) = get_with(gw, path, &[]).await;
+        assert_ne!(status, 401, "{path} takes no key");
+    }
+    let (status, _) = get_with(gw, "/metrics", &[("x-api-key", "scrape-secret")]).await;
+    assert_eq!(status, 200);
+    let (status, m) = get_with(gw, "/metrics", &[("authorization", "Bearer scrape-secret")]).await;
+    assert_eq!(status, 200, "{m}");
+    for (series, value) in [
+        (
+            r#"herald_api_key_refused_total{api_key="",operation="metrics",reason="unauthorized"}"#,
+            2.0,
+        ),
+        (
+            r#"herald_api_key_refused_total{api_key="billing",operation="metrics",reason="forbidden"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(&m, series), Some(value), "{series}\n{m}");
+    }
+}
+
+#[tokio::test]
+async fn a_standalone_gateway_serves_metrics_to_a_key_allowed_them_when_asked() {
+    // By default /metrics takes no key.
+    let open = start(|c| c.api_key = named_keys(METRICS_KEYS)).await;
+    assert_eq!(get_with(&open, "/metrics", &[]).await.0, 200);
+
+    let gw = start(|c| {
+        c.api_key = named_keys(METRICS_KEYS);
+        c.metrics_require_key = true;
+    })
+    .await;
+    metrics_need_a_key(&gw).await;
+    // The harness's plain key has every operation, `metrics` too.
+    let (status, _) = get_with(&gw, "/metrics", &[("x-api-key", API_KEY)]).await;
+    assert_eq!(status, 200);
+    // The publish API is unchanged.
+    assert_eq!(publish_with(&gw, "billing-secret").await, 202);
+}
+
+#[tokio::test]
+async fn an_edge_loads_api_keys_for_its_metrics_when_asked() {
+    let edge = |require: bool| {
+        move |c: &mut herald_gateway::config::Config| {
+            c.api_keys.clear();
+            c.api_key = named_keys(METRICS_KEYS);
+            c.metrics_require_key = require;
+            c.edge.id = Some("edge-metrics".into());
+            // No broker answers there: the edge serves its HTTP side
+            // while its uplink retries.
+            c.edge.roots = vec!["amqp://127.0.0.1:1/%2f".into()];
+        }
+    };
+    let open = start(edge(false)).await;
+    let (status, m) = get_with(&open, "/metrics", &[]).await;
+    assert_eq!(status, 200);
+    assert!(
+        !m.contains("herald_api_keys"),
+        "an edge without the option loads no keys\n{m}"
+    );
+
+    let gw = start(edge(true)).await;
+    metrics_need_a_key(&gw).await;
+    let (_, m) = get_with(&gw, "/metrics", &[("x-api-key", "scrape-secret")]).await;
+    assert_eq!(sample(&m, "herald_api_keys"), Some(2.0), "{m}");
+    // Still no publish API on an edge.
+    assert_eq!(publish_with(&gw, "billing-secret").await, 404);
+}
+
+#[tokio::test]
+async fn sighup_reloads_an_edges_metrics_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("prometheus.key");
+    std::fs::write(&key_file, "first-scrape-key\n").unwrap();
+    let config = dir.path().join("edge.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "metrics_require_key = true\n[[api_key]]\nname = \"prometheus\"\nkey_file = {:?}\n\
+             ops = [\"metrics\"]\n[edge]\nid = \"edge-reload\"\nroots = [\"amqp://127.0.0.1:1/%2f\"]\n",
+            key_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (mut child, addr, log) = spawn_gateway_binary_logged(&[
+        "--data-dir".as_ref(),
+        dir.path().as_ref(),
+        "--config".as_ref(),
+        config.as_ref(),
+    ]);
+    let gw = TestGateway::remote(addr);
+    let scrape = |key: &'static str| {
+        let gw = &gw;
+        async move { get_with(gw, "/metrics", &[("x-api-key", key)]).await.0 }
+    };
+    assert_eq!(get_with(&gw, "/metrics", &[]).await.0, 401);
+    assert_eq!(scrape("first-scrape-key").await, 200);
+
+    std::fs::write(&key_file, "second-scrape-key\n").unwrap();
+    hangup(&child);
+    let reloaded = logged(&log, "API keys reloaded");
+    assert_eq!(
+        reloaded["fields"]["names"], "key-1,prometheus",
+        "{reloaded}"
+    );
+    assert_eq!(scrape("second-scrape-key").await, 200);
+    assert_eq!(scrape("first-scrape-key").await, 401);
     child.kill().unwrap();
     child.wait().unwrap();
 }

@@ -208,7 +208,10 @@ async fn the_console_is_served_with_its_cache_headers() {
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["delayed"], true, "{body}");
-    assert_eq!(body["ops"], json!(["publish", "status", "cancel", "admin"]));
+    assert_eq!(
+        body["ops"],
+        json!(["publish", "status", "cancel", "admin", "metrics"])
+    );
     let r = http
         .get(url("/v1/operator"))
         .bearer_auth("not-the-key")

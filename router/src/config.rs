@@ -270,6 +270,8 @@ pub struct Config {
     pub api_keys: Vec<String>,
     /// Key `api_key`.
     pub api_key: Vec<ApiKeyConfig>,
+    /// Key `metrics_require_key`.
+    pub metrics_require_key: bool,
     /// Key `shutdown_grace_ms`.
     pub shutdown_grace_ms: u64,
     /// Broker and intake.
@@ -301,6 +303,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             api_keys: Vec::new(),
             api_key: Vec::new(),
+            metrics_require_key: false,
             shutdown_grace_ms: 10_000,
             amqp: AmqpConfig::default(),
             publish: PublishConfig::default(),
@@ -353,6 +356,9 @@ impl Config {
                 "api_keys is empty: the HTTP publish API needs at least one key (api_keys, [[api_key]], HERALD_ROUTER_API_KEYS or --api-key)"
                     .to_owned(),
             ),
+            Ok(keys) if self.metrics_require_key => {
+                p.extend(herald_engine::answers::metrics_key_problem(&keys));
+            }
             Ok(_) => {}
             Err(e) => p.extend(e.problems),
         }

@@ -6,7 +6,7 @@
 //! | `POST /v1/notifications` | the publish API ([`herald_engine::publish`]) over [`AmqpLink`] |
 //! | `GET /healthz` | liveness: 200 while serving (`"draining"` once shutdown starts) |
 //! | `GET /readyz` | readiness: 200 when connected to the broker (topology declared) and, with `[redis]`, Redis answers; else 503 naming why ([`crate::health`]) |
-//! | `GET /metrics` | Prometheus text format |
+//! | `GET /metrics` | Prometheus text format; with `metrics_require_key`, for an API key allowed `metrics` ([`answers::MetricsAccess`]) |
 //! | `GET /v1/stats` | the cluster's figures: every edge's and router's part, added up ([`crate::stats`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document of what this router serves ([`herald_engine::openapi`]) |
 //! | `GET /console`, `/console/assets/{file}` | the operator's web console ([`herald_engine::console`]); `GET /v1/operator` checks its key |
@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
@@ -60,7 +61,7 @@ use crate::stats::{RouterStats, StatsMetrics};
 use crate::stats_intake::StatsIntake;
 use herald_amqp::routing::{Mode, Routing, RoutingMetrics};
 use herald_amqp::{AmqpLink, AmqpMetrics, Bundling, PublisherSlot};
-use herald_engine::answers;
+use herald_engine::answers::{self, MetricsAccess};
 use herald_engine::api_key::ApiKeys;
 use herald_engine::deadline::{DeadlineCounters, DeadlineListener, Deadlines};
 use herald_engine::engine::{Durable, Engine, Parts, PresenceSource};
@@ -103,7 +104,13 @@ pub async fn run(
     amqp_metrics.register(&mut registry);
     let side = Side::new(&config, store, &mut registry);
     let parts = side.parts(topics.clone());
-    let (engine, engine_tasks) = Engine::build(config.engine(api_keys), parts, &mut registry);
+    let (engine, engine_tasks) =
+        Engine::build(config.engine(api_keys.clone()), parts, &mut registry);
+    let access = MetricsAccess::new(
+        config.metrics_require_key,
+        &api_keys,
+        &engine.publish_metrics,
+    );
 
     let stats_metrics = StatsMetrics::default();
     stats_metrics.register(&mut registry);
@@ -127,7 +134,8 @@ pub async fn run(
     });
     let health = Health::new(side.slot.clone(), shutdown.clone(), side.store.clone());
     let deadlines = Deadlines::new(&config.http, DeadlineCounters::register(&mut registry));
-    let routes = routes(Arc::new(registry), health, &engine, &stats);
+    let exposition = Exposition { registry, access };
+    let routes = routes(Arc::new(exposition), health, &engine, &stats);
 
     // The AMQP side, stopped after the HTTP server has drained: the
     // intakes and the engine's tasks (due notifications leave through the
@@ -274,10 +282,16 @@ impl Side {
     }
 }
 
+/// What `GET /metrics` answers: the registry, to whom it may.
+struct Exposition {
+    registry: Registry,
+    access: MetricsAccess,
+}
+
 /// Everything the router serves: `/metrics`, the probes, the engine's
 /// routes, the cluster's stats, the OpenAPI document.
 fn routes(
-    registry: Arc<Registry>,
+    exposition: Arc<Exposition>,
     health: Health,
     engine: &Engine,
     stats: &Arc<RouterStats>,
@@ -290,7 +304,7 @@ fn routes(
     });
     Router::new()
         .route("/metrics", get(metrics))
-        .with_state(registry)
+        .with_state(exposition)
         .merge(health.routes())
         .merge(engine.routes())
         .merge(Arc::clone(stats).routes())
@@ -299,8 +313,8 @@ fn routes(
         .method_not_allowed_fallback(answers::method_not_allowed)
 }
 
-async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
-    answers::metrics(&registry)
+async fn metrics(State(exposition): State<Arc<Exposition>>, headers: HeaderMap) -> Response {
+    exposition.access.answer(&exposition.registry, &headers)
 }
 
 /// Serve `routes` until `shutdown` fires, then finish the requests running,

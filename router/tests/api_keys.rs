@@ -2,7 +2,9 @@
 //! Redis: each endpoint needs its operation (403 naming it), a site-limited
 //! key publishes only to its sites (403 naming `sites`), a key over its
 //! publish rate gets 429 with `Retry-After`, and every refusal is counted.
-//! And the binary: SIGHUP reloads the keys; a broken key file keeps them.
+//! With `metrics_require_key`, `/metrics` takes a key allowed `metrics`
+//! like any endpoint. And the binary: SIGHUP reloads the keys; a broken key
+//! file keeps them.
 
 mod harness;
 
@@ -228,6 +230,78 @@ async fn named_keys_limit_operations_sites_and_rate() {
         .await;
     drop(router);
     broker.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_take_a_key_allowed_metrics_when_asked() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let scraper = r#"
+[[api_key]]
+name = "prometheus"
+key = "scrape-secret"
+ops = ["metrics"]
+"#;
+    // On with no key allowed `metrics`: a configuration problem.
+    let nobody = Config {
+        api_key: named(KEYS),
+        metrics_require_key: true,
+        ..Config::default()
+    };
+    let err = nobody.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("no API key allows the operation \"metrics\""),
+        "{err}"
+    );
+    // Off (the default): anyone reads /metrics.
+    let open = Router::start(&topology, |c| c.api_key = named(KEYS)).await;
+    let (status, _) = get(&open, "/metrics", None).await;
+    assert_eq!(status, 200);
+    open.stop().await;
+
+    let router = Router::start(&topology, |c| {
+        c.api_key = named(&format!("{KEYS}{scraper}"));
+        c.metrics_require_key = true;
+    })
+    .await;
+    router.wait_ready().await;
+    for key in [None, Some("wrong")] {
+        let (status, body) = get(&router, "/metrics", key).await;
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains(r#""code":"unauthorized""#), "{body}");
+    }
+    let (status, body) = get(&router, "/metrics", Some("ops-secret")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(r#"not allowed the operation \"metrics\" (its ops: cancel, admin)"#),
+        "{body}"
+    );
+    // The probes take no key.
+    assert_eq!(get(&router, "/healthz", None).await.0, 200);
+    assert_eq!(get(&router, "/readyz", None).await.0, 200);
+    // The scraper's key, and a plain key (every operation).
+    assert_eq!(get(&router, "/metrics", Some(API_KEY)).await.0, 200);
+    let (status, m) = get(&router, "/metrics", Some("scrape-secret")).await;
+    assert_eq!(status, 200, "{m}");
+    for line in [
+        r#"herald_api_key_refused_total{api_key="",operation="metrics",reason="unauthorized"} 2"#,
+        r#"herald_api_key_refused_total{api_key="ops",operation="metrics",reason="forbidden"} 1"#,
+        "herald_api_keys 4",
+    ] {
+        assert!(m.contains(line), "{line}\n{m}");
+    }
+    router.stop().await;
+    broker.cleanup().await;
+}
+
+/// `GET path`, with `key` as `Authorization: Bearer`: status and body.
+async fn get(router: &Router, path: &str, key: Option<&str>) -> (u16, String) {
+    let mut req = router.http.get(router.url(path));
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 // ---- the binary: SIGHUP ----

@@ -37,7 +37,7 @@ fn plain_keys_are_named_by_position_and_may_do_everything_everywhere() {
     }
     assert_eq!(a.sites(), None);
     assert_eq!(a.rate(), None);
-    assert_eq!(a.ops(), "publish, status, cancel, admin");
+    assert_eq!(a.ops(), "publish, status, cancel, admin, metrics");
     for wrong in ["", "alph", "alphaa", "ALPHA", "beta "] {
         assert!(k.authenticate(wrong).is_none(), "{wrong:?}");
     }
@@ -75,6 +75,49 @@ ops = ["admin", "cancel"]
     let ops = k.authenticate("ops-secret").unwrap();
     assert!(!ops.may(Operation::Publish) && ops.may(Operation::Admin));
     assert_eq!(k.authenticate("plain").unwrap().name(), "key-1");
+}
+
+/// `metrics` is an operation like the others: every plain key and every
+/// named key without `ops` has it (so keys written before it existed may
+/// scrape), a named key listing its ops has it only when it lists it.
+#[test]
+fn the_metrics_operation_is_every_keys_unless_its_ops_leave_it_out() {
+    let toml_text = r#"
+[[api_key]]
+name = "everything"
+key = "everything-secret"
+[[api_key]]
+name = "prometheus"
+key = "prometheus-secret"
+ops = ["metrics"]
+[[api_key]]
+name = "billing"
+key = "billing-secret"
+ops = ["publish", "status", "cancel", "admin"]
+"#;
+    let k = keys(&["plain"], toml_text);
+    for (key, may) in [
+        ("plain", true),
+        ("everything-secret", true),
+        ("prometheus-secret", true),
+        ("billing-secret", false),
+    ] {
+        let caller = k.authenticate(key).unwrap();
+        assert_eq!(caller.may(Operation::Metrics), may, "{}", caller.name());
+    }
+    let prometheus = k.authenticate("prometheus-secret").unwrap();
+    assert_eq!(prometheus.ops(), "metrics");
+    assert!(!prometheus.may(Operation::Publish));
+
+    let set = |plain: &[&str], text: &str| {
+        let plain: Vec<String> = plain.iter().map(|s| s.to_string()).collect();
+        KeySet::load(&plain, &named(text)).unwrap()
+    };
+    assert!(set(&["plain"], "").any_may(Operation::Metrics));
+    assert!(set(&[], toml_text).any_may(Operation::Metrics));
+    let without = "[[api_key]]\nname = \"b\"\nkey = \"b-secret\"\nops = [\"publish\"]\n";
+    assert!(!set(&[], without).any_may(Operation::Metrics));
+    assert!(!KeySet::empty().any_may(Operation::Metrics));
 }
 
 #[test]
@@ -173,7 +216,7 @@ fn an_unknown_operation_is_refused_by_the_parser_with_the_choices() {
         .to_string();
     assert!(err.contains("unknown variant `delete`"), "{err}");
     assert!(
-        err.contains("`publish`, `status`, `cancel`, `admin`"),
+        err.contains("`publish`, `status`, `cancel`, `admin`, `metrics`"),
         "{err}"
     );
     let err = toml::from_str::<Doc>("[[api_key]]\nname = \"a\"\nkey = \"k\"\nrole = \"x\"\n")

@@ -223,6 +223,44 @@ burst = 0
     );
 }
 
+/// `metrics_require_key` with no key allowed `metrics` could serve
+/// `/metrics` to nobody: a configuration problem, standalone and on an
+/// edge (which loads API keys only for it); dev mode's key may do it.
+#[test]
+fn requiring_a_metrics_key_needs_a_key_allowed_metrics() {
+    let text = r#"
+metrics_require_key = true
+[[api_key]]
+name = "billing"
+key = "billing-key"
+ops = ["publish"]
+[auth]
+jwt_secret = "0123456789abcdef0123456789abcdef"
+"#;
+    let mut c = Config::from_toml(text, Path::new("x.toml")).unwrap();
+    let says = "metrics_require_key is on but no API key allows the operation \"metrics\"";
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains(says), "{err}");
+    c.edge.roots = vec!["amqp://127.0.0.1/%2f".into()];
+    c.edge.id = Some("edge-1".into());
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains(says), "an edge too: {err}");
+    c.api_key[0].ops = None;
+    c.validate().unwrap();
+    c.api_key[0].ops = Some(vec![herald_engine::api_key::Operation::Metrics]);
+    c.validate().unwrap();
+    c.metrics_require_key = false;
+    c.api_key.clear();
+    c.validate().unwrap();
+
+    let dev = Config {
+        metrics_require_key: true,
+        ..Config::default()
+    };
+    assert!(dev.dev_mode());
+    dev.validate().unwrap();
+}
+
 #[test]
 fn the_proxy_section_parses_cidrs_and_needs_trusted_peers() {
     let text =
