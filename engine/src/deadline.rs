@@ -110,17 +110,22 @@ impl DeadlineCounters {
     /// (the router's; the gateway has these reasons in its own family).
     pub fn register(registry: &mut Registry) -> Self {
         let family = Family::<ReasonLabels, Counter>::default();
+        // One statement each: `get_or_create` hands back a read guard, and
+        // a second call for a new label waits for the write lock, so two
+        // in one expression (the guard of the first still alive) deadlock.
+        let write_timeout = family
+            .get_or_create(&ReasonLabels {
+                reason: "write_timeout",
+            })
+            .clone();
+        let body_timeout = family
+            .get_or_create(&ReasonLabels {
+                reason: "body_timeout",
+            })
+            .clone();
         let counters = DeadlineCounters {
-            write_timeout: family
-                .get_or_create(&ReasonLabels {
-                    reason: "write_timeout",
-                })
-                .clone(),
-            body_timeout: family
-                .get_or_create(&ReasonLabels {
-                    reason: "body_timeout",
-                })
-                .clone(),
+            write_timeout,
+            body_timeout,
         };
         registry.register(
             "herald_connections_refused",

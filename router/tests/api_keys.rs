@@ -190,8 +190,14 @@ async fn named_keys_limit_operations_sites_and_rate() {
             .status,
         403
     );
-    let cancelled = call(&router, reqwest::Method::DELETE, &path, "ops-secret", None).await;
+    // app-eu's ids are its tenant's (`eu`): a key of every site names the
+    // id as kept, `id:eu`; by the bare id it finds nothing.
+    let bare = call(&router, reqwest::Method::DELETE, &path, "ops-secret", None).await;
+    assert_eq!(bare.status, 404, "{}", bare.body);
+    let kept = format!("{path}:eu");
+    let cancelled = call(&router, reqwest::Method::DELETE, &kept, "ops-secret", None).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    assert_eq!(cancelled.body["id"], format!("{id}:eu"));
     assert_eq!(cancelled.body["state"], "cancelled");
     let list = call(
         &router,

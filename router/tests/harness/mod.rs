@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use herald_amqp::Topology;
-use herald_amqp::envelope::{BUNDLE_TYPE, from_amqp};
+use herald_amqp::envelope::{BUNDLE_TYPE, forwarded_from_amqp_bytes};
 use herald_protocol::envelope::Notification;
 use herald_router::config::Config;
 use herald_router::{presence_intake, stats_intake};
@@ -34,8 +34,10 @@ pub fn notifications_of(d: &lapin::message::Delivery) -> Vec<Notification> {
     if bundled {
         herald_protocol::bundle::decode(d.data.clone().into()).unwrap()
     } else {
+        // As an edge reads it: an id may be a tenant's (`id:tenant`).
         let limits = herald_protocol::envelope::Limits::default();
-        vec![from_amqp(&d.properties, &d.data, &limits, || panic!("no id")).unwrap()]
+        let body = bytes::Bytes::copy_from_slice(&d.data);
+        vec![forwarded_from_amqp_bytes(&d.properties, body, &limits, || panic!("no id")).unwrap()]
     }
 }
 
