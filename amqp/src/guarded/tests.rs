@@ -120,4 +120,3 @@ async fn a_protocol_header_and_a_cut_frame_are_handed_on_for_lapin_to_refuse() {
     let cut = frame(METHOD, &[0, 60, 0, 60, 0, 0])[..9].to_vec();
     every_split(&cut, &cut).await;
 }
-
