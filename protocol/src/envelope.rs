@@ -289,6 +289,15 @@ pub fn is_valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._~@/+=-".contains(&b))
 }
 
+/// Whether `kept` is an id as Herald keeps it ([`crate::tenant`]): a valid
+/// id, or a valid id scoped to a valid tenant (`id:tenant`).
+pub fn is_valid_kept_id(kept: &str) -> bool {
+    match crate::tenant::split(kept) {
+        (id, None) => is_valid_name(id),
+        (id, Some(t)) => is_valid_name(id) && crate::tenant::is_valid_tenant(t),
+    }
+}
+
 fn check_identifiers(
     field: &'static str,
     values: &[String],
@@ -329,7 +338,7 @@ impl Notification {
     /// (a root's bundle to an edge): its id may be scoped to a tenant
     /// ([`crate::tenant`]).
     pub fn validate_forwarded(&mut self, limits: &Limits) -> Result<(), FieldError> {
-        self.validate_with(limits, crate::tenant::is_valid_kept_id)
+        self.validate_with(limits, is_valid_kept_id)
     }
 
     fn validate_with(
@@ -420,6 +429,18 @@ impl Notification {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_ids_are_ids_or_ids_of_a_tenant() {
+        assert!(is_valid_kept_id("invoice-77"));
+        assert!(is_valid_kept_id("invoice-77:eu,uk"));
+        assert!(is_valid_kept_id("invoice-77:odd:tenant"));
+        for bad in ["", ":a", "x:", "x y:a", "x:a\nb"] {
+            assert!(!is_valid_kept_id(bad), "{bad:?}");
+        }
+        let long = format!("x:{}", "t".repeat(crate::tenant::MAX_TENANT_BYTES + 1));
+        assert!(!is_valid_kept_id(&long));
+    }
 
     fn sample() -> Notification {
         Notification {

@@ -306,17 +306,9 @@ impl Wire {
         properties: &BasicProperties,
         body: &[u8],
     ) -> Result<(), WireError> {
-        self.send(
-            CHANNEL,
-            AMQPClass::Basic(Basic::Publish(basic::Publish {
-                exchange: ShortString::from(exchange),
-                routing_key: ShortString::from(routing_key),
-                mandatory: false,
-                immediate: false,
-            })),
-        );
-        frame::put_content(&mut self.out, CHANNEL, properties, body, self.frame_max);
-        self.flush().await
+        let encoded = frame::encode_properties(properties);
+        self.publish_encoded(exchange, routing_key, &encoded, body)
+            .await
     }
 
     /// [`Wire::publish`] with the properties already encoded (property

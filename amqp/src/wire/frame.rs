@@ -199,11 +199,22 @@ pub fn put_content(
     body: &[u8],
     max_frame: u32,
 ) {
-    let encoded = match gen_properties(properties)(Vec::new().into()) {
+    put_encoded_content(
+        out,
+        channel,
+        &encode_properties(properties),
+        body,
+        max_frame,
+    );
+}
+
+/// A content header's properties as the wire has them: property flags,
+/// then the properties set.
+pub fn encode_properties(properties: &BasicProperties) -> Vec<u8> {
+    match gen_properties(properties)(Vec::new().into()) {
         Ok(ctx) => ctx.write,
         Err(e) => unreachable!("serializing into a Vec cannot fail: {e:?}"),
-    };
-    put_encoded_content(out, channel, &encoded, body, max_frame);
+    }
 }
 
 /// [`put_content`] with the properties already encoded (property flags,

@@ -210,7 +210,7 @@ fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
 /// it.
 async fn resolve(caller: &Caller, delayed: &Delayed, id: &str) -> Result<String, ApiError> {
     if caller.tenant().is_none() {
-        if !herald_protocol::tenant::is_valid_kept_id(id) {
+        if !herald_protocol::envelope::is_valid_kept_id(id) {
             return Err(ApiError::invalid(
                 "id",
                 "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -, or such an id, a colon and its tenant",
@@ -394,7 +394,7 @@ fn parse_cursor(c: &str) -> Result<Cursor, ApiError> {
     let bad = || ApiError::invalid("cursor", "is not a cursor this API gave (next_cursor)");
     let (due, id) = c.split_once('.').ok_or_else(bad)?;
     let due_ms = due.parse().map_err(|_| bad())?;
-    if !herald_protocol::tenant::is_valid_kept_id(id) {
+    if !herald_protocol::envelope::is_valid_kept_id(id) {
         return Err(bad());
     }
     Ok(Cursor {
