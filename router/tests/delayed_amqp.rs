@@ -100,7 +100,11 @@ async fn timing_headers_delay_a_publication_and_it_fires_to_the_edges() {
                 timed(
                     "d-past",
                     &["alice"],
-                    &[(headers::DELIVER_AT, text("2001-01-01T00:00:00Z"))]
+                    // A minute ago, in epoch seconds: due at once.
+                    &[(
+                        headers::DELIVER_AT,
+                        AMQPValue::LongLongInt((sent_at / 1000) as i64 - 60)
+                    )]
                 ),
                 b"{}",
             )
