@@ -208,7 +208,7 @@ fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
 /// it then. A key of no tenant names what the store keeps as it is: an id
 /// published without a tenant, or a scoped `id:tenant` as the list shows
 /// it.
-async fn resolve(caller: &Caller, delayed: &Delayed, id: &str) -> Result<String, ApiError> {
+async fn resolve(caller: &Caller, delayed: &Delayed, id: &str) -> Result<Resolved, ApiError> {
     if caller.tenant().is_none() {
         if !herald_protocol::envelope::is_valid_kept_id(id) {
             return Err(ApiError::invalid(
@@ -216,28 +216,43 @@ async fn resolve(caller: &Caller, delayed: &Delayed, id: &str) -> Result<String,
                 "must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ @ / + = -, or such an id, a colon and its tenant",
             ));
         }
-        return Ok(id.to_owned());
+        return Ok(Resolved {
+            kept: id.to_owned(),
+            read: None,
+        });
     }
     check_name("id", id)?;
     let scoped = caller.scoped_id(id);
-    if delayed
-        .status(&scoped)
-        .await
-        .map_err(unavailable)?
-        .is_some()
-    {
-        return Ok(scoped);
+    if let Some(s) = delayed.status(&scoped).await.map_err(unavailable)? {
+        return Ok(Resolved {
+            kept: scoped,
+            read: Some(Some(s)),
+        });
     }
-    let before_tenants = delayed
+    let legacy = delayed
         .status(id)
         .await
         .map_err(unavailable)?
-        .is_some_and(|s| s.accepted_ms < delayed.tenants_since());
-    Ok(if before_tenants {
-        id.to_owned()
-    } else {
-        scoped
+        .filter(|s| s.accepted_ms < delayed.tenants_since());
+    Ok(match legacy {
+        Some(s) => Resolved {
+            kept: id.to_owned(),
+            read: Some(Some(s)),
+        },
+        None => Resolved {
+            kept: scoped,
+            read: Some(None),
+        },
     })
+}
+
+/// The id the store keeps for a caller's id, and its status when finding
+/// the id meant reading it (a tenant's key): the status endpoint answers
+/// with that rather than reading it again.
+struct Resolved {
+    kept: String,
+    /// None: not read (a key of every site names the kept id itself).
+    read: Option<Option<Status>>,
 }
 
 /// `status` as `caller` sees it: by the id it published, without its
@@ -259,11 +274,14 @@ pub(crate) async fn status(
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Status)?;
         let id = path_param("id", id)?;
-        let kept = resolve(&caller, delayed, &id).await?;
+        let Resolved { kept, read } = resolve(&caller, delayed, &id).await?;
         // The status first, then the log: a callback that ends in between
         // shows as still firing with its last attempt logged, never as
         // ended with the attempt missing (the store writes both at once).
-        let status = delayed.status(&kept).await;
+        let status = match read {
+            Some(read) => Ok(read),
+            None => delayed.status(&kept).await,
+        };
         let log = delayed.attempts(&kept).await;
         match status.map_err(unavailable)? {
             Some(s) => {
@@ -294,7 +312,7 @@ pub(crate) async fn cancel(
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Cancel)?;
         let id = path_param("id", id)?;
-        let kept = resolve(&caller, delayed, &id).await?;
+        let kept = resolve(&caller, delayed, &id).await?.kept;
         match delayed.cancel(&kept).await.map_err(unavailable)? {
             Cancel::Cancelled(s) => {
                 tracing::info!(api_key = caller.name(), id = %kept, "delayed notification cancelled");
@@ -324,7 +342,7 @@ pub(crate) async fn retry(
     let answer = async {
         let (caller, delayed) = guard(&api, &headers, Operation::Admin)?;
         let id = path_param("id", id)?;
-        let kept = resolve(&caller, delayed, &id).await?;
+        let kept = resolve(&caller, delayed, &id).await?.kept;
         match delayed.replay(&kept).await.map_err(unavailable)? {
             Replay::Replayed(s) => {
                 tracing::info!(api_key = caller.name(), id = %kept, "dead letter sent again");
