@@ -178,6 +178,8 @@ pub struct MailboxConfig {
     pub buffer_messages: usize,
     /// Key `mailbox.buffer_bytes`.
     pub buffer_bytes: usize,
+    /// Key `mailbox.unsent_bytes`.
+    pub unsent_bytes: usize,
     /// Key `mailbox.expiry_tick_ms`.
     pub expiry_tick_ms: u64,
     /// Key `mailbox.max_expirations_per_tick`.
@@ -190,6 +192,7 @@ impl Default for MailboxConfig {
             ttl_secs: 300,
             buffer_messages: 256,
             buffer_bytes: 1024 * 1024,
+            unsent_bytes: 64 << 20,
             expiry_tick_ms: 100,
             max_expirations_per_tick: 1000,
         }
@@ -482,6 +485,7 @@ impl Config {
             ("session.max_lag_ms", s.max_lag_ms as usize),
             ("mailbox.buffer_messages", self.mailbox.buffer_messages),
             ("mailbox.buffer_bytes", self.mailbox.buffer_bytes),
+            ("mailbox.unsent_bytes", self.mailbox.unsent_bytes),
             (
                 "mailbox.expiry_tick_ms",
                 self.mailbox.expiry_tick_ms as usize,

@@ -42,7 +42,7 @@ use crate::config::MailboxConfig;
 use crate::metrics::{DropReason, Metrics};
 use crate::outbox::{Loss, Outbox, Pushed, Subscription};
 use expiry::ExpiryQueue;
-use mailbox::{BufferLimits, Mailbox};
+use mailbox::{Appended, BufferLimits, Mailbox};
 use retained::{Origin, Retained};
 
 const SHARDS: usize = 64;
@@ -152,6 +152,7 @@ impl Hub {
             buffer: BufferLimits {
                 messages: config.buffer_messages,
                 bytes: config.buffer_bytes,
+                unsent_bytes: config.unsent_bytes,
             },
             cursor: AtomicUsize::new(0),
             count: AtomicUsize::new(0),
@@ -308,15 +309,43 @@ impl Hub {
 
     /// Refill a session's window from its mailbox: the session is behind
     /// (its window filled, or a replay is pending) and its socket drained.
+    /// A session that caught up unpins what it kept in the buffer beyond
+    /// the replay bounds: the buffer is trimmed.
     pub fn refill(&self, who: &Identity, outbox: &Arc<Outbox>, now: Instant) {
-        let shard = self.shards[shard_of(&who.user)].lock();
+        let mut shard = self.shards[shard_of(&who.user)].lock();
         match shard
             .users
-            .get(&who.user)
-            .and_then(|ms| ms.iter().find(|m| m.site == who.site))
+            .get_mut(&who.user)
+            .and_then(|ms| ms.iter_mut().find(|m| m.site == who.site))
         {
-            Some(mailbox) => self.refill_from(mailbox, outbox, self.origin.offset(now)),
+            Some(mailbox) => {
+                let now = self.origin.offset(now);
+                self.refill_from(mailbox, outbox, now);
+                if !outbox.is_behind() {
+                    self.trim(mailbox, now);
+                }
+            }
             None => outbox.abandon_backlog(),
+        }
+    }
+
+    /// Trim `mailbox`'s buffer at `now` (ns after the clock origin) to its
+    /// bounds ([`Mailbox::trim`]), counted.
+    fn trim(&self, mailbox: &mut Mailbox, now: i64) {
+        let trimmed = mailbox.trim(now, self.buffer);
+        self.count_trim(&trimmed);
+    }
+
+    /// Count what a [`Mailbox::trim`] did.
+    fn count_trim(&self, trimmed: &Appended) {
+        for _ in 0..trimmed.evicted {
+            self.metrics.drop_one(DropReason::MailboxBufferEvicted);
+        }
+        if trimmed.dropped > 0 {
+            self.count_loss(Loss::Dropped(trimmed.dropped));
+        }
+        for _ in 0..trimmed.cut {
+            self.count_loss(Loss::Cut);
         }
     }
 
@@ -375,7 +404,12 @@ impl Hub {
         else {
             return false;
         };
-        if mailbox.detach(outbox) && mailbox.sessions.is_empty() {
+        let detached = mailbox.detach(outbox);
+        if detached {
+            // What it kept unsent for the session is free to go.
+            self.trim(mailbox, self.origin.offset(now));
+        }
+        if detached && mailbox.sessions.is_empty() {
             let deadline = now + self.ttl;
             mailbox.idle_deadline = Some(deadline);
             shard.idle += 1;
@@ -410,15 +444,7 @@ impl Hub {
         now: i64,
     ) -> usize {
         let appended = mailbox.append(m, now, self.buffer);
-        for _ in 0..appended.evicted {
-            self.metrics.drop_one(DropReason::MailboxBufferEvicted);
-        }
-        if appended.dropped > 0 {
-            self.count_loss(Loss::Dropped(appended.dropped));
-        }
-        for _ in 0..appended.cut {
-            self.count_loss(Loss::Cut);
-        }
+        self.count_trim(&appended);
         let mut queued = 0;
         for outbox in &mailbox.sessions {
             match outbox.push(appended.seq, n) {

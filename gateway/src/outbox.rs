@@ -21,17 +21,23 @@
 //! range of the mailbox the refill reads first.
 //!
 //! A behind session loses data only when its mailbox evicts a message it
-//! has not been sent yet ([`Outbox::evicted`]). `session.when_full` decides
-//! then: `disconnect` cuts the session (ERROR "slow consumer", counted as
-//! `slow_consumer`; the client resumes and learns of the loss from a gap
-//! marker), `drop-oldest` skips the message and queues a `queue-overflow`
-//! gap marker in its place (counted as `queue_full_drop_oldest`). A session
-//! that makes no write progress for `session.max_lag_ms` is cut by its core
-//! whatever the policy (`session::core`).
+//! has not been sent yet ([`Outbox::evicted`]), and the mailbox does that
+//! only past `mailbox.unsent_bytes`: below it, what a live session still
+//! needs stays buffered however far the burst goes past the replay bounds
+//! (`buffer_messages`, `buffer_bytes`), so a client that reads is never cut
+//! by a burst's message count. `session.when_full` decides past it:
+//! `disconnect` cuts the session (ERROR "slow consumer", counted as
+//! `slow_consumer`; the client resumes and replays what is still buffered,
+//! and learns of the loss from a gap marker), `drop-oldest` skips the
+//! message and queues a `queue-overflow` gap marker in its place (counted
+//! as `queue_full_drop_oldest`). A session that makes no write progress
+//! for `session.max_lag_ms` is cut by its core whatever the policy
+//! (`session::core`): a client that stops reading is cut by bytes or by
+//! time.
 //!
 //! What one session holds is the window, whatever the burst: the overflow
-//! is the mailbox's, bounded by `mailbox.buffer_messages` and
-//! `buffer_bytes` for all the user's sessions together.
+//! is the mailbox's, bounded by `mailbox.unsent_bytes` for all the user's
+//! sessions together.
 //!
 //! Lock order: shard, then outbox. The cursor and replay ranges change only
 //! under the shard lock, which lets the mailbox ask [`Outbox::needs`] with a

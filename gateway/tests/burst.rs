@@ -1,15 +1,16 @@
-//! Bursts for one user (issue 19, hole 7): a client that reads at a normal
-//! pace is not cut by a burst its queue cannot hold and its mailbox can
-//! (the session reads on from the mailbox's buffer), and a client that does
-//! not read is still cut as a slow consumer, with bounded memory.
+//! Bursts for one user (issue 19, hole 7; issue 36, item 1): a client that
+//! reads at a normal pace is never cut by a burst, however many messages
+//! (the session reads on from its mailbox, which keeps what it was not sent
+//! yet up to `mailbox.unsent_bytes`): 10,000 and 100,000 due at once, and
+//! immediate bursts faster than the socket drains, all arrive in order. A
+//! client that stops reading is cut by those bytes (`slow_memory.rs`: or by
+//! its lag, with bounded memory).
 
 mod common;
 
 use std::collections::HashSet;
 
 use common::*;
-use herald_gateway::config::WhenFull;
-use herald_gateway::metrics::{DropLabels, DropReason};
 use herald_protocol::stomp::Command;
 use serde_json::{Value, json};
 
@@ -100,102 +101,171 @@ async fn a_burst_far_beyond_the_queue_is_read_from_the_mailbox_in_order() {
     assert_eq!(alice.message().await.header("event"), Some("after"));
 }
 
-/// This process's resident set (the gateway runs in it), in bytes.
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
-/// The in-process gateway's `slow_consumer` count.
-fn slow_consumers(gw: &TestGateway) -> u64 {
-    let (shared, _) = gw.local.as_ref().expect("an in-process gateway");
-    shared
-        .metrics
-        .dropped
-        .get_or_create(&DropLabels {
-            reason: DropReason::SlowConsumer,
-        })
-        .get()
-}
-
-/// A client that never reads, under `drop-oldest` (which never cuts for a
-/// loss): however much is sent to it, its session holds no more than its
-/// queue and the mailbox, and once its socket has taken nothing for
-/// `session.max_lag_ms` it is cut as a slow consumer, saying why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_never_reads_is_cut_by_its_lag_with_bounded_memory() {
-    const PAYLOAD: usize = 256 * 1024;
-    /// What one session may retain: its queue (8 messages, 2 MiB), the
-    /// mailbox (1 MiB), what waits for its socket, and allocator slack
-    /// (6-7 MiB measured in all).
-    const RETAINED: u64 = 12 << 20;
-    let gw = start(|c| {
-        c.session.when_full = WhenFull::DropOldest;
-        // Long enough for a loaded machine to send well over twice the
-        // bound before the cut: the cut waits for the sending to stop.
-        c.session.max_lag_ms = 15_000;
-        c.session.queue_messages = 8;
-        c.mailbox.buffer_bytes = 1 << 20;
-        c.publish.max_payload_bytes = 2 * PAYLOAD;
-    })
-    .await;
-    let mut slow = gw.slow_session(&token("slow", None, None)).await;
-    let rss_before = rss();
-    // 32 MiB, or until it is cut: far more than the kernel's socket buffers
-    // (4 MiB here), the queue and the mailbox hold together.
-    let payload = "x".repeat(PAYLOAD);
-    let mut sent = 0;
-    while sent < 32 << 20 && slow_consumers(&gw) == 0 {
-        let (s, body) = gw
-            .publish(json!({"users": ["slow"], "event": "big", "payload": payload}))
-            .await;
-        assert_eq!(s, 202, "{body}");
-        sent += PAYLOAD;
-    }
-    let grown = rss().saturating_sub(rss_before);
-    eprintln!(
-        "sent {} MiB to a client that reads nothing; the process grew {} MiB",
-        sent >> 20,
-        grown >> 20
-    );
-    assert!(
-        sent as u64 > 2 * RETAINED,
-        "only {} MiB went out before the cut: too little to tell a bound",
-        sent >> 20
-    );
-    assert!(
-        grown < RETAINED,
-        "the process grew {} MiB for one client that reads nothing",
-        grown >> 20
-    );
-    // The cut comes max_lag_ms after the socket stopped taking bytes.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(40);
-    while slow_consumers(&gw) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "never cut");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    // Reading now: what the socket held, then the ERROR that says why.
-    let mut error = None;
-    while let Some(f) = slow.next_frame().await {
-        if f.command == Command::Error {
-            error = f.header("message").map(str::to_owned);
+/// Publish `notes` in batches of the API's largest (1,000), `lanes` at a
+/// time.
+async fn publish_all(gw: &TestGateway, notes: Vec<Value>, lanes: usize) {
+    let batches: Vec<Value> = notes
+        .chunks(1000)
+        .map(|c| Value::Array(c.to_vec()))
+        .collect();
+    for wave in batches.chunks(lanes) {
+        let answers =
+            futures_util::future::join_all(wave.iter().map(|b| gw.publish(b.clone()))).await;
+        for (status, answer) in answers {
+            assert_eq!(status, 202, "{answer}");
         }
     }
-    let error = error.expect("an ERROR before the close");
-    assert!(error.starts_with("slow consumer"), "{error}");
-    assert!(error.contains("max_lag_ms"), "{error}");
-    assert_eq!(slow.close_code, Some(1008));
-    let metrics = gw.metrics().await;
+}
+
+/// A herd of `count` delayed notifications due at the same instant
+/// (`lead_ms` after the first is published: far enough that the whole herd
+/// is stored first) for one user who reads, on the default configuration:
+/// every one arrives, in sequence order, nothing lost, nobody cut, no gap
+/// marker; the status API reads `delivered`; the session stays open.
+async fn herd_reaches_a_reading_client(count: usize, lead_ms: u64) {
+    let gw = start(|_| {}).await;
+    let user = format!("herd{count}");
+    let mut client = gw.session(&token(&user, None, None)).await;
+    let due = now_ms() + lead_ms;
+    let (body, ids) = batch("due", &user, count, json!({"deliver_at": due}));
+    let Value::Array(notes) = body else {
+        unreachable!()
+    };
+    let started = std::time::Instant::now();
+    publish_all(&gw, notes, 2).await;
+    let stored = started.elapsed();
     assert!(
-        sample(
-            &metrics,
-            "herald_dropped_total{reason=\"queue_full_drop_oldest\"}"
-        )
-        .unwrap()
-            > 0.0,
-        "drop-oldest dropped instead of cutting while it lagged"
+        now_ms() < due,
+        "storing {count} took {stored:?}, past their due time: raise the lead"
     );
-    assert_eq!(sample(&metrics, SLOW_CONSUMER), Some(1.0), "counted once");
+    let answer = gw.status_of("due-0").await;
+    assert_eq!(answer["state"], "scheduled", "{answer}");
+    // The first comes at the due time; a frame may also wait behind a
+    // whole herd in a loaded debug build.
+    client.wait = std::time::Duration::from_millis(lead_ms + 60_000);
+    read_in_order(&mut client, count, &ids).await;
+    eprintln!(
+        "a herd of {count}: stored in {stored:?}, all read {} ms after due",
+        now_ms().saturating_sub(due)
+    );
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, SLOW_CONSUMER), Some(0.0));
+    assert_eq!(
+        sample(&metrics, "herald_gaps_total"),
+        Some(0.0),
+        "no gap marker: {metrics}"
+    );
+    // Marked delivered by the settler's next round.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let answer = gw.status_of("due-0").await;
+        if answer["state"] == "delivered" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    notify(&gw, &user, "after").await;
+    assert_eq!(client.message().await.header("event"), Some("after"));
+}
+
+/// The coupon herd of the field reports: 10,000 due at the same instant
+/// for one user (forty times the session's window, past the mailbox's
+/// 256-message replay bound), over a real WebSocket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_delayed_notifications_due_at_once_reach_a_reading_client() {
+    herd_reaches_a_reading_client(10_000, 30_000).await;
+}
+
+/// 10,000 immediate notifications for one user published ten batches at a
+/// time, faster than the socket drains, on the default configuration:
+/// every one arrives, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_burst_faster_than_the_socket_drains_arrives_whole() {
+    let gw = start(|_| {}).await;
+    let mut alice = gw.session(&token("alice", None, None)).await;
+    let (body, ids) = batch("now", "alice", 10_000, json!({}));
+    let Value::Array(notes) = body else {
+        unreachable!()
+    };
+    publish_all(&gw, notes, 10).await;
+    read_in_order(&mut alice, 10_000, &ids).await;
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, SLOW_CONSUMER), Some(0.0));
+    assert!(
+        sample(&metrics, BEHIND).unwrap() >= 1.0,
+        "the session fell behind its window: {metrics}"
+    );
+}
+
+/// A client that stops reading, under `disconnect`, with `max_lag_ms` far
+/// off: it is cut by bytes, once what its mailbox holds unsent for it
+/// passes `mailbox.unsent_bytes` (here 1 MiB; a burst of 10 and 100 times
+/// it), saying so; resuming from before the loss, it gets a gap marker,
+/// then live messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_by_the_unsent_bytes() {
+    for times in [10, 100] {
+        const BOUND: usize = 1 << 20;
+        let gw = start(|c| {
+            c.session.max_lag_ms = 600_000;
+            c.session.queue_messages = 8;
+            c.mailbox.unsent_bytes = BOUND;
+        })
+        .await;
+        let t = token("stalled", None, None);
+        let mut slow = gw.slow_session(&t).await;
+        let payload = "x".repeat(16 * 1024);
+        let messages = times * BOUND / payload.len();
+        let notes: Vec<Value> = (0..messages)
+            .map(|i| json!({"id": format!("s-{i}"), "users": ["stalled"], "event": "big", "payload": payload}))
+            .collect();
+        let mut chunks = notes.chunks(16);
+        let mut sent = 0;
+        // Until the cut: the unsent bytes pass the bound (the kernel's
+        // socket buffers took some first: 4 MiB here at most).
+        while slow_consumers(&gw) == 0 {
+            let chunk = chunks.next().expect("cut before the burst's end");
+            let (s, answer) = gw.publish(Value::Array(chunk.to_vec())).await;
+            assert_eq!(s, 202, "{answer}");
+            sent += chunk.len() * payload.len();
+        }
+        assert!(sent < BOUND + (6 << 20), "cut only after {sent} bytes");
+        // Reading now, within the close's grace: what the socket held,
+        // then the ERROR that says why.
+        let mut error = None;
+        while let Some(f) = slow.next_frame().await {
+            if f.command == Command::Error {
+                error = f.header("message").map(str::to_owned);
+            }
+        }
+        // The rest of the burst goes to the mailbox alone, within its bounds.
+        for chunk in chunks {
+            let (s, answer) = gw.publish(Value::Array(chunk.to_vec())).await;
+            assert_eq!(s, 202, "{answer}");
+        }
+        let error = error.expect("an ERROR before the close");
+        assert!(error.contains("mailbox.unsent_bytes"), "{error}");
+        assert_eq!(slow.close_code, Some(1008));
+        // Back, from the start: a gap marker for what was dropped (the
+        // app reloads its state), then live messages after it.
+        let epoch = epoch_of(slow.connected.as_ref().unwrap());
+        let (mut again, answer) = gw
+            .connect_with(&[("passcode", &t), ("last-seq", "0"), ("epoch", &epoch)])
+            .await;
+        assert_eq!(answer.command, Command::Connected);
+        again.subscribe("s", &[]).await;
+        let gap = again.message().await;
+        assert_eq!(gap.header("event"), Some("herald.gap"));
+        assert_eq!(gap.header("reason"), Some("buffer-exceeded"));
+        assert_eq!(gap.header("seq"), Some(messages.to_string().as_str()));
+        notify(&gw, "stalled", "after").await;
+        let next = again.message().await;
+        assert_eq!(next.header("event"), Some("after"));
+        assert_eq!(
+            next.header("seq"),
+            Some((messages + 1).to_string().as_str())
+        );
+        assert!(sample(&gw.metrics().await, "herald_gaps_total").unwrap() >= 1.0);
+    }
 }

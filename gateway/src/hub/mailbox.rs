@@ -12,8 +12,13 @@ use crate::outbox::{Backlog, Buffered, GapReason, Loss, Outbox};
 /// Bounds of the replay buffer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BufferLimits {
+    /// Most messages kept (`mailbox.buffer_messages`).
     pub(crate) messages: usize,
+    /// Most payload bytes kept (`mailbox.buffer_bytes`).
     pub(crate) bytes: usize,
+    /// Most bytes kept in all, packed messages and their bookkeeping,
+    /// while a live session still needs the oldest (`mailbox.unsent_bytes`).
+    pub(crate) unsent_bytes: usize,
 }
 
 /// Where a client says it left off.
@@ -105,7 +110,11 @@ pub(crate) struct Mailbox {
     /// pointer each; the packed messages are shared with every other
     /// mailbox they reached.
     buffer: VecDeque<Retained>,
+    /// Payload bytes in `buffer` (what `buffer_bytes` bounds).
     buffer_bytes: usize,
+    /// What `buffer` holds in all ([`Retained::footprint`]: what
+    /// `unsent_bytes` bounds).
+    footprint: usize,
     pub(crate) sessions: Vec<Arc<Outbox>>,
     /// When the mailbox expires if nobody comes back; None while sessions live.
     pub(crate) idle_deadline: Option<tokio::time::Instant>,
@@ -129,6 +138,7 @@ impl Mailbox {
             evicted_upto: 0,
             buffer: VecDeque::new(),
             buffer_bytes: 0,
+            footprint: 0,
             sessions: Vec::new(),
             idle_deadline: None,
             online_since_ms: 0,
@@ -159,38 +169,59 @@ impl Mailbox {
     }
 
     /// Assign the next sequence and buffer the message at `now` (ns after
-    /// the hub's clock origin), evicting the oldest beyond the bounds. A
-    /// session still behind on an evicted message loses it
-    /// ([`Outbox::evicted`]); what that did is counted in the answer.
+    /// the hub's clock origin), then [`Self::trim`] the buffer.
     pub(crate) fn append(&mut self, m: &Retained, now: i64, limits: BufferLimits) -> Appended {
         self.head += 1;
-        let mut out = Appended {
-            seq: self.head,
-            ..Appended::default()
-        };
         self.buffer_bytes += m.payload_len();
+        self.footprint += m.footprint();
         self.buffer.push_back(m.clone());
+        Appended {
+            seq: self.head,
+            ..self.trim(now, limits)
+        }
+    }
+
+    /// Evict the oldest messages beyond the replay bounds at `now` (ns
+    /// after the hub's clock origin), except those a live session has not
+    /// been sent yet: a burst for a user who reads waits here for the
+    /// sessions to take it, however many messages it is, up to
+    /// `unsent_bytes` in all. Past that, the oldest goes even so: a session
+    /// still behind on it loses it ([`Outbox::evicted`]: `session.when_full`
+    /// applies), and what that did is counted in the answer. Called when a
+    /// message comes, when a session caught up or left.
+    pub(crate) fn trim(&mut self, now: i64, limits: BufferLimits) -> Appended {
+        let mut out = Appended::default();
         while self.buffer.len() > limits.messages
             || (self.buffer_bytes > limits.bytes && self.buffer.len() > 1)
         {
+            let oldest = self.evicted_upto + 1;
+            if self.footprint <= limits.unsent_bytes
+                && self.sessions.iter().any(|s| s.needs(oldest))
+            {
+                break;
+            }
             let Some(old) = self.buffer.pop_front() else {
                 break;
             };
             self.buffer_bytes -= old.payload_len();
-            self.evicted_upto += 1;
-            let seq = self.evicted_upto;
+            self.footprint -= old.footprint();
+            self.evicted_upto = oldest;
             out.evicted += 1;
             let expired = !old.is_live(now);
             for session in &self.sessions {
-                if !session.needs(seq) {
+                if !session.needs(oldest) {
                     continue;
                 }
-                match session.evicted(seq, old.event(), expired) {
+                match session.evicted(oldest, old.event(), expired) {
                     Loss::None => {}
                     Loss::Dropped(k) => out.dropped += k,
                     Loss::Cut => out.cut += 1,
                 }
             }
+        }
+        // A burst's slots go with it (amortized: halving needs a quarter).
+        if self.buffer.capacity() > 1024 && self.buffer.len() < self.buffer.capacity() / 4 {
+            self.buffer.shrink_to(self.buffer.len() * 2);
         }
         out
     }
@@ -283,6 +314,7 @@ mod tests {
     const LIMITS: BufferLimits = BufferLimits {
         messages: 3,
         bytes: 100,
+        unsent_bytes: 64 << 20,
     };
 
     #[test]

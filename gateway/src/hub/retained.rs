@@ -138,6 +138,12 @@ impl Retained {
         self.0.len() - self.payload_start(&self.lens())
     }
 
+    /// What keeping it costs a buffer: the packed bytes, the `Arc`'s
+    /// counts and the buffer's slot (what `mailbox.unsent_bytes` counts).
+    pub(crate) fn footprint(&self) -> usize {
+        self.0.len() + 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Self>()
+    }
+
     /// When it expires, in ns after the origin; `None`: never.
     pub(crate) fn expires(&self) -> Option<i64> {
         let mut raw = [0; 8];

@@ -414,8 +414,8 @@ impl StompCore {
             // had not been sent.
             self.fail(
                 Failure {
-                    message: "slow consumer: the session fell further behind than its \
-                              mailbox buffers (mailbox.buffer_messages, buffer_bytes)"
+                    message: "slow consumer: what the session was not sent yet \
+                              outgrew its mailbox (mailbox.unsent_bytes)"
                         .into(),
                     receipt: None,
                     kind: ProtocolError::Refused,

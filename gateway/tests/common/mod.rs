@@ -189,6 +189,21 @@ impl TestGateway {
     }
 
     /// Poll `GET path` until it answers `status`, failing after [`WAIT`].
+    /// A notification's status (`GET /v1/notifications/{id}` with the API
+    /// key): 200 asserted.
+    pub async fn status_of(&self, id: &str) -> serde_json::Value {
+        let r = reqwest::Client::new()
+            .get(format!("http://{}/v1/notifications/{id}", self.addr))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap();
+        let code = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.unwrap_or_default();
+        assert_eq!(code, 200, "{body}");
+        body
+    }
+
     pub async fn until_status(&self, path: &str, status: u16) -> serde_json::Value {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
@@ -259,6 +274,7 @@ impl TestGateway {
         .await;
         let answer = c.next_frame().await.unwrap();
         assert_eq!(answer.command, stomp::Command::Connected);
+        c.connected = Some(answer);
         c.subscribe("s", &[]).await;
         c
     }
@@ -280,6 +296,8 @@ pub struct StompClient {
     buf: BytesMut,
     pub connected: Option<Frame>,
     pub close_code: Option<u16>,
+    /// Longest wait for a frame ([`WAIT`] unless a test knows better).
+    pub wait: Duration,
 }
 
 impl StompClient {
@@ -299,6 +317,7 @@ impl StompClient {
             buf: BytesMut::new(),
             connected: None,
             close_code: None,
+            wait: WAIT,
         }
     }
 
@@ -308,6 +327,7 @@ impl StompClient {
             buf: BytesMut::new(),
             connected: None,
             close_code: None,
+            wait: WAIT,
         }
     }
 
@@ -336,9 +356,9 @@ impl StompClient {
     }
 
     /// The next STOMP frame (heart-beats skipped), or None when the
-    /// connection closed. Panics after [`WAIT`].
+    /// connection closed. Panics after [`Self::wait`].
     pub async fn next_frame(&mut self) -> Option<Frame> {
-        tokio::time::timeout(WAIT, self.next_frame_inner())
+        tokio::time::timeout(self.wait, self.next_frame_inner())
             .await
             .expect("timed out waiting for a frame")
     }
@@ -399,4 +419,16 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The in-process gateway's `slow_consumer` count.
+pub fn slow_consumers(gw: &TestGateway) -> u64 {
+    let (shared, _) = gw.local.as_ref().expect("an in-process gateway");
+    shared
+        .metrics
+        .dropped
+        .get_or_create(&herald_gateway::metrics::DropLabels {
+            reason: herald_gateway::metrics::DropReason::SlowConsumer,
+        })
+        .get()
 }

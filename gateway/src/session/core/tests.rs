@@ -942,9 +942,51 @@ fn a_burst_beyond_the_queue_that_the_mailbox_holds_reaches_a_reading_client() {
     assert_eq!(seqs(&c.pull()), vec![("s1".into(), 401)]);
 }
 
+/// The chat backlog of the field reports, 100,000 for one user at once
+/// (ten thousand times the mailbox's replay bound here) for a client that
+/// reads: what the session was not sent yet is not evicted under it, so it
+/// reads every message, in order, and is never cut. (Over a real WebSocket
+/// and through the delayed store: `gateway/tests/burst.rs`, 10,000.)
+#[test]
+fn a_burst_past_the_replay_bound_reaches_a_reading_client_whole() {
+    let session = SessionConfig {
+        queue_messages: 4,
+        ..SessionConfig::default()
+    };
+    let mailbox = MailboxConfig {
+        buffer_messages: 10,
+        ..MailboxConfig::default()
+    };
+    let host = TestHost::new(session, mailbox);
+    let mut c = Client::new(&host);
+    c.connect_as("alice");
+    c.subscribe("s1", &[]);
+    const BURST: u64 = 100_000;
+    for i in 1..=BURST {
+        host.deliver("alice", &format!("n{i}"));
+    }
+    assert!(c.core.outbox().len() <= 4, "bounded by the window");
+    let mut next = 1;
+    while next <= BURST {
+        c.core.pull(&mut c.wire, 64, c.now);
+        let got = seqs(&c.wire.take());
+        assert!(!got.is_empty(), "stalled at {next}");
+        for (sub, seq) in got {
+            assert_eq!((sub.as_str(), seq), ("s1", next), "in order, none lost");
+            next += 1;
+        }
+    }
+    assert_eq!(slow_consumers(&host), 0);
+    assert_eq!(c.core.close_code(), None);
+    // Caught up: live again.
+    host.deliver("alice", "n-after");
+    assert_eq!(seqs(&c.pull()), vec![("s1".into(), BURST + 1)]);
+}
+
 /// A client that reads nothing is still cut as a slow consumer once its
-/// mailbox evicts what it was not sent, and holds no more than its window
-/// meanwhile, however much arrives.
+/// mailbox evicts what it was not sent (here at once: no room for unsent
+/// messages past the replay bound, `mailbox.unsent_bytes` 0), and holds no
+/// more than its window meanwhile, however much arrives.
 #[test]
 fn a_client_that_never_reads_is_cut_when_its_mailbox_evicts_what_it_was_not_sent() {
     let session = SessionConfig {
@@ -953,6 +995,7 @@ fn a_client_that_never_reads_is_cut_when_its_mailbox_evicts_what_it_was_not_sent
     };
     let mailbox = MailboxConfig {
         buffer_messages: 10,
+        unsent_bytes: 0,
         ..MailboxConfig::default()
     };
     let host = TestHost::new(session, mailbox);
@@ -1067,7 +1110,8 @@ fn the_lag_clock_stops_when_the_client_has_taken_everything() {
 }
 
 /// `drop-oldest`: a client so far behind that its mailbox evicts what it
-/// was not sent keeps its session; a gap marker stands for what it lost.
+/// was not sent (past `mailbox.unsent_bytes`, here 0) keeps its session; a
+/// gap marker stands for what it lost.
 #[test]
 fn drop_oldest_turns_what_a_lagging_client_lost_into_one_gap_marker() {
     let session = SessionConfig {
@@ -1077,6 +1121,7 @@ fn drop_oldest_turns_what_a_lagging_client_lost_into_one_gap_marker() {
     };
     let mailbox = MailboxConfig {
         buffer_messages: 3,
+        unsent_bytes: 0,
         ..MailboxConfig::default()
     };
     let host = TestHost::new(session, mailbox);
