@@ -46,7 +46,8 @@ const CONFIG_HELP: &str = "TOML configuration file. Every key with its default, 
                   shows what is in force."
 )]
 pub struct Cli {
-    // CONFIG_HELP: the example where an installed system has it.
+    /// TOML configuration file; `--help` says [`CONFIG_HELP`] (the example
+    /// where an installed system has it).
     #[arg(long, env = "HERALD_CONFIG", value_name = "FILE", help = CONFIG_HELP)]
     pub config: Option<PathBuf>,
     /// Address to listen on.
