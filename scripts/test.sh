@@ -35,7 +35,8 @@
 # 2.7.x must exist), Debian's prometheus (for promtool: the monitoring
 # stage checks deploy/monitoring's alert rules and dashboard), Debian's
 # lintian, and (by scripts/package.sh) cargo-deb from crates.io and Debian's
-# help2man and dpkg-dev. Honours
+# help2man and dpkg-dev, and mdbook from crates.io (the documentation site,
+# scripts/check-book.sh). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
 # otherwise. Exits non-zero if anything fails.
 #
@@ -177,6 +178,29 @@ ensure_promtool() {
 monitoring_tests() {
     run_stage monitoring scripts/check-monitoring.sh --bin-dir "$(target_dir)/debug"
     SUMMARY+=("monitoring (promtool, metric names vs scrapes): $(grep -E '^monitoring: [0-9]+ passed' "$LOGDIR/monitoring.log" | tail -n1 | sed 's/^monitoring: //')")
+}
+
+# mdBook for the documentation site, from crates.io (pinned; the HTML
+# renderer with search, without the serve and watch features nobody runs in
+# CI). Installed once into ~/.cargo/bin, then reused.
+MDBOOK_VERSION=0.5.4
+ensure_mdbook() {
+    if [ "$(mdbook --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+        step "installing mdbook $MDBOOK_VERSION from crates.io"
+        # Built in a temporary directory, not in the workspace's target dir.
+        env -u CARGO_TARGET_DIR cargo install mdbook --locked --version "$MDBOOK_VERSION" \
+            --no-default-features --features search
+        command -v mdbook >/dev/null \
+            || die "mdbook was installed into ${CARGO_HOME:-$HOME/.cargo}/bin, which is not on PATH"
+    fi
+}
+
+# The documentation site: docs/ built with mdBook (a page SUMMARY.md names
+# but that is missing fails it), every page of docs/ in SUMMARY.md, every
+# internal link and anchor of the built HTML resolving (scripts/check-book.sh).
+docs_site_tests() {
+    run_stage docs-site scripts/check-book.sh
+    SUMMARY+=("documentation site (mdbook): $(grep -E '^book: ' "$LOGDIR/docs-site.log" | tail -n1 | sed 's/^book: //')")
 }
 
 # Where cargo puts its output: CARGO_TARGET_DIR, build.target-dir, or ./target.
@@ -444,6 +468,7 @@ main() {
     ensure_example_tools
     ensure_promtool
     ensure_packaging_tools
+    ensure_mdbook
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -458,6 +483,7 @@ main() {
     openapi_tests
     package_tests
     haproxy_tests
+    docs_site_tests
     monitoring_tests
     distributed_tests
     js_tests

@@ -40,7 +40,7 @@
 //!   with one write; frames are read and written with lapin's codec
 //!   (`amq-protocol`), with no thread of lapin's in between.
 //!
-//! The contract for publishers is in `router/AMQP.md`.
+//! The contract for publishers is in `docs/amqp.md`.
 
 pub mod envelope;
 pub mod guarded;

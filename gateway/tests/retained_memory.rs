@@ -6,7 +6,7 @@
 //! each stays in its user's mailbox for replay. The heap bytes the process
 //! holds (counted by this binary's global allocator, so the figure is
 //! exact and does not depend on the allocator's page reuse) grow by at
-//! most `PAYLOAD + 256` per notification, the bound README states.
+//! most `PAYLOAD + 256` per notification, the bound docs/performance.md states.
 //! `herald-bench retained` measures the same with the gateway's RSS.
 //!
 //! Before each fix, the raw path (`Content-Type: text/plain`) kept the

@@ -28,7 +28,7 @@
 //!   draining, connected to the broker, Redis answering when configured).
 //! - [`server`]: the binary's process: HTTP API, `/healthz`, `/readyz`,
 //!   `/metrics`, the supervised intake, and shutdown. Contract for
-//!   publishers: `router/AMQP.md`.
+//!   publishers: `docs/amqp.md`.
 //!
 //! # Data flow (distributed)
 //! ```text

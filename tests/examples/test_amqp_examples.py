@@ -60,7 +60,7 @@ def test_publisher_publishes_schedules_and_cancels(distributed, lib):
 
 
 def test_a_cancel_published_right_behind_its_notification_cancels_it(distributed):
-    """What router/AMQP.md's snippets do: publish a delayed notification and,
+    """What docs/amqp.md's snippets do: publish a delayed notification and,
     on the same channel, its cancel at once (both confirmed by the broker)."""
     ids = [unique("behind") for _ in range(200)]
     dead_before = distributed.dead_letters()

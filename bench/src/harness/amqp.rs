@@ -1,4 +1,4 @@
-//! The bench's side of the broker: publications made the way `router/AMQP.md` tells backends
+//! The bench's side of the broker: publications made the way `docs/amqp.md` tells backends
 //! to (independently of the router's own envelope code, so the bench tests the contract),
 //! pipelined publishing with confirms, and the queues a run declares, watches and deletes.
 
@@ -33,7 +33,7 @@ pub(crate) async fn connect(url: &str, name: &str) -> lapin::Result<Connection> 
     Connection::connect(url, properties).await
 }
 
-/// A user-scoped publication for `user`, as `router/AMQP.md` describes it: `message_id`,
+/// A user-scoped publication for `user`, as `docs/amqp.md` describes it: `message_id`,
 /// `content_type`, persistent (unless not `persistent`), `event` and `users` headers.
 pub(crate) fn publication(
     message_id: &str,

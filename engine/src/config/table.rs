@@ -60,7 +60,7 @@ pub const TOP: &[Key] = &[
     key("listen", Str, "Address to listen on: browsers, the publish API, `/healthz`, `/readyz`, `/metrics` (the router: its HTTP API and probes)."),
     key("log_format", Enum(&["text", "json"]), "Log output format."),
     key("api_keys", List, "Plain API keys for the publish API and, with `metrics_require_key`, `/metrics` (every operation, every site), named `key-1`, `key-2`, … by position. The variable is comma-separated.").secret(Yes),
-    key("api_key", Toml, "Named API keys, `[[api_key]]` tables: `name`, the key from `key`, `key_file` or `key_env`, `ops`, `sites`, `tenant`, `rate_per_sec`, `burst` (README, API keys). The variable: `[{ name = \"billing\", key_env = \"BILLING_KEY\" }]`.").secret(Fields(&["key"])),
+    key("api_key", Toml, "Named API keys, `[[api_key]]` tables: `name`, the key from `key`, `key_file` or `key_env`, `ops`, `sites`, `tenant`, `rate_per_sec`, `burst` (docs/api-keys.md). The variable: `[{ name = \"billing\", key_env = \"BILLING_KEY\" }]`.").secret(Fields(&["key"])),
     key("metrics_require_key", Bool, "`GET /metrics` needs an API key allowed the `metrics` operation (`Authorization: Bearer KEY` or `X-Api-Key: KEY`; plain keys and named keys without `ops` have it): 401 or 403 otherwise, counted in `herald_api_key_refused_total{operation=\"metrics\"}`. Off: anyone who reaches `/metrics` reads it, API key names included. On, some key must allow `metrics` (an edge loads `api_keys` and `[[api_key]]` for it, and reloads them on SIGHUP). `/healthz` and `/readyz` stay open. docs/monitoring.md"),
     key("shutdown_grace_ms", Int, "How long shutdown waits for sessions (the router: HTTP requests and forwards) to drain."),
 ];

@@ -17,7 +17,7 @@
  *   raw WebSocket or a SockJS object, one subscription to the user's stream,
  *   reconnect with backoff, resume from the last seen `seq` + `epoch`.
  *
- * # Contract with the gateway (README "Contracts")
+ * # Contract with the gateway (docs/browser-protocol.md)
  * CONNECT carries `passcode` (the JWT), `heart-beat`, and on every reconnect
  * `last-seq` + `epoch` + `offline-ms` (how long ago the previous session was
  * last heard from: if its edge died, the routers re-send to the new edge

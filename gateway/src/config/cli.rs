@@ -15,6 +15,16 @@ use super::{Config, LogFormat, WhenFull};
 /// The version and the commit it was built from, as `--version` says.
 pub const VERSION: &str = herald_engine::version!();
 
+/// `--config`'s help. The paths under `/usr/share/doc/herald-gateway/` in it
+/// and in the text after the flags are where the Debian package installs the
+/// files (`[package.metadata.deb]` assets of gateway/Cargo.toml; a test
+/// checks each), since the man page is made from `--help` and read on an
+/// installed system, which has no `deploy/` directory.
+const CONFIG_HELP: &str = "TOML configuration file. Every key with its default, annotated: \
+                           /usr/share/doc/herald-gateway/examples/gateway.example.toml \
+                           (from the Debian package; examples/ in a release tarball, \
+                           deploy/gateway.example.toml in the source)";
+
 /// Herald gateway: browser sessions (STOMP over WebSocket) and per-user
 /// mailboxes. With no broker configured it runs standalone: the HTTP publish
 /// API is served on the same port.
@@ -30,12 +40,15 @@ pub const VERSION: &str = herald_engine::version!();
     mut_args = defaults_in_help(),
     after_help = "Every configuration key has an environment variable: HERALD_ and its path in \
                   upper case, sections joined by __ (session.max_sessions: \
-                  HERALD_SESSION__MAX_SESSIONS); docs/configuration.md lists them all. \
-                  --print-config shows what is in force."
+                  HERALD_SESSION__MAX_SESSIONS); \
+                  /usr/share/doc/herald-gateway/configuration.md lists them all (from the \
+                  Debian package; docs/configuration.md in the source). --print-config \
+                  shows what is in force."
 )]
 pub struct Cli {
-    /// TOML configuration file (see deploy/gateway.example.toml).
-    #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
+    /// TOML configuration file; `--help` says [`CONFIG_HELP`] (the example
+    /// where an installed system has it).
+    #[arg(long, env = "HERALD_CONFIG", value_name = "FILE", help = CONFIG_HELP)]
     pub config: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, value_name = "ADDR")]
@@ -200,5 +213,51 @@ mod tests {
     fn bad_flag_values_are_usage_errors() {
         assert!(Cli::try_parse_from(["herald-gateway", "--listen", "nowhere"]).is_err());
         assert!(Cli::try_parse_from(["herald-gateway", "--when-full", "explode"]).is_err());
+    }
+
+    /// Each `/usr/share/doc/herald-gateway/…` path `--help` (and so the man page)
+    /// names is a file the Debian package installs: a destination of the
+    /// `[package.metadata.deb]` assets (`["source", "destination", "mode"]`,
+    /// a destination ending in `/` taking the source's file name).
+    #[test]
+    fn help_names_only_files_the_package_installs() {
+        let manifest = include_str!("../../Cargo.toml");
+        let installed: Vec<String> = manifest
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.trim().trim_start_matches('[').split('"').collect();
+                // ["src", "dest", "mode"],  ->  "", src, ", ", dest, ", ", mode, "],"
+                (fields.len() == 7 && fields[2] == ", " && fields[4] == ", ").then(|| {
+                    let (src, dest) = (fields[1], fields[3]);
+                    match dest.strip_suffix('/') {
+                        Some(dir) => format!("/{dir}/{}", src.rsplit('/').next().unwrap_or(src)),
+                        None => format!("/{dest}"),
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            installed
+                .iter()
+                .any(|p| p.starts_with("/usr/share/doc/herald-gateway/")),
+            "no assets read from Cargo.toml: {installed:?}"
+        );
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        let named: Vec<&str> = help
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ';' || c == ',')
+            .filter(|w| w.starts_with("/usr/share/doc/"))
+            .collect();
+        assert!(
+            named.len() >= 2,
+            "--help names the example configuration and configuration.md: {help}"
+        );
+        for path in named {
+            assert!(
+                installed.iter().any(|p| p == path),
+                "--help names {path}, which the package does not install ({installed:?})"
+            );
+        }
     }
 }

@@ -15,6 +15,16 @@ use super::{Config, LogFormat};
 /// The version and the commit it was built from, as `--version` says.
 pub const VERSION: &str = herald_engine::version!();
 
+/// `--config`'s help. The paths under `/usr/share/doc/herald-router/` in it
+/// and in the text after the flags are where the Debian package installs the
+/// files (`[package.metadata.deb]` assets of router/Cargo.toml; a test checks
+/// each), since the man page is made from `--help` and read on an installed
+/// system, which has no source tree.
+const CONFIG_HELP: &str = "TOML configuration file. Every key with its default, annotated: \
+                           /usr/share/doc/herald-router/examples/router.example.toml \
+                           (from the Debian package; examples/ in a release tarball, \
+                           router/router.example.toml in the source)";
+
 /// Herald router: the root layer. Consumes publications from the AMQP
 /// exchange `herald` and the HTTP API (`POST /v1/notifications`), validates
 /// them once, and forwards them to every edge through the `herald.edges`
@@ -29,12 +39,15 @@ pub const VERSION: &str = herald_engine::version!();
     mut_args = defaults_in_help(),
     after_help = "Every configuration key has an environment variable: HERALD_ROUTER_ and its \
                   path in upper case, sections joined by __ (amqp.prefetch: \
-                  HERALD_ROUTER_AMQP__PREFETCH); docs/configuration.md lists them all. \
-                  --print-config shows what is in force."
+                  HERALD_ROUTER_AMQP__PREFETCH); \
+                  /usr/share/doc/herald-router/configuration.md lists them all (from the \
+                  Debian package; docs/configuration.md in the source). --print-config \
+                  shows what is in force."
 )]
 pub struct Cli {
-    /// TOML configuration file (see router/router.example.toml).
-    #[arg(long, env = "HERALD_ROUTER_CONFIG", value_name = "FILE")]
+    /// TOML configuration file; `--help` says [`CONFIG_HELP`] (the example
+    /// where an installed system has it).
+    #[arg(long, env = "HERALD_ROUTER_CONFIG", value_name = "FILE", help = CONFIG_HELP)]
     pub config: Option<PathBuf>,
     /// Address of the HTTP API.
     #[arg(long, value_name = "ADDR")]
@@ -206,5 +219,51 @@ mod tests {
         assert!(Cli::try_parse_from(["herald-router", "--listen", "nowhere"]).is_err());
         assert!(Cli::try_parse_from(["herald-router", "--prefetch", "70000"]).is_err());
         assert!(Cli::try_parse_from(["herald-router", "--log-format", "xml"]).is_err());
+    }
+
+    /// Each `/usr/share/doc/herald-router/…` path `--help` (and so the man page)
+    /// names is a file the Debian package installs: a destination of the
+    /// `[package.metadata.deb]` assets (`["source", "destination", "mode"]`,
+    /// a destination ending in `/` taking the source's file name).
+    #[test]
+    fn help_names_only_files_the_package_installs() {
+        let manifest = include_str!("../../Cargo.toml");
+        let installed: Vec<String> = manifest
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.trim().trim_start_matches('[').split('"').collect();
+                // ["src", "dest", "mode"],  ->  "", src, ", ", dest, ", ", mode, "],"
+                (fields.len() == 7 && fields[2] == ", " && fields[4] == ", ").then(|| {
+                    let (src, dest) = (fields[1], fields[3]);
+                    match dest.strip_suffix('/') {
+                        Some(dir) => format!("/{dir}/{}", src.rsplit('/').next().unwrap_or(src)),
+                        None => format!("/{dest}"),
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            installed
+                .iter()
+                .any(|p| p.starts_with("/usr/share/doc/herald-router/")),
+            "no assets read from Cargo.toml: {installed:?}"
+        );
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        let named: Vec<&str> = help
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ';' || c == ',')
+            .filter(|w| w.starts_with("/usr/share/doc/"))
+            .collect();
+        assert!(
+            named.len() >= 2,
+            "--help names the example configuration and configuration.md: {help}"
+        );
+        for path in named {
+            assert!(
+                installed.iter().any(|p| p == path),
+                "--help names {path}, which the package does not install ({installed:?})"
+            );
+        }
     }
 }

@@ -1,4 +1,4 @@
-"""pika publishing to herald-router: what AMQP.md promises a Python backend."""
+"""pika publishing to herald-router: what docs/amqp.md promises a Python backend."""
 
 from __future__ import annotations
 
