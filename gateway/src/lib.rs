@@ -237,6 +237,14 @@ impl Gateway {
         &self.shared
     }
 
+    /// What keeps this gateway from taking new sessions, asked at any time
+    /// (the conditions of `/readyz`, [`health::not_ready`]): for
+    /// `$NOTIFY_SOCKET`'s `READY=1` ([`herald_engine::process::notify`]).
+    pub fn readiness(&self) -> impl Fn() -> Vec<herald_engine::health::Reason> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || health::not_ready(&shared)
+    }
+
     /// Serve on `listener` until the shutdown token fires, then drain.
     pub async fn serve(self, listener: TcpListener) {
         let shared = self.shared;

@@ -4,6 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod gated_root;
+pub use gated_root::GatedRoot;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
