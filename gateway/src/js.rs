@@ -216,7 +216,7 @@ mod tests {
         String::from_utf8(bytes.to_vec()).unwrap()
     }
 
-    fn header_of<'a>(r: &'a Response, name: header::HeaderName) -> &'a str {
+    fn header_of(r: &Response, name: header::HeaderName) -> &str {
         r.headers()
             .get(name)
             .and_then(|v| v.to_str().ok())

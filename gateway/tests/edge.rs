@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::gated_root::GatedRoot;
 use common::*;
 use herald_protocol::envelope::{Accepted, Notification, Scope};
 use lapin::options::BasicPublishOptions;

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use common::gated_root::GatedRoot;
 use common::*;
 use tokio::net::UnixDatagram;
 

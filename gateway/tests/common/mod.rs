@@ -5,7 +5,6 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod gated_root;
-pub use gated_root::GatedRoot;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
