@@ -20,6 +20,12 @@
   under exchange, queue and key names of its own, deleted at the end), then
   stopped with SIGTERM and must exit 0;
 - herald-mint-token (in the gateway's package) signs a token;
+- the units are Type=notify and each binary, started as above with
+  $NOTIFY_SOCKET naming a datagram socket of this script (as systemd does),
+  sends READY=1 (its /readyz answers 200 then) and, on SIGTERM, STOPPING=1;
+  `systemd-analyze verify` passes the units (herald-gateway@.service
+  through an instance) when systemd-analyze is installed, the binaries'
+  paths pointed at the extracted tree;
 - lintian on both .debs, failing on errors and warnings.
 
 Prints one line per check, then "N passed, M failed"; exits 1 on a failure.
@@ -31,6 +37,7 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,11 +110,41 @@ def base_env():
     return {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | {"RUST_LOG": "info"}
 
 
+def notify_socket(workdir):
+    """A datagram socket standing in for systemd's $NOTIFY_SOCKET."""
+    path = workdir / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    return sock, str(path)
+
+
+def until_state(sock, line, timeout):
+    """Datagrams until one with `line` (e.g. READY=1); None after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            state = sock.recv(4096).decode()
+        except socket.timeout:
+            return None
+        if line in state.splitlines():
+            return state
+
+
 def serve(name, cmd, env, ready_paths, port, workdir):
-    """Start, poll each path until 200, SIGTERM, expect exit 0."""
+    """Start with $NOTIFY_SOCKET set, expect READY=1, poll each path until
+    200, SIGTERM, expect STOPPING=1 and exit 0."""
     log = open(workdir / f"{name}.log", "w+")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    sock, path = notify_socket(workdir)
+    proc = subprocess.Popen(cmd, env=env | {"NOTIFY_SOCKET": path}, stdout=log,
+                            stderr=subprocess.STDOUT)
     try:
+        ready = until_state(sock, "READY=1", START_TIMEOUT)
+        check(f"{name}: sd_notify READY=1 on $NOTIFY_SOCKET", ready is not None,
+              f"exit {proc.poll()}; log:\n{tail(log)}")
         for path in ready_paths:
             url = f"http://127.0.0.1:{port}{path}"
             deadline = time.monotonic() + START_TIMEOUT
@@ -121,6 +158,8 @@ def serve(name, cmd, env, ready_paths, port, workdir):
                          f"last status {status}, exit {proc.poll()}; log:\n{tail(log)}"):
                 return
         proc.send_signal(signal.SIGTERM)
+        stopping = until_state(sock, "STOPPING=1", STOP_TIMEOUT)
+        check(f"{name}: sd_notify STOPPING=1 at SIGTERM", stopping is not None)
         try:
             code = proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -131,6 +170,7 @@ def serve(name, cmd, env, ready_paths, port, workdir):
             proc.kill()
             proc.wait()
         log.close()
+        sock.close()
 
 
 def tail(f, lines=20):
@@ -169,6 +209,7 @@ def check_layout(name, tree, control, conf, extra_bins=()):
         check(f"{name}: the unit runs /usr/bin/{name} as the user herald",
               f"ExecStart=/usr/bin/{name} " in text and "User=herald" in text
               and f"/etc/herald/{conf}.env" in text)
+        check(f"{name}: the unit is Type=notify", "\nType=notify\n" in text)
     toml = tree / "etc/herald" / f"{conf}.toml"
     envf = tree / "etc/herald" / f"{conf}.env"
     check(f"{name}: /etc/herald/{conf}.toml", toml.is_file())
@@ -187,6 +228,47 @@ def check_layout(name, tree, control, conf, extra_bins=()):
     check(f"{name}: postinst makes the system user herald",
           "adduser --system" in postinst and "#DEBHELPER#" not in postinst)
     return binary, toml, envf
+
+
+def unit_dir(tree):
+    for d in ("usr/lib/systemd/system", "lib/systemd/system"):
+        if (tree / d).is_dir():
+            return tree / d
+    return None
+
+
+def check_template(tree):
+    """herald-gateway@.service: one instance per edge, each with its files."""
+    d = unit_dir(tree)
+    unit = d / "herald-gateway@.service" if d else None
+    if not check("herald-gateway: template unit herald-gateway@.service",
+                 unit is not None and unit.is_file()):
+        return
+    text = unit.read_text()
+    check("herald-gateway@.service: Type=notify; /etc/herald/gateway-%i.{toml,env}, "
+          "its own state directory and edge id",
+          "\nType=notify\n" in text and "--config /etc/herald/gateway-%i.toml" in text
+          and "EnvironmentFile=/etc/herald/gateway-%i.env" in text
+          and "StateDirectory=herald/%i" in text and "--data-dir %S/herald/%i" in text
+          and "Environment=HERALD_EDGE_ID=%i" in text)
+
+
+def verify_units(tree, workdir, units):
+    """`systemd-analyze verify` on `units` (file names; `x@y.service` is an
+    instance of the template x@.service), their /usr/bin paths pointed at
+    the extracted tree (verify checks that ExecStart's program exists)."""
+    if shutil.which("systemd-analyze") is None:
+        print("skip: systemd-analyze verify (systemd-analyze is not installed)")
+        return
+    src = unit_dir(tree)
+    out = workdir / "units"
+    out.mkdir()
+    for f in src.glob("*.service"):
+        text = f.read_text().replace("/usr/bin/herald-", f"{tree}/usr/bin/herald-")
+        (out / f.name).write_text(text)
+    r = run(["systemd-analyze", "verify", "--man=no", *[str(out / u) for u in units]])
+    said = (r.stdout + r.stderr).strip()
+    check(f"systemd-analyze verify {' '.join(units)}", r.returncode == 0 and not said, said)
 
 
 def check_version(name, binary, commit):
@@ -216,6 +298,8 @@ def gateway(deb, commit, root):
     tree, control = extract(deb, workdir)
     binary, toml, envf = check_layout("herald-gateway", tree, control, "gateway",
                                       extra_bins=("herald-mint-token",))
+    check_template(tree)
+    verify_units(tree, workdir, ["herald-gateway.service", "herald-gateway@edge-07.service"])
     check_version("herald-gateway", binary, commit)
     check_config_refuses_placeholders("herald-gateway", binary, toml, envf, workdir)
     jwt = secrets.token_hex(24)
@@ -241,6 +325,7 @@ def router(deb, commit, root):
     workdir.mkdir()
     tree, control = extract(deb, workdir)
     binary, toml, envf = check_layout("herald-router", tree, control, "router")
+    verify_units(tree, workdir, ["herald-router.service"])
     check_version("herald-router", binary, commit)
     check_config_refuses_placeholders("herald-router", binary, toml, envf, workdir)
     suffix = f".pkgcheck-{secrets.token_hex(6)}"
@@ -306,6 +391,8 @@ def tarballs(dist):
         members = run(["tar", "-tzf", str(found[0])]).stdout.split()
         want = [f"bin/{name}", f"systemd/{name}.service", "LICENSE", "README.md", "VERSION",
                 "docs/configuration.md"]
+        if name == "herald-gateway":
+            want.append("systemd/herald-gateway@.service")
         missing = [w for w in want if not any(m.endswith("/" + w) for m in members)]
         check(f"{name}: the tarball holds its binary, unit, configurations, LICENSE, README",
               not missing and any("/etc/" in m and m.endswith(".toml") for m in members),

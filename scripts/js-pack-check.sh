@@ -2,7 +2,9 @@
 # @herald/client as npm would ship it. `npm pack` gateway/js, then:
 #   - the tarball holds exactly the package's files (package.json, the module,
 #     its types, README, CHANGELOG, LICENSE: the repository's, byte for byte);
-#   - package.json's repository is the one Cargo.toml names, with `directory`;
+#   - package.json makes up no link: nothing at example.invalid; a
+#     repository only when Cargo.toml names one (then the same, with
+#     `directory`); Herald has no public home yet, so today neither does;
 #   - it installs offline into a scratch project in a temp dir (no
 #     dependencies: sockjs-client is an optional peer, not installed);
 #   - Node imports it by name as ESM: the name resolves through `exports` to
@@ -27,17 +29,23 @@ die() { printf 'js-pack: FAILED: %s\n' "$*" >&2; exit 1; }
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# package.json's repository and Cargo.toml's workspace repository are one.
+# package.json's links: none made up; its repository is Cargo.toml's
+# workspace repository when there is one, and absent when there is none.
 cargo_repo=$(sed -n 's/^repository = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
 node -e '
     const [pkgPath, cargoRepo] = process.argv.slice(1);
-    const pkg = JSON.parse(require("fs").readFileSync(pkgPath, "utf8"));
-    const r = pkg.repository || {};
-    const want = "git+" + cargoRepo.replace(/\/$/, "") + ".git";
+    const text = require("fs").readFileSync(pkgPath, "utf8");
+    const pkg = JSON.parse(text);
     const fail = (m) => { console.error("js-pack: FAILED: package.json " + m); process.exit(1); };
-    if (r.url !== want) fail(`repository.url is ${JSON.stringify(r.url)}, Cargo.toml says ${want}`);
-    if (r.directory !== "gateway/js") fail("repository.directory must be gateway/js");
-    if (!pkg.homepage || !(pkg.bugs && pkg.bugs.url)) fail("needs homepage and bugs.url");
+    if (/example\.invalid/.test(text)) fail("links to example.invalid: name a real place or none");
+    if (cargoRepo) {
+        const r = pkg.repository || {};
+        const want = "git+" + cargoRepo.replace(/\/$/, "") + ".git";
+        if (r.url !== want) fail(`repository.url is ${JSON.stringify(r.url)}, Cargo.toml says ${want}`);
+        if (r.directory !== "gateway/js") fail("repository.directory must be gateway/js");
+    } else if (pkg.repository || pkg.homepage || pkg.bugs) {
+        fail("names a repository, homepage or bugs URL while Cargo.toml names no repository");
+    }
     if (!Array.isArray(pkg.keywords) || pkg.keywords.length === 0) fail("needs keywords");
     if (!pkg.publishConfig || pkg.publishConfig.access !== "public") fail("needs publishConfig.access public (a scoped name)");
     if (pkg.license !== "Apache-2.0") fail("license must be Apache-2.0");

@@ -4,7 +4,8 @@
 #   herald-gateway_<version>-1_<arch>.deb, herald-router_<version>-1_<arch>.deb
 #       Debian packages (cargo-deb, configured in gateway/Cargo.toml and
 #       router/Cargo.toml): the binary in /usr/bin, its man page, the systemd
-#       unit from deploy/systemd (installed, not enabled), /etc/herald/*.toml
+#       units from deploy/systemd (installed, not enabled; the gateway's
+#       also herald-gateway@.service, one instance per edge), /etc/herald/*.toml
 #       and *.env (mode 0600) as conffiles, the annotated examples and
 #       docs/configuration.md under /usr/share/doc/<package>, and a system
 #       user `herald` (postinst, deploy/debian/) with its state in
@@ -149,6 +150,7 @@ tarball() {
     printf '%s %s (commit %s)\n' "$name" "$VERSION" "$COMMIT" >"$dir/VERSION"
     case $name in
         herald-gateway)
+            install -m 0644 "deploy/systemd/herald-gateway@.service" "$dir/systemd/"
             install -m 0755 deploy/mint-token "$dir/bin/herald-mint-token"
             install -m 0644 "$BIN_DIR/man/herald-mint-token.1.gz" "$dir/man/"
             install -m 0644 deploy/debian/gateway.toml "$dir/etc/gateway.toml"

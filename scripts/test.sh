@@ -14,7 +14,12 @@
 # and the SockJS protocol suite (scripts/sockjs-conformance.sh --pypi-copy:
 # the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
 # the Debian packages and release tarballs (scripts/package.sh from the debug
-# build, checked by scripts/check-packages.py: extracted and run, lintian),
+# build, checked by scripts/check-packages.py: extracted and run, lintian,
+# READY=1 and STOPPING=1 on $NOTIFY_SOCKET, systemd-analyze verify), the
+# container image (scripts/image.sh build and check, from the debug build:
+# podman build, podman export, the gateway run under chroot) and the
+# compose file (scripts/check-compose.py), cargo deny (deny.toml: licenses,
+# bans, duplicate versions, sources),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
@@ -34,7 +39,8 @@
 # Autobahn|Testsuite's and the SockJS suite's Python 2.7 virtualenvs (pyenv's
 # 2.7.x must exist), Debian's prometheus (for promtool: the monitoring
 # stage checks deploy/monitoring's alert rules and dashboard), Debian's
-# lintian, and (by scripts/package.sh) cargo-deb from crates.io and Debian's
+# lintian and podman, cargo-deny from crates.io (pinned), and (by
+# scripts/package.sh) cargo-deb from crates.io and Debian's
 # help2man and dpkg-dev, and mdbook from crates.io (the documentation site,
 # scripts/check-book.sh). Honours
 # CARGO_TARGET_DIR. Uses cargo-nextest when it is installed, `cargo test`
@@ -334,6 +340,47 @@ package_tests() {
     SUMMARY+=("packages (cargo-deb, dpkg-deb -x, lintian, $((SECONDS - started)) s): $(grep -E '^packages: [0-9]+ passed' "$LOGDIR/packages.log" | tail -n1 | sed -E 's/^packages: //; s/ \([0-9]+ s\)$//')")
 }
 
+# The container image (Containerfile) from the debug binaries just built
+# (`--profile dev --no-build`: no second, optimized build; release images
+# use release binaries), checked without a container runtime (podman run
+# cannot set resource limits in this sandbox): exported with podman create
+# + podman export and run under chroot (scripts/image.sh check), then
+# removed; and deploy/compose.yaml checked statically
+# (scripts/check-compose.py).
+ensure_image_tools() {
+    command -v podman >/dev/null || ensure_apt_packages podman
+}
+
+image_tests() {
+    local tag="localhost/herald:ci-$$" started=$SECONDS
+    run_stage image bash -c 'scripts/image.sh build --profile dev --no-build --tag "$1" \
+        && scripts/image.sh check --tag "$1"; status=$?; scripts/image.sh rm --tag "$1"; exit $status' _ "$tag"
+    SUMMARY+=("image (podman build, export, chroot; $((SECONDS - started)) s): $(grep -E '^image: [0-9]+ passed' "$LOGDIR/image.log" | tail -n1 | sed 's/^image: //')")
+    run_stage compose "$VENV/bin/python" scripts/check-compose.py
+    SUMMARY+=("compose file (static): $(grep -E '^compose: [0-9]+ passed' "$LOGDIR/compose.log" | tail -n1 | sed 's/^compose: //')")
+}
+
+# cargo deny (deny.toml): licenses, bans (duplicate versions, with the
+# allowed ones named and why) and sources; advisories need the network and
+# are left out. cargo-deny is installed, pinned, from crates.io when missing.
+CARGO_DENY_VERSION=0.20.2
+
+ensure_cargo_deny() {
+    local have
+    have=$(cargo-deny --version 2>/dev/null | awk '{print $2}' || true)
+    [ "$have" = "$CARGO_DENY_VERSION" ] && return 0
+    step "installing cargo-deny $CARGO_DENY_VERSION from crates.io${have:+ (found $have)}"
+    env -u CARGO_TARGET_DIR cargo install cargo-deny --locked --version "$CARGO_DENY_VERSION"
+}
+
+deny_tests() {
+    local started=$SECONDS
+    run_stage cargo-deny cargo deny --locked check licenses bans sources
+    local result=ok f
+    for f in "${FAILED[@]}"; do [[ $f == cargo-deny* ]] && result="failed, see above"; done
+    SUMMARY+=("cargo deny (licenses, bans, sources; $((SECONDS - started)) s): $result")
+}
+
 distributed_tests() {
     # A whole deployment (deploy/up: two RabbitMQ roots, two routers, three
     # edges, HAProxy; on its own --port-offset) from the debug binaries just
@@ -469,6 +516,8 @@ main() {
     ensure_promtool
     ensure_packaging_tools
     ensure_mdbook
+    ensure_image_tools
+    ensure_cargo_deny
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -482,6 +531,8 @@ main() {
     examples_tests
     openapi_tests
     package_tests
+    image_tests
+    deny_tests
     haproxy_tests
     docs_site_tests
     monitoring_tests

@@ -4,6 +4,7 @@
 //! metrics ([`metrics`]).
 
 pub mod metrics;
+pub mod notify;
 
 /// The version of the binary that calls it and the commit it was built
 /// from, as `--version` says: `0.1.0 (commit 0123456789ab)`, a string

@@ -10,7 +10,8 @@
 //! | `GET /v1/stats` | this process's figures and per-topic windows as JSON, cacheable for 15 s ([`crate::stats`]) |
 //! | `GET /v1/openapi.json` | the OpenAPI document of what this gateway serves ([`herald_engine::openapi`]) |
 //! | `/sockjs/...` | SockJS 0.3 ([`crate::sockjs`]) |
-//! | `GET /js/herald.js` | the browser client module |
+//! | `GET /js/herald.js` | the browser client module, as written (`no-cache`, `ETag`) ([`crate::js`]) |
+//! | `GET /js/{file}` | `herald.<hash>.js` (minified, `immutable`) and its source map ([`crate::js`]) |
 //! | `GET /` | the demo page (dev mode only) |
 //! | `GET /console`, `/console/assets/{file}` | the operator's web console, standalone ([`herald_engine::console`]) |
 
@@ -18,8 +19,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::{Html, Response};
 use axum::routing::get;
 
 use crate::app::{Mode, Shared};
@@ -27,7 +28,6 @@ use crate::sockjs::native::Native;
 use crate::sockjs::session::Registry;
 
 const DEMO_PAGE: &str = include_str!("../assets/demo.html");
-const CLIENT_MODULE: &str = include_str!("../js/src/herald.js");
 
 /// Every route of the gateway, given the publish routes, and the streaming
 /// receivers of the `/sockjs` service that the front serves on the socket
@@ -35,7 +35,8 @@ const CLIENT_MODULE: &str = include_str!("../js/src/herald.js");
 pub fn routes(shared: Arc<Shared>, publish: Router) -> (Router, Option<Arc<Native>>) {
     let mut router = Router::new()
         .route("/ws", get(crate::ws::upgrade))
-        .route("/js/herald.js", get(client_module))
+        .route("/js/herald.js", get(crate::js::source))
+        .route("/js/{file}", get(crate::js::hashed))
         .route("/healthz", get(crate::health::healthz))
         .route("/readyz", get(crate::health::readyz))
         .route("/metrics", get(metrics))
@@ -91,24 +92,32 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
     shared.metrics_access.answer(&shared.registry, &headers)
 }
 
-async fn client_module() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        CLIENT_MODULE,
-    )
-        .into_response()
-}
-
+/// The demo page, importing this build's hashed client (the page is
+/// compiled in: `/js/herald.js` in it is replaced once).
 async fn demo() -> Html<&'static str> {
-    Html(DEMO_PAGE)
+    static PAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    Html(PAGE.get_or_init(|| {
+        DEMO_PAGE.replace(
+            "'/js/herald.js'",
+            &format!("'{}'", crate::js::minified_path()),
+        )
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use herald_engine::openapi::{PATH, drift, whole};
+
+    #[tokio::test]
+    async fn the_demo_page_imports_this_builds_hashed_client() {
+        let page = super::demo().await.0;
+        let hashed = crate::js::minified_path();
+        assert!(
+            page.contains(&format!("from '{hashed}'")),
+            "{hashed} not imported"
+        );
+        assert!(!page.contains("'/js/herald.js'"));
+    }
 
     /// Every route this file and the SockJS service register is in
     /// engine/openapi.json under a tag a gateway serves, and every such

@@ -13,6 +13,8 @@
 //!   being looked at, and the per-address rate.
 //! - [`http`]: routes: `/ws`, `/sockjs`, `/healthz`, `/readyz`, `/metrics`,
 //!   the demo page, and (standalone) the publish API from `herald-engine`.
+//! - [`js`]: the browser client as served: `/js/herald.js` as written,
+//!   `/js/herald.<hash>.js` minified and immutable, with its source map.
 //! - [`health`]: liveness (`/healthz`) and readiness (`/readyz`: not
 //!   draining; an edge linked to a root).
 //! - [`ws`]: the WebSocket upgrade, shared by `/ws` and SockJS's websocket
@@ -89,6 +91,7 @@ pub mod front;
 pub mod health;
 pub mod http;
 pub mod hub;
+pub mod js;
 pub mod link;
 pub mod metrics;
 pub mod outbox;
@@ -235,6 +238,14 @@ impl Gateway {
     /// The shared state (tests read metrics and the hub through it).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// What keeps this gateway from taking new sessions, asked at any time
+    /// (the conditions of `/readyz`, [`health::not_ready`]): for
+    /// `$NOTIFY_SOCKET`'s `READY=1` ([`herald_engine::process::notify`]).
+    pub fn readiness(&self) -> impl Fn() -> Vec<herald_engine::health::Reason> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || health::not_ready(&shared)
     }
 
     /// Serve on `listener` until the shutdown token fires, then drain.

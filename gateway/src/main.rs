@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use herald_engine::api_key::ApiKeys;
+use herald_engine::process::notify::{Notifier, announce_ready};
 use herald_engine::process::{
     EX_CANTCREAT, EX_CONFIG, EX_UNAVAILABLE, init_tracing, on_reload_signal, print_config_errors,
     wait_for_signal,
@@ -122,6 +123,15 @@ fn main() -> ExitCode {
         }));
         let mode = gateway.mode().name();
         tracing::info!(%addr, mode, dev, "herald-gateway listening");
+        // systemd (Type=notify): READY=1 once listening and, for an edge,
+        // linked to a root (what /readyz asks); STOPPING=1 at the drain.
+        let readiness = gateway.readiness();
+        let notify = tokio::spawn(announce_ready(
+            Notifier::from_env(),
+            "herald-gateway",
+            move || std::future::ready(readiness()),
+            shutdown.clone(),
+        ));
         let signals = tokio::spawn(async move {
             wait_for_signal().await;
             shutdown.cancel();
@@ -129,6 +139,8 @@ fn main() -> ExitCode {
         gateway.serve(listener).await;
         signals.abort();
         reloads.abort();
+        // It sent STOPPING=1 when the token fired (serve returns only after).
+        let _ = notify.await;
         ExitCode::SUCCESS
     })
 }

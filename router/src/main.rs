@@ -94,7 +94,10 @@ fn main() -> ExitCode {
             let api_keys = api_keys.clone();
             on_reload_signal(move || reload_api_keys(&cli, &api_keys))
         });
-        server::run(config, listener, shutdown, store, api_keys).await;
+        // systemd (Type=notify): READY=1 once ready as /readyz says,
+        // STOPPING=1 at the drain.
+        let notifier = herald_engine::process::notify::Notifier::from_env();
+        server::run_notifying(config, listener, shutdown, store, api_keys, notifier).await;
         signals.abort();
         reloads.abort();
         ExitCode::SUCCESS

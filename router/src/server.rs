@@ -66,6 +66,7 @@ use herald_engine::api_key::ApiKeys;
 use herald_engine::deadline::{DeadlineCounters, DeadlineListener, Deadlines};
 use herald_engine::engine::{Durable, Engine, Parts, PresenceSource};
 use herald_engine::presence::redis::RedisPresence;
+use herald_engine::process::notify::{Notifier, announce_ready};
 use herald_engine::schedule::store::StoreError;
 use herald_engine::schedule::store::redis::RedisStore;
 use herald_engine::stats::TopicStats;
@@ -91,6 +92,29 @@ pub async fn run(
     shutdown: CancellationToken,
     store: Option<RedisStore>,
     api_keys: ApiKeys,
+) {
+    run_notifying(
+        config,
+        listener,
+        shutdown,
+        store,
+        api_keys,
+        Notifier::none(),
+    )
+    .await;
+}
+
+/// [`run`], telling systemd (`notifier`, from `$NOTIFY_SOCKET`) `READY=1`
+/// once the conditions of `/readyz` hold (broker connected, Redis
+/// answering) on a listening port, and `STOPPING=1` when `shutdown` fires
+/// ([`herald_engine::process::notify`]).
+pub async fn run_notifying(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    store: Option<RedisStore>,
+    api_keys: ApiKeys,
+    notifier: Notifier,
 ) {
     let mut registry = Registry::default();
     herald_engine::metrics::register_process(
@@ -135,6 +159,18 @@ pub async fn run(
     let health = Health::new(side.slot.clone(), shutdown.clone(), side.store.clone());
     let deadlines = Deadlines::new(&config.http, DeadlineCounters::register(&mut registry));
     let exposition = Exposition { registry, access };
+    let notify = tokio::spawn({
+        let health = health.clone();
+        announce_ready(
+            notifier,
+            "herald-router",
+            move || {
+                let health = health.clone();
+                async move { health.not_ready().await }
+            },
+            shutdown.clone(),
+        )
+    });
     let routes = routes(Arc::new(exposition), health, &engine, &stats);
 
     // The AMQP side, stopped after the HTTP server has drained: the
@@ -178,9 +214,13 @@ pub async fn run(
         routes,
         &deadlines,
         config.shutdown_grace(),
-        shutdown,
+        shutdown.clone(),
     )
     .await;
+    // The server stops when the token fires (notify has sent STOPPING=1
+    // then) or when it failed: the process winds down either way.
+    shutdown.cancel();
+    let _ = notify.await;
     tracing::info!("HTTP server stopped; stopping the AMQP intake");
     amqp_shutdown.cancel();
     // The intake waits up to the grace for its forwards; closing takes a little more.
