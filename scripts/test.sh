@@ -3,7 +3,8 @@
 # independent-client tests (tests/python: stomp.py against the real
 # herald-gateway binary), the distributed end-to-end tests
 # (tests/distributed: a whole deployment from deploy/up, driven with pika and
-# stomp.py through HAProxy), then the JavaScript client's unit and type tests
+# stomp.py through HAProxy), a 4-minute soak of such a deployment (herald-bench
+# soak --check: nothing lost, nothing growing), then the JavaScript client's unit and type tests
 # (gateway/js, and its npm package: scripts/js-pack-check.sh packs it,
 # installs it offline into a scratch project, imports and typechecks it) and
 # the real-browser tests (tests/browser: chromium), and the
@@ -400,6 +401,23 @@ distributed_tests() {
     SUMMARY+=("distributed, targeted routing (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed-targeted.log")")
 }
 
+# The short soak (bench/README.md#soak): the distributed deployment (deploy/up,
+# on its own --port-offset) from the debug binaries under mixed traffic for 4
+# minutes, about 5 with bring-up, the drain and teardown. It fails on anything
+# lost, duplicated or refused, a session the server ended, a wrong presence
+# answer, and on growth after the warm-up beyond limits meant to catch a leak,
+# not to measure a slope (fds 20/min, threads 4/min, RSS 5 %/min per process).
+# No timing is asserted. The report (Markdown, JSON, SVG) stays in the logs.
+soak_tests() {
+    local dir started=$SECONDS
+    dir="$(target_dir)/debug"
+    [ -x "$dir/herald-bench" ] && [ -x "$dir/herald-router" ] && [ -x "$dir/herald-gateway" ] \
+        || die "$dir/herald-bench, herald-router and herald-gateway were not built"
+    run_stage soak "$dir/herald-bench" soak --minutes 4 --sample-secs 15 --warmup-percent 30 \
+        --check --bin-dir "$dir" --port-offset 6000 --out-dir "$LOGDIR/soak" --name soak-ci
+    SUMMARY+=("soak (herald-bench soak, 4 min of traffic, $((SECONDS - started)) s): $(grep -E '^soak soak-ci:' "$LOGDIR/soak.log" | tail -n1 | sed -E 's/^soak soak-ci: //')")
+}
+
 # ---- JavaScript: the browser client (gateway/js) and the real-browser tests
 # (tests/browser: Debian chromium driven by playwright-core; no browser is
 # ever downloaded).
@@ -537,6 +555,7 @@ main() {
     docs_site_tests
     monitoring_tests
     distributed_tests
+    soak_tests
     js_tests
     browser_tests
 

@@ -23,19 +23,19 @@
 //! # Layout
 //! - [`args`]: the command line; [`settings`]: its defaults resolved and checked, the plans and
 //!   the order of the runs (pure).
-//! - [`receiver`]: the service being called (hyper on 127.0.0.1), recording each arrival.
+//! - [`crate::harness::receiver`]: the service being called (hyper on 127.0.0.1), recording each
+//!   arrival (in the harness: `soak` uses it too).
 //! - [`herald`]: one Herald run; [`bullmq`]: the BullMQ peer and one BullMQ run.
 //! - [`outcome`]: one run's figures, and waiting for the arrivals.
 //! - [`report`]: medians, spreads, ratios, goals and their text (pure).
 //!
-//! Imports go one way: `herald | bullmq -> outcome -> receiver | settings -> args`, `report ->
+//! Imports go one way: `herald | bullmq -> outcome -> settings -> args`, `report ->
 //! outcome`; below them [`crate::scheduled`] and [`crate::harness`].
 
 pub(crate) mod args;
 mod bullmq;
 mod herald;
 mod outcome;
-mod receiver;
 mod report;
 mod settings;
 

@@ -11,6 +11,7 @@ use crate::latency::LatencyArgs;
 use crate::publish::PublishArgs;
 use crate::retained::RetainedArgs;
 use crate::router_throughput::RouterThroughputArgs;
+use crate::soak::SoakArgs;
 use crate::worker::WorkerArgs;
 
 /// Load and measurement tool for Herald.
@@ -53,6 +54,12 @@ pub(crate) enum Command {
     /// measure what the HTTP publish path costs it: server CPU per notification, one per
     /// request or in batches, one request in flight per connection or pipelined.
     Publish(PublishArgs),
+    /// The distributed deployment (deploy/up) under mixed traffic for `--minutes` (30):
+    /// session churn, per-user, client and global publications over HTTP and AMQP, delayed and
+    /// callback notifications, presence; every process's RSS, descriptors and threads and the
+    /// stores' sizes sampled once a minute; nothing may be lost, and the slope of each series
+    /// after the warm-up is the figure (goal: flat). Markdown, JSON and an SVG plot.
+    Soak(SoakArgs),
     /// Internal: one worker process of a benchmark. Started by the parent, talks JSON lines.
     #[command(hide = true)]
     Worker(WorkerArgs),

@@ -16,6 +16,7 @@ pub(crate) mod pacing;
 pub(crate) mod plan;
 pub(crate) mod proctree;
 pub(crate) mod progress;
+pub(crate) mod receiver;
 pub(crate) mod report;
 pub(crate) mod rss;
 pub(crate) mod run;

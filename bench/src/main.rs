@@ -5,7 +5,7 @@
 //! another command or [`cli`], [`harness`] imports neither the commands nor [`client`]):
 //!
 //! ```text
-//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | compare | publish | worker
+//! main -> cli -> connections | router_throughput | latency | delayed | retained | callbacks | compare | publish | soak | worker
 //!                     |               |               |         |  |      |          |         |
 //!                     |               |               |         |  +-> scheduled <---+         |
 //!                     |               |               |         +-> fleet <-+                  |
@@ -29,6 +29,9 @@
 //!   raw or the JSON publish path.
 //! - [`compare`]: Herald beside its peers (Nchan), same scenarios, same client, one run: idle
 //!   sessions, broadcast ramps; ratios round by round.
+//! - [`soak`]: the distributed deployment (`deploy/up`) under mixed traffic for half an hour:
+//!   nothing lost, and the slope of every process's RSS, descriptors and threads and of the
+//!   stores' sizes after the warm-up; Markdown, JSON and an SVG plot.
 //! - [`fleet`]: the recording sessions `delayed` and `retained` share: worker processes whose
 //!   sessions count the bench's messages as they arrive.
 //! - [`worker`]: a worker process (hidden command): opens its share of sessions, reports JSON
@@ -51,7 +54,7 @@
 //!   setrlimit, kill).
 //!
 //! # Processes
-//! The parent never opens sessions: each process may hold at most 20,000 fds, so sessions live
+//! The parent never opens sessions (but `soak`, which holds a hundred or so itself): each process may hold at most 20,000 fds, so sessions live
 //! in worker processes (the same binary, `herald-bench worker ...`), at most 19,000 each, each
 //! binding to its own source address so loopback's ephemeral ports last.
 
@@ -68,6 +71,7 @@ mod publish;
 mod retained;
 mod router_throughput;
 mod scheduled;
+mod soak;
 mod worker;
 
 use std::process::ExitCode;
@@ -148,6 +152,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let code = exit_code(runtime.block_on(compare::run(args)));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
+        Command::Soak(args) => {
+            let runtime = match runtime(true) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let code = exit_code(runtime.block_on(soak::run(args)));
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             code
         }

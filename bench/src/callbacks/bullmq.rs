@@ -22,11 +22,11 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use super::outcome::{self, BENCH, Published, RunOutcome};
-use super::receiver::Receiver;
 use super::settings::{SIGNING_SECRET, Settings, Side, TOPIC};
 use crate::harness::configs::new_run_id;
 use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::BenchError;
+use crate::harness::receiver::Receiver;
 use crate::scheduled::clock::now_ms;
 use crate::scheduled::plan::{Dues, Plan};
 use crate::scheduled::store::RedisProbe;

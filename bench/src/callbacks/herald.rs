@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use super::outcome::{self, BENCH, Published, RunOutcome};
-use super::receiver::Receiver;
 use super::settings::{SIGNING_SECRET, Settings, Side, TOPIC};
 use crate::client::api::ApiConnection;
 use crate::harness::interrupt::interruptible;
 use crate::harness::outcome::BenchError;
+use crate::harness::receiver::Receiver;
 use crate::scheduled::clock::now_ms;
 use crate::scheduled::delivery::due_table;
 use crate::scheduled::ingest::{self, Progress};

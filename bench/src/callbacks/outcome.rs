@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::receiver::{Arrived, Receiver};
 use super::settings::{Settings, Side};
 use crate::harness::progress::Progress as Bar;
+use crate::harness::receiver::{Arrived, Receiver};
 use crate::scheduled::clock::now_ms;
 use crate::scheduled::delivery::{self, Delivery};
 use crate::scheduled::plan::Plan;
