@@ -329,6 +329,23 @@ distributed_tests() {
     SUMMARY+=("distributed, targeted routing (deploy/up, pytest): $(sum_pytest_results "$LOGDIR/distributed-targeted.log")")
 }
 
+ensure_iproute2() {
+    # The partition tests build hosts from network namespaces (ip netns).
+    command -v ip >/dev/null || ensure_apt_packages iproute2
+}
+
+# Silent network partitions (tests/partitions, docs/partitions.md): a root,
+# Redis, a router and two edges in network namespaces on a bridge, each path
+# cut (blackhole routes, a link down) and healed in turn. Needs root, as CI
+# runs; fails (it does not skip) otherwise. Bounded at 300 s; the script's
+# trap deletes the namespaces and ends their processes whatever happens.
+partition_tests() {
+    local started=$SECONDS
+    run_stage partitions scripts/partition-tests.sh --bin-dir "$(target_dir)/debug" \
+        --python "$VENV/bin/python" --timeout 300
+    SUMMARY+=("partitions (network namespaces, $((SECONDS - started)) s): $(sum_pytest_results "$LOGDIR/partitions.log")")
+}
+
 # ---- JavaScript: the browser client (gateway/js) and the real-browser tests
 # (tests/browser: Debian chromium driven by playwright-core; no browser is
 # ever downloaded).
@@ -444,6 +461,7 @@ main() {
     ensure_example_tools
     ensure_promtool
     ensure_packaging_tools
+    ensure_iproute2
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -460,6 +478,7 @@ main() {
     haproxy_tests
     monitoring_tests
     distributed_tests
+    partition_tests
     js_tests
     browser_tests
 
