@@ -15,6 +15,9 @@
 # the v0.3.3 suite as PyPI's pyramid_sockjs 0.3.9 bundles it, sha256-pinned),
 # the Debian packages and release tarballs (scripts/package.sh from the debug
 # build, checked by scripts/check-packages.py: extracted and run, lintian),
+# the partition tests (scripts/partition-tests.sh: a root, Redis, a router
+# and two edges in network namespaces, each path cut silently and healed;
+# needs root, as CI runs),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
