@@ -40,6 +40,12 @@ PREFIX="hp$(( $$ % 100000 ))"
 export HERALD_PART_PREFIX=$PREFIX
 [ -z "$BIN_DIR" ] || export HERALD_PART_BIN_DIR="$(realpath -m "$BIN_DIR")"
 
+# The deployment's state (logs, broker data) goes under WORK: kept when
+# the tests failed or timed out, or HERALD_PART_KEEP=1; else
+# removed with the rest.
+WORK=$(mktemp -d /tmp/herald-part-run.XXXXXX)
+status=1
+
 cleanup() {
     local ns pids i p alive sig
     for sig in TERM KILL; do
@@ -61,16 +67,26 @@ cleanup() {
         ip netns del "$ns" 2>/dev/null || true
     done
     ip link del "${PREFIX}br" 2>/dev/null || true
+    if { [ "$status" -ne 0 ] && [ "$status" -ne 130 ]; } || [ "${HERALD_PART_KEEP:-}" = 1 ]; then
+        echo "partition-tests: state and logs kept in $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # Every client talks to the namespaces' addresses directly.
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
 cd "$ROOT/tests/partitions"
 started=$SECONDS
+# In the background, so that a signal to this script is handled at once
+# (bash runs traps only between foreground commands): it stops pytest, and
+# the EXIT trap cleans up.
+TMPDIR=$WORK timeout --kill-after=10 "$LIMIT" "$PYTHON" -m pytest -p no:cacheprovider -v -s "$@" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; status=130; exit 130' INT TERM
 set +e
-timeout --kill-after=10 "$LIMIT" "$PYTHON" -m pytest -p no:cacheprovider -v -s "$@"
+wait "$child"
 status=$?
 set -e
 [ "$status" -ne 124 ] || echo "partition-tests: killed after ${LIMIT}s" >&2

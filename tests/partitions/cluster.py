@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pika
+import pika.exceptions
 import requests
 import stomp
 
@@ -255,17 +256,23 @@ class Cluster:
                 raise
             return ok.method.message_count, ok.method.consumer_count
 
-    def listed_queue(self, queue: str) -> int | None:
-        """The consumers of a queue as `rabbitmqctl list_queues` says, None
-        if it does not exist. Unlike a passive declare (queue_state), it
-        does not renew the queue's `x-expires` lease."""
-        out = self.rabbitmqctl("list_queues", "-q", "--no-table-headers", "name", "consumers",
-                               timeout=30)
-        for line in out.splitlines():
-            fields = line.split()
-            if len(fields) == 2 and fields[0] == queue:
-                return int(fields[1])
-        return None
+    def edge_queue_bound(self, edge: str) -> bool:
+        """Whether the root still has `edge`'s queue, asked without touching
+        it (a passive declare would renew its `x-expires` lease): a
+        mandatory probe to the targeted exchange with the edge's id comes
+        back unroutable once the queue is gone. A probe that is routed
+        stays in that queue (only asked while the edge is cut off, so it
+        expires with the queue)."""
+        with self.amqp() as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            try:
+                ch.basic_publish("herald.edges.targeted", edge, b"{}",
+                                 pika.BasicProperties(message_id=unique("probe")),
+                                 mandatory=True)
+            except pika.exceptions.UnroutableError:
+                return False
+            return True
 
     def consumers(self, queue: str) -> int:
         s = self.queue_state(queue)
