@@ -176,7 +176,9 @@ impl Hub {
     /// mailbox here can vouch for the stretch. Every mailbox takes a new
     /// epoch, so a session resuming from before gets an `epoch-changed`
     /// gap, and every live session gets that gap marker now, after what it
-    /// already has. Returns the number of mailboxes.
+    /// already has. (A live session's messages keep the epoch it attached
+    /// with, so its next resume gets one more gap: a second reload, never
+    /// a silent loss.) Returns the number of mailboxes.
     pub fn upstream_lost(&self) -> usize {
         let mut mailboxes = 0;
         for shard in &self.shards {
