@@ -232,6 +232,18 @@ class Cluster:
                    lambda: self.consumers("herald.edge.edge1") == 1
                    and self.consumers("herald.edge.edge2") == 1, timeout=TIMEOUT)
 
+    def wait_whole(self, timeout: float = RECOVERY) -> None:
+        """Every process alive, the router and both edges ready, each edge
+        and the router consuming on the root (after a heal)."""
+        def whole():
+            for name in self.procs:
+                self.alive(name)
+            return (all(self.ready(h) for h in ("router", "edge1", "edge2"))
+                    and self.consumers("herald.edge.edge1") == 1
+                    and self.consumers("herald.edge.edge2") == 1
+                    and self.consumers("herald.publications") >= 1)
+        wait_until("the deployment to be whole", whole, timeout=timeout, interval=0.2)
+
     def redis_ping(self) -> bool:
         res = subprocess.run(["redis-cli", "-h", self.net.addr("redis"), "-p", "6379", "ping"],
                              capture_output=True, text=True, timeout=5)

@@ -79,6 +79,7 @@ def cluster(request):
 def part(cluster):
     """The deployment, whole again: every cut healed, every process alive
     and ready, both edges consuming, after the test its sessions closed."""
+    cluster.wait_whole()
     try:
         yield cluster
     finally:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import time
 
-from cluster import (AMQP_HEARTBEAT_S, PUBLISH_TIMEOUT_MS, QUEUE_EXPIRES_S, RECOVERY,
-                     STOMP_HEARTBEAT_MS, TIMEOUT, ids)
+from cluster import QUEUE_EXPIRES_S, RECOVERY, STOMP_HEARTBEAT_MS, TIMEOUT, ids
 from herald_dist import duplicates, unique, wait_until
 
 EDGE_QUEUE = "herald.edge.{}"
