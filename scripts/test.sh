@@ -21,6 +21,9 @@
 # podman build, podman export, the gateway run under chroot) and the
 # compose file (scripts/check-compose.py), cargo deny (deny.toml: licenses,
 # bans, duplicate versions, sources),
+# the partition tests (scripts/partition-tests.sh: a root, Redis, a router
+# and two edges in network namespaces, each path cut silently and healed;
+# needs root, as CI runs),
 # and, when asked ($HERALD_FUZZ_SECONDS set) and rustup has a nightly
 # toolchain, every cargo-fuzz target for that many seconds (scripts/fuzz.sh);
 # the seed corpora are replayed on stable by the Rust tests either way, so CI
@@ -418,6 +421,23 @@ soak_tests() {
     SUMMARY+=("soak (herald-bench soak, 4 min of traffic, $((SECONDS - started)) s): $(grep -E '^soak soak-ci:' "$LOGDIR/soak.log" | tail -n1 | sed -E 's/^soak soak-ci: //')")
 }
 
+ensure_iproute2() {
+    # The partition tests build hosts from network namespaces (ip netns).
+    command -v ip >/dev/null || ensure_apt_packages iproute2
+}
+
+# Silent network partitions (tests/partitions, docs/partitions.md): a root,
+# Redis, a router and two edges in network namespaces on a bridge, each path
+# cut (blackhole routes, a link down) and healed in turn. Needs root, as CI
+# runs; fails (it does not skip) otherwise. Bounded at 300 s; the script's
+# trap deletes the namespaces and ends their processes whatever happens.
+partition_tests() {
+    local started=$SECONDS
+    run_stage partitions scripts/partition-tests.sh --bin-dir "$(target_dir)/debug" \
+        --python "$VENV/bin/python" --timeout 300
+    SUMMARY+=("partitions (network namespaces, $((SECONDS - started)) s): $(sum_pytest_results "$LOGDIR/partitions.log")")
+}
+
 # ---- JavaScript: the browser client (gateway/js) and the real-browser tests
 # (tests/browser: Debian chromium driven by playwright-core; no browser is
 # ever downloaded).
@@ -536,6 +556,7 @@ main() {
     ensure_mdbook
     ensure_image_tools
     ensure_cargo_deny
+    ensure_iproute2
 
     step "building the workspace (all targets)"
     cargo build --workspace --all-targets
@@ -556,6 +577,7 @@ main() {
     monitoring_tests
     distributed_tests
     soak_tests
+    partition_tests
     js_tests
     browser_tests
 

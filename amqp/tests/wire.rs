@@ -140,6 +140,25 @@ async fn a_declaration_the_broker_refuses_is_a_channel_error_with_its_reason() {
 }
 
 #[tokio::test]
+async fn a_missing_queue_is_told_and_the_connection_goes_on() {
+    let mut wire = Wire::open(&config(AMQP, 1 << 20)).await.expect("open");
+    let queue = queue_name("exists");
+    // The broker closes the channel of a passive declare of a missing
+    // queue; the client opens it again.
+    assert!(!wire.queue_exists(&queue).await.unwrap());
+    wire.declare_queue(&queue, expiring()).await.unwrap();
+    assert!(wire.queue_exists(&queue).await.unwrap());
+    wire.consume(&queue, &format!("{queue}.consumer"), 16)
+        .await
+        .unwrap();
+    wire.publish("", &queue, &BasicProperties::default(), b"after")
+        .await
+        .unwrap();
+    assert_eq!(&delivery(next(&mut wire).await).body[..], b"after");
+    wire.close(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test]
 async fn wrong_credentials_are_refused_with_the_brokers_reason() {
     let url = "amqp://guest:not-the-password@127.0.0.1:5672/%2f";
     match Wire::open(&config(url, 1 << 20)).await {

@@ -40,7 +40,7 @@ pub use mailbox::{Missed, Resume};
 
 use crate::config::MailboxConfig;
 use crate::metrics::{DropReason, Metrics};
-use crate::outbox::{Loss, Outbox, Pushed, Subscription};
+use crate::outbox::{GapReason, Loss, Outbox, Pushed, Subscription};
 use expiry::ExpiryQueue;
 use mailbox::{Appended, BufferLimits, Mailbox};
 use retained::{Origin, Retained};
@@ -118,6 +118,17 @@ pub struct Hub {
     origin: Origin,
 }
 
+/// A random mailbox epoch (52 bits: exact in a JavaScript number), not
+/// `old`.
+fn new_epoch(old: u64) -> u64 {
+    loop {
+        let epoch = rand::random::<u64>() >> 12;
+        if epoch != old {
+            return epoch;
+        }
+    }
+}
+
 fn shard_of(user: &str) -> usize {
     let mut h = DefaultHasher::new();
     user.hash(&mut h);
@@ -161,6 +172,33 @@ impl Hub {
         }
     }
 
+    /// What was routed to this edge for a while is lost upstream (a root
+    /// deleted its queue while the edge was away: `x-expires`), so no
+    /// mailbox here can vouch for the stretch. Every mailbox takes a new
+    /// epoch, so a session resuming from before gets an `epoch-changed`
+    /// gap, and every live session gets that gap marker now, after what it
+    /// already has. (A live session's messages keep the epoch it attached
+    /// with, so its next resume gets one more gap: a second reload, never
+    /// a silent loss.) Returns the number of mailboxes.
+    pub fn upstream_lost(&self) -> usize {
+        let mut mailboxes = 0;
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            for list in shard.users.values_mut() {
+                for mailbox in list.iter_mut() {
+                    mailbox.epoch = new_epoch(mailbox.epoch);
+                    for outbox in &mailbox.sessions {
+                        if outbox.gap_now(GapReason::EpochChanged) {
+                            self.metrics.gaps.inc();
+                        }
+                    }
+                    mailboxes += 1;
+                }
+            }
+        }
+        mailboxes
+    }
+
     /// Live mailboxes.
     pub fn mailbox_count(&self) -> usize {
         self.count.load(Ordering::Relaxed)
@@ -199,7 +237,7 @@ impl Hub {
                 list.push(Mailbox::new(
                     Arc::clone(&who.site),
                     who.client.clone(),
-                    rand::random::<u64>() >> 12,
+                    new_epoch(0),
                 ));
                 self.count.fetch_add(1, Ordering::Relaxed);
                 self.metrics.mailboxes.inc();

@@ -397,6 +397,28 @@ impl Outbox {
         }
     }
 
+    /// Tell every subscription, after what is queued now, that messages
+    /// may be missing: the mailbox never got them ([`crate::hub::Hub::upstream_lost`]).
+    /// Whether there was a subscription to tell.
+    pub fn gap_now(&self, reason: GapReason) -> bool {
+        let mut st = self.state.lock();
+        if st.cut || st.subs.is_empty() {
+            return false;
+        }
+        let seq = st.cursor;
+        let keys: SmallVec<[u32; 2]> = st.subs.iter().map(|s| s.sub.key).collect();
+        for key in keys {
+            st.push_back(Item::Gap {
+                seq,
+                reason,
+                only: Some(key),
+            });
+        }
+        drop(st);
+        self.notify.notify_one();
+        true
+    }
+
     /// Remove a subscription by client id; whether it existed. Its pending
     /// replay goes with it.
     pub fn unsubscribe(&self, id: &str) -> bool {

@@ -205,6 +205,39 @@ describe('herald client', () => {
     });
   }
 
+  // Issue 36, item 1: a client that reads is never cut by a burst, however
+  // many messages: the gateway keeps what the session was not sent yet in
+  // its mailbox and the session reads on from it as the transport drains.
+  for (const run of CLIENT_RUNS) {
+    test(`${run.name}: a burst of 10,000 published faster than it drains arrives whole, in order`, async () => {
+      if (run.sockjs) requireSockJS();
+      const user = newUser(`${run.tag}-burst`);
+      const url = runUrl(run, gw);
+      const N = 10_000;
+      await withPage(gw, '/herald.html', { url, transport: run.transport, token: token(user), user }, async ({ page }) => {
+        await waitFor(page, () => window.h && window.h.state === 'connected', null, 'connected');
+        for (let first = 1; first <= N; first += 1000) {
+          await gw.publish(Array.from({ length: 1000 }, (_, i) => (
+            { users: [user], event: 'test.burst', payload: { n: first + i } })));
+        }
+        // Progress, not a deadline for the whole burst: each wait is for more.
+        let seen = 0;
+        while (seen < N) {
+          await waitFor(page, (k) => window.T.received.length > k, seen, `more than ${seen} of the burst`);
+          seen = await page.evaluate(() => window.T.received.length);
+        }
+        const t = await page.evaluate(() => ({
+          received: window.T.received.map((m) => ({ body: m.body, seq: m.seq, epoch: m.epoch })),
+          errors: window.T.errors, gaps: window.T.gaps, states: window.T.states,
+        }));
+        assertConsecutive(t.received, Array.from({ length: N }, (_, i) => i + 1));
+        assert.deepEqual(t.gaps, [], 'no gap');
+        assert.deepEqual(t.errors, [], 'no error');
+        assert.deepEqual(t.states, ['connecting', 'connected'], 'never cut');
+      });
+    });
+  }
+
   test('a refused static token: an auth error, then closed, no retry', async () => {
     const user = newUser('expired');
     const expired = token(user, { expIn: -3600 });

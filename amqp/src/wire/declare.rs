@@ -3,6 +3,7 @@
 
 use amq_protocol::protocol::AMQPClass;
 use amq_protocol::protocol::basic::{self, AMQPMethod as Basic};
+use amq_protocol::protocol::channel;
 use amq_protocol::protocol::exchange::{self, AMQPMethod as Exchange};
 use amq_protocol::protocol::queue::{self, AMQPMethod as Queue};
 use amq_protocol::types::{FieldTable, ShortString};
@@ -47,6 +48,38 @@ impl Wire {
             matches!(r, AMQPClass::Queue(Queue::DeclareOk(_)))
         })
         .await
+    }
+
+    /// Whether `queue` exists (a passive declare). The broker answers a
+    /// missing queue by closing the channel (404): it is opened again, so
+    /// the connection goes on either way.
+    pub async fn queue_exists(&mut self, name: &str) -> Result<bool, WireError> {
+        let declare = queue::Declare {
+            queue: ShortString::from(name),
+            passive: true,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        };
+        let asked = self
+            .call(AMQPClass::Queue(Queue::Declare(declare)), |r| {
+                matches!(r, AMQPClass::Queue(Queue::DeclareOk(_)))
+            })
+            .await;
+        match asked {
+            Ok(()) => Ok(true),
+            Err(WireError::ChannelClosed { code: 404, .. }) => {
+                self.call(
+                    AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+                    |r| matches!(r, AMQPClass::Channel(channel::AMQPMethod::OpenOk(_))),
+                )
+                .await?;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Bind `queue` to `exchange` with `routing_key`.

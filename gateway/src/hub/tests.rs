@@ -183,6 +183,55 @@ async fn resume_past_the_buffer_gets_a_gap() {
     ));
 }
 
+#[tokio::test]
+async fn upstream_loss_gaps_live_sessions_and_resumes_from_before() {
+    let h = hub(300);
+    let alice = who("alice", None, "");
+    let bob = who("bob", None, "");
+    let now = Instant::now();
+    let (live, _) = session_with_epoch(&h, &alice);
+    let (gone, epoch) = session_with_epoch(&h, &bob);
+    h.deliver(&note(Scope::User, &["alice", "bob"], &[], &[]), now);
+    h.detach(&bob, &gone, now);
+
+    // A root deleted this edge's queue while the link was down.
+    assert_eq!(h.upstream_lost(), 2);
+
+    // The live session: what it had, then the gap marker, then what comes.
+    h.deliver(&note(Scope::User, &["alice"], &[], &[]), now);
+    let items: Vec<(u64, Option<GapReason>)> = std::iter::from_fn(|| live.pop())
+        .map(|p| match p.item {
+            Item::Deliver { seq, .. } => (seq, None),
+            Item::Gap { seq, reason, .. } => (seq, Some(reason)),
+        })
+        .collect();
+    assert_eq!(
+        items,
+        vec![(1, None), (1, Some(GapReason::EpochChanged)), (2, None)]
+    );
+
+    // A session resuming from before the loss, even from the head: a gap,
+    // not a replay that looks whole.
+    let again = outbox();
+    let attached = h.attach(&bob, &again, usize::MAX, None).unwrap();
+    assert_ne!(attached.epoch, epoch);
+    let replay = h.subscribe(
+        &bob,
+        &again,
+        sub(0),
+        Some(&Resume { epoch, last_seq: 1 }),
+        now,
+    );
+    assert_eq!(replay, Replay::Gap);
+    assert!(matches!(
+        again.pop().unwrap().item,
+        Item::Gap {
+            reason: GapReason::EpochChanged,
+            ..
+        }
+    ));
+}
+
 #[tokio::test(start_paused = true)]
 async fn idle_mailbox_expires_after_ttl() {
     let h = Arc::new(hub(300));

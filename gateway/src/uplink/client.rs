@@ -12,7 +12,9 @@ use std::future::Future;
 use futures_util::{FutureExt, StreamExt};
 use herald_amqp::envelope::body_bytes;
 use herald_amqp::wire::{Assembled, Delivery, Wire, WireError};
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 
@@ -38,8 +40,13 @@ pub(super) trait RootClient: Send {
     fn ack(&mut self, tag: u64) -> impl Future<Output = Result<(), LinkError>> + Send;
 }
 
-/// Declare `topology` and consume its queue on `wire`.
-pub(super) async fn consume_on_wire(wire: &mut Wire, topology: &Topology) -> Result<(), WireError> {
+/// Declare `topology` and consume its queue on `wire`; whether the queue
+/// was there before (see [`super::Uplink::relinked`]).
+pub(super) async fn consume_on_wire(
+    wire: &mut Wire,
+    topology: &Topology,
+) -> Result<bool, WireError> {
+    let existed = wire.queue_exists(&topology.queue).await?;
     for (name, kind) in &topology.exchanges {
         wire.declare_exchange(name, kind_name(kind)).await?;
     }
@@ -49,7 +56,8 @@ pub(super) async fn consume_on_wire(wire: &mut Wire, topology: &Topology) -> Res
         wire.bind(&topology.queue, exchange, key).await?;
     }
     wire.consume(&topology.queue, &topology.consumer_tag, topology.prefetch)
-        .await
+        .await?;
+    Ok(existed)
 }
 
 fn kind_name(kind: &ExchangeKind) -> &str {
@@ -93,8 +101,29 @@ pub(super) struct LapinLink {
 }
 
 impl LapinLink {
-    /// Declare `topology` on a channel of `conn` and consume its queue.
-    pub(super) async fn open(conn: &Connection, topology: &Topology) -> Result<Self, lapin::Error> {
+    /// Declare `topology` on a channel of `conn` and consume its queue;
+    /// whether the queue was there before (see [`super::Uplink::relinked`]).
+    pub(super) async fn open(
+        conn: &Connection,
+        topology: &Topology,
+    ) -> Result<(Self, bool), lapin::Error> {
+        // A passive declare of a missing queue closes its channel: one of
+        // its own.
+        let probe = conn.create_channel().await?;
+        let existed = probe
+            .queue_declare(
+                topology.queue.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .is_ok();
+        if existed {
+            probe.close(200, "".into()).await?;
+        }
         let channel = conn.create_channel().await?;
         for (name, kind) in &topology.exchanges {
             herald_amqp::topology::durable_exchange(&channel, name, kind.clone()).await?;
@@ -120,7 +149,7 @@ impl LapinLink {
                 FieldTable::default(),
             )
             .await?;
-        Ok(LapinLink { channel, consumer })
+        Ok((LapinLink { channel, consumer }, existed))
     }
 }
 

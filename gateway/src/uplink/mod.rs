@@ -31,6 +31,7 @@
 mod client;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use herald_amqp::envelope::{
@@ -222,6 +223,8 @@ impl Uplink {
             RootLinkEvents(Arc::clone(&self.metrics)),
         );
         let topology = self.topology();
+        // Whether this link consumed its queue on this root before.
+        let linked = &AtomicBool::new(false);
         if lapin {
             supervisor
                 .run(shutdown, |conn, shutdown| {
@@ -229,7 +232,8 @@ impl Uplink {
                     // Reports made while this link connects wait in the backlog.
                     let reports = self.subscribe();
                     async move {
-                        let mut link = LapinLink::open(&conn, topology).await?;
+                        let (mut link, existed) = LapinLink::open(&conn, topology).await?;
+                        self.relinked(linked, existed);
                         Ok(self
                             .serve(&mut link, reports, &topology.queue, &shutdown)
                             .await?)
@@ -252,7 +256,8 @@ impl Uplink {
                     let reports = self.subscribe();
                     async move {
                         let served = match consume_on_wire(&mut wire, topology).await {
-                            Ok(()) => {
+                            Ok(existed) => {
+                                self.relinked(linked, existed);
                                 self.serve(&mut wire, reports, &topology.queue, &shutdown)
                                     .await
                             }
@@ -278,6 +283,26 @@ impl Uplink {
                 },
             )
             .await;
+    }
+
+    /// A link consumes its queue again (`linked`: it did before, in this
+    /// process) and found it `existed`. If it did not, the root deleted it
+    /// while the edge was away longer than `edge.queue_expires_secs`, and
+    /// with it whatever was routed to this edge meanwhile: every mailbox
+    /// here may miss messages, and its sessions are told so with a
+    /// `herald.gap` ([`Hub::upstream_lost`]). (The first link of a process
+    /// finds an old queue or none; its mailboxes are new anyway.)
+    fn relinked(&self, linked: &AtomicBool, existed: bool) {
+        if linked.swap(true, Ordering::Relaxed) && !existed {
+            let mailboxes = self.hub.upstream_lost();
+            tracing::warn!(
+                queue = %self.queue_name(),
+                mailboxes,
+                "this edge's queue on a root was gone (it expired while the link was down, \
+                 edge.queue_expires_secs): what was routed to it meanwhile is lost; \
+                 every mailbox's sessions get a herald.gap"
+            );
+        }
     }
 
     /// The exchanges, queue and bindings of this edge on every root.
