@@ -43,6 +43,8 @@
 //!   the routes each crate registers.
 //! - [`answers`]: what every process answers alike: `/metrics`'s
 //!   exposition, 404 and 405 as JSON errors.
+//! - [`exposition`]: `/metrics`'s two text formats, OpenMetrics and the
+//!   Prometheus text format 0.0.4, chosen by `Accept` (pure).
 //! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
 //!   (readiness), the same in both binaries.
 //! - [`callback`]: the pure parts of callbacks (HTTP calls when a
@@ -80,6 +82,7 @@ pub mod config;
 pub mod console;
 pub mod deadline;
 pub mod engine;
+pub mod exposition;
 pub mod health;
 pub mod link;
 pub mod metrics;
