@@ -41,6 +41,8 @@
 //!   (`engine/openapi.json`, written by hand), cut down to what a process
 //!   serves and served at `GET /v1/openapi.json`; its drift check against
 //!   the routes each crate registers.
+//! - [`apidocs`]: the API reference page at `/v1/docs`, that document
+//!   rendered by Redoc's bundle (vendored from npm, compiled in).
 //! - [`answers`]: what every process answers alike: `/metrics`'s
 //!   exposition, 404 and 405 as JSON errors.
 //! - [`exposition`]: `/metrics`'s two text formats, OpenMetrics and the
@@ -77,6 +79,7 @@
 
 pub mod answers;
 pub mod api_key;
+pub mod apidocs;
 pub mod callback;
 pub mod config;
 pub mod console;

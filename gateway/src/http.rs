@@ -108,7 +108,7 @@ async fn demo() -> Html<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use herald_engine::openapi::{PATH, drift, whole};
+    use herald_engine::openapi::{drift, served_routes, whole};
 
     /// Every route this file and the SockJS service register is in
     /// engine/openapi.json under a tag a gateway serves, and every such
@@ -127,15 +127,12 @@ mod tests {
         }
         // Registered from variables, which `registered` does not read: the
         // greeting with a trailing slash (`{prefix}/`), and the document
-        // itself (merged from herald_engine::openapi::routes).
+        // and its reference page (merged from herald_engine::openapi::routes).
         routes
             .entry("/sockjs/".to_owned())
             .or_default()
             .insert("GET".to_owned());
-        routes
-            .entry(PATH.to_owned())
-            .or_default()
-            .insert("GET".to_owned());
+        routes.extend(served_routes());
         let documented = drift::documented(
             &whole(),
             &[
