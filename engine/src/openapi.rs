@@ -373,7 +373,8 @@ mod tests {
                 "/v1/notifications",
                 "/v1/openapi.json",
                 "/v1/operator",
-                "/v1/stats"
+                "/v1/stats",
+                "/v1/users/{uid}/disconnect"
             ]
         );
         assert!(router["paths"]["/v1/notifications"]["get"].is_null());
