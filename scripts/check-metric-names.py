@@ -35,7 +35,12 @@ def exported(scrape: str) -> tuple[set[str], set[str]]:
     names, families = set(), set()
     for line in scrape.splitlines():
         if line.startswith("# TYPE "):
-            families.add(line.split()[2])
+            family = line.split()[2]
+            families.add(family)
+            # The 0.0.4 text names a counter family by its samples
+            # (herald_x_total): its OpenMetrics name is exported too.
+            if line.split()[3:] == ["counter"] and family.endswith("_total"):
+                names.add(family[: -len("_total")])
         elif line and not line.startswith("#"):
             names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
     return names | families, families

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Check deploy/monitoring: the alert rules are valid and do what their unit
-# tests say (promtool check rules / test rules), every metric the rules, the
+# tests say (promtool check rules / test rules), both binaries' /metrics in
+# the Prometheus text format 0.0.4 pass `promtool check metrics` and
+# negotiate OpenMetrics by Accept, every metric the rules, the
 # Grafana dashboard and docs/monitoring.md name exists in a real scrape of
 # the debug herald-gateway (standalone) and herald-router (RabbitMQ on
 # 127.0.0.1:5672, Redis on 127.0.0.1:6379, as scripts/test.sh ensures), and
@@ -129,6 +131,27 @@ else
     tail -n 20 "$WORK/router.log" >&2
 fi
 check "gateway and router scraped" test ${#scraped[@]} -eq 2
+# The scrapes above sent no Accept: the Prometheus text format 0.0.4, which
+# promtool reads (its lint included: help text, counters' _total, units).
+for prom in "${scraped[@]}"; do
+    check "promtool check metrics: $(basename "$prom")" promtool check metrics <"$prom"
+done
+# Accept negotiation, as a scraper asks: Prometheus' own header gets
+# OpenMetrics (ending in # EOF), text/plain the 0.0.4 text.
+content_type() {
+    curl -fsS -o "$WORK/negotiated" -D - -H "Accept: $2" "$1/metrics" \
+        | tr -d '\r' | awk -F': ' 'tolower($1) == "content-type" { print $2 }'
+}
+negotiates() {
+    local base=$1
+    [[ $(content_type "$base" 'application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1') \
+        == application/openmetrics-text* ]] && tail -n1 "$WORK/negotiated" | grep -qx '# EOF' \
+        && [[ $(content_type "$base" 'text/plain;version=0.0.4') == 'text/plain; version=0.0.4; charset=utf-8' ]] \
+        && ! grep -q '^# EOF' "$WORK/negotiated" \
+        && [[ $(content_type "$base" 'application/openmetrics-text;q=0.2, */*') == text/plain* ]]
+}
+check "gateway /metrics negotiates by Accept" negotiates "http://127.0.0.1:$gw_port"
+check "router /metrics negotiates by Accept" negotiates "http://127.0.0.1:$rt_port"
 # Families that appear with their first event, their labels unknown before
 # (status classes, callback hosts, alert channels): nothing in this check
 # makes a callback, so they are taken as exported. docs/monitoring.md says

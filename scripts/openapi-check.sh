@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Check the OpenAPI contract (engine/openapi.json) against the running
-# binaries with schemathesis: a standalone herald-gateway and a herald-router
+# Check the OpenAPI contract (engine/openapi.json): the document is valid
+# OpenAPI 3.1 (openapi-spec-validator, on the file and on what each process
+# serves), the API reference page /v1/docs and its script are served, the
+# committed Redoc bundle is npm's (scripts/vendor-redoc.sh --check, when npm
+# is installed), and the running
+# binaries answer as it says (schemathesis): a standalone herald-gateway and a herald-router
 # (with its delayed store in Redis), each on a loopback port, each checked
 # against the document it serves at /v1/openapi.json. schemathesis generates
 # requests from the document (valid and invalid ones, its examples, and
@@ -80,6 +84,8 @@ for b in herald-gateway herald-router; do
 done
 "$PYTHON" -m schemathesis.cli --version >/dev/null 2>&1 \
     || die "$PYTHON has no schemathesis: pip install -r tests/openapi/requirements.txt"
+"$PYTHON" -m openapi_spec_validator --version >/dev/null 2>&1 \
+    || die "$PYTHON has no openapi-spec-validator: pip install -r tests/openapi/requirements.txt"
 redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || die "no Redis on 127.0.0.1:6379"
 
 WORK=$(mktemp -d)
@@ -182,6 +188,53 @@ EOF
 ROUTER_PID=$!
 wait_ready "http://127.0.0.1:$ROUTER_PORT/readyz" "$ROUTER_PID" "$WORK/router.log"
 
+status=0
+results=()
+
+# The documents themselves, before anything is generated from them: the
+# whole one as written and each one a process serves, valid OpenAPI 3.1
+# (openapi-spec-validator: the 3.1 schema and its rules).
+validate() {
+    local name=$1 file=$2
+    step "openapi-spec-validator: $name"
+    if "$PYTHON" -m openapi_spec_validator --validation-errors all "$file"; then
+        return 0
+    fi
+    results+=("$name: not valid OpenAPI (openapi-spec-validator)")
+    status=1
+}
+validate engine/openapi.json "$ROOT/engine/openapi.json"
+curl -fsS -o "$WORK/gateway-openapi.json" "http://127.0.0.1:$GATEWAY_PORT/v1/openapi.json"
+validate "the gateway's /v1/openapi.json" "$WORK/gateway-openapi.json"
+curl -fsS -o "$WORK/router-openapi.json" "http://127.0.0.1:$ROUTER_PORT/v1/openapi.json"
+validate "the router's /v1/openapi.json" "$WORK/router-openapi.json"
+[ $status -eq 0 ] && results+=("documents valid (openapi-spec-validator)")
+
+# The API reference page (/v1/docs) of both: the page, and the script it
+# names, from this process. The bundle is npm's redoc as committed
+# (scripts/vendor-redoc.sh --check packs it again and compares).
+reference_page() {
+    local base=$1 script
+    script=$(curl -fsS "$base/v1/docs" | sed -n 's|.*<script src="\(/v1/docs/assets/[^"]*\)".*|\1|p')
+    [ -n "$script" ] && curl -fsS -o /dev/null "$base$script"
+}
+for name in gateway router; do
+    port=GATEWAY_PORT
+    [ $name = router ] && port=ROUTER_PORT
+    if ! reference_page "http://127.0.0.1:${!port}"; then
+        results+=("$name: /v1/docs or its script not served")
+        status=1
+    fi
+done
+if command -v npm >/dev/null; then
+    if scripts/vendor-redoc.sh --check; then
+        results+=("redoc bundle as npm ships it")
+    else
+        results+=("redoc bundle differs from npm's")
+        status=1
+    fi
+fi
+
 CHECKS=${OPENAPI_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,missing_required_header,unsupported_method,ignored_auth,use_after_free,ensure_resource_availability}
 
 # Run schemathesis with API key `key` against the document served at
@@ -211,8 +264,6 @@ cases() {
     grep -E '^ +[0-9]+ generated' "$WORK/$1.out" | tail -n1 | sed -E 's/^ +//; s/, [0-9]+ skipped//'
 }
 
-status=0
-results=()
 # The SockJS transports are left out: their receivers stream (an answer
 # never ends while the session lives) and the SockJS protocol itself
 # answers a bad xhr_send with 500 ("Payload expected.", "Broken JSON

@@ -22,6 +22,8 @@
 //! - [`envelope`]: headers and properties to and from a
 //!   [`herald_protocol::envelope::Notification`] (pure, no I/O). Edges read
 //!   what the router forwards with the same [`envelope::from_amqp`].
+//! - [`control`]: requests a router sends its edges beside notifications
+//!   (an operator's disconnect of a user).
 //! - [`supervisor`]: one connection kept alive: connect with backoff and
 //!   jitter, run a session, reconnect when it fails, until shutdown.
 //! - [`publisher`]: the confirm-mode channel forwards go through.
@@ -42,6 +44,7 @@
 //!
 //! The contract for publishers is in `docs/amqp.md`.
 
+pub mod control;
 pub mod envelope;
 pub mod guarded;
 pub mod link;

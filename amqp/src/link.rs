@@ -21,7 +21,7 @@ use herald_protocol::{binary, bundle};
 use tokio::sync::watch;
 
 use super::publisher::{Forwarded, Publisher, in_order};
-use herald_engine::link::{Link, LinkError, LinkFuture, SendFuture, Taken};
+use herald_engine::link::{DisconnectFuture, Link, LinkError, LinkFuture, SendFuture, Taken};
 
 /// Where the current session's [`Publisher`] lives. Clones share the slot.
 #[derive(Debug, Clone)]
@@ -214,6 +214,41 @@ impl Link for AmqpLink {
     /// at most 8,000.
     fn batch_limit(&self) -> usize {
         SEND_BATCH
+    }
+
+    /// A disconnect request to every edge ([`crate::control::Disconnect`]),
+    /// confirmed by the broker within the timeout; each edge ends the
+    /// user's sessions it holds (so the count is theirs: None).
+    fn disconnect<'a>(&'a self, user: &'a str, reason: &'a str) -> DisconnectFuture<'a> {
+        Box::pin(async move {
+            let publisher = self
+                .slot
+                .current()
+                .ok_or_else(|| LinkError("not connected to the AMQP broker".into()))?;
+            let request = crate::control::Disconnect {
+                user: user.to_owned(),
+                reason: reason.to_owned(),
+            };
+            let (properties, body) = request.to_amqp();
+            let sent = async {
+                let sent = publisher
+                    .send_control(properties, &body)
+                    .await
+                    .map_err(|e| LinkError(format!("AMQP: {e}")))?;
+                match publisher.confirmed(sent).await {
+                    Ok(Forwarded::Routed) => Ok(None),
+                    Ok(Forwarded::Unroutable) => {
+                        tracing::debug!(user, "disconnect: no edge is bound to the edges exchange");
+                        Ok(None)
+                    }
+                    Err(e) => Err(LinkError(e.to_string())),
+                }
+            };
+            match tokio::time::timeout(self.timeout, sent).await {
+                Ok(r) => r,
+                Err(_) => Err(not_confirmed(self.timeout)),
+            }
+        })
     }
 }
 

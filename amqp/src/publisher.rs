@@ -140,6 +140,22 @@ impl Publisher {
         Ok(Sent(in_order(publishes).await?))
     }
 
+    /// Publish a control message ([`crate::control`]) to every edge: the
+    /// edges exchange (fanout), or the targeted exchange's every-edge key.
+    /// Resolves like [`Publisher::send`].
+    pub async fn send_control(
+        &self,
+        properties: BasicProperties,
+        body: &Bytes,
+    ) -> lapin::Result<Sent> {
+        let (exchange, key) = match &self.targeted {
+            None => (self.edges.clone(), short("")),
+            Some((exchange, _)) => (exchange.clone(), short(crate::topology::EVERY_EDGE)),
+        };
+        let confirm = self.send_raw(exchange, key, properties, body).await?;
+        Ok(Sent(vec![confirm]))
+    }
+
     /// Publish `batch` to one edge's key on the targeted exchange, as is
     /// (the catch-up of an edge a recipient arrived on).
     pub async fn send_to_edge(

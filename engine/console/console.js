@@ -827,6 +827,55 @@
     }
   });
 
+  // ---- Disconnect a user, publish a test notification ----------------
+  $('#disconnect-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const f = $('#disconnect-form');
+    clearFieldErrors(f);
+    showError($('#disconnect-error'), '');
+    const uid = $('#d-uid').value.trim();
+    const reason = $('#d-reason').value.trim();
+    if (!uid) return void showFieldError(f, { field: 'uid', message: 'Enter a user id.' });
+    if (!reason) return void showFieldError(f, { field: 'reason', message: 'Say why: the sessions are told.' });
+    try {
+      const r = await api(`v1/users/${encodeURIComponent(uid)}/disconnect`, { method: 'POST', body: { reason } });
+      flash(typeof r?.sessions === 'number'
+        ? `${uid}: ${r.sessions === 1 ? '1 session' : `${num(r.sessions)} sessions`} ended.`
+        : `${uid}: every edge was told to end the user's sessions.`, 'ok');
+    } catch (e) {
+      if (e.status === 401) return;
+      if (!showFieldError(f, e)) showError($('#disconnect-error'), explain(e));
+    }
+  });
+
+  $('#test-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const f = $('#test-form');
+    clearFieldErrors(f);
+    showError($('#test-error'), '');
+    const user = $('#t-user').value.trim();
+    const event = $('#t-event').value.trim();
+    const raw = $('#t-payload').value;
+    if (!user) return void showFieldError(f, { field: 'users', message: 'Enter a user id.' });
+    let payload;
+    try { payload = JSON.parse(raw); } catch { payload = raw; }
+    try {
+      const r = await api('v1/notifications', { method: 'POST', body: { users: [user], event, payload } });
+      flash(`Published to ${user}: ${(r?.ids ?? []).join(', ')}.`, 'ok');
+    } catch (e) {
+      if (e.status === 401) return;
+      if (!showFieldError(f, e)) showError($('#test-error'), explain(e));
+    }
+  });
+  // The user looked up is the one to act on.
+  $('#p-uid').addEventListener('change', () => {
+    const uid = $('#p-uid').value.trim();
+    if (uid) {
+      $('#d-uid').value = uid;
+      $('#t-user').value = uid;
+    }
+  });
+
   // ---- Start ---------------------------------------------------------
   (async () => {
     if (!key) {

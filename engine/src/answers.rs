@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use crate::api_key::{ApiKeys, KeySet, Operation};
+use crate::exposition::Format;
 use crate::metrics::PublishMetrics;
 
 /// Who may read `GET /metrics`. Open by default: the series name the API
@@ -51,15 +52,17 @@ impl MetricsAccess {
         }
     }
 
-    /// `GET /metrics` asked with `headers`: the exposition of `registry`,
-    /// or the refusal of the key.
+    /// `GET /metrics` asked with `headers`: the exposition of `registry` in
+    /// the format its `Accept` asks for ([`Format::negotiate`]), or the
+    /// refusal of the key.
     pub fn answer(&self, registry: &Registry, headers: &HeaderMap) -> Response {
         if let Some((keys, refusals)) = &self.keyed
             && let Err(e) = crate::publish::authorize(keys, refusals, headers, Operation::Metrics)
         {
             return e.into_response();
         }
-        metrics(registry)
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        metrics_as(registry, Format::negotiate(accept))
     }
 }
 
@@ -78,16 +81,24 @@ pub fn metrics_key_problem(keys: &KeySet) -> Option<String> {
 
 /// `GET /metrics`: `registry` in the OpenMetrics text format.
 pub fn metrics(registry: &Registry) -> Response {
+    metrics_as(registry, Format::OpenMetrics)
+}
+
+/// `registry` in `format`, with `Vary: Accept` (the format depends on it).
+pub fn metrics_as(registry: &Registry, format: Format) -> Response {
     let mut body = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut body, registry) {
         tracing::error!(error = %e, "metrics encoding failed");
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
+    if format == Format::PrometheusText {
+        body = crate::exposition::to_prometheus_text(&body);
+    }
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "accept"),
+        ],
         body,
     )
         .into_response()
@@ -171,6 +182,47 @@ mod tests {
         let off = MetricsAccess::new(false, &keys(), &PublishMetrics::default());
         let r = off.answer(&registry(), &HeaderMap::new());
         assert_eq!(r.status(), StatusCode::OK);
+    }
+
+    /// The format follows `Accept`: 0.0.4 text without one, OpenMetrics
+    /// (with its `# EOF`) for a scraper that prefers it; `Vary: Accept`.
+    #[tokio::test]
+    async fn metrics_format_follows_accept() {
+        let access = MetricsAccess::open();
+        let r = access.answer(&registry(), &HeaderMap::new());
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        assert_eq!(r.headers()[header::VARY], "accept");
+        let text = body(r).await;
+        assert!(
+            text.contains("# TYPE herald_probe_total counter\nherald_probe_total 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+
+        let prometheus =
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let r = access.answer(&registry(), &headers(&[("accept", prometheus)]));
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        let text = body(r).await;
+        assert!(text.contains("# TYPE herald_probe counter\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+
+        let r = access.answer(
+            &registry(),
+            &headers(&[("accept", "text/plain;version=0.0.4")]),
+        );
+        assert!(
+            r.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain; version=0.0.4")
+        );
     }
 
     /// With a key required: none or a wrong one is 401 (with

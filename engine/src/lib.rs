@@ -41,8 +41,12 @@
 //!   (`engine/openapi.json`, written by hand), cut down to what a process
 //!   serves and served at `GET /v1/openapi.json`; its drift check against
 //!   the routes each crate registers.
+//! - [`apidocs`]: the API reference page at `/v1/docs`, that document
+//!   rendered by Redoc's bundle (vendored from npm, compiled in).
 //! - [`answers`]: what every process answers alike: `/metrics`'s
 //!   exposition, 404 and 405 as JSON errors.
+//! - [`exposition`]: `/metrics`'s two text formats, OpenMetrics and the
+//!   Prometheus text format 0.0.4, chosen by `Accept` (pure).
 //! - [`health`]: the answers of `/healthz` (liveness) and `/readyz`
 //!   (readiness), the same in both binaries.
 //! - [`callback`]: the pure parts of callbacks (HTTP calls when a
@@ -75,11 +79,13 @@
 
 pub mod answers;
 pub mod api_key;
+pub mod apidocs;
 pub mod callback;
 pub mod config;
 pub mod console;
 pub mod deadline;
 pub mod engine;
+pub mod exposition;
 pub mod health;
 pub mod link;
 pub mod metrics;

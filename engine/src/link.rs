@@ -41,7 +41,23 @@ pub trait Link: Send + Sync + 'static {
             Ok(Box::pin(std::future::ready(Ok(()))) as Taken)
         })
     }
+
+    /// End every session of `user`, wherever the link reaches, with a STOMP
+    /// ERROR giving `reason` (`POST /v1/users/{uid}/disconnect`). A link
+    /// that reaches no session refuses.
+    fn disconnect<'a>(&'a self, user: &'a str, reason: &'a str) -> DisconnectFuture<'a> {
+        let _ = (user, reason);
+        Box::pin(std::future::ready(Err(LinkError(
+            "this link reaches no session".into(),
+        ))))
+    }
 }
+
+/// What [`Link::disconnect`] did: `Some(n)` sessions told (a link that
+/// reaches the sessions itself: standalone), or None when the request went
+/// out to edges that tell theirs (distributed: counted there).
+pub type DisconnectFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<usize>, LinkError>> + Send + 'a>>;
 
 /// The link could not take a batch (e.g. the broker is unreachable).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -106,19 +106,31 @@ pub fn document(surface: Surface) -> Value {
 }
 
 /// `GET /v1/openapi.json`, serving [`document`] for `surface` (serialized
-/// once, here).
+/// once, here), and the API reference page that renders it
+/// ([`crate::apidocs`]: `/v1/docs`).
 pub fn routes(surface: Surface) -> Router {
     let body =
         Bytes::from(serde_json::to_vec(&document(surface)).expect("a JSON value serializes"));
     let body = Arc::new(body);
     // The path spelled out (it is PATH) so that drift::registered sees it.
-    Router::new().route(
-        "/v1/openapi.json",
-        get(move || {
-            let body = Bytes::clone(&body);
-            async move { serve(body) }
-        }),
-    )
+    Router::new()
+        .route(
+            "/v1/openapi.json",
+            get(move || {
+                let body = Bytes::clone(&body);
+                async move { serve(body) }
+            }),
+        )
+        .merge(crate::apidocs::routes())
+}
+
+/// The routes [`routes`] registers (the document and the reference page),
+/// for the drift checks of the crates that merge them.
+pub fn served_routes() -> drift::Routes {
+    let mut routes = drift::registered(include_str!("openapi.rs"));
+    routes.extend(drift::registered(include_str!("apidocs.rs")));
+    routes.retain(|path, _| path.starts_with("/v1/"));
+    routes
 }
 
 fn serve(body: Bytes) -> Response {
@@ -313,7 +325,7 @@ mod tests {
     fn the_publish_api_and_this_document_register_what_is_documented() {
         let mut routes: Routes = registered(include_str!("publish.rs"));
         routes.extend(registered(include_str!("presence/api.rs")));
-        routes.extend(registered(include_str!("openapi.rs")));
+        routes.extend(served_routes());
         routes.extend(registered(include_str!("console.rs")));
         // What this file's tests and docs mention is not a route.
         routes.retain(|path, _| path.starts_with("/v1/") || path.starts_with("/console"));
@@ -328,7 +340,7 @@ mod tests {
             .chain(
                 documented(&doc, &["operations"])
                     .into_iter()
-                    .filter(|(r, _)| r == PATH),
+                    .filter(|(r, _)| served_routes().contains_key(r)),
             )
             .collect(),
         );
@@ -356,10 +368,13 @@ mod tests {
                 "/healthz",
                 "/metrics",
                 "/readyz",
+                "/v1/docs",
+                "/v1/docs/assets/{file}",
                 "/v1/notifications",
                 "/v1/openapi.json",
                 "/v1/operator",
-                "/v1/stats"
+                "/v1/stats",
+                "/v1/users/{uid}/disconnect"
             ]
         );
         assert!(router["paths"]["/v1/notifications"]["get"].is_null());

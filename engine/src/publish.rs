@@ -25,6 +25,7 @@
 mod accept;
 pub mod decode;
 mod direct;
+mod disconnect;
 mod error;
 pub(crate) mod notifications;
 mod operator;
@@ -213,7 +214,9 @@ impl PublishApi {
     /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
     /// /v1/topics/{name}`). Always `GET /v1/operator` (whose
-    /// key is this: the console's login).
+    /// key is this: the console's login) and `POST
+    /// /v1/users/{uid}/disconnect` (end a user's sessions, through the
+    /// link: [`crate::link::Link::disconnect`]).
     pub fn routes(&self) -> Router {
         let router = if self.inner.delayed.is_some() {
             Router::new()
@@ -234,6 +237,7 @@ impl PublishApi {
         };
         router
             .route("/v1/operator", get(operator::whoami))
+            .route("/v1/users/{uid}/disconnect", post(disconnect::disconnect))
             .with_state(self.clone())
     }
 

@@ -23,6 +23,9 @@ pub struct DevCredentials {
     pub api_key: String,
     /// A token for user `demo` of client `demo-co`.
     pub token: String,
+    /// The HS256 secret tokens are signed with (saved for the backend
+    /// examples, which mint their own tokens: docs/examples.md).
+    pub jwt_secret: String,
 }
 
 /// Standalone or edge: decided once from the configuration (root brokers

@@ -410,9 +410,11 @@ impl Config {
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
         let mut config = Config::load_with(cli, &process_env)?;
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        config
-            .warnings
-            .extend(unknown_variables(names, keys::TABLE));
+        // What the gateway reads besides its settings' variables.
+        let mut also: Vec<&str> = vec!["HERALD_CONFIG"];
+        also.extend(config.api_key.iter().filter_map(|k| k.key_env.as_deref()));
+        let unknown = unknown_variables(names, keys::TABLE, &also);
+        config.warnings.extend(unknown);
         Ok(config)
     }
 

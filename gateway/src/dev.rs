@@ -1,6 +1,7 @@
 //! Dev mode: with no JWT key configured the gateway makes its own secret
-//! and API key, signs a demo token, writes both under the data directory
-//! (`dev-api-key`, `dev-token`) and prints a ready URL.
+//! and API key, signs a demo token, writes the three under the data
+//! directory (`dev-api-key`, `dev-token`, `dev-jwt-secret`: what the
+//! backend examples read, docs/examples.md) and prints a ready URL.
 
 use std::io;
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ pub fn credentials(leeway_secs: u64) -> (Verifier, DevCredentials) {
         DevCredentials {
             api_key: random_hex(16),
             token,
+            jwt_secret: secret,
         },
     )
 }
@@ -53,7 +55,11 @@ pub fn credentials(leeway_secs: u64) -> (Verifier, DevCredentials) {
 /// owner only.
 pub fn write_files(dir: &Path, creds: &DevCredentials) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    for (name, value) in [("dev-api-key", &creds.api_key), ("dev-token", &creds.token)] {
+    for (name, value) in [
+        ("dev-api-key", &creds.api_key),
+        ("dev-token", &creds.token),
+        ("dev-jwt-secret", &creds.jwt_secret),
+    ] {
         let path = dir.join(name);
         std::fs::write(&path, value)?;
         #[cfg(unix)]
@@ -74,6 +80,7 @@ pub fn banner(addr: SocketAddr, dir: &Path, creds: &DevCredentials) -> String {
          \n  WebSocket:   ws://{addr}/ws  (STOMP; passcode = the token)\
          \n  API key:     {key}   (also in {dir}/dev-api-key)\
          \n  Demo token:  user \"demo\", client \"demo-co\"   (also in {dir}/dev-token)\
+         \n  JWT secret:  in {dir}/dev-jwt-secret  (HS256: a backend signs its users' tokens with it)\
          \n\n  Publish to the demo user:\
          \n    curl -s -X POST http://{addr}/v1/notifications \\\
          \n      -H \"Authorization: Bearer $(cat {dir}/dev-api-key)\" -H 'Content-Type: application/json' \\\
@@ -115,14 +122,24 @@ mod tests {
         write_files(&dir, &creds).unwrap();
         let key = std::fs::read_to_string(dir.join("dev-api-key")).unwrap();
         assert_eq!(key, creds.api_key);
+        // The secret the examples sign their tokens with verifies the
+        // gateway's own demo token.
+        let secret = std::fs::read_to_string(dir.join("dev-jwt-secret")).unwrap();
+        let who = Verifier::hs256(secret.as_bytes(), 0)
+            .verify(&creds.token)
+            .unwrap()
+            .who;
+        assert_eq!(&*who.user, "demo");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(dir.join("dev-token"))
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o777, 0o600);
+            for name in ["dev-api-key", "dev-token", "dev-jwt-secret"] {
+                let mode = std::fs::metadata(dir.join(name))
+                    .unwrap()
+                    .permissions()
+                    .mode();
+                assert_eq!(mode & 0o777, 0o600, "{name}");
+            }
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

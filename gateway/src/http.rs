@@ -106,7 +106,7 @@ async fn demo() -> Html<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use herald_engine::openapi::{PATH, drift, whole};
+    use herald_engine::openapi::{drift, served_routes, whole};
 
     #[tokio::test]
     async fn the_demo_page_imports_this_builds_hashed_client() {
@@ -136,15 +136,12 @@ mod tests {
         }
         // Registered from variables, which `registered` does not read: the
         // greeting with a trailing slash (`{prefix}/`), and the document
-        // itself (merged from herald_engine::openapi::routes).
+        // and its reference page (merged from herald_engine::openapi::routes).
         routes
             .entry("/sockjs/".to_owned())
             .or_default()
             .insert("GET".to_owned());
-        routes
-            .entry(PATH.to_owned())
-            .or_default()
-            .insert("GET".to_owned());
+        routes.extend(served_routes());
         let documented = drift::documented(
             &whole(),
             &[

@@ -291,6 +291,22 @@ impl Hub {
         mailbox.missed_since_ms != before
     }
 
+    /// End every live session of `user` here (at every site) with an
+    /// ERROR that gives `reason` ([`Outbox::kick`]); the number of sessions
+    /// told. The mailboxes stay: a session that comes back resumes.
+    pub fn disconnect(&self, user: &str, reason: &str) -> usize {
+        let reason: Arc<str> = Arc::from(reason);
+        let shard = self.shards[shard_of(user)].lock();
+        let mut told = 0;
+        for mailbox in shard.users.get(user).into_iter().flatten() {
+            for session in &mailbox.sessions {
+                session.kick(Arc::clone(&reason));
+                told += 1;
+            }
+        }
+        told
+    }
+
     /// Whether `user` has a live session here on one of `sites` (any site
     /// when empty).
     pub fn is_online(&self, user: &str, sites: &[String]) -> bool {

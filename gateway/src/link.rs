@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use herald_engine::link::{Link, LinkFuture};
+use herald_engine::link::{DisconnectFuture, Link, LinkFuture};
 use herald_protocol::envelope::Notification;
 use tokio::time::Instant;
 
@@ -41,5 +41,11 @@ impl Link for LocalLink {
             }
             Ok(())
         })
+    }
+
+    fn disconnect<'a>(&'a self, user: &'a str, reason: &'a str) -> DisconnectFuture<'a> {
+        let told = self.hub.disconnect(user, reason);
+        tracing::info!(user, told, %reason, "user disconnected by an operator");
+        Box::pin(std::future::ready(Ok(Some(told))))
     }
 }

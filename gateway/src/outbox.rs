@@ -191,6 +191,8 @@ struct State {
     bytes: usize,
     subs: Vec<Sub>,
     cut: bool,
+    /// Why an operator ended the session (`POST /v1/users/{uid}/disconnect`).
+    kicked: Option<Arc<str>>,
     /// Every mailbox sequence up to this one is queued, sent, or of no use
     /// to the session (replays aside).
     cursor: u64,
@@ -284,6 +286,24 @@ impl Outbox {
     /// Whether the queue policy cut this session.
     pub fn is_cut(&self) -> bool {
         self.state.lock().cut
+    }
+
+    /// End the session for `reason` (an operator's disconnect): what is
+    /// queued is dropped, and the session task, woken, closes the session
+    /// with an ERROR that says why ([`Outbox::kicked`]).
+    pub fn kick(&self, reason: Arc<str>) {
+        let mut st = self.state.lock();
+        st.kicked = Some(reason);
+        st.queue = Default::default();
+        st.bytes = 0;
+        st.replays = Vec::new();
+        drop(st);
+        self.notify.notify_one();
+    }
+
+    /// Why an operator ended this session, if one did.
+    pub fn kicked(&self) -> Option<Arc<str>> {
+        self.state.lock().kicked.clone()
     }
 
     /// Whether the session reads from its mailbox until it catches up

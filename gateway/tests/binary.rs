@@ -55,7 +55,7 @@ fn metrics_behind_a_key_that_nobody_has_is_a_configuration_error() {
         .env("HERALD_EDGE__ID", "edge-1")
         .env("HERALD_EDGE__ROOTS", "amqp://127.0.0.1/%2f")
         .env(
-            "HERALD_API_KEY",
+            "HERALD_NAMED_API_KEYS",
             r#"[{ name = "billing", key = "billing-key", ops = ["publish"] }]"#,
         )
         .output()

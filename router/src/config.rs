@@ -330,7 +330,10 @@ impl Config {
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
         let mut config = Config::load_with(cli, &process_env)?;
         let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
-        config.warnings = unknown_variables(names, keys::TABLE);
+        // What the router reads besides its settings' variables.
+        let mut also: Vec<&str> = vec!["HERALD_ROUTER_CONFIG", "HERALD_ROUTER_MAX_RECIPIENTS"];
+        also.extend(config.api_key.iter().filter_map(|k| k.key_env.as_deref()));
+        config.warnings = unknown_variables(names, keys::TABLE, &also);
         Ok(config)
     }
 

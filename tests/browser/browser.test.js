@@ -570,4 +570,54 @@ describe('the demo page (dev mode)', () => {
       await dev.stop();
     }
   });
+
+  // The page's nits: the curl command is never wrapped inside an argument,
+  // "epoch" is explained, a second tab whose header shows the mailbox's seq
+  // says why its list is empty, and a normal stop is not a "Server error".
+  test('a second tab, the curl command, the legend, and a normal stop', async () => {
+    const dev = new Gateway(undefined, { dev: true });
+    await dev.start();
+    const context = await browser.newContext({ viewport: { width: 420, height: 800 } });
+    const first = await context.newPage();
+    const page = await context.newPage();
+    try {
+      const devToken = readFileSync(join(dev.dataDir, 'dev-token'), 'utf8').trim();
+      const key = readFileSync(join(dev.dataDir, 'dev-api-key'), 'utf8').trim();
+      const url = `${dev.base}/?${new URLSearchParams({ token: devToken, key })}`;
+      // A first tab receives a notification; the second opens after it.
+      await first.goto(url);
+      await waitFor(first, () => document.getElementById('state').textContent === 'live', null, 'the first tab going live');
+      const r = await fetch(`${dev.base}/v1/notifications`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ users: ['demo'], event: 'demo.hello', payload: { text: 'before this tab' } }),
+      });
+      assert.equal(r.status, 202);
+      await waitFor(first, () => document.querySelectorAll('#list li').length === 1, null, 'the first tab listing it');
+      await page.goto(url);
+      await waitFor(page, () => document.getElementById('state').textContent === 'live', null, 'the demo going live');
+      await waitFor(page, () => / seq [1-9]/.test(document.getElementById('info').textContent), null, 'the mailbox seq');
+      const empty = await page.evaluate(() => document.getElementById('empty').textContent);
+      assert.match(empty, /^Nothing since this page opened\. The mailbox is at seq [1-9]/);
+      assert.match(await page.evaluate(() => document.getElementById('legend').textContent), /epoch/);
+      // Narrow as it is, every line of the command is one line: no wrap.
+      const curl = await page.evaluate(() => {
+        const pre = document.getElementById('curl');
+        return { style: getComputedStyle(pre).whiteSpace, lines: pre.textContent.split('\n').length,
+                 height: pre.clientHeight, lineHeight: parseFloat(getComputedStyle(pre).lineHeight) };
+      });
+      assert.equal(curl.style, 'pre');
+      assert.equal(curl.lines, 4);
+      assert.ok(curl.height < curl.lineHeight * 4 + 40, JSON.stringify(curl));
+      // SIGTERM: the page says the gateway stops, not that something failed.
+      const stopped = dev.stop();
+      await waitFor(page, () => !document.getElementById('bye').hidden, null, 'the stop notice');
+      assert.match(await page.evaluate(() => document.getElementById('byeText').textContent), /shutting down \(a normal stop\)/);
+      assert.equal(await page.evaluate(() => document.getElementById('error').hidden), true);
+      await stopped;
+    } finally {
+      await context.close();
+      await dev.stop().catch(() => {});
+    }
+  });
 });

@@ -282,6 +282,49 @@ describe('an operator with an admin key', () => {
     }
   });
 
+  test('a test notification reaches the user; a disconnect ends their session with the reason', async () => {
+    const user = `console-kick-${process.pid}`;
+    const tab = await context.newPage();
+    try {
+      await tab.goto(`${gw.base}/healthz`);
+      await tab.evaluate(([url, jwt]) => new Promise((ok, fail) => {
+        const ws = new WebSocket(url, ['v12.stomp']);
+        window.got = [];
+        window.closeCode = null;
+        ws.onopen = () => ws.send(`CONNECT\naccept-version:1.2\nhost:herald\npasscode:${jwt}\n\n\0`);
+        ws.onmessage = (m) => {
+          if (m.data.startsWith('CONNECTED')) ws.send('SUBSCRIBE\nid:0\ndestination:/user/notifications\nreceipt:r0\n\n\0');
+          else if (m.data.startsWith('RECEIPT')) ok();
+          else window.got.push(m.data);
+        };
+        ws.onclose = (ev) => { window.closeCode = ev.code; };
+        ws.onerror = () => fail(new Error('websocket error'));
+      }), [`${gw.base.replace('http', 'ws')}/ws`, token(user)]);
+
+      await page.getByRole('link', { name: 'Presence' }).click();
+      await page.getByLabel('Recipient').fill(user);
+      await page.getByLabel('Event').fill('console.ping');
+      await page.getByRole('button', { name: 'Publish' }).click();
+      await page.waitForFunction(() => /^Published to /.test(document.querySelector('#flash').textContent), null, { timeout: TIMEOUT });
+      await tab.waitForFunction(() => window.got.some((f) => f.startsWith('MESSAGE') && f.includes('event:console.ping')), null, { timeout: TIMEOUT });
+
+      // A disconnect needs a reason: the form says so before any request.
+      await page.getByLabel('User to disconnect').fill(user);
+      await page.getByRole('button', { name: 'Disconnect' }).click();
+      await page.locator('#disconnect-form .field-error').waitFor({ timeout: TIMEOUT });
+      await page.getByLabel('Reason').fill('console test: maintenance');
+      await page.getByRole('button', { name: 'Disconnect' }).click();
+      await page.waitForFunction(() => /1 session ended/.test(document.querySelector('#flash').textContent), null, { timeout: TIMEOUT });
+      await tab.waitForFunction(() => window.closeCode !== null, null, { timeout: TIMEOUT });
+      const error = await tab.evaluate(() => window.got.find((f) => f.startsWith('ERROR')));
+      assert.match(error, /message:disconnected by an operator\\c console test\\c maintenance\n/);
+      assert.equal(await tab.evaluate(() => window.closeCode), 1008);
+      assert.deepEqual(problems, []);
+    } finally {
+      await tab.close();
+    }
+  });
+
   test('the topics page at 1280x800 and every view on a phone', async () => {
     await page.getByRole('link', { name: 'Topics' }).click();
     await page.locator('#topics-table tr[data-topic="billing"]').waitFor({ timeout: TIMEOUT });

@@ -3,9 +3,10 @@
 Each example runs as a backend team would run it, configured only by its
 environment variables, against real Herald processes:
 
-- the HTTP examples (Python, Node, Go, PHP, Java) against a standalone
-  `herald-gateway` (HERALD_GATEWAY_BIN), started by tests/python's harness
-  (`Gateway`: loopback port, known HS256 secret and API key);
+- the HTTP examples (Python, Node, Go, PHP, Java) as docs/examples.md says
+  to run them (its recipe blocks, run as written), against the quickstart's
+  standalone `herald-gateway` (HERALD_GATEWAY_BIN, dev mode:
+  test_http_examples.py);
 - the AMQP publishers (pika, amqplib) against a `herald-router`
   (HERALD_ROUTER_BIN) and an edge `herald-gateway`, both on the RabbitMQ at
   HERALD_TEST_AMQP_URL and the router's delayed store in the Redis at
@@ -140,15 +141,6 @@ def watch(gw: Gateway, user: str) -> tuple[Client, str]:
     assert connected.headers["heart-beat"].split(",")[0] == "1000", connected
     c.subscribe()
     return c, connected.headers["epoch"]
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    """A standalone herald-gateway (embedded delayed store), for the HTTP examples."""
-    gw = Gateway(tmp_path_factory.mktemp("gateway"), config_toml=SESSION_TOML)
-    gw.start()
-    yield gw
-    gw.stop()
 
 
 def free_port() -> int:

@@ -44,13 +44,13 @@ pub fn overlay<T: DeserializeOwned>(
                 continue;
             }
         };
-        let mut alone = toml::Table::new();
-        set(&mut alone, key.path, value.clone());
-        if let Err(e) = toml::Value::Table(alone).try_into::<T>() {
-            let why = e.to_string().replace('\n', " ").trim().to_owned();
-            problems.push(problem(key, &name, &raw, &why));
-            continue;
-        }
+        let value = match fits::<T>(key.path, value) {
+            Ok(v) => v,
+            Err(why) => {
+                problems.push(problem(key, &name, &raw, &why));
+                continue;
+            }
+        };
         set(table, key.path, value);
         applied += 1;
     }
@@ -61,12 +61,43 @@ pub fn overlay<T: DeserializeOwned>(
     }
 }
 
+/// `value` at `path` alone, checked against the configuration type `T`:
+/// the value, or why `T` refuses it. An array of tables may be given as
+/// one table (`{ name = "a" }` for `[{ name = "a" }]`): when `T` refuses
+/// the table and takes it wrapped in an array, that is the value.
+fn fits<T: DeserializeOwned>(path: &str, value: toml::Value) -> Result<toml::Value, String> {
+    let check = |value: &toml::Value| {
+        let mut alone = toml::Table::new();
+        set(&mut alone, path, value.clone());
+        toml::Value::Table(alone)
+            .try_into::<T>()
+            .map(|_| ())
+            .map_err(|e| e.to_string().replace('\n', " ").trim().to_owned())
+    };
+    match check(&value) {
+        Ok(()) => Ok(value),
+        Err(why) if value.is_table() => {
+            let wrapped = toml::Value::Array(vec![value]);
+            check(&wrapped).map(|()| wrapped).map_err(|_| why)
+        }
+        Err(why) => Err(why),
+    }
+}
+
 /// One warning for each of `names` (the environment's variable names) that
-/// looks like a configuration variable of the binary of `keys` (its
-/// prefix, and `__` between sections) but names no key: a typo would
-/// otherwise be ignored. The gateway leaves the router's variables
+/// has the prefix of the binary of `keys` but is none of its settings'
+/// variables, nor one of `also_read` (what the binary reads otherwise: its
+/// `--config` variable, the variables named by `key_env`): a typo, or a
+/// variable set for something else (`HERALD_API_KEY` for a backend), would
+/// otherwise go unnoticed. When the name is the one a key's path would
+/// make but the key's variable is named otherwise ([`Key::env_name`]), the
+/// warning names that variable. The gateway leaves the router's variables
 /// (`HERALD_ROUTER_…`) alone.
-pub fn unknown_variables(names: impl IntoIterator<Item = String>, keys: Table) -> Vec<String> {
+pub fn unknown_variables(
+    names: impl IntoIterator<Item = String>,
+    keys: Table,
+    also_read: &[&str],
+) -> Vec<String> {
     let binary = keys.binary;
     let known: Vec<String> = keys
         .keys()
@@ -76,12 +107,23 @@ pub fn unknown_variables(names: impl IntoIterator<Item = String>, keys: Table) -
         .collect();
     let mut out: Vec<String> = names
         .into_iter()
-        .filter(|n| n.starts_with(binary.prefix()) && n.contains("__"))
+        .filter(|n| n.starts_with(binary.prefix()))
         .filter(|n| binary == Binary::Router || !n.starts_with(Binary::Router.prefix()))
-        .filter(|n| !known.contains(n))
+        .filter(|n| !known.contains(n) && !also_read.contains(&n.as_str()))
         .map(|n| {
+            let hint = keys
+                .keys()
+                .find(|k| k.env_name.is_some() && k.path_var(binary) == n)
+                .map(|k| {
+                    format!(
+                        "; the key {} is set by {}",
+                        k.path,
+                        k.env_var(binary)
+                    )
+                })
+                .unwrap_or_default();
             format!(
-                "the environment variable {n} names no configuration key of {} (docs/configuration.md lists them): ignored",
+                "the environment variable {n} is not a setting of {} (docs/configuration.md lists them): ignored{hint}",
                 binary.name()
             )
         })
@@ -303,23 +345,81 @@ mod tests {
         );
     }
 
+    /// Every HERALD_* variable that is not a setting is named: a typo, or
+    /// one set for something else (a backend's HERALD_API_KEY); those the
+    /// binary reads otherwise, and the router's in the gateway, are not.
     #[test]
-    fn unknown_variables_that_look_like_keys_are_named() {
+    fn variables_with_the_prefix_that_are_no_setting_are_named() {
         let names = [
             "HERALD_SECTION__LIMIT",
             "HERALD_SECTON__LIMIT",
             "HERALD_TAG_LIST",
             "HERALD_ROUTER_AMQP__URL",
-            "HERALD_COMMIT",
+            "HERALD_URL",
+            "HERALD_CONFIG",
+            "HERALD_BILLING_KEY",
             "PATH",
         ]
         .map(String::from);
-        let w = unknown_variables(names.clone(), Table::only(Binary::Gateway, DEMO));
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("HERALD_SECTON__LIMIT names no configuration key"));
-        let w = unknown_variables(names, Table::only(Binary::Router, DEMO));
+        let also = ["HERALD_CONFIG", "HERALD_BILLING_KEY"];
+        let w = unknown_variables(names.clone(), Table::only(Binary::Gateway, DEMO), &also);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with(
+                "the environment variable HERALD_SECTON__LIMIT is not a setting of herald-gateway"
+            ),
+            "{w:?}"
+        );
+        assert!(w[1].contains("HERALD_URL is not a setting"), "{w:?}");
+        let w = unknown_variables(names, Table::only(Binary::Router, DEMO), &[]);
         assert_eq!(w.len(), 1, "the router's own prefix: {w:?}");
         assert!(w[0].contains("HERALD_ROUTER_AMQP__URL"));
+    }
+
+    /// A key whose variable is named otherwise than by its path: the
+    /// path's name is not read, and its warning says which one is.
+    #[test]
+    fn a_key_named_otherwise_is_not_set_by_its_path_s_name() {
+        const NAMED: &[Key] = &[key("api_key", Kind::Toml, "").env_name("NAMED_API_KEYS")];
+        let table = Table::only(Binary::Gateway, NAMED);
+        let w = unknown_variables(["HERALD_API_KEY".to_owned()], table, &[]);
+        assert_eq!(
+            w,
+            [
+                "the environment variable HERALD_API_KEY is not a setting of herald-gateway \
+              (docs/configuration.md lists them): ignored; the key api_key is set by \
+              HERALD_NAMED_API_KEYS"
+            ]
+        );
+        #[derive(Debug, serde::Deserialize)]
+        struct Keys {
+            #[serde(default)]
+            api_key: Vec<Named>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        struct Named {
+            name: String,
+        }
+        // HERALD_API_KEY is a backend's: left alone, whatever its value.
+        let env = |n: &str| (n == "HERALD_API_KEY").then(|| "0123abcd".to_owned());
+        let mut doc = toml::Table::new();
+        assert_eq!(overlay::<Keys>(&mut doc, table, &env), Ok(0));
+        // The key's own variable, as an array of tables or as one table.
+        for value in ["[{ name = \"a\" }]", "{ name = \"a\" }"] {
+            let env = |n: &str| (n == "HERALD_NAMED_API_KEYS").then(|| value.to_owned());
+            let mut doc = toml::Table::new();
+            assert_eq!(overlay::<Keys>(&mut doc, table, &env), Ok(1), "{value}");
+            let keys: Keys = toml::Value::Table(doc).try_into().unwrap();
+            assert_eq!(keys.api_key.len(), 1, "{value}");
+            assert_eq!(keys.api_key[0].name, "a");
+        }
+        // Neither form of something else.
+        let env = |n: &str| (n == "HERALD_NAMED_API_KEYS").then(|| "{ nom = 1 }".to_owned());
+        let err = overlay::<Keys>(&mut toml::Table::new(), table, &env).unwrap_err();
+        assert!(
+            err[0].starts_with("HERALD_NAMED_API_KEYS (api_key): "),
+            "{err:?}"
+        );
     }
 
     #[test]

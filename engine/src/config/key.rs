@@ -110,6 +110,11 @@ pub struct Key {
     /// A value its variable takes, for keys whose values have a form of
     /// their own (the tests set each variable to one).
     pub example: Option<&'static str>,
+    /// Its variable's name after the binary's prefix, when the one its
+    /// path makes is a name people set for something else (the path
+    /// `api_key` would make `HERALD_API_KEY`, which a backend sets to the
+    /// key it calls Herald with: docs/examples.md).
+    pub env_name: Option<&'static str>,
 }
 
 /// A key that is no secret and has no older variable names; see
@@ -122,6 +127,7 @@ pub const fn key(path: &'static str, kind: Kind, doc: &'static str) -> Key {
         aliases: &[],
         doc,
         example: None,
+        env_name: None,
     }
 }
 
@@ -144,9 +150,25 @@ impl Key {
         self
     }
 
+    /// This key, its variable named `name` after the binary's prefix
+    /// instead of by its path.
+    pub const fn env_name(mut self, name: &'static str) -> Key {
+        self.env_name = Some(name);
+        self
+    }
+
     /// The key's variable for `binary`: the prefix, then the path in upper
-    /// case with `__` between sections (`HERALD_CALLBACKS__MAX_PER_HOST`).
+    /// case with `__` between sections (`HERALD_CALLBACKS__MAX_PER_HOST`),
+    /// or its own name ([`Key::env_name`]).
     pub fn env_var(&self, binary: Binary) -> String {
+        match self.env_name {
+            Some(name) => format!("{}{name}", binary.prefix()),
+            None => self.path_var(binary),
+        }
+    }
+
+    /// The variable the key's path makes, whatever [`Key::env_name`] says.
+    pub fn path_var(&self, binary: Binary) -> String {
         format!(
             "{}{}",
             binary.prefix(),
@@ -193,5 +215,12 @@ mod tests {
             key.aliases_for(Binary::Router).collect::<Vec<_>>(),
             ["HERALD_ROUTER_SMTP"]
         );
+        let named = super::key("api_key", Kind::Toml, "").env_name("NAMED_API_KEYS");
+        assert_eq!(named.env_var(Binary::Gateway), "HERALD_NAMED_API_KEYS");
+        assert_eq!(
+            named.env_var(Binary::Router),
+            "HERALD_ROUTER_NAMED_API_KEYS"
+        );
+        assert_eq!(named.path_var(Binary::Gateway), "HERALD_API_KEY");
     }
 }

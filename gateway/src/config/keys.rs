@@ -21,7 +21,7 @@ pub const OWN: &[Key] = &[
     key("auth.jwt_public_key_file", Str, "PEM file with the RS256 or ES256 public key: the default key.").aliases(&["HERALD_JWT_PUBLIC_KEY_FILE"]),
     key("auth.jwt_algorithm", Str, "`HS256`, `RS256` or `ES256`; defaults to HS256 with a secret.").aliases(&["HERALD_JWT_ALGORITHM"]),
     key("auth.leeway_secs", Int, "Clock skew tolerated on `exp` and `nbf`, in seconds; a session ends this long after its token's `exp`."),
-    key("auth.keys", Toml, "Keys chosen by the token header's `kid`, `[[auth.keys]]` tables: `kid`, `algorithm`, and `secret` or `public_key_file`. The variable: `[{ kid = \"2026-01\", algorithm = \"HS256\", secret = \"…\" }]`.").secret(Fields(&["secret"])),
+    key("auth.keys", Toml, "Keys chosen by the token header's `kid`, `[[auth.keys]]` tables: `kid`, `algorithm`, and `secret` or `public_key_file`. The variable: `[{ kid = \"2026-01\", algorithm = \"HS256\", secret = \"…\" }]`, or one table without the brackets.").secret(Fields(&["secret"])),
     key("auth.jwks_file", Str, "A JWKS file (RFC 7517): RSA, EC (P-256, P-384) and `oct` keys, each chosen by its `kid`."),
     key("auth.default_kid", Str, "The key (of `keys` or the JWKS file) for tokens without `kid`, when no single-key setting is made."),
     key("auth.issuers", List, "Accepted `iss` values; empty: `iss` is not checked. When set, a token must carry one of them."),

@@ -118,7 +118,7 @@ fn a_bad_variable_is_named_with_its_key_and_a_secret_is_not_shown() {
             ("HERALD_SESSION__MAX_SESSIONS", "lots"),
             ("HERALD_SESSION__WHEN_FULL", "explode"),
             (
-                "HERALD_API_KEY",
+                "HERALD_NAMED_API_KEYS",
                 "[{ name = \"x\", key = \"named-secret\", nope = 1 }]",
             ),
         ]),
@@ -135,7 +135,7 @@ fn a_bad_variable_is_named_with_its_key_and_a_secret_is_not_shown() {
         err.contains("HERALD_SESSION__WHEN_FULL (session.when_full): \"explode\": must be one of disconnect, drop-oldest"),
         "{err}"
     );
-    assert!(err.contains("HERALD_API_KEY (api_key): "), "{err}");
+    assert!(err.contains("HERALD_NAMED_API_KEYS (api_key): "), "{err}");
     assert!(err.contains("nope"), "{err}");
     assert!(!err.contains("named-secret"), "{err}");
 }
@@ -148,7 +148,7 @@ fn print_config_redacts_every_secret() {
             ("HERALD_AUTH__JWT_SECRET", SECRET),
             ("HERALD_API_KEYS", "plain-key-from-env"),
             (
-                "HERALD_API_KEY",
+                "HERALD_NAMED_API_KEYS",
                 "[{ name = \"billing\", key = \"named-key-from-env\" }]",
             ),
             (

@@ -409,6 +409,14 @@ impl StompCore {
         if self.close.is_some() {
             return;
         }
+        if let Some(reason) = self.outbox.kicked() {
+            // An operator's disconnect (POST /v1/users/{uid}/disconnect):
+            // no protocol error of the client's, so not counted as one.
+            tracing::info!(%reason, "session ended by an operator");
+            let message = format!("disconnected by an operator: {reason}");
+            self.end(&message, None, 1008, sink);
+            return;
+        }
         if self.outbox.is_cut() {
             // Counted by the hub when its mailbox evicted what the session
             // had not been sent.

@@ -30,6 +30,7 @@
 
 mod client;
 
+use herald_amqp::control::Disconnect;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -473,6 +474,20 @@ impl Uplink {
     /// Parse, deduplicate and deliver one delivery: a notification, or a
     /// bundle of several.
     fn route(&self, properties: &BasicProperties, body: Bytes) {
+        // A router's request for this edge rather than a notification.
+        if let Some(request) = Disconnect::from_amqp(properties, &body) {
+            match request {
+                Ok(d) => {
+                    let told = self.hub.disconnect(&d.user, &d.reason);
+                    tracing::info!(user = %d.user, reason = %d.reason, told, "user disconnected by an operator");
+                }
+                Err(e) => {
+                    self.metrics.uplink_rejected.inc();
+                    tracing::warn!(reason = %e, "unreadable disconnect request from a root dropped");
+                }
+            }
+            return;
+        }
         if properties
             .kind()
             .as_ref()

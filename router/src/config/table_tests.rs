@@ -107,7 +107,7 @@ fn print_config_redacts_every_secret() {
         &env(&[
             ("HERALD_ROUTER_API_KEYS", "plain-key-from-env"),
             (
-                "HERALD_ROUTER_API_KEY",
+                "HERALD_ROUTER_NAMED_API_KEYS",
                 "[{ name = \"billing\", key = \"named-key-from-env\" }]",
             ),
             (
