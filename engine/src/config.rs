@@ -14,6 +14,7 @@
 pub mod coverage;
 pub mod env;
 pub mod key;
+pub mod packaged;
 pub mod page;
 pub mod redact;
 pub mod table;

@@ -126,7 +126,7 @@ fn print_config_shows_the_environment_without_its_secrets() {
     assert!(text.contains("max_per_user = 7"), "{text}");
     let warned = String::from_utf8_lossy(&out.stderr);
     assert!(
-        warned.contains("HERALD_SESION__MAX_SESSIONS names no configuration key"),
+        warned.contains("HERALD_SESION__MAX_SESSIONS is not a setting"),
         "a misspelt variable is not silently ignored: {warned}"
     );
     assert!(text.contains("jwt_secret = \"<redacted>\""), "{text}");

@@ -100,6 +100,9 @@ async fn slow_consumer_is_cut_and_counted() {
     let gw = start(|c| {
         c.session.queue_messages = 4;
         c.mailbox.buffer_messages = 4;
+        // No room for unsent messages past the replay bound (1 byte): the policy
+        // applies as soon as the buffer evicts what the client was not sent.
+        c.mailbox.unsent_bytes = 1;
         c.publish.max_payload_bytes = 512 * 1024;
     })
     .await;
@@ -141,6 +144,9 @@ async fn drop_oldest_policy_sends_a_gap_marker() {
     let gw = start(|c| {
         c.session.queue_messages = 4;
         c.mailbox.buffer_messages = 4;
+        // No room for unsent messages past the replay bound (1 byte): the policy
+        // applies as soon as the buffer evicts what the client was not sent.
+        c.mailbox.unsent_bytes = 1;
         c.session.when_full = herald_gateway::config::WhenFull::DropOldest;
         c.publish.max_payload_bytes = 512 * 1024;
     })

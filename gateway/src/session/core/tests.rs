@@ -985,7 +985,7 @@ fn a_burst_past_the_replay_bound_reaches_a_reading_client_whole() {
 
 /// A client that reads nothing is still cut as a slow consumer once its
 /// mailbox evicts what it was not sent (here at once: no room for unsent
-/// messages past the replay bound, `mailbox.unsent_bytes` 0), and holds no
+/// messages past the replay bound, `mailbox.unsent_bytes` 1), and holds no
 /// more than its window meanwhile, however much arrives.
 #[test]
 fn a_client_that_never_reads_is_cut_when_its_mailbox_evicts_what_it_was_not_sent() {
@@ -995,7 +995,7 @@ fn a_client_that_never_reads_is_cut_when_its_mailbox_evicts_what_it_was_not_sent
     };
     let mailbox = MailboxConfig {
         buffer_messages: 10,
-        unsent_bytes: 0,
+        unsent_bytes: 1,
         ..MailboxConfig::default()
     };
     let host = TestHost::new(session, mailbox);
@@ -1110,7 +1110,7 @@ fn the_lag_clock_stops_when_the_client_has_taken_everything() {
 }
 
 /// `drop-oldest`: a client so far behind that its mailbox evicts what it
-/// was not sent (past `mailbox.unsent_bytes`, here 0) keeps its session; a
+/// was not sent (past `mailbox.unsent_bytes`, here 1) keeps its session; a
 /// gap marker stands for what it lost.
 #[test]
 fn drop_oldest_turns_what_a_lagging_client_lost_into_one_gap_marker() {
@@ -1121,7 +1121,7 @@ fn drop_oldest_turns_what_a_lagging_client_lost_into_one_gap_marker() {
     };
     let mailbox = MailboxConfig {
         buffer_messages: 3,
-        unsent_bytes: 0,
+        unsent_bytes: 1,
         ..MailboxConfig::default()
     };
     let host = TestHost::new(session, mailbox);
