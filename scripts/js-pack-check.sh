@@ -31,7 +31,9 @@ trap 'rm -rf "$WORK"' EXIT
 
 # package.json's links: none made up; its repository is Cargo.toml's
 # workspace repository when there is one, and absent when there is none.
-cargo_repo=$(sed -n 's/^repository = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
+# A made-up one (example.invalid: the documentation site's base until the
+# project has a public home) counts as none.
+cargo_repo=$(sed -n 's/^repository = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | grep -v '://example\.invalid' | head -n1 || true)
 node -e '
     const [pkgPath, cargoRepo] = process.argv.slice(1);
     const text = require("fs").readFileSync(pkgPath, "utf8");
