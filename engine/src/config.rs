@@ -46,6 +46,20 @@ pub struct PublishConfig {
     pub max_sites: usize,
     /// Key `publish.max_ttl_ms`.
     pub max_ttl_ms: u64,
+    /// Key `publish.dedup_window_secs`.
+    pub dedup_window_secs: u64,
+    /// Key `publish.dedup_max`.
+    pub dedup_max: usize,
+}
+
+impl PublishConfig {
+    /// The idempotency ledger's settings (a window of 0 turns it off).
+    pub fn ledger(&self) -> crate::publish::LedgerConfig {
+        crate::publish::LedgerConfig {
+            window: Duration::from_secs(self.dedup_window_secs),
+            max: self.dedup_max,
+        }
+    }
 }
 
 impl Default for PublishConfig {
@@ -60,6 +74,8 @@ impl Default for PublishConfig {
             max_clients: limits.max_clients,
             max_sites: limits.max_sites,
             max_ttl_ms: limits.max_ttl.as_millis() as u64,
+            dedup_window_secs: http.ledger.window.as_secs(),
+            dedup_max: http.ledger.max,
         }
     }
 }
@@ -194,6 +210,7 @@ impl PublishConfig {
             ("publish.max_clients", self.max_clients as u64),
             ("publish.max_sites", self.max_sites as u64),
             ("publish.max_ttl_ms", self.max_ttl_ms),
+            ("publish.dedup_max", self.dedup_max as u64),
         ];
         for (name, value) in positive {
             if value == 0 {

@@ -22,7 +22,8 @@
 //!        v
 //!   Engine { publish, delayed, events, presence API }  +  EngineTasks
 //!        |  routes(): /v1/notifications..., /v1/topics..., /v1/presence/..., /console
-//!        |  tasks:    scheduling (firer, maintenance, alerts), presence-events
+//!        |  tasks:    scheduling (firer, maintenance, alerts), presence-events,
+//!        |            id-recorder (with a shared idempotency ledger)
 //! ```
 
 use std::sync::Arc;
@@ -40,7 +41,7 @@ use crate::presence::Presence;
 use crate::presence::api::PresenceApi;
 use crate::presence::events::{EventMetrics, PresenceConfig, PresenceEvents};
 use crate::presence::view::{PresenceMetrics, PresenceView};
-use crate::publish::{PublishApi, PublishConfig};
+use crate::publish::{IdLedger, LedgerMetrics, PublishApi, PublishConfig};
 use crate::schedule::config::ScheduleConfig;
 use crate::schedule::metrics::DelayedMetrics;
 use crate::schedule::service::Delayed;
@@ -161,9 +162,18 @@ impl Engine {
         publish_metrics.precreate(config.sources);
         config.publish.api_keys.register(registry);
 
+        let ledger_metrics = LedgerMetrics::default();
+        ledger_metrics.register(registry);
         let mut tasks: Vec<Box<dyn Task>> = Vec::new();
         let Some(durable) = durable else {
-            let publish = PublishApi::new(config.publish, link, publish_metrics.clone());
+            let ledger = IdLedger::local(config.publish.ledger, ledger_metrics);
+            let publish = PublishApi::with_ledger(
+                config.publish,
+                link,
+                publish_metrics.clone(),
+                None,
+                ledger,
+            );
             let engine = Engine {
                 publish,
                 delayed: None,
@@ -183,6 +193,14 @@ impl Engine {
         alert_metrics.register(registry);
         let alerts = Alerts::new(&config.callbacks.alerts, alert_metrics);
         let known = Topics::new(&config.schedule, config.callbacks.allowed());
+        let (ledger, recorder) = IdLedger::over(
+            config.publish.ledger,
+            ledger_metrics,
+            Arc::clone(&durable.store),
+        );
+        if let Some(recorder) = recorder {
+            tasks.push(Box::new(recorder));
+        }
         let delayed = Delayed::with_topics(
             config.schedule,
             durable.store,
@@ -196,11 +214,12 @@ impl Engine {
         let known = delayed.topics().clone();
         topics.admit_with(Arc::new(move |t: &str| known.snapshot().knows(t)));
 
-        let publish = PublishApi::with_delayed(
+        let publish = PublishApi::with_ledger(
             config.publish,
             Arc::clone(&link),
             publish_metrics.clone(),
             Some(delayed.clone()),
+            ledger,
         );
         let presence_metrics = PresenceMetrics::default();
         presence_metrics.register(registry);

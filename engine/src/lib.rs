@@ -28,7 +28,10 @@
 //!   core, two links.
 //! - [`publish`]: the HTTP publish API (`POST /v1/notifications`, status,
 //!   cancel, list, `online`): parsing, API-key authentication, validation,
-//!   JSON errors.
+//!   JSON errors; its idempotency ledger ([`publish::ledger`]), which the
+//!   router's AMQP intake claims ids in too.
+//! - [`ids`]: notification ids as duplicate windows remember them (a keyed
+//!   128-bit hash).
 //! - [`console`]: the operator's web console at `/console` (its assets
 //!   compiled in, versioned names, cache headers), served by the router
 //!   and the standalone gateway.
@@ -87,6 +90,7 @@ pub mod deadline;
 pub mod engine;
 pub mod exposition;
 pub mod health;
+pub mod ids;
 pub mod link;
 pub mod metrics;
 pub mod openapi;

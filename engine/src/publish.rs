@@ -27,6 +27,7 @@ pub mod decode;
 mod direct;
 mod disconnect;
 mod error;
+pub mod ledger;
 pub(crate) mod notifications;
 mod operator;
 mod parse;
@@ -47,6 +48,7 @@ use serde::Serialize;
 
 pub use direct::{Admitted, PublishHead, Reply, RequestBody};
 pub use error::ApiError;
+pub use ledger::{IdLedger, LedgerConfig, LedgerMetrics};
 
 use crate::api_key::{ApiKeys, Caller, Operation};
 use crate::callback::target;
@@ -69,6 +71,8 @@ pub struct PublishConfig {
     pub max_body_bytes: usize,
     /// Most notifications in one batch.
     pub max_batch: usize,
+    /// The idempotency ledger's window and bound ([`ledger`]).
+    pub ledger: LedgerConfig,
 }
 
 impl Default for PublishConfig {
@@ -78,6 +82,7 @@ impl Default for PublishConfig {
             limits: Limits::default(),
             max_body_bytes: 8 * 1024 * 1024,
             max_batch: 1000,
+            ledger: LedgerConfig::default(),
         }
     }
 }
@@ -101,6 +106,7 @@ struct Inner {
     link: Arc<dyn Link>,
     metrics: PublishMetrics,
     delayed: Option<Delayed>,
+    ledger: IdLedger,
 }
 
 #[derive(Serialize)]
@@ -108,6 +114,10 @@ struct Accepted {
     ids: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scheduled: Vec<ScheduledInfo>,
+    /// Ids that were taken already ([`ledger`]): those publications went
+    /// nowhere.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    duplicates: Vec<String>,
 }
 
 /// The fixed due time of a delayed notification, in the 202 answer.
@@ -116,7 +126,8 @@ struct ScheduledInfo {
     id: String,
     due_at: String,
     due_at_ms: u64,
-    /// The id was already stored: nothing changed (idempotent resubmit).
+    /// The id was taken already (stored, or accepted within the window):
+    /// nothing changed (idempotent resubmit); `due_at` is the holder's.
     duplicate: bool,
 }
 
@@ -198,14 +209,34 @@ impl PublishApi {
         metrics: PublishMetrics,
         delayed: Option<Delayed>,
     ) -> Self {
+        let ledger = IdLedger::local(config.ledger, LedgerMetrics::default());
+        PublishApi::with_ledger(config, link, metrics, delayed, ledger)
+    }
+
+    /// [`PublishApi::with_delayed`] claiming ids in `ledger` (shared with
+    /// the router's AMQP intake, and over the delayed store's shared
+    /// ledger when it keeps one).
+    pub fn with_ledger(
+        config: PublishConfig,
+        link: Arc<dyn Link>,
+        metrics: PublishMetrics,
+        delayed: Option<Delayed>,
+        ledger: IdLedger,
+    ) -> Self {
         PublishApi {
             inner: Arc::new(Inner {
                 config,
                 link,
                 metrics,
                 delayed,
+                ledger,
             }),
         }
+    }
+
+    /// The idempotency ledger this API claims ids in.
+    pub fn ledger(&self) -> &IdLedger {
+        &self.inner.ledger
     }
 
     /// The routes: `POST /v1/notifications`; with delayed notifications

@@ -16,22 +16,24 @@
 //! the window for the oldest ids. Both outcomes are counted:
 //! `herald_duplicates_total` and `herald_dedup_evicted_total`.
 //!
-//! Compact: an id is remembered as a 128-bit keyed hash of it (SipHash
-//! under two keys drawn at random per process), with the time it was seen
-//! as 8 bytes: about 50 bytes an id with the tables' slack, where keeping
-//! the id itself (an `Arc<str>` in both tables) cost about 130. Two different ids take
-//! the same hash with a probability of 2^-128; a million ids in the
-//! window make a false "duplicate" about as likely as 2^-88, and nobody
-//! can aim for one without the keys.
+//! Compact: an id is remembered as a 128-bit keyed hash of it
+//! ([`herald_engine::ids`]), with the time it was seen as 8 bytes: about
+//! 50 bytes an id with the tables' slack, where keeping the id itself (an
+//! `Arc<str>` in both tables) cost about 130.
+//!
+//! The publish API answers a repeated id as a duplicate before it gets
+//! here ([`herald_engine::publish::ledger`]); this filter is what catches
+//! the repeats that come the other ways: a root redelivering to an edge,
+//! the delayed firer firing an entry again after its lease ran out.
 
-use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
+
+use herald_engine::ids::{IdHasher, IdHashing, IdKey as Key};
 
 use crate::metrics::Metrics;
 
@@ -74,38 +76,14 @@ impl DuplicateFilter {
     }
 }
 
-/// An id as remembered: its 128-bit keyed hash.
-type Key = (u64, u64);
-
-/// Hashes a [`Key`] for the set by passing its bits on: they are already a
-/// keyed hash.
-#[derive(Debug, Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 ^= n;
-    }
-}
-
 /// Remembered ids, oldest first.
 #[derive(Debug)]
 pub struct Dedup {
     window: Duration,
     max: usize,
-    /// The two SipHash keys of [`Key`]s.
-    hashers: [RandomState; 2],
-    seen: HashSet<Key, BuildHasherDefault<KeyHasher>>,
+    /// Makes the [`Key`]s.
+    hasher: IdHasher,
+    seen: HashSet<Key, IdHashing>,
     /// When each was seen (ns after `origin`), oldest first.
     order: VecDeque<(u64, Key)>,
     /// The first `now` seen: times are kept as ns after it.
@@ -119,17 +97,12 @@ impl Dedup {
         Dedup {
             window,
             max: max.max(1),
-            hashers: [RandomState::new(), RandomState::new()],
+            hasher: IdHasher::new(),
             seen: HashSet::default(),
             order: VecDeque::new(),
             origin: None,
             evicted_early: 0,
         }
-    }
-
-    fn key(&self, id: &str) -> Key {
-        let [a, b] = &self.hashers;
-        (a.hash_one(id), b.hash_one(id))
     }
 
     /// `now` as ns after the origin (the first `now` seen; an earlier one
@@ -151,7 +124,7 @@ impl Dedup {
             self.seen.remove(old);
             self.order.pop_front();
         }
-        let key = self.key(id);
+        let key = self.hasher.key(id);
         if self.seen.contains(&key) {
             return false;
         }

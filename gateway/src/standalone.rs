@@ -90,6 +90,7 @@ fn engine_config(config: &Config, api_keys: ApiKeys) -> EngineConfig {
             limits: config.envelope_limits(),
             max_body_bytes: config.publish.max_body_bytes,
             max_batch: config.publish.max_batch,
+            ledger: config.publish.ledger(),
         },
         schedule: config.schedule.clone(),
         callbacks: config.callbacks.clone(),

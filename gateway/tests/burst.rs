@@ -269,3 +269,42 @@ async fn a_client_that_stops_reading_is_cut_by_the_unsent_bytes() {
         assert!(sample(&gw.metrics().await, "herald_gaps_total").unwrap() >= 1.0);
     }
 }
+
+/// The chat backlog of the field reports: 100,000 `when_online`
+/// notifications held for a user who is away, all released at once when
+/// the user connects, on the default configuration: every one arrives, in
+/// sequence order, nothing lost or repeated, nobody cut, no gap marker;
+/// then a live one after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_held_notifications_reach_the_user_who_comes_online() {
+    const COUNT: usize = 100_000;
+    let gw = start(|_| {}).await;
+    let user = "backlog";
+    let (body, ids) = batch("held", user, COUNT, json!({"when_online": true}));
+    let Value::Array(notes) = body else {
+        unreachable!()
+    };
+    let started = std::time::Instant::now();
+    publish_all(&gw, notes, 2).await;
+    // All held (the firer found the user offline), the last one included.
+    let last = format!("held-{}", COUNT - 1);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(300);
+    while gw.status_of(&last).await["state"] != "held" {
+        assert!(tokio::time::Instant::now() < deadline, "{last} never held");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let held = started.elapsed();
+    let online = std::time::Instant::now();
+    let mut client = gw.session(&token(user, None, None)).await;
+    client.wait = std::time::Duration::from_secs(120);
+    read_in_order(&mut client, COUNT, &ids).await;
+    eprintln!(
+        "a backlog of {COUNT}: held in {held:?}, all read {:?} after connecting",
+        online.elapsed()
+    );
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, SLOW_CONSUMER), Some(0.0));
+    assert_eq!(sample(&metrics, "herald_gaps_total"), Some(0.0));
+    notify(&gw, user, "after").await;
+    assert_eq!(client.message().await.header("event"), Some("after"));
+}

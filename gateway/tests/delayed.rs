@@ -273,6 +273,7 @@ async fn submitting_the_same_id_again_is_idempotent() {
     let (code, second) = gw.publish(publication).await;
     assert_eq!(code, 202, "{second}");
     assert_eq!(second["scheduled"][0]["duplicate"], true);
+    assert_eq!(second["duplicates"], json!(["once"]), "{second}");
     assert_eq!(
         second["scheduled"][0]["due_at_ms"],
         first["scheduled"][0]["due_at_ms"]
@@ -286,9 +287,33 @@ async fn submitting_the_same_id_again_is_idempotent() {
         carol.message().await.header("message-id"),
         Some(marker.as_str())
     );
+    // The publish API's ledger answered it before the store saw it.
+    let metrics = gw.metrics().await;
     assert_eq!(
-        sample(&gw.metrics().await, "herald_delayed_duplicates_total"),
-        Some(1.0)
+        sample(&metrics, "herald_publish_duplicates_total{source=\"http\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+}
+
+/// With the ledger off, the store alone still refuses an id it holds, and
+/// the answer lists it as a duplicate all the same.
+#[tokio::test]
+async fn the_store_refuses_an_id_it_holds_with_the_ledger_off() {
+    let gw = start(|c| c.publish.dedup_window_secs = 0).await;
+    let publication = json!({"id": "kept", "users": ["dan"], "event": "e", "delay_ms": 60_000});
+    let (code, first) = gw.publish(publication.clone()).await;
+    assert_eq!(code, 202, "{first}");
+    let (code, second) = gw.publish(publication).await;
+    assert_eq!(code, 202, "{second}");
+    assert_eq!(second["scheduled"][0]["duplicate"], true, "{second}");
+    assert_eq!(second["duplicates"], json!(["kept"]), "{second}");
+    let metrics = gw.metrics().await;
+    assert_eq!(sample(&metrics, "herald_delayed_duplicates_total"), Some(1.0));
+    assert_eq!(
+        sample(&metrics, "herald_publish_duplicates_total{source=\"http\"}"),
+        Some(1.0),
+        "{metrics}"
     );
 }
 

@@ -281,19 +281,22 @@ async fn a_burst_larger_than_one_write_batch_arrives_whole() {
     }
 }
 
-/// A notification's `id` is its idempotency key: standalone, like an edge,
-/// delivers an id repeated within `edge.dedup_window_secs` once.
+/// A notification's `id` is its idempotency key: an id repeated within
+/// `publish.dedup_window_secs` is answered as a duplicate and delivered
+/// once.
 #[tokio::test]
 async fn an_id_published_twice_is_delivered_once() {
     let gw = start(|_| {}).await;
     let mut alice = gw.session(&token("alice", None, None)).await;
-    for event in ["first", "retry"] {
+    for (event, duplicates) in [("first", None), ("retry", Some(json!(["dup-1"])))] {
         let (status, body) = gw
             .publish(json!({"id": "dup-1", "users": ["alice"], "event": event}))
             .await;
-        // The retry is accepted like the first: the publisher's retry succeeds.
+        // The retry is accepted like the first (the publisher's retry
+        // succeeds), and says it was a duplicate.
         assert_eq!(status, 202, "{body}");
         assert_eq!(body["ids"][0], "dup-1");
+        assert_eq!(body.get("duplicates"), duplicates.as_ref(), "{body}");
     }
     notify(&gw, "alice", "after").await;
     let m = alice.message().await;
@@ -302,17 +305,73 @@ async fn an_id_published_twice_is_delivered_once() {
     assert_eq!(alice.message().await.header("event"), Some("after"));
     let metrics = gw.metrics().await;
     assert_eq!(
-        sample(&metrics, "herald_duplicates_total"),
+        sample(&metrics, "herald_publish_duplicates_total{source=\"http\"}"),
         Some(1.0),
         "{metrics}"
     );
 }
 
-/// The window is bounded by count: past `edge.dedup_max` ids the oldest is
-/// forgotten early, counted, and may then be delivered again.
+/// One rule for every path: an immediate id makes a delayed publication
+/// with it a duplicate, and a delayed id an immediate one; each answer
+/// says so, and the user gets each id once (the delayed one at its due
+/// time).
+#[tokio::test]
+async fn an_id_is_a_duplicate_across_immediate_and_delayed() {
+    let gw = start(|_| {}).await;
+    let mut alice = gw.session(&token("alice", None, None)).await;
+    let (status, body) = gw
+        .publish(json!({"id": "now-1", "users": ["alice"], "event": "now"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = gw
+        .publish(json!({"id": "now-1", "users": ["alice"], "event": "later", "delay_ms": 200}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["duplicates"], json!(["now-1"]), "{body}");
+    assert_eq!(body["scheduled"][0]["duplicate"], true, "{body}");
+    assert_eq!(gw.status_code("now-1").await, 404, "nothing was stored");
+
+    let (status, body) = gw
+        .publish(json!({"id": "due-1", "users": ["alice"], "event": "due", "delay_ms": 300}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["scheduled"][0]["duplicate"], false, "{body}");
+    let (status, body) = gw
+        .publish(json!({"id": "due-1", "users": ["alice"], "event": "early"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["duplicates"], json!(["due-1"]), "{body}");
+
+    let m = alice.message().await;
+    assert_eq!(m.header("event"), Some("now"));
+    let m = alice.message().await;
+    assert_eq!(m.header("message-id"), Some("due-1"));
+    assert_eq!(
+        m.header("event"),
+        Some("due"),
+        "the delayed one, at its due time"
+    );
+    notify(&gw, "alice", "after").await;
+    assert_eq!(alice.message().await.header("event"), Some("after"));
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        sample(&metrics, "herald_publish_duplicates_total{source=\"http\"}"),
+        Some(2.0),
+        "{metrics}"
+    );
+}
+
+/// The delivery filter's window is bounded by count: past
+/// `edge.dedup_max` ids the oldest is forgotten early, counted, and may
+/// then be delivered again. (The publish API's ledger is off here: it
+/// would answer the repeat as a duplicate before the filter sees it.)
 #[tokio::test]
 async fn the_dedup_window_is_bounded_and_counts_early_evictions() {
-    let gw = start(|c| c.edge.dedup_max = 2).await;
+    let gw = start(|c| {
+        c.edge.dedup_max = 2;
+        c.publish.dedup_window_secs = 0;
+    })
+    .await;
     let mut bob = gw.session(&token("bob", None, None)).await;
     for id in ["a", "b", "c", "a"] {
         let (status, body) = gw

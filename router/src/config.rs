@@ -428,6 +428,7 @@ impl Config {
             limits: self.envelope_limits(),
             max_body_bytes: self.publish.max_body_bytes,
             max_batch: self.publish.max_batch,
+            ledger: self.publish.ledger(),
         }
     }
 

@@ -11,6 +11,14 @@
 //!   (its own `callback-url`, or its topic's; immediate ones are due now):
 //!   store it in the delayed store ([`Delayed::accept`]), and once it is
 //!   durable, ack;
+//! - a publication whose `message_id` the idempotency ledger holds
+//!   ([`herald_engine::publish::ledger`]: accepted within
+//!   `publish.dedup_window_secs` on any path, or a delayed one not yet
+//!   that long past its due time): acked, sent nowhere, counted in
+//!   `herald_publish_duplicates_total{source="amqp"}`. A redelivery is
+//!   not refused so (its first delivery took the id): an immediate one is
+//!   forwarded again for the edges' window to drop, a delayed one goes to
+//!   the store, which knows whether it holds it;
 //! - a cancel (`type` = `herald.cancel`): cancel in the delayed store, ack;
 //!   an unknown id is dead-lettered. A cancel of a publication still being
 //!   stored (delivered just before it) waits for that store first.
@@ -82,6 +90,7 @@ use herald_amqp::publisher::{ForwardError, Forwarded};
 use herald_amqp::routing::Routing;
 use herald_amqp::topology::Topology;
 use herald_engine::metrics::PublishMetrics;
+use herald_engine::publish::IdLedger;
 use herald_engine::schedule::service::Delayed;
 
 /// Metric and log label of this intake.
@@ -118,6 +127,8 @@ struct Inner {
     publish_metrics: PublishMetrics,
     amqp_metrics: AmqpMetrics,
     delayed: Option<Delayed>,
+    /// The idempotency ledger, the HTTP API's.
+    ledger: IdLedger,
     /// Delayed publications being stored: a cancel waits for its own.
     storing: storing::Storing,
 }
@@ -149,6 +160,8 @@ enum Sent {
     },
     /// A cancel, applied to the delayed store.
     Cancelled { id: String, too_late: bool },
+    /// An immediate publication whose id the ledger holds: sent nowhere.
+    Duplicate { id: String },
     /// A refused publication, to the dead-letter exchange.
     Dead {
         rejection: Rejection,
@@ -163,12 +176,14 @@ impl Ingest {
     /// With `delayed`, publications carrying timing headers are stored
     /// there; without, they are dead-lettered
     /// ([`DELAYED_DISABLED`](herald_amqp::envelope::DELAYED_DISABLED)).
+    /// Ids are claimed in `ledger` (the engine's, the HTTP API's too).
     pub fn new(
         config: IngestConfig,
         slot: PublisherSlot,
         publish_metrics: PublishMetrics,
         amqp_metrics: AmqpMetrics,
         delayed: Option<Delayed>,
+        ledger: IdLedger,
     ) -> Self {
         Ingest {
             inner: Arc::new(Inner {
@@ -177,6 +192,7 @@ impl Ingest {
                 publish_metrics,
                 amqp_metrics,
                 delayed,
+                ledger,
                 storing: storing::Storing::default(),
             }),
         }

@@ -187,6 +187,7 @@ pub async fn run_notifying(
         engine.publish_metrics.clone(),
         amqp_metrics.clone(),
         engine.delayed.clone(),
+        engine.publish.ledger().clone(),
     );
     tasks.spawn(
         intake::task(ingest, &config, amqp_metrics.clone()),

@@ -7,9 +7,11 @@
 //!    accepted now.
 //! 2. [`PublishApi::check`]: every notification's fields and callback
 //!    settings, then the key's sites, then its rate.
-//! 3. [`PublishApi::dispatch`]: immediate ones to the link, the rest into
-//!    the delayed store (refused there when a notification asks for a store
-//!    this server has not, or for a due time it cannot have), then counted.
+//! 3. [`PublishApi::dispatch`]: every id claimed in the idempotency ledger
+//!    ([`super::ledger`]: a taken one is a duplicate and goes nowhere), then
+//!    immediate ones to the link, the rest into the delayed store (refused
+//!    there when a notification asks for a store this server has not, or
+//!    for a due time it cannot have), then counted.
 
 use std::sync::Arc;
 
@@ -24,7 +26,7 @@ use crate::api_key::Caller;
 use crate::callback::target;
 use crate::metrics::KeyLabels;
 use crate::schedule::entry::{Entry, Millis, Phase};
-use crate::schedule::store::Insert;
+use crate::schedule::store::{Claimed, IdClaim, Insert};
 use crate::schedule::timing::{now_ms, rfc3339};
 use crate::stats::Event;
 
@@ -35,6 +37,22 @@ struct CheckedBatch {
     targets: Vec<target::Checked>,
     /// More than one: errors name fields `[i].field`.
     batch: bool,
+}
+
+/// The intake label of this API's duplicates.
+const SOURCE: &str = "http";
+
+/// A batch once its ids are claimed.
+struct Claims {
+    /// Immediate ones whose ids were free.
+    immediate: Vec<Arc<Notification>>,
+    /// Delayed ones whose ids were free, for the store.
+    delayed: Vec<Entry>,
+    /// One per delayed publication, in order: the answer of a duplicate,
+    /// `None` for one the store answers.
+    answers: Vec<Option<ScheduledInfo>>,
+    /// The ids (as the caller gave them) that were taken.
+    duplicates: Vec<String>,
 }
 
 /// Where the publications of a batch go.
@@ -162,18 +180,50 @@ impl PublishApi {
             .filter_map(|p| p.notification.topic.clone())
             .collect();
         let now = now_ms();
-        let Sorted {
+        let sorted = self.sort(publications, targets, batch, now)?;
+        let callbacks = sorted.callbacks;
+        let Claims {
             immediate,
             delayed,
-            callbacks,
-        } = self.sort(publications, targets, batch, now)?;
-        let scheduled = self.store(delayed).await?;
-        if !immediate.is_empty() {
-            self.inner
-                .link
-                .publish(immediate)
-                .await
-                .map_err(|e| ApiError::unavailable(e.to_string()))?;
+            mut answers,
+            mut duplicates,
+        } = self.claim(sorted, now).await?;
+        let immediate_ids: Vec<String> = immediate.iter().map(|n| n.id.clone()).collect();
+        let delayed_ids: Vec<String> = delayed.iter().map(|e| e.id().to_owned()).collect();
+        let scheduled = match self.store(delayed).await {
+            Ok(scheduled) => scheduled,
+            Err(e) => {
+                let mut claimed = immediate_ids;
+                claimed.extend(delayed_ids);
+                self.inner.ledger.release(claimed).await;
+                return Err(e);
+            }
+        };
+        // The stored ones' answers fill the slots the ledger left, in the
+        // request's order.
+        let from_store: Vec<bool> = answers.iter().map(Option::is_none).collect();
+        let mut stored = scheduled.into_iter();
+        for slot in answers.iter_mut().filter(|a| a.is_none()) {
+            *slot = stored.next();
+        }
+        let scheduled: Vec<ScheduledInfo> = answers.into_iter().flatten().collect();
+        // The store's own duplicates (an id it holds past the ledger's
+        // hold, or from before it): the ledger found those new.
+        duplicates.extend(
+            scheduled
+                .iter()
+                .zip(&from_store)
+                .filter(|(s, stored)| s.duplicate && **stored)
+                .map(|(s, _)| s.id.clone()),
+        );
+        self.inner
+            .ledger
+            .count_duplicates(SOURCE, duplicates.len() as u64);
+        if !immediate.is_empty()
+            && let Err(e) = self.inner.link.publish(immediate).await
+        {
+            self.inner.ledger.release(immediate_ids).await;
+            return Err(ApiError::unavailable(e.to_string()));
         }
         let count = ids.len();
         let stats = &self.inner.metrics.topics;
@@ -199,9 +249,71 @@ impl PublishApi {
             notifications = count,
             delayed = scheduled.len(),
             callbacks,
+            duplicates = duplicates.len(),
             "publication accepted"
         );
-        Ok(Accepted { ids, scheduled })
+        Ok(Accepted {
+            ids,
+            scheduled,
+            duplicates,
+        })
+    }
+
+    /// Claim every id of `sorted` in the ledger ([`super::ledger`]): the
+    /// publications whose ids were free go on; a taken one goes nowhere,
+    /// its id listed as a duplicate (a delayed one's answer carries the
+    /// holder's due time). 503 when a shared ledger cannot be reached.
+    async fn claim(&self, sorted: Sorted, now: Millis) -> Result<Claims, ApiError> {
+        let Sorted {
+            immediate, delayed, ..
+        } = sorted;
+        let ledger = &self.inner.ledger;
+        let claims: Vec<IdClaim> = immediate
+            .iter()
+            .map(|n| ledger.immediate(&n.id, now))
+            .chain(
+                delayed
+                    .iter()
+                    .map(|e| ledger.delayed(e.id(), e.due_ms, now)),
+            )
+            .collect();
+        let outcomes = ledger.claim(claims, now).await.map_err(|e| {
+            ApiError::unavailable(format!("the idempotency ledger cannot be reached: {e}"))
+        })?;
+        let (first, rest) = outcomes.split_at(immediate.len());
+        let mut out = Claims {
+            immediate: Vec::with_capacity(immediate.len()),
+            delayed: Vec::with_capacity(delayed.len()),
+            answers: Vec::with_capacity(delayed.len()),
+            duplicates: Vec::new(),
+        };
+        for (n, outcome) in immediate.into_iter().zip(first) {
+            match outcome {
+                Claimed::New => out.immediate.push(n),
+                Claimed::Taken { .. } => {
+                    out.duplicates.push(public_id(&n.id).to_owned());
+                }
+            }
+        }
+        for (e, outcome) in delayed.into_iter().zip(rest) {
+            match *outcome {
+                Claimed::New => {
+                    out.answers.push(None);
+                    out.delayed.push(e);
+                }
+                Claimed::Taken { due_ms } => {
+                    let id = public_id(e.id()).to_owned();
+                    out.duplicates.push(id.clone());
+                    out.answers.push(Some(ScheduledInfo {
+                        id,
+                        due_at: rfc3339(due_ms),
+                        due_at_ms: due_ms,
+                        duplicate: true,
+                    }));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Sort publications between the link (immediate, no callback) and the

@@ -89,6 +89,31 @@ pub enum Insert {
     Duplicate(Status),
 }
 
+/// A notification id to take in the idempotency ledger
+/// ([`crate::publish::ledger`]) until `hold_until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdClaim {
+    /// The id, in its tenant's namespace.
+    pub id: String,
+    /// When its notification is due (its acceptance, for an immediate
+    /// one): what a later claim of the id is told.
+    pub due_ms: Millis,
+    /// Until when the id is taken.
+    pub hold_until_ms: Millis,
+}
+
+/// The outcome of claiming one id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// It was free and is now taken by this claim.
+    New,
+    /// A notification due at `due_ms` holds it: this one is a duplicate.
+    Taken {
+        /// The holder's due time.
+        due_ms: Millis,
+    },
+}
+
 /// The outcome of a cancel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancel {
@@ -414,4 +439,28 @@ pub trait Store: Send + Sync + 'static {
     /// process sharing the store), so a cache of the topics knows when to
     /// read them again.
     fn topics_version(&self) -> StoreFuture<'_, u64>;
+
+    /// Whether this store keeps an idempotency ledger every process
+    /// sharing it sees ([`Store::claim_ids`]). The embedded one does not:
+    /// its one process keeps the ledger in memory
+    /// ([`crate::publish::ledger`]).
+    fn keeps_ids(&self) -> bool {
+        false
+    }
+
+    /// Claim ids in the shared idempotency ledger, one outcome per claim
+    /// in order (a second claim of an id in the same call finds it taken
+    /// by the first). Only called when [`Store::keeps_ids`]; a store
+    /// without a ledger finds every id new.
+    fn claim_ids(&self, claims: Vec<IdClaim>) -> StoreFuture<'_, Vec<Claimed>> {
+        Box::pin(std::future::ready(Ok(vec![Claimed::New; claims.len()])))
+    }
+
+    /// Free ids this process claimed ([`Store::claim_ids`]) for
+    /// publications it then failed to take (the store or the link
+    /// refused them), so that a retry is not a duplicate.
+    fn release_ids(&self, ids: Vec<String>) -> StoreFuture<'_, ()> {
+        drop(ids);
+        Box::pin(std::future::ready(Ok(())))
+    }
 }

@@ -190,7 +190,18 @@ impl TestGateway {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
-    /// Poll `GET path` until it answers `status`, failing after [`WAIT`].
+    /// The status code of `GET /v1/notifications/{id}`.
+    pub async fn status_code(&self, id: &str) -> u16 {
+        reqwest::Client::new()
+            .get(format!("http://{}/v1/notifications/{id}", self.addr))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     /// A notification's status (`GET /v1/notifications/{id}` with the API
     /// key): 200 asserted.
     pub async fn status_of(&self, id: &str) -> serde_json::Value {
@@ -206,6 +217,7 @@ impl TestGateway {
         body
     }
 
+    /// Poll `GET path` until it answers `status`, failing after [`WAIT`].
     pub async fn until_status(&self, path: &str, status: u16) -> serde_json::Value {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {

@@ -83,7 +83,10 @@ impl Ingest {
                     "forward confirmed, but no edge queue is bound"
                 )
             }
-            (Ok(Forwarded::Unroutable), Sent::Stored { .. } | Sent::Cancelled { .. }) => {}
+            (
+                Ok(Forwarded::Unroutable),
+                Sent::Stored { .. } | Sent::Cancelled { .. } | Sent::Duplicate { .. },
+            ) => {}
             (Ok(Forwarded::Unroutable), Sent::Dead { .. }) => {
                 tracing::warn!(
                     delivery_tag,
@@ -115,7 +118,14 @@ impl Ingest {
                 accepted.inc();
                 let topics = &self.inner.publish_metrics.topics;
                 topics.record(topic.as_deref(), Event::Accepted, 1, now_ms());
+                if duplicate {
+                    self.inner.ledger.count_duplicates(SOURCE, 1);
+                }
                 tracing::debug!(id = %id, due_ms, duplicate, "delayed publication stored");
+            }
+            Sent::Duplicate { id } => {
+                self.inner.ledger.count_duplicates(SOURCE, 1);
+                tracing::debug!(id = %id, "duplicate publication acked, sent nowhere");
             }
             Sent::Cancelled { id, too_late } => {
                 tracing::debug!(id = %id, too_late, "cancel applied");

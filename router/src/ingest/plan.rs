@@ -17,9 +17,10 @@ use herald_amqp::envelope::{
 use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
 use herald_engine::callback::target;
 use herald_engine::metrics::RejectReason;
+use herald_engine::publish::IdLedger;
 use herald_engine::schedule::entry::{Entry, Phase};
 use herald_engine::schedule::service::Delayed;
-use herald_engine::schedule::store::{Cancel, Insert};
+use herald_engine::schedule::store::{Cancel, Claimed, Insert};
 use herald_engine::schedule::timing::now_ms;
 
 impl Ingest {
@@ -36,7 +37,15 @@ impl Ingest {
         } = delivery;
         let body = body_bytes(data);
         let plan = self.plan(&properties, body.clone());
+        let ledger = self.inner.ledger.clone();
         match plan {
+            Plan::Edges(n) if !redelivered && is_taken(&ledger, &n.id) => {
+                Box::pin(std::future::ready(Confirmed {
+                    delivery_tag,
+                    outcome: Ok(Forwarded::Routed),
+                    sent: Sent::Duplicate { id: n.id },
+                }))
+            }
             Plan::Edges(n) => {
                 let publisher = publisher.clone();
                 Box::pin(async move {
@@ -62,13 +71,8 @@ impl Ingest {
                     let id = entry.id().to_owned();
                     let due_ms = entry.due_ms;
                     let topic = entry.notification.topic.clone();
-                    let (outcome, duplicate) = match delayed.accept(vec![entry]).await {
-                        Ok(out) => (
-                            Ok(Forwarded::Routed),
-                            matches!(out.first(), Some(Insert::Duplicate(_))),
-                        ),
-                        Err(e) => (Err(ForwardError::Store(e.to_string())), false),
-                    };
+                    let (outcome, duplicate) =
+                        store_once(&ledger, &delayed, entry, redelivered).await;
                     Confirmed {
                         delivery_tag,
                         outcome,
@@ -222,6 +226,46 @@ impl Ingest {
                 };
                 Plan::Dead(Rejection::invalid(field, e.message))
             }
+        }
+    }
+}
+
+/// Whether the ledger holds `id` already (else it is taken now), for an
+/// immediate publication.
+fn is_taken(ledger: &IdLedger, id: &str) -> bool {
+    let now = now_ms();
+    ledger.claim_here(ledger.immediate(id, now), now) != Claimed::New
+}
+
+/// Store a delayed publication unless the ledger holds its id: whether it
+/// was stored (else why not), and whether it was a duplicate. A
+/// redelivery goes to the store whatever the ledger says (its first
+/// delivery may have taken the id and died before storing it): the store
+/// knows whether it holds it. Its claim is released when the store fails.
+async fn store_once(
+    ledger: &IdLedger,
+    delayed: &Delayed,
+    entry: Entry,
+    redelivered: bool,
+) -> (Result<Forwarded, ForwardError>, bool) {
+    let now = now_ms();
+    let id = entry.id().to_owned();
+    let claim = ledger.delayed(&id, entry.due_ms, now);
+    match ledger.claim(vec![claim], now).await {
+        Ok(out) if !redelivered && out.first() != Some(&Claimed::New) => {
+            return (Ok(Forwarded::Routed), true);
+        }
+        Ok(_) => {}
+        Err(e) => return (Err(ForwardError::Store(e.to_string())), false),
+    }
+    match delayed.accept(vec![entry]).await {
+        Ok(out) => (
+            Ok(Forwarded::Routed),
+            matches!(out.first(), Some(Insert::Duplicate(_))),
+        ),
+        Err(e) => {
+            ledger.release(vec![id]).await;
+            (Err(ForwardError::Store(e.to_string())), false)
         }
     }
 }

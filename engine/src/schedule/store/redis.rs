@@ -64,6 +64,7 @@ mod config;
 pub(crate) mod conn;
 mod group;
 mod held;
+mod ids;
 mod insert;
 mod layout;
 mod merge;
@@ -95,8 +96,8 @@ use self::insert::Inserter;
 use self::layout::{Keys, score};
 use self::reply::num;
 use super::{
-    Cancel, Counts, Cursor, Finish, Insert, ListFilter, Page, PutTopic, Replay, RetryWait, Settled,
-    Store, StoreError, StoreFuture, StoredTopic,
+    Cancel, Claimed, Counts, Cursor, Finish, IdClaim, Insert, ListFilter, Page, PutTopic, Replay,
+    RetryWait, Settled, Store, StoreError, StoreFuture, StoredTopic,
 };
 use crate::callback::attempt::Attempt;
 use crate::schedule::entry::{Entry, Millis, Status, Step};
@@ -126,6 +127,8 @@ struct Scripts {
     retry_wait: Script,
     finish: Script,
     replay: Script,
+    /// The idempotency ledger's claims ([`ids`]).
+    ids: Script,
 }
 
 impl Scripts {
@@ -145,6 +148,7 @@ impl Scripts {
             retry_wait: script!("retry_wait.lua"),
             finish: script!("finish.lua"),
             replay: script!("replay.lua"),
+            ids: script!("ids.lua"),
         }
     }
 }
@@ -471,6 +475,18 @@ impl Store for RedisStore {
 
     fn topics_version(&self) -> StoreFuture<'_, u64> {
         self.op("topics_version", self.topics_version_now())
+    }
+
+    fn keeps_ids(&self) -> bool {
+        true
+    }
+
+    fn claim_ids(&self, claims: Vec<IdClaim>) -> StoreFuture<'_, Vec<Claimed>> {
+        self.op("claim_ids", self.claim_ids_now(claims))
+    }
+
+    fn release_ids(&self, ids: Vec<String>) -> StoreFuture<'_, ()> {
+        self.op("release_ids", self.release_ids_now(ids))
     }
 }
 
