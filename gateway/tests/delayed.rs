@@ -309,7 +309,10 @@ async fn the_store_refuses_an_id_it_holds_with_the_ledger_off() {
     assert_eq!(second["scheduled"][0]["duplicate"], true, "{second}");
     assert_eq!(second["duplicates"], json!(["kept"]), "{second}");
     let metrics = gw.metrics().await;
-    assert_eq!(sample(&metrics, "herald_delayed_duplicates_total"), Some(1.0));
+    assert_eq!(
+        sample(&metrics, "herald_delayed_duplicates_total"),
+        Some(1.0)
+    );
     assert_eq!(
         sample(&metrics, "herald_publish_duplicates_total{source=\"http\"}"),
         Some(1.0),

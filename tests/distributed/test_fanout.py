@@ -96,8 +96,10 @@ def test_http_publishes_through_haproxy_reach_users_on_every_edge(dep):
 
 def test_one_id_through_both_roots_and_both_routers_reaches_each_user_once(dep):
     """A backend may publish the same notification through two roots (or
-    retry over HTTP and land on the other router): the edges deduplicate by
-    id. Without an id, each publication is its own notification."""
+    retry over HTTP and land on the other router): the routers' shared
+    ledger answers the retries as duplicates, and the edges deduplicate what
+    two roots both forward. Without an id, each publication is its own
+    notification."""
     users = dep.clients_on_distinct_edges(unique("dedup-u"), [{}, {}, {}])
     uids = [x.uid for x in users]
     twice = unique("twice")
@@ -109,9 +111,13 @@ def test_one_id_through_both_roots_and_both_routers_reaches_each_user_once(dep):
             # No message_id: the router makes one, so both copies arrive.
             amqp_publish(ch, "{}", {"users": uids, "event": "dup.anonymous"})
     http_id = unique("twice-http")
-    for _ in range(4):  # round robin: both routers, twice each
-        assert dep.publish_http({"id": http_id, "users": uids, "event": "dup.http",
-                                 "payload": {}})["ids"] == [http_id]
+    for attempt in range(4):  # round robin: both routers, twice each
+        answer = dep.publish_http({"id": http_id, "users": uids, "event": "dup.http",
+                                   "payload": {}})
+        assert answer["ids"] == [http_id]
+        # The routers share the idempotency ledger in Redis: every retry,
+        # whichever router takes it, is answered as a duplicate.
+        assert answer.get("duplicates", []) == ([http_id] if attempt else []), answer
     # The end marker, once the duplicates had every chance to arrive.
     end = unique("end")
     for root in ("root1", "root2"):

@@ -17,6 +17,11 @@ pub(in super::super) struct Unheld {
 impl Tables<'_> {
     /// Claim what is held for `user`, at most `limit` (in memory, as
     /// [`Tables::claim_due`]: they stay held in the tables until settled).
+    /// Entries claimed already (a call before this one took them, and
+    /// they are not settled yet) are passed over without counting toward
+    /// `limit`, so a user with more held than one call takes gets the next
+    /// ones from the next call, not the same ones again (which read as
+    /// "nothing left" and left the rest held while the user was online).
     pub(in super::super) fn claim_held(
         &mut self,
         user: &str,
@@ -28,35 +33,53 @@ impl Tables<'_> {
         let mut claims = claims.lock();
         let prefix = held_prefix(user);
         let end = prefix_end(&prefix);
-        let mut ids = Vec::new();
-        for kv in self
-            .held
-            .range(prefix.as_slice()..end.as_slice())
-            .map_err(io)?
-        {
-            if ids.len() >= limit {
-                break;
+        let deadline = now.saturating_add(lease_ms);
+        let mut out = Vec::new();
+        // Pages of `limit` keys, each starting past the last one read.
+        let mut from = prefix.clone();
+        loop {
+            let mut ids = Vec::new();
+            let mut read = 0usize;
+            let mut last = None;
+            for kv in self
+                .held
+                .range(from.as_slice()..end.as_slice())
+                .map_err(io)?
+            {
+                if read >= limit {
+                    break;
+                }
+                read += 1;
+                let (k, _) = kv.map_err(io)?;
+                let key = k.value();
+                if let Some((_, id)) = id_after(key, prefix.len()) {
+                    ids.push(id.to_owned());
+                }
+                last = Some(key.to_vec());
             }
-            let (k, _) = kv.map_err(io)?;
-            if let Some((_, id)) = id_after(k.value(), prefix.len()) {
-                ids.push(id.to_owned());
+            for id in ids {
+                if out.len() >= limit {
+                    break;
+                }
+                let Some((seq, s)) = self.get(&id)? else {
+                    continue;
+                };
+                if s.header.state != State::Held || claims.get(seq).is_some() {
+                    continue;
+                }
+                if let Some(e) = first_claim(&mut claims, seq, id, &s, now, deadline) {
+                    out.push(e);
+                }
+            }
+            match last {
+                Some(mut key) if out.len() < limit && read >= limit => {
+                    // The smallest key after it.
+                    key.push(0);
+                    from = key;
+                }
+                _ => return Ok(out),
             }
         }
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some((seq, s)) = self.get(&id)? else {
-                continue;
-            };
-            if s.header.state != State::Held || claims.get(seq).is_some() {
-                continue;
-            }
-            let deadline = now.saturating_add(lease_ms);
-            let Some(e) = first_claim(&mut claims, seq, id, &s, now, deadline) else {
-                continue;
-            };
-            out.push(e);
-        }
-        Ok(out)
     }
 
     /// What this transaction leaves unheld, to tell [`HeldUsers`] once it
