@@ -3,7 +3,7 @@
 # independent-client tests (tests/python: stomp.py against the real
 # herald-gateway binary), the distributed end-to-end tests
 # (tests/distributed: a whole deployment from deploy/up, driven with pika and
-# stomp.py through HAProxy), a 4-minute soak of such a deployment (herald-bench
+# stomp.py through HAProxy), a 5-minute soak of such a deployment (herald-bench
 # soak --check: nothing lost, nothing growing), then the JavaScript client's unit and type tests
 # (gateway/js, and its npm package: scripts/js-pack-check.sh packs it,
 # installs it offline into a scratch project, imports and typechecks it) and
@@ -416,9 +416,9 @@ soak_tests() {
     dir="$(target_dir)/debug"
     [ -x "$dir/herald-bench" ] && [ -x "$dir/herald-router" ] && [ -x "$dir/herald-gateway" ] \
         || die "$dir/herald-bench, herald-router and herald-gateway were not built"
-    run_stage soak "$dir/herald-bench" soak --minutes 4 --sample-secs 15 --warmup-percent 30 \
+    run_stage soak "$dir/herald-bench" soak --minutes 5 --sample-secs 15 --warmup-percent 30 \
         --check --bin-dir "$dir" --port-offset 6000 --out-dir "$LOGDIR/soak" --name soak-ci
-    SUMMARY+=("soak (herald-bench soak, 4 min of traffic, $((SECONDS - started)) s): $(grep -E '^soak soak-ci:' "$LOGDIR/soak.log" | tail -n1 | sed -E 's/^soak soak-ci: //')")
+    SUMMARY+=("soak (herald-bench soak, 5 min of traffic, $((SECONDS - started)) s): $(grep -E '^soak soak-ci:' "$LOGDIR/soak.log" | tail -n1 | sed -E 's/^soak soak-ci: //')")
 }
 
 ensure_iproute2() {
