@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 
 use axum::Router;
 use axum::extract::Path;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
@@ -76,46 +76,7 @@ pub fn routes() -> Router {
 
 async fn page(headers: HeaderMap) -> Response {
     let build = build();
-    let fresh = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == build.etag));
-    let common = [
-        (
-            header::CACHE_CONTROL,
-            HeaderValue::from_static(crate::console::PAGE_CACHE),
-        ),
-        (
-            header::ETAG,
-            HeaderValue::from_str(&build.etag).unwrap_or(HeaderValue::from_static("\"\"")),
-        ),
-    ];
-    if fresh {
-        return (StatusCode::NOT_MODIFIED, common).into_response();
-    }
-    (
-        common,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            ),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP),
-            ),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
-            (
-                header::REFERRER_POLICY,
-                HeaderValue::from_static("no-referrer"),
-            ),
-        ],
-        build.page.clone(),
-    )
-        .into_response()
+    crate::console::page_response(&headers, &build.etag, CSP, build.page.clone())
 }
 
 async fn asset(Path(file): Path<String>) -> Response {

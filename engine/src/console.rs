@@ -134,15 +134,28 @@ pub fn routes() -> Router {
 
 async fn page(headers: HeaderMap) -> Response {
     let build = build();
+    page_response(&headers, &build.etag, CSP, build.page.clone())
+}
+
+/// An HTML page served from the binary (the console's, the API
+/// reference's): `304` when the request's `If-None-Match` names `etag`,
+/// else `page` under the policy `csp`, revalidated on every load
+/// ([`PAGE_CACHE`]), never sniffed, no referrer.
+pub(crate) fn page_response(
+    headers: &HeaderMap,
+    etag: &str,
+    csp: &'static str,
+    page: String,
+) -> Response {
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == build.etag));
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
     let common = [
         (header::CACHE_CONTROL, HeaderValue::from_static(PAGE_CACHE)),
         (
             header::ETAG,
-            HeaderValue::from_str(&build.etag).unwrap_or(HeaderValue::from_static("\"\"")),
+            HeaderValue::from_str(etag).unwrap_or(HeaderValue::from_static("\"\"")),
         ),
     ];
     if fresh {
@@ -157,7 +170,7 @@ async fn page(headers: HeaderMap) -> Response {
             ),
             (
                 header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP),
+                HeaderValue::from_static(csp),
             ),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
@@ -168,7 +181,7 @@ async fn page(headers: HeaderMap) -> Response {
                 HeaderValue::from_static("no-referrer"),
             ),
         ],
-        build.page.clone(),
+        page,
     )
         .into_response()
 }
