@@ -184,13 +184,13 @@ async fn a_store_of_the_first_format_is_refused_with_a_clear_error() {
     }
     let err = EmbeddedStore::open(dir.path()).unwrap_err().to_string();
     assert!(
-        err.contains("store format 1") && err.contains("formats 2 to 4"),
+        err.contains("store format 1") && err.contains("formats 2 to 5"),
         "{err}"
     );
 }
 
 /// A file of format 2 (before the callback states) is read as it is, and
-/// stamped 4 so that an older Herald refuses it instead of meeting states
+/// stamped 5 so that an older Herald refuses it instead of meeting states
 /// it does not know.
 #[tokio::test]
 async fn a_store_of_format_2_is_upgraded_in_place() {
@@ -226,7 +226,7 @@ async fn a_store_of_format_2_is_upgraded_in_place() {
     let db = redb::Database::create(dir.path().join("store.redb")).unwrap();
     let txn = db.begin_read().unwrap();
     let format = txn.open_table(meta).unwrap().get("format").unwrap();
-    assert_eq!(format.map(|v| v.value()), Some(4));
+    assert_eq!(format.map(|v| v.value()), Some(5));
 }
 
 /// Rewrite every stored value of the closed store at `path` the way
@@ -273,7 +273,7 @@ fn to_format_3(path: &std::path::Path) {
 }
 
 /// A file of format 3 (headers without calls, records of version 1) is
-/// read as it is and stamped 4: its entries fire with calls 0 and the
+/// read as it is and stamped 5: its entries fire with calls 0 and the
 /// default target, count calls from there, and are written in format 4
 /// when they change, which survives a reopen.
 #[tokio::test]
@@ -357,7 +357,7 @@ async fn a_store_of_format_3_is_read_as_it_is_and_counts_calls_from_there() {
     let txn = db.begin_read().unwrap();
     let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
     let format = txn.open_table(meta).unwrap().get("format").unwrap();
-    assert_eq!(format.map(|v| v.value()), Some(4));
+    assert_eq!(format.map(|v| v.value()), Some(5));
 }
 
 /// Calls and the target are on disk: a reopened store returns them, and
@@ -813,4 +813,95 @@ async fn kill_9_mid_ingest_keeps_every_acknowledged_entry() {
         replayed.notification,
         store_suite::entry(last, store_suite::T0, None, "u").notification
     );
+}
+
+/// A file of format 4 listed an entry with a topic under that topic
+/// alone, so a list without a topic missed it. Opened, it gets the
+/// missing list keys and is stamped 5: the list without a topic has every
+/// entry, in every state, and keeps them as they change.
+#[tokio::test]
+async fn a_store_of_format_4_lists_every_entry_without_a_topic_once_opened() {
+    use herald_engine::schedule::store::ListFilter;
+    use redb::{ReadableTable, TableDefinition};
+    let t0 = store_suite::T0;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let mut entries: Vec<Entry> = (0..25)
+            .map(|i| store_suite::entry(&format!("t{i:02}"), t0 + i, Some("chat"), "u"))
+            .collect();
+        entries.push(store_suite::entry("plain", t0 + 3, None, "u"));
+        store.insert(entries, t0).await.unwrap();
+        store.cancel("t01", t0).await.unwrap();
+    }
+    {
+        // What format 4 wrote: no list key under no topic for an entry
+        // with one.
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut list = txn
+                .open_table(TableDefinition::<&[u8], ()>::new("list"))
+                .unwrap();
+            let twins: Vec<Vec<u8>> = list
+                .iter()
+                .unwrap()
+                .map(|kv| kv.unwrap().0.value().to_vec())
+                .filter(|k| k[0] != 0)
+                .map(|k| k[k.iter().position(|&b| b == 0).unwrap()..].to_vec())
+                .collect();
+            assert_eq!(twins.len(), 25);
+            for twin in twins {
+                assert!(list.remove(twin.as_slice()).unwrap().is_some());
+            }
+            txn.open_table(TableDefinition::<&str, u64>::new("meta"))
+                .unwrap()
+                .insert("format", 4)
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let every = |state| ListFilter { topic: None, state };
+    let ids = |page: herald_engine::schedule::store::Page| -> Vec<String> {
+        page.items.into_iter().map(|s| s.id).collect()
+    };
+    let scheduled = ids(store
+        .list(every(State::Scheduled), None, 100)
+        .await
+        .unwrap());
+    assert_eq!(scheduled.len(), 25, "{scheduled:?}");
+    assert!(scheduled.contains(&"plain".to_owned()) && scheduled.contains(&"t24".to_owned()));
+    assert_eq!(
+        ids(store
+            .list(every(State::Cancelled), None, 100)
+            .await
+            .unwrap()),
+        ["t01"]
+    );
+    // Changes keep both lists.
+    store.cancel("t02", t0).await.unwrap();
+    assert_eq!(
+        ids(store
+            .list(every(State::Cancelled), None, 100)
+            .await
+            .unwrap()),
+        ["t01", "t02"]
+    );
+    assert_eq!(
+        ids(store
+            .list(every(State::Scheduled), None, 100)
+            .await
+            .unwrap())
+        .len(),
+        24
+    );
+    drop(store);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta = txn
+        .open_table(TableDefinition::<&str, u64>::new("meta"))
+        .unwrap();
+    assert_eq!(meta.get("format").unwrap().map(|v| v.value()), Some(5));
 }

@@ -882,7 +882,11 @@ async fn a_batch_of_new_and_known_ids_over_several_topics_is_stored_and_listed_p
     let s = State::Scheduled;
     assert_eq!(listed(&store, Some("alpha"), s).await, ["a1", "a2", "a3"]);
     assert_eq!(listed(&store, Some("beta"), s).await, ["b1", "b2"]);
-    assert_eq!(listed(&store, None, s).await, ["n1", "n2", "n3"]);
+    // No topic: every entry, once, at its first due time.
+    assert_eq!(
+        listed(&store, None, s).await,
+        ["a1", "n1", "b1", "a2", "b2", "n2", "a3", "n3"]
+    );
     assert!(listed(&store, Some("gamma"), s).await.is_empty());
     let claimed = store.claim_due(T0 + 100, 100, LEASE).await.unwrap();
     assert_eq!(
@@ -1969,4 +1973,81 @@ mod stats_book {
         assert_eq!(all.len(), MAX_PARTS);
         assert_eq!(all.iter().find(|p| p.id == "e7").unwrap().mailboxes, 5);
     }
+}
+
+/// Data written before meta `lists` 2 listed an entry with a topic under
+/// its topic alone, so a list without a topic missed it. A router
+/// connecting to it lists those under their state too and records
+/// `lists` 2: the list without a topic has every entry, and keeps them as
+/// they change.
+#[tokio::test]
+async fn data_listed_by_topic_alone_is_listed_without_a_topic_once_connected() {
+    use herald_engine::schedule::store::ListFilter;
+    let (prefix, _guard) = fresh_prefix();
+    let t0 = store_suite::T0;
+    {
+        let store = connect(config(&prefix)).await;
+        let mut entries: Vec<Entry> = (0..25)
+            .map(|i| store_suite::entry(&format!("t{i:02}"), t0 + i, Some("chat"), "u"))
+            .collect();
+        entries.push(store_suite::entry("plain", t0 + 3, None, "u"));
+        store.insert(entries, t0).await.unwrap();
+        store.cancel("t01", t0).await.unwrap();
+    }
+    // What an older router wrote: topic entries in their topic's list alone.
+    let url = redis_url();
+    let mut c = sync_conn(&url);
+    let mut removed = 0;
+    for topic_list in scan_names(&url, &format!("{prefix}:*:l:*:chat")) {
+        let all = topic_list.trim_end_matches(":chat").to_owned();
+        let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+            .arg(&topic_list)
+            .arg(0)
+            .arg(-1)
+            .query(&mut c)
+            .unwrap();
+        let n: usize = redis::cmd("ZREM")
+            .arg(&all)
+            .arg(&members)
+            .query(&mut c)
+            .unwrap();
+        removed += n;
+    }
+    assert_eq!(removed, 25);
+    let _: () = redis::cmd("HDEL")
+        .arg(format!("{prefix}:meta"))
+        .arg("lists")
+        .query(&mut c)
+        .unwrap();
+    let store = connect(config(&prefix)).await;
+    let every = |state| ListFilter { topic: None, state };
+    let ids = |page: herald_engine::schedule::store::Page| -> Vec<String> {
+        page.items.into_iter().map(|s| s.id).collect()
+    };
+    let scheduled = ids(store
+        .list(every(State::Scheduled), None, 100)
+        .await
+        .unwrap());
+    assert_eq!(scheduled.len(), 25, "{scheduled:?}");
+    assert!(scheduled.contains(&"plain".to_owned()) && scheduled.contains(&"t24".to_owned()));
+    assert_eq!(
+        ids(store
+            .list(every(State::Cancelled), None, 100)
+            .await
+            .unwrap()),
+        ["t01"]
+    );
+    store.cancel("t02", t0).await.unwrap();
+    let mut cancelled = ids(store
+        .list(every(State::Cancelled), None, 100)
+        .await
+        .unwrap());
+    cancelled.sort();
+    assert_eq!(cancelled, ["t01", "t02"]);
+    let lists: Option<u8> = redis::cmd("HGET")
+        .arg(format!("{prefix}:meta"))
+        .arg("lists")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(lists, Some(2));
 }

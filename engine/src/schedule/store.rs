@@ -215,7 +215,8 @@ pub enum Replay {
 /// Which statuses a [`Store::list`] returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListFilter {
-    /// Only this topic (`None`: entries without a topic).
+    /// Only this topic (`None`: every entry of the state, whatever its
+    /// topic).
     pub topic: Option<String>,
     /// Only this state.
     pub state: State,

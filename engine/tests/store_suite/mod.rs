@@ -702,10 +702,33 @@ pub async fn list_pages_by_topic_and_state(store: &dyn Store) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        none.items.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
-        vec!["n0", "n1", "n2"]
-    );
+    // No topic lists every entry of the state, whatever its topic, in
+    // due order (the console's list when no topic is chosen).
+    let mut every: Vec<(u64, String)> = Vec::new();
+    let mut after: Option<Cursor> = None;
+    loop {
+        let page = store
+            .list(
+                ListFilter {
+                    topic: None,
+                    state: State::Scheduled,
+                },
+                after.clone(),
+                10,
+            )
+            .await
+            .unwrap();
+        every.extend(page.items.iter().map(|s| (s.due_ms, s.id.clone())));
+        match page.next {
+            Some(c) => after = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(every.len(), 40, "{every:?}");
+    assert!(every.windows(2).all(|w| w[0].0 <= w[1].0), "ordered by due");
+    let distinct: HashSet<&String> = every.iter().map(|(_, id)| id).collect();
+    assert_eq!(distinct.len(), 40, "no entry twice across pages");
+    assert_eq!(none.items.len(), 40);
     assert_eq!(none.next, None);
     // A state change moves an entry between lists.
     store.cancel("b3", T0).await.unwrap();
@@ -738,24 +761,26 @@ pub async fn list_pages_by_topic_and_state(store: &dyn Store) {
         listed(store.list(beta(State::Scheduled), None, 100).await.unwrap()),
         ["b2", "b4"]
     );
-    let no_topic = |state| ListFilter { topic: None, state };
-    assert_eq!(
-        listed(
-            store
-                .list(no_topic(State::Firing), None, 100)
-                .await
-                .unwrap()
-        ),
-        ["n0", "n1"]
+    let every = |state| ListFilter { topic: None, state };
+    let mut firing = listed(store.list(every(State::Firing), None, 100).await.unwrap());
+    firing.sort();
+    assert_eq!(firing, ["b0", "b1", "n0", "n1"]);
+    let scheduled = listed(
+        store
+            .list(every(State::Scheduled), None, 100)
+            .await
+            .unwrap(),
     );
+    assert_eq!(scheduled.len(), 35, "{scheduled:?}");
+    assert!(!scheduled.iter().any(|id| firing.contains(id) || id == "b3"));
     assert_eq!(
         listed(
             store
-                .list(no_topic(State::Scheduled), None, 100)
+                .list(every(State::Cancelled), None, 100)
                 .await
                 .unwrap()
         ),
-        ["n2"]
+        ["b3"]
     );
     let empty = store
         .list(

@@ -346,13 +346,17 @@ fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreEr
         // each entry rewritten in format 4 when it next changes. Stamped 4,
         // an older Herald refuses it with its own clear error rather than
         // meet states or headers it does not know.
-        Some(old @ (FORMAT_2 | FORMAT_3)) => {
+        // Format 5 lists every entry under no topic too: a file of an
+        // older format gets those keys now, from its own list keys.
+        Some(old @ (FORMAT_2 | FORMAT_3 | FORMAT_4)) => {
+            let listed = list_under_no_topic(txn)?;
             meta.insert(FORMAT_KEY, FORMAT).map_err(io)?;
             tracing::info!(
                 path = %path.display(),
                 from = old,
                 to = FORMAT,
-                "delayed store upgraded in place (callback states, callback attempts counted)"
+                listed,
+                "delayed store upgraded in place (callback states, callback attempts counted, every entry listed under no topic)"
             );
             FORMAT
         }
@@ -378,6 +382,39 @@ fn check_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(), StoreEr
         )));
     }
     Ok(())
+}
+
+/// Give every list key under a topic its twin under no topic (format 5),
+/// a page of keys at a time; how many were added.
+fn list_under_no_topic(txn: &redb::WriteTransaction) -> Result<u64, StoreError> {
+    use redb::ReadableTable;
+    const PAGE: usize = 10_000;
+    let mut list = txn.open_table(LIST).map_err(io)?;
+    let mut from: Vec<u8> = vec![1];
+    let mut added = 0u64;
+    loop {
+        let mut twins = Vec::with_capacity(PAGE);
+        let mut last = None;
+        for kv in list.range(from.as_slice()..).map_err(io)?.take(PAGE) {
+            let (k, _) = kv.map_err(io)?;
+            let key = k.value();
+            if let Some(twin) = layout::all_topics_key(key) {
+                twins.push(twin.to_vec());
+            }
+            last = Some(key.to_vec());
+        }
+        for twin in &twins {
+            list.insert(twin.as_slice(), ()).map_err(io)?;
+        }
+        added += twins.len() as u64;
+        match last {
+            Some(mut key) => {
+                key.push(0);
+                from = key;
+            }
+            None => return Ok(added),
+        }
+    }
 }
 
 impl Store for EmbeddedStore {

@@ -94,7 +94,7 @@ use self::conn::{Conn, unavailable};
 use self::group::GroupCommit;
 use self::insert::Inserter;
 use self::layout::{Keys, score};
-use self::reply::num;
+use self::reply::{num, unexpected};
 use super::{
     Cancel, Claimed, Counts, Cursor, Finish, IdClaim, Insert, ListFilter, Page, PutTopic, Replay,
     RetryWait, Settled, Store, StoreError, StoreFuture, StoredTopic,
@@ -501,7 +501,12 @@ async fn check_meta(conn: &Conn, keys: &Keys) -> Result<Millis, StoreError> {
     let meta = keys.meta();
     let mut set = redis::cmd("HSETNX");
     set.arg(&meta).arg("shards").arg(keys.shards());
-    set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
+    let new = set.query_async::<i64>(&mut c).await.map_err(unavailable)? == 1;
+    if new {
+        let mut set = redis::cmd("HSET");
+        set.arg(&meta).arg("lists").arg(LISTS);
+        set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
+    }
     let mut set = redis::cmd("HSETNX");
     set.arg(&meta).arg("layout").arg(layout::LAYOUT);
     set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
@@ -531,5 +536,44 @@ async fn check_meta(conn: &Conn, keys: &Keys) -> Result<Millis, StoreError> {
             layout::LAYOUT
         )));
     }
+    list_all(conn, keys).await?;
     Ok(tenants_since.unwrap_or(0))
+}
+
+/// The meta `lists` of data whose entries are all in their state's list
+/// (`l:<state>`), those with a topic in the topic's as well.
+const LISTS: u8 = 2;
+
+/// Data written before meta `lists` 2 listed an entry with a topic under
+/// its topic alone: list those under their state too (`lua/list_all.lua`,
+/// a SCAN step at a time on each shard), then record `lists` 2. Idempotent:
+/// routers that start together may both do it.
+async fn list_all(conn: &Conn, keys: &Keys) -> Result<(), StoreError> {
+    let mut c = conn.clone();
+    let mut get = redis::cmd("HGET");
+    get.arg(keys.meta()).arg("lists");
+    let lists: Option<u8> = get.query_async(&mut c).await.map_err(unavailable)?;
+    if lists == Some(LISTS) {
+        return Ok(());
+    }
+    let script = script!("list_all.lua");
+    for shard in 0..keys.shards() {
+        let mut cursor = "0".to_owned();
+        loop {
+            let next = invoke(conn, keys, &script, shard, &[cursor.into_bytes()]).await?;
+            cursor = match next {
+                Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                Value::SimpleString(s) => s,
+                _ => return Err(unexpected("the list_all script")),
+            };
+            if cursor == "0" {
+                break;
+            }
+        }
+    }
+    let mut set = redis::cmd("HSET");
+    set.arg(keys.meta()).arg("lists").arg(LISTS);
+    set.query_async::<i64>(&mut c).await.map_err(unavailable)?;
+    tracing::info!(prefix = %keys.meta(), "delayed store upgraded in place: every entry listed under its state as well as its topic");
+    Ok(())
 }

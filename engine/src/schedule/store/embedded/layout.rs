@@ -82,10 +82,14 @@ pub(super) const ATTEMPTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new(
 /// Registered topics by name.
 pub(super) const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 
-/// The layout this code writes (`meta["format"]`): 4 has `calls` in each
-/// entry's header; 3 added the callback states and the `retry` and
-/// `attempts` tables.
-pub(super) const FORMAT: u64 = 4;
+/// The layout this code writes (`meta["format"]`): 5 lists every entry
+/// under no topic as well as under its own (so a list without a topic is
+/// every entry of a state); 4 has `calls` in each entry's header; 3 added
+/// the callback states and the `retry` and `attempts` tables.
+pub(super) const FORMAT: u64 = 5;
+/// The layout before 5: an entry with a topic listed under it alone,
+/// which opening mends ([`all_topics_key`]).
+pub(super) const FORMAT_4: u64 = 4;
 /// The layout before 4: headers without `calls`, which this code reads as
 /// they are (see the module docs), so a file of format 3 is stamped 4.
 pub(super) const FORMAT_3: u64 = 3;
@@ -177,7 +181,26 @@ pub(super) fn id_after(k: &[u8], prefix_len: usize) -> Option<(Millis, &str)> {
     split_time_key(k.get(prefix_len..)?)
 }
 
-/// `topic ++ 0 ++ state`: every list key of one (topic, state).
+/// The key listing under no topic, i.e. among every entry of its state,
+/// the entry that `key` lists under its topic; `None` when `key` is under
+/// no topic already. Topics never hold a 0 byte, so the first one ends
+/// the topic.
+pub(super) fn all_topics_key(key: &[u8]) -> Option<&[u8]> {
+    match key.iter().position(|&b| b == 0)? {
+        0 => None,
+        end => Some(&key[end..]),
+    }
+}
+
+/// The topics an entry with `topic` is listed under: no topic (every
+/// entry), and its own.
+pub(super) fn listed_under(topic: Option<&str>) -> impl Iterator<Item = Option<&str>> {
+    std::iter::once(None).chain(topic.map(Some))
+}
+
+/// `topic ++ 0 ++ state`: every list key of one (topic, state). An entry
+/// with a topic has two list keys, its topic's and no topic's
+/// (`list_prefix(None, ..)` lists every entry of a state).
 pub(super) fn list_prefix(topic: Option<&str>, state: State) -> Vec<u8> {
     let topic = topic.unwrap_or("");
     let mut k = Vec::with_capacity(topic.len() + 18);
@@ -493,187 +516,4 @@ impl Stored {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use herald_protocol::envelope::{Notification, Scope};
-
-    fn entry() -> Entry {
-        Entry {
-            notification: Notification {
-                id: "n1".into(),
-                scope: Scope::User,
-                users: vec!["u".into()],
-                clients: vec![],
-                sites: vec![],
-                event: "e".into(),
-                topic: Some("t".into()),
-                content_type: "application/json".into(),
-                payload: Bytes::from_static(b"{}"),
-                payload_is_utf8: true,
-                ttl: None,
-                encodings: Default::default(),
-                accepted: Default::default(),
-            },
-            due_ms: 50,
-            accepted_ms: 10,
-            when_online: true,
-            attempts: 0,
-            phase: Phase::Deliver,
-            fire_ms: 0,
-            calls: 0,
-            target: Default::default(),
-        }
-    }
-
-    #[test]
-    fn live_and_final_entries_round_trip() {
-        let mut s = Stored::new(entry(), 10);
-        s.header.attempts = 3;
-        s.header.calls = 2;
-        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
-        assert_eq!(stored_id(&s.encode("n1")), Some("n1"));
-        assert_eq!(back.header, s.header);
-        let e = back.entry().unwrap();
-        assert_eq!((e.attempts, e.calls), (3, 2));
-        s.finish(State::Delivered, 99);
-        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
-        assert_eq!(stored_id(&s.encode("n1")), Some("n1"), "final keeps its id");
-        let status = back.status("n1");
-        assert_eq!(
-            (
-                status.state,
-                status.updated_ms,
-                status.due_ms,
-                status.accepted_ms
-            ),
-            (State::Delivered, 99, 50, 10)
-        );
-        assert_eq!(status.topic.as_deref(), Some("t"));
-        assert!(back.entry().is_none());
-        assert_eq!(back.header.calls, 2, "a final entry keeps its calls");
-    }
-
-    /// What format 3 wrote: `state, attempts, updated, deadline, fire`
-    /// (29 bytes), the id, then `rest`.
-    fn format_3(state: State, id: &str, rest: &[u8]) -> Vec<u8> {
-        let mut out = vec![state.code()];
-        out.extend(4u32.to_be_bytes());
-        out.extend(10u64.to_be_bytes());
-        out.extend(0u64.to_be_bytes());
-        out.extend(700u64.to_be_bytes());
-        out.extend((id.len() as u16).to_be_bytes());
-        out.extend(id.as_bytes());
-        out.extend(rest);
-        out
-    }
-
-    #[test]
-    fn a_value_of_format_3_reads_with_no_calls_and_is_written_in_format_4() {
-        let e = entry();
-        let old = format_3(State::RetryWait, "n1", &record::encode(&e));
-        assert_eq!(stored_id(&old), Some("n1"));
-        let mut s = Stored::decode("n1", &old).unwrap();
-        assert_eq!(
-            s.header,
-            Header {
-                state: State::RetryWait,
-                attempts: 4,
-                calls: 0,
-                updated: 10,
-                deadline: 0,
-                fire: 700,
-            }
-        );
-        let back = s.entry().unwrap();
-        assert_eq!((back.notification, back.calls), (e.notification, 0));
-        s.header.calls = 1;
-        let new = s.encode("n1");
-        assert_eq!(new.len(), old.len() + 4, "the header gained calls");
-        assert_eq!(new[0], State::RetryWait.code() | HEADER_4);
-        assert_eq!(Stored::decode("n1", &new).unwrap().header, s.header);
-        // A final value of format 3 (no record) reads too.
-        let mut fin = 50u64.to_be_bytes().to_vec();
-        fin.extend(10u64.to_be_bytes());
-        fin.push(0);
-        let old = format_3(State::Declined, "n1", &fin);
-        let s = Stored::decode("n1", &old).unwrap();
-        assert_eq!(
-            (s.header.state, s.header.calls, s.status("n1").due_ms),
-            (State::Declined, 0, 50)
-        );
-    }
-
-    #[test]
-    fn a_dead_letter_keeps_its_body_and_retry_wait_is_the_callback_phase() {
-        let mut s = Stored::new(entry(), 10);
-        s.header.state = State::RetryWait;
-        s.header.fire = 700;
-        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
-        assert_eq!(back.entry().unwrap().phase, Phase::Callback);
-        assert_eq!(back.status("n1").next_attempt_ms, Some(700));
-        s.finish(State::Dead, 99);
-        let back = Stored::decode("n1", &s.encode("n1")).unwrap();
-        let e = back.entry().expect("a dead letter keeps its body");
-        assert_eq!(e.notification, entry().notification);
-        assert_eq!(back.status("n1").state, State::Dead);
-        assert_eq!(back.status("n1").next_attempt_ms, None);
-        for st in [State::Declined, State::Cancelled] {
-            let mut s = Stored::new(entry(), 10);
-            s.finish(st, 99);
-            let back = Stored::decode("n1", &s.encode("n1")).unwrap();
-            assert!(back.entry().is_none(), "{st} drops its body");
-        }
-    }
-
-    #[test]
-    fn attempt_keys_sort_by_entry_then_number() {
-        assert!(attempt_key(1, u32::MAX) < attempt_key(2, 0));
-        assert!(attempt_key(1, 9) < attempt_key(1, 10));
-        assert!(attempt_key(1, 0).starts_with(&1u64.to_be_bytes()));
-        assert_eq!(attempt_number(&attempt_key(3, 77)), Some(77));
-        assert_eq!(attempt_number(&[0; 11]), None);
-    }
-
-    #[test]
-    fn damaged_values_are_corrupt_not_panics() {
-        let raw = Stored::new(entry(), 10).encode("n1");
-        for cut in 0..raw.len() {
-            let _ = Stored::decode("n1", &raw[..cut]);
-            let _ = stored_id(&raw[..cut]);
-        }
-        assert!(matches!(
-            Stored::decode("n2", &raw),
-            Err(StoreError::Corrupt { .. })
-        ));
-        assert!(matches!(
-            Stored::decode("n1", &[9; 40]),
-            Err(StoreError::Corrupt { .. })
-        ));
-        assert!(matches!(
-            Stored::decode("n1", &[HEADER_4 | 9; 40]),
-            Err(StoreError::Corrupt { .. })
-        ));
-    }
-
-    #[test]
-    fn keys_sort_in_time_then_id_order() {
-        assert!(time_key(5, "b") < time_key(6, "a"));
-        assert!(time_key(5, "a") < time_key(5, "b"));
-        assert!(time_key(5, "zzz") < time_bound(5));
-        assert!(time_bound(5) <= time_key(6, ""));
-        assert_eq!(split_time_key(&time_key(7, "x")), Some((7, "x")));
-        assert!(
-            queue_key(5, 9, "a") < queue_key(5, 10, "a"),
-            "seq breaks ties"
-        );
-        assert!(queue_key(5, u64::MAX, "z") < time_bound(5));
-        assert!(queue_key(5, 2, "b") < queue_key(6, 1, "a"));
-        assert_eq!(split_queue_key(&queue_key(7, 3, "x")), Some((7, 3, "x")));
-        assert_eq!(split_queue_key(&[0; 15]), None);
-        let p = list_prefix(Some("t"), State::Held);
-        assert!(list_key(Some("t"), State::Held, 1, 0, "a") > p);
-        assert!(list_key(Some("t"), State::Held, u64::MAX, u64::MAX, "zz") < prefix_end(&p));
-        assert!(list_key(None, State::Held, 1, 2, "a") < list_key(None, State::Held, 1, 3, "0"));
-        assert_eq!(prefix_end(&[1, 0xff]), vec![2]);
-    }
-}
+mod tests;

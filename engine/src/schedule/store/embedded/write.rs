@@ -190,13 +190,29 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Remove the list keys of an entry listed under `state`: its topic's
+    /// and no topic's.
+    fn unlist(
+        &mut self,
+        topic: Option<&str>,
+        state: State,
+        due: Millis,
+        seq: u64,
+        id: &str,
+    ) -> R<()> {
+        for topic in listed_under(topic) {
+            self.list
+                .remove(list_key(topic, state, due, seq, id).as_slice())
+                .map_err(io)?;
+        }
+        Ok(())
+    }
+
     /// Take `s` out of the indexes of its current state.
     fn leave(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
         self.wrote = true;
         let h = s.header;
-        self.list
-            .remove(list_key(s.topic(), list_state(h.state), s.due(), seq, id).as_slice())
-            .map_err(io)?;
+        self.unlist(s.topic(), list_state(h.state), s.due(), seq, id)?;
         match h.state {
             State::Scheduled => {
                 self.sched
@@ -248,12 +264,12 @@ impl<'t> Tables<'t> {
     /// Put `s` into the indexes of its (new) state, and store it.
     fn enter(&mut self, id: &str, seq: u64, s: &Stored) -> R<()> {
         let h = s.header;
-        self.list
-            .insert(
-                list_key(s.topic(), list_state(h.state), s.due(), seq, id).as_slice(),
-                (),
-            )
-            .map_err(io)?;
+        let state = list_state(h.state);
+        for topic in listed_under(s.topic()) {
+            self.list
+                .insert(list_key(topic, state, s.due(), seq, id).as_slice(), ())
+                .map_err(io)?;
+        }
         match h.state {
             State::Scheduled => {
                 self.sched
@@ -500,9 +516,7 @@ impl<'t> Tables<'t> {
             }
             // Its list key may be firing's own (written before firing was
             // listed under scheduled) or scheduled's.
-            self.list
-                .remove(list_key(s.topic(), State::Firing, s.due(), seq, &id).as_slice())
-                .map_err(io)?;
+            self.unlist(s.topic(), State::Firing, s.due(), seq, &id)?;
             self.leave(&id, seq, &s)?;
             s.header.state = State::Scheduled;
             s.header.fire = s.header.deadline;

@@ -39,6 +39,9 @@ if n > 0 and all_at_once() then
   while i <= #ARGV do
     local topic, m = ARGV[i], tonumber(ARGV[i + 1])
     redis.call('ZADD', lkey(SCHEDULED, topic ~= '' and topic or nil), unpack(ARGV, i + 2, i + 1 + 2 * m))
+    if topic ~= '' then
+      redis.call('ZADD', lkey(SCHEDULED, nil), unpack(ARGV, i + 2, i + 1 + 2 * m))
+    end
     i = i + 2 + 2 * m
   end
   return n
@@ -60,14 +63,15 @@ for e = 0, n - 1 do
   if redis.call('SET', k, v, 'NX') then
     due_args[#due_args + 1] = ARGV[dues + 2 * e]
     due_args[#due_args + 1] = ARGV[dues + 2 * e + 1]
-    local lk = lkey(SCHEDULED, topic)
-    local members = members_of[lk]
-    if not members then
-      members = {}
-      members_of[lk] = members
+    for _, lk in ipairs(topic and { lkey(SCHEDULED, topic), lkey(SCHEDULED, nil) } or { lkey(SCHEDULED, nil) }) do
+      local members = members_of[lk]
+      if not members then
+        members = {}
+        members_of[lk] = members
+      end
+      members[#members + 1] = 0
+      members[#members + 1] = ARGV[section + 1]
     end
-    members[#members + 1] = 0
-    members[#members + 1] = ARGV[section + 1]
     out[#out + 1] = 1
   else
     out[#out + 1] = header(k)

@@ -16,7 +16,9 @@
 --   <base>:a:<id>               LIST of attempt records, oldest first
 --                               (bounded: `log_attempt`; removed by purge)
 --   <base>:l:<state>[:<topic>]  ZSET, score 0, member due(8 bytes BE)..id
---                               (firing and retry_wait entries in scheduled's)
+--                               (firing and retry_wait entries in scheduled's);
+--                               every entry is in l:<state>, one with a
+--                               topic in l:<state>:<topic> as well
 --   <base>:h:<user>             ZSET, score 0, member due(8 bytes BE)..id:
 --                               the entries held here for user
 --   <base>:ht:<user>            SET of tokens of the holds applied here for
@@ -254,11 +256,20 @@ local function relist_later(c, id, e, to)
   local m = e.due .. id
   if legacy then
     later_rem(c, lkey(FIRING, e.topic), m)
+    if e.topic then
+      later_rem(c, lkey(FIRING, nil), m)
+    end
   end
   if from ~= dest then
     later_rem(c, lkey(from, e.topic), m)
+    if e.topic then
+      later_rem(c, lkey(from, nil), m)
+    end
   end
   later_add(c, lkey(dest, e.topic), 0, m)
+  if e.topic then
+    later_add(c, lkey(dest, nil), 0, m)
+  end
 end
 
 -- Move the entry from its state's list to state `to`'s, now.

@@ -13,6 +13,9 @@ for _, id in ipairs(ids) do
     local e = parse(h)
     if FINAL[e.state] then
       later_rem(c, lkey(e.state, e.topic), e.due .. id)
+      if e.topic then
+        later_rem(c, lkey(e.state, nil), e.due .. id)
+      end
       gone[#gone + 1] = k
       gone[#gone + 1] = B .. ':a:' .. id
     end
