@@ -669,7 +669,7 @@
     scheduled: 'info', held: 'info', firing: 'warn', retry_wait: 'warn', dead: 'bad',
     delivered: 'ok', cancelled: '', expired: '', declined: '',
   };
-  const CANCELLABLE = new Set(['scheduled', 'held', 'retry_wait']);
+  const CANCELLABLE = new Set(['scheduled', 'held', 'retry_wait', 'dead']);
   const badge = (state) => h('span', { class: `badge ${STATE_BADGE[state] ?? ''}` }, state.replace('_', ' '));
 
   async function loadNotes() {
@@ -709,6 +709,10 @@
         CANCELLABLE.has(n.state) ? h('button', { type: 'button', class: 'small danger', 'aria-label': `Cancel ${n.id}`, onclick: () => cancelNote(n.id) }, 'Cancel') : null,
         n.state === 'dead' ? h('button', { type: 'button', class: 'small', 'aria-label': `Retry ${n.id}`, onclick: () => retryNote(n.id) }, 'Retry') : null))));
     $('#notes-empty').hidden = items.length > 0;
+    const dead = $('#n-state').value === 'dead' && items.length > 0;
+    $('#dead-bulk').hidden = !dead;
+    const topic = $('#n-topic').value.trim();
+    $('#dead-bulk-scope').textContent = topic ? `Every dead letter of topic ${topic}` : 'Every dead letter, of every topic';
     $('#notes-page').textContent = `Page ${notes.page + 1}`;
     $('#notes-prev').disabled = notes.page === 0;
     $('#notes-next').disabled = !notes.next;
@@ -785,6 +789,34 @@
     }
     await loadNotes();
   }
+
+  // Every dead letter of the filter's topic (or of every topic), through
+  // POST /v1/dead-letters/{retry,cancel}: 1,000 a call, until none is left.
+  async function bulkDead(action) {
+    const topic = $('#n-topic').value.trim();
+    const what = topic ? `every dead letter of topic ${topic}` : 'every dead letter, of every topic';
+    const verb = action === 'retry' ? 'Send again' : 'Cancel';
+    if (!confirm(`${verb} ${what}?`)) return;
+    const params = new URLSearchParams();
+    if (topic) params.set('topic', topic);
+    let done = 0;
+    try {
+      for (;;) {
+        const r = await api(`v1/dead-letters/${action}?${params}`, { method: 'POST' });
+        done += r.done;
+        if (!r.more || r.done + r.skipped === 0) break;
+      }
+      flash(`${action === 'retry' ? 'Sent again' : 'Cancelled'}: ${num(done)} dead letter${done === 1 ? '' : 's'}.`, 'ok');
+    } catch (e) {
+      if (e.status === 401) return;
+      flash(`${verb} failed after ${num(done)}: ${explain(e)}`, 'bad');
+    }
+    notes.cursors = [null];
+    notes.page = 0;
+    await loadNotes();
+  }
+  $('#dead-retry-all').addEventListener('click', () => bulkDead('retry'));
+  $('#dead-cancel-all').addEventListener('click', () => bulkDead('cancel'));
 
   // ---- Presence ------------------------------------------------------
   $('#presence-form').addEventListener('submit', async (ev) => {

@@ -23,6 +23,7 @@
 //! due now).
 
 mod accept;
+mod dead_letters;
 pub mod decode;
 mod direct;
 mod disconnect;
@@ -242,6 +243,7 @@ impl PublishApi {
     /// The routes: `POST /v1/notifications`; with delayed notifications
     /// also `GET /v1/notifications` (list), `GET` and `DELETE
     /// /v1/notifications/{id}`, `POST /v1/notifications/{id}/retry`,
+    /// `POST /v1/dead-letters/retry` and `/cancel` ([`dead_letters`]),
     /// `POST /v1/users/{uid}/online`, and the
     /// topics API (`GET /v1/topics`, `PUT`, `GET` and `DELETE
     /// /v1/topics/{name}`). Always `GET /v1/operator` (whose
@@ -257,6 +259,8 @@ impl PublishApi {
                     delete(notifications::cancel).get(notifications::status),
                 )
                 .route("/v1/notifications/{id}/retry", post(notifications::retry))
+                .route("/v1/dead-letters/retry", post(dead_letters::retry))
+                .route("/v1/dead-letters/cancel", post(dead_letters::cancel))
                 .route("/v1/users/{uid}/online", post(notifications::user_online))
                 .route("/v1/topics", get(topics::list))
                 .route(

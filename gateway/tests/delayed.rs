@@ -644,12 +644,7 @@ async fn callback_states_show_in_the_status_and_a_dead_letter_can_be_sent_again(
     assert_eq!(code, 200, "{page}");
     assert_eq!(page["items"].as_array().unwrap().len(), 1);
     assert_eq!(page["items"][0]["id"], "cb-1");
-    // A dead letter cannot be cancelled, but it can be sent again.
-    let (code, body) = api(&gw, reqwest::Method::DELETE, "/v1/notifications/cb-1", None).await;
-    assert_eq!(
-        (code, &body["notification"]["state"]),
-        (409, &json!("dead"))
-    );
+    // A dead letter can be sent again.
     let before = now_ms();
     let (code, body) = api(
         &gw,
@@ -707,4 +702,108 @@ async fn callback_states_show_in_the_status_and_a_dead_letter_can_be_sent_again(
         sample(&metrics, "herald_delayed_replay_not_dead_total"),
         Some(1.0)
     );
+}
+
+/// Dead letters in bulk: `POST /v1/dead-letters/retry` and `/cancel`, by
+/// topic or all, `limit` at a time, going on where the last call stopped
+/// (`more`); and one cancelled alone with `DELETE` (nobody sends it again).
+#[tokio::test]
+async fn dead_letters_are_retried_and_cancelled_in_bulk() {
+    use herald_engine::schedule::store::{Ending, Finish};
+    let gw = start(|_| {}).await;
+    let store = store_of(&gw);
+    let ids = ["b-1", "b-2", "b-3", "m-1", "m-2"];
+    let mut due = 0;
+    for id in ids {
+        let topic = if id.starts_with('b') {
+            "billing"
+        } else {
+            "mail"
+        };
+        let (code, body) = gw
+            .publish(json!({"id": id, "users": ["kim"], "event": "e", "topic": topic, "delay_ms": 3_600_000}))
+            .await;
+        assert_eq!(code, 202, "{body}");
+        due = due.max(body["scheduled"][0]["due_at_ms"].as_u64().unwrap());
+    }
+    // The test plays the sender an hour ahead: every callback failed.
+    assert_eq!(store.claim_due(due, 10, 60_000).await.unwrap().len(), 5);
+    let dead: Vec<Finish> = ids
+        .iter()
+        .map(|id| Finish {
+            id: (*id).into(),
+            ending: Ending::Dead,
+            recheck: None,
+            attempt: None,
+        })
+        .collect();
+    store.finish(dead, due + 1).await.unwrap();
+    let post = |path: &'static str| api(&gw, reqwest::Method::POST, path, None);
+    let (code, body) = post("/v1/dead-letters/retry?topic=billing&limit=2").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"action": "retry", "topic": "billing", "done": 2, "skipped": 0, "more": true})
+    );
+    let (code, body) = post("/v1/dead-letters/retry?topic=billing").await;
+    assert_eq!(
+        (code, &body["done"], &body["more"]),
+        (200, &json!(1), &json!(false)),
+        "{body}"
+    );
+    // Each sent again (due now: the gateway's firer takes them from there).
+    assert_eq!(
+        sample(&gw.metrics().await, "herald_delayed_replayed_total"),
+        Some(3.0)
+    );
+    // The rest, of every topic: one cancelled alone, then all.
+    let (code, body) = api(&gw, reqwest::Method::DELETE, "/v1/notifications/m-1", None).await;
+    assert_eq!((code, &body["state"]), (200, &json!("cancelled")), "{body}");
+    let (code, body) = post("/v1/dead-letters/cancel").await;
+    assert_eq!(
+        (code, body),
+        (
+            200,
+            json!({"action": "cancel", "topic": null, "done": 1, "skipped": 0, "more": false})
+        )
+    );
+    let s = status_of(&gw, "m-2").await;
+    assert_eq!(s["state"], "cancelled");
+    let (code, page) = api(
+        &gw,
+        reqwest::Method::GET,
+        "/v1/notifications?state=dead",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, page["items"].as_array().unwrap().len()),
+        (200, 0),
+        "{page}"
+    );
+    // Nothing left: nothing done.
+    let (code, body) = post("/v1/dead-letters/retry").await;
+    assert_eq!(
+        (code, &body["done"], &body["more"]),
+        (200, &json!(0), &json!(false))
+    );
+    // Bad input: a JSON error naming the field.
+    for (path, field) in [
+        ("/v1/dead-letters/retry?limit=0", "limit"),
+        ("/v1/dead-letters/cancel?limit=10001", "limit"),
+        ("/v1/dead-letters/retry?topic=a%20b", "topic"),
+    ] {
+        let (code, body) = post(path).await;
+        assert_eq!(
+            (code, &body["error"]["field"]),
+            (422, &json!(field)),
+            "{path}: {body}"
+        );
+    }
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/dead-letters/retry", gw.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401, "the API key is required");
 }

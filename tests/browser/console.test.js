@@ -5,7 +5,8 @@
 // with a bad retry condition shows the API's 422 next to that field, then
 // saves; a scheduled notification is cancelled; a dead letter (a callback
 // to a local receiver that fails both attempts) shows its attempts and is
-// retried until the receiver takes it; the presence lookup answers or says
+// retried until the receiver takes it; dead letters are cancelled one by
+// one and retried and cancelled all at once; the presence lookup answers or says
 // it is not available on this server. Screenshots at 1280x800 and at a
 // phone's size go to target/test-artifacts/console/ (HERALD_ARTIFACTS to
 // change it; the path is printed).
@@ -265,6 +266,42 @@ describe('an operator with an admin key', () => {
     await page.waitForFunction(() => /sent again/.test(document.querySelector('#flash').textContent), null, { timeout: TIMEOUT });
     await until(async () => (await stateOf(id)).state === 'delivered', 4 * TIMEOUT, `${id} delivered after the retry`);
     assert.equal(receiver.calls, 3);
+  });
+
+  test('dead letters are retried all at once, and cancelled all at once', async () => {
+    receiver.status = 500;
+    const ids = [0, 1, 2].map((i) => `bulk-${process.pid}-${i}`);
+    for (const id of ids) await gw.publish({ id, users: ['nobody'], event: 'invoice', topic: 'billing' });
+    for (const id of ids) await until(async () => (await stateOf(id)).state === 'dead', 4 * TIMEOUT, `${id} dead`);
+    await page.getByRole('link', { name: 'Notifications' }).click();
+    await page.getByLabel('State').selectOption('dead');
+    await page.locator('#n-topic').fill('billing');
+    await page.getByRole('button', { name: 'Show' }).click();
+    await page.locator(`#notes-table tr[data-id="${ids[0]}"]`).waitFor({ timeout: TIMEOUT });
+    assert.match(await page.locator('#dead-bulk-scope').textContent(), /topic billing/);
+
+    // Cancel one alone, then send the rest again, all at once.
+    await page.getByRole('button', { name: `Cancel ${ids[0]}` }).click();
+    await until(async () => (await stateOf(ids[0])).state === 'cancelled', TIMEOUT, `${ids[0]} cancelled`);
+    receiver.status = 200;
+    page.once('dialog', (d) => d.accept());
+    await page.getByRole('button', { name: 'Retry all' }).click();
+    await page.waitForFunction(() => /Sent again: 2 dead letters/.test(document.querySelector('#flash').textContent), null, { timeout: TIMEOUT });
+    for (const id of ids.slice(1)) await until(async () => (await stateOf(id)).state === 'delivered', 4 * TIMEOUT, `${id} delivered`);
+
+    // One more dies: "Cancel all" ends it.
+    receiver.status = 500;
+    const last = `bulk-${process.pid}-3`;
+    await gw.publish({ id: last, users: ['nobody'], event: 'invoice', topic: 'billing' });
+    await until(async () => (await stateOf(last)).state === 'dead', 4 * TIMEOUT, `${last} dead`);
+    await page.getByRole('button', { name: 'Show' }).click();
+    await page.locator(`#notes-table tr[data-id="${last}"]`).waitFor({ timeout: TIMEOUT });
+    page.once('dialog', (d) => d.accept());
+    await page.getByRole('button', { name: 'Cancel all' }).click();
+    await page.waitForFunction(() => /Cancelled: 1 dead letter\b/.test(document.querySelector('#flash').textContent), null, { timeout: TIMEOUT });
+    assert.equal((await stateOf(last)).state, 'cancelled');
+    assert.ok(await page.locator('#dead-bulk').isHidden(), 'nothing left to act on');
+    receiver.status = 200;
   });
 
   test('the presence lookup answers, or says it is not available here', async () => {

@@ -186,7 +186,7 @@ pub(crate) fn path_param(
 }
 
 /// `value` is a valid Herald name (ids, topics), or a 422 naming `field`.
-fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+pub(super) fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if herald_protocol::envelope::is_valid_name(value) {
         Ok(())
     } else {

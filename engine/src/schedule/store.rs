@@ -117,9 +117,11 @@ pub enum Claimed {
 /// The outcome of a cancel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancel {
-    /// It was scheduled, held or waiting for a callback retry
-    /// (`retry_wait`) and is now cancelled; or it had already been
-    /// cancelled (cancel is idempotent).
+    /// It was scheduled, held, waiting for a callback retry
+    /// (`retry_wait`) or a dead letter, and is now cancelled (a dead
+    /// letter: nobody will send it again; its body is dropped, its attempt
+    /// log kept until purged); or it had already been cancelled (cancel is
+    /// idempotent).
     Cancelled(Status),
     /// It is firing or in another final state: too late to cancel.
     TooLate(Status),
@@ -353,8 +355,9 @@ pub trait Store: Send + Sync + 'static {
     /// alone.
     fn release(&self, ids: Vec<String>, retry_ms: Millis, now: Millis) -> StoreFuture<'_, ()>;
 
-    /// Cancel an entry that is scheduled, held or in retry_wait (see
-    /// [`Cancel`]). A cancelled retry_wait entry keeps its attempt log.
+    /// Cancel an entry that is scheduled, held, in retry_wait or dead (see
+    /// [`Cancel`]). A cancelled retry_wait or dead entry keeps its attempt
+    /// log.
     fn cancel(&self, id: &str, now: Millis) -> StoreFuture<'_, Cancel>;
 
     /// The status of one entry, if stored.

@@ -1197,14 +1197,29 @@ pub async fn finish_to_each_final_state(store: &dyn Store) {
     }
     assert_eq!(state(store, "later").await, Some(State::Scheduled));
     assert!(store.attempts("later").await.unwrap().is_empty());
-    // Finished entries never fire again, nor can they be cancelled; their
-    // ids stay taken.
+    // Finished entries never fire again, nor can they be cancelled, but
+    // for a dead letter (then nobody sends it again); their ids stay taken.
     let later = store.claim_due(T0 + 1_000_000, 10, LEASE).await.unwrap();
     assert_eq!(ids(&later), ["later"]);
-    for (id, st) in [("no", State::Declined), ("dead", State::Dead)] {
-        match store.cancel(id, T0 + 6).await.unwrap() {
-            Cancel::TooLate(s) => assert_eq!(s.state, st),
-            other => panic!("{id}: {other:?}"),
+    match store.cancel("dead", T0 + 6).await.unwrap() {
+        Cancel::Cancelled(s) => assert_eq!((s.state, s.updated_ms), (State::Cancelled, T0 + 6)),
+        other => panic!("dead: {other:?}"),
+    }
+    assert_eq!(
+        store.attempts("dead").await.unwrap().len(),
+        1,
+        "its log is kept"
+    );
+    assert!(matches!(
+        store.replay("dead", T0 + 7).await.unwrap(),
+        Replay::NotDead(_)
+    ));
+    for (id, st) in [("no", State::Declined), ("dead", State::Cancelled)] {
+        if st == State::Declined {
+            match store.cancel(id, T0 + 6).await.unwrap() {
+                Cancel::TooLate(s) => assert_eq!(s.state, st),
+                other => panic!("{id}: {other:?}"),
+            }
         }
         let again = store
             .insert(vec![entry(id, T0, None, "u")], T0 + 7)

@@ -536,14 +536,15 @@ impl<'t> Tables<'t> {
             return Ok(Cancel::TooLate(status));
         }
         match s.header.state {
-            State::Scheduled | State::Held | State::RetryWait => {
+            // A dead letter cancelled is one nobody will send again.
+            State::Scheduled | State::Held | State::RetryWait | State::Dead => {
                 self.leave(id, seq, &s)?;
                 s.finish(State::Cancelled, now);
                 self.enter(id, seq, &s)?;
                 Ok(Cancel::Cancelled(s.status(id)))
             }
             State::Cancelled => Ok(Cancel::Cancelled(s.status(id))),
-            State::Firing | State::Delivered | State::Expired | State::Declined | State::Dead => {
+            State::Firing | State::Delivered | State::Expired | State::Declined => {
                 Ok(Cancel::TooLate(s.status(id)))
             }
         }
