@@ -166,7 +166,14 @@ pub fn from_amqp_bytes(
     limits: &Limits,
     new_id: impl FnOnce() -> String,
 ) -> Result<Notification, Rejection> {
-    read(properties, body, limits, new_id, Notification::validate)
+    read(
+        properties,
+        body,
+        limits,
+        new_id,
+        Notification::validate,
+        |_| false,
+    )
 }
 
 /// [`from_amqp_bytes`] for a notification a router forwarded to an edge:
@@ -184,17 +191,21 @@ pub fn forwarded_from_amqp_bytes(
         limits,
         new_id,
         Notification::validate_forwarded,
+        |_| false,
     )
 }
 
 type Validate = fn(&mut Notification, &Limits) -> Result<(), herald_protocol::envelope::FieldError>;
 
+/// Read a notification; `job` is asked, with its topic, whether one that
+/// names no recipients is a delay-queue job (scope `global`).
 fn read(
     properties: &BasicProperties,
     body: Bytes,
     limits: &Limits,
     new_id: impl FnOnce() -> String,
     validate: Validate,
+    job: impl FnOnce(Option<&str>) -> bool,
 ) -> Result<Notification, Rejection> {
     let empty = FieldTable::default();
     let table = properties.headers().as_ref().unwrap_or(&empty);
@@ -202,6 +213,7 @@ fn read(
     if let Some(rejection) = unread_headers(properties) {
         return Err(rejection);
     }
+    let scoped = get(names::SCOPE).is_some();
     let scope = match get(names::SCOPE) {
         None => Scope::User,
         Some(v) => string(names::SCOPE, v)?
@@ -211,13 +223,24 @@ fn read(
     let users = list(names::USERS, get(names::USERS), limits.max_users)?;
     let clients = list(names::CLIENTS, get(names::CLIENTS), limits.max_clients)?;
     let sites = list(names::SITES, get(names::SITES), limits.max_sites)?;
-    let event = match get(names::EVENT) {
-        Some(v) => string(names::EVENT, v)?,
-        None => return Err(Rejection::invalid(names::EVENT, "the header is required")),
-    };
     let topic = get(names::TOPIC)
         .map(|v| string(names::TOPIC, v))
         .transpose()?;
+    let event = match (get(names::EVENT), &topic) {
+        (Some(v), _) => string(names::EVENT, v)?,
+        (None, Some(topic)) => topic.clone(),
+        (None, None) => {
+            return Err(Rejection::invalid(
+                names::EVENT,
+                "the header is required (or a topic header: the event defaults to it)",
+            ));
+        }
+    };
+    let unaddressed = !scoped && users.is_empty() && clients.is_empty();
+    let scope = match unaddressed && job(topic.as_deref()) {
+        true => Scope::Global,
+        false => scope,
+    };
     let ttl = get(names::TTL_MS).map(|v| ttl_ms(v, limits)).transpose()?;
     let id = match properties.message_id() {
         Some(id) => id.as_str().to_owned(),
@@ -333,52 +356,6 @@ pub fn delay_from_amqp(properties: &BasicProperties) -> Result<DelayRequest, Rej
         delay_ms,
         deliver_at,
         when_online,
-    })
-}
-
-/// The callback headers of a publication (none set: no callback of its
-/// own). Their types are checked here; their values by
-/// [`target::check`] (whose field names [`target_header`] maps back).
-pub fn target_from_amqp(properties: &BasicProperties) -> Result<TargetRequest, Rejection> {
-    let empty = FieldTable::default();
-    let table = properties.headers().as_ref().unwrap_or(&empty);
-    let get = |name: &str| table.inner().get(name);
-    let callback_url = get(headers::CALLBACK_URL)
-        .map(|v| string(headers::CALLBACK_URL, v))
-        .transpose()?;
-    let recheck_url = get(headers::RECHECK_URL)
-        .map(|v| string(headers::RECHECK_URL, v))
-        .transpose()?;
-    let browsers = match get(headers::BROWSERS) {
-        None => None,
-        Some(AMQPValue::Boolean(b)) => Some(*b),
-        Some(v) => match as_text(v) {
-            Some(Ok("true")) => Some(true),
-            Some(Ok("false")) => Some(false),
-            Some(Ok(other)) => {
-                return Err(Rejection::invalid(
-                    headers::BROWSERS,
-                    format!("must be true or false, not {other:?}"),
-                ));
-            }
-            Some(Err(_)) => {
-                return Err(Rejection::invalid(headers::BROWSERS, "must be UTF-8 text"));
-            }
-            None => {
-                return Err(Rejection::invalid(
-                    headers::BROWSERS,
-                    format!(
-                        "must be a boolean or the string true or false, not {}",
-                        type_name(v)
-                    ),
-                ));
-            }
-        },
-    };
-    Ok(TargetRequest {
-        callback_url,
-        recheck_url,
-        browsers,
     })
 }
 
@@ -671,5 +648,8 @@ fn ttl_ms(v: &AMQPValue, limits: &Limits) -> Result<Duration, Rejection> {
     }
 }
 
+mod publication;
 #[cfg(test)]
 mod tests;
+
+pub use publication::{publication_from_amqp_bytes, target_from_amqp};

@@ -544,3 +544,56 @@ async fn bad_callback_headers_are_dead_lettered_naming_the_header() {
     router.stop().await;
     broker.cleanup().await;
 }
+
+/// The delay-queue job over AMQP (issue 39, item 1): headers `topic` and
+/// `delay-ms` and a body, nothing else. Under a topic with a callback it
+/// is stored as a callback-only job (its event is its topic) and reaches
+/// no edge; under one without, it still has no recipients and is
+/// dead-lettered naming `users`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_a_body_and_a_delay_is_a_job_for_the_topic_s_callback() {
+    let topology = Topology::with_suffix(&suffix());
+    let broker = Broker::connect(topology.clone()).await;
+    let (router, _redis) = router_with_callbacks(&topology).await;
+    let put = router
+        .http
+        .put(router.url("/v1/topics/job"))
+        .bearer_auth(API_KEY)
+        .json(&serde_json::json!({"callback_url": "http://127.0.0.1:9/job", "timeout_ms": 150}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 201);
+    let job = |id: &str, topic: &str| {
+        let mut h = FieldTable::default();
+        h.insert("topic".into(), text(topic));
+        h.insert(headers::DELAY_MS.into(), AMQPValue::LongInt(60_000));
+        publication(id, h)
+    };
+    assert!(
+        broker
+            .publish("job", job("job-1", "job"), b"{\"order\":7}")
+            .await
+    );
+    assert!(broker.publish("job", job("job-2", "plain"), b"{}").await);
+    let status = router.wait_stored("job-1").await;
+    assert_eq!(
+        (&status["state"], &status["topic"]),
+        (&serde_json::json!("scheduled"), &serde_json::json!("job")),
+        "{status}"
+    );
+    let dead = broker
+        .take(&topology.dead_queue, 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        dead[0].properties.message_id().as_ref().map(|m| m.as_str()),
+        Some("job-2")
+    );
+    assert_eq!(
+        header_text(&dead[0].properties, headers::FIELD).as_deref(),
+        Some("users")
+    );
+    assert_eq!(broker.ready(&topology.queue).await, 0, "both acked");
+    router.stop().await;
+    broker.cleanup().await;
+}

@@ -229,7 +229,10 @@ fn unknown_scope_is_refused() {
 #[test]
 fn missing_event_is_refused() {
     let r = rejected(&without("event"), b"", "event");
-    assert_eq!(r.reason, "event: the header is required");
+    assert_eq!(
+        r.reason,
+        "event: the header is required (or a topic header: the event defaults to it)"
+    );
     rejected(&with("event", text("has space")), b"", "event");
     // No headers at all.
     rejected(&BasicProperties::default(), b"", "event");
@@ -490,4 +493,47 @@ fn headers_a_client_did_not_read_are_the_reason_it_is_refused() {
         r.reason,
         "headers: not read: field table nested deeper than 32 levels"
     );
+}
+
+/// Without an `event` header the topic is the event; with neither, the
+/// event is missing. No `scope`, `users` or `clients` and a callback: a
+/// delay-queue job (scope global, browsers false); without a callback,
+/// the missing users are refused.
+#[test]
+fn a_topic_and_a_body_is_a_job_when_it_calls_back() {
+    let mut h = FieldTable::default();
+    h.insert("topic".into(), text("job"));
+    let p = props(h.clone());
+    let limits = Limits::default();
+    let (n, target) = publication_from_amqp_bytes(
+        &p,
+        Bytes::from_static(b"{}"),
+        &limits,
+        || "x".into(),
+        |t| t == Some("job"),
+    )
+    .unwrap();
+    assert_eq!((n.event.as_str(), n.scope), ("job", Scope::Global));
+    assert_eq!(target.browsers, Some(false));
+    let err = publication_from_amqp_bytes(&p, Bytes::new(), &limits, || "x".into(), |_| false)
+        .unwrap_err();
+    assert_eq!(err.field, "users", "{err:?}");
+    // Its own callback-url makes it a job too; browsers true asks for
+    // recipients.
+    let mut own = h.clone();
+    own.insert("callback-url".into(), text("https://push.example.com/x"));
+    let (n, _) = publication_from_amqp_bytes(
+        &props(own.clone()),
+        Bytes::new(),
+        &limits,
+        || "x".into(),
+        |_| false,
+    )
+    .unwrap();
+    assert_eq!(n.scope, Scope::Global);
+    own.insert("browsers".into(), AMQPValue::Boolean(true));
+    let err =
+        publication_from_amqp_bytes(&props(own), Bytes::new(), &limits, || "x".into(), |_| false)
+            .unwrap_err();
+    assert_eq!(err.field, "users", "{err:?}");
 }

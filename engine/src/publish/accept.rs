@@ -5,8 +5,10 @@
 //! 1. [`PublishApi::parse`]: the body as notifications (one, or a JSON
 //!    batch; or a raw payload with the query string's fields), stamped
 //!    accepted now.
-//! 2. [`PublishApi::check`]: every notification's fields and callback
-//!    settings, then the key's sites, then its rate.
+//! 2. [`PublishApi::check`]: an unaddressed publication that calls back
+//!    becomes a delay-queue job (`parse::Publication::as_job`); then every
+//!    notification's fields and callback settings, the key's sites, its
+//!    rate.
 //! 3. [`PublishApi::dispatch`]: every id claimed in the idempotency ledger
 //!    ([`super::ledger`]: a taken one is a duplicate and goes nowhere), then
 //!    immediate ones to the link, the rest into the delayed store (refused
@@ -135,6 +137,12 @@ impl PublishApi {
         }
         let mut targets = Vec::with_capacity(publications.len());
         for (i, p) in publications.iter_mut().enumerate() {
+            // A topic and a body with a callback: a delay-queue job.
+            let calls_back = p.target.callback_url.is_some()
+                || self
+                    .delayed()
+                    .is_some_and(|d| d.topics().calls_back(p.notification.topic.as_deref()));
+            p.as_job(calls_back);
             validate(
                 &mut p.notification,
                 &self.inner.config.limits,

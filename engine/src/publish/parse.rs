@@ -23,6 +23,42 @@ pub(crate) struct Publication {
     pub(crate) notification: Notification,
     pub(crate) delay: DelayRequest,
     pub(crate) target: TargetRequest,
+    /// It names no recipients (no `scope`, `users` or `clients`): if it
+    /// calls back, it is a delay-queue job ([`Publication::as_job`]).
+    pub(crate) unaddressed: bool,
+}
+
+impl Publication {
+    /// Make an unaddressed publication that calls back (its own
+    /// `callback_url`, or its topic's: `calls_back`) a delay-queue job, as
+    /// the delay services of the field reports take it (topic, body,
+    /// delay): its callback alone, no browser (`browsers` false unless
+    /// given; given true, the missing recipients are refused as usual),
+    /// its scope `global` with `browsers` false, so it reaches nobody's
+    /// mailbox. Whether it became one.
+    pub(crate) fn as_job(&mut self, calls_back: bool) -> bool {
+        if !self.unaddressed || !calls_back || self.target.browsers == Some(true) {
+            return false;
+        }
+        self.target.browsers = Some(false);
+        self.notification.scope = Scope::Global;
+        true
+    }
+}
+
+/// The event of a publication that gives none: its topic's name (a
+/// delay-queue job is a topic and a body), else the field is missing.
+fn event_or_topic(
+    event: Option<String>,
+    topic: Option<&String>,
+    field: String,
+) -> Result<String, ApiError> {
+    event.or_else(|| topic.cloned()).ok_or_else(|| {
+        ApiError::invalid(
+            field,
+            "missing: name the event, or give a topic (the event defaults to it)",
+        )
+    })
 }
 
 /// `deliver_at` in JSON: RFC 3339 text, or epoch seconds or ms ([`DeliverAt::Epoch`]).
@@ -45,7 +81,7 @@ struct JsonPublication {
     clients: Vec<String>,
     #[serde(default)]
     sites: Vec<String>,
-    event: String,
+    event: Option<String>,
     topic: Option<String>,
     payload: Option<Box<RawValue>>,
     ttl_ms: Option<u64>,
@@ -108,13 +144,15 @@ fn from_json(
         Some(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
         None => Bytes::from_static(b"null"),
     };
+    let unaddressed = p.scope.is_none() && p.users.is_empty() && p.clients.is_empty();
+    let event = event_or_topic(p.event, p.topic.as_ref(), at(index, "event"))?;
     let notification = Notification {
         id: p.id.unwrap_or_else(new_id),
         scope: parse_scope(p.scope, &at(index, "scope"))?,
         users: p.users,
         clients: p.clients,
         sites: p.sites,
-        event: p.event,
+        event,
         topic: p.topic,
         content_type: "application/json".into(),
         payload,
@@ -131,6 +169,7 @@ fn from_json(
             recheck_url: p.recheck_url,
             browsers: p.browsers,
         },
+        unaddressed,
     })
 }
 
@@ -224,9 +263,10 @@ pub(crate) fn parse_raw(
     new_id: &mut dyn FnMut() -> String,
 ) -> Result<Publication, ApiError> {
     let params = raw_params(query)?;
-    let event = params
-        .event
-        .ok_or_else(|| ApiError::invalid("event", "the query parameter event is required"))?;
+    let unaddressed = params.scope.is_none()
+        && params.users.as_deref().is_none_or(str::is_empty)
+        && params.clients.as_deref().is_none_or(str::is_empty);
+    let event = event_or_topic(params.event, params.topic.as_ref(), "event".to_owned())?;
     let delay = DelayRequest {
         delay_ms: params.delay_ms,
         deliver_at: params.deliver_at.map(query_deliver_at),
@@ -257,6 +297,7 @@ pub(crate) fn parse_raw(
             recheck_url: params.recheck_url,
             browsers: params.browsers,
         },
+        unaddressed,
     })
 }
 
@@ -298,6 +339,50 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("event"), "{err:?}");
         let err = parse_json(br#"[{"users":["a"]}]"#, 10, &mut ids()).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("[0].event"), "{err:?}");
+    }
+
+    /// A delay-queue job: no event (the topic is), no recipients; it is a
+    /// job once it calls back, and not when it asks for browsers.
+    #[test]
+    fn a_topic_and_a_body_is_unaddressed_and_becomes_a_job_when_it_calls_back() {
+        let v = parse_json(
+            br#"{"topic":"job","payload":{},"delay_ms":300}"#,
+            10,
+            &mut ids(),
+        )
+        .unwrap();
+        let mut p = v[0].clone();
+        assert_eq!(p.notification.event, "job");
+        assert!(p.unaddressed);
+        assert!(!p.clone().as_job(false), "no callback: no job");
+        assert!(p.as_job(true));
+        assert_eq!(
+            (p.notification.scope, p.target.browsers),
+            (Scope::Global, Some(false))
+        );
+        let raw = parse_raw(
+            Some("topic=job&delay_ms=5"),
+            "text/plain",
+            Bytes::new(),
+            &mut ids(),
+        )
+        .unwrap();
+        assert!(raw.unaddressed && raw.notification.event == "job");
+        for addressed in [
+            r#"{"topic":"job","users":["a"]}"#,
+            r#"{"topic":"job","scope":"user"}"#,
+            r#"{"topic":"job","clients":["c"]}"#,
+        ] {
+            let v = parse_json(addressed.as_bytes(), 10, &mut ids()).unwrap();
+            assert!(!v[0].unaddressed, "{addressed}");
+        }
+        let mut browsers = parse_json(br#"{"topic":"job","browsers":true}"#, 10, &mut ids())
+            .unwrap()
+            .remove(0);
+        assert!(
+            !browsers.as_job(true),
+            "browsers asked for: recipients needed"
+        );
     }
 
     /// Found by schemathesis-style probing: a field given twice was

@@ -12,7 +12,7 @@ use lapin::types::{DeliveryTag, ShortString};
 use super::{Confirmed, Forward, Ingest, Sent};
 use herald_amqp::envelope::{
     DELAYED_DISABLED, Rejection, body_bytes, cancel_from_amqp, dead_letter_properties,
-    delay_from_amqp, from_amqp_bytes, headers, short, target_from_amqp, target_header,
+    delay_from_amqp, headers, publication_from_amqp_bytes, short, target_header,
 };
 use herald_amqp::publisher::{ForwardError, Forwarded, Publisher};
 use herald_engine::callback::target;
@@ -154,21 +154,25 @@ impl Ingest {
             };
         }
         let limits = &self.inner.config.limits;
-        let n = match from_amqp_bytes(properties, body, limits, herald_engine::publish::new_id) {
-            Ok(mut n) => {
+        let topic_calls_back = |t: Option<&str>| delayed.is_some_and(|d| d.topics().calls_back(t));
+        let parsed = publication_from_amqp_bytes(
+            properties,
+            body,
+            limits,
+            herald_engine::publish::new_id,
+            topic_calls_back,
+        );
+        let (n, request) = match parsed {
+            Ok((mut n, request)) => {
                 // Delivery latency is measured from here (a delayed one:
                 // from its firing, which stamps it again).
                 n.accepted = Accepted::at(SystemTime::now());
-                n
+                (n, request)
             }
             Err(rejection) => return Plan::Dead(rejection),
         };
         let timing = match delay_from_amqp(properties) {
             Ok(t) => t,
-            Err(rejection) => return Plan::Dead(rejection),
-        };
-        let request = match target_from_amqp(properties) {
-            Ok(r) => r,
             Err(rejection) => return Plan::Dead(rejection),
         };
         let (topic_calls_back, allowed) = match delayed {
