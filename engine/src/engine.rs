@@ -164,6 +164,7 @@ impl Engine {
 
         let ledger_metrics = LedgerMetrics::default();
         ledger_metrics.register(registry);
+        ledger_metrics.precreate(config.sources);
         let mut tasks: Vec<Box<dyn Task>> = Vec::new();
         let Some(durable) = durable else {
             let ledger = IdLedger::local(config.publish.ledger, ledger_metrics);

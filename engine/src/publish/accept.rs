@@ -285,9 +285,19 @@ impl PublishApi {
                     .map(|e| ledger.delayed(e.id(), e.due_ms, now)),
             )
             .collect();
-        let outcomes = ledger.claim(claims, now).await.map_err(|e| {
-            ApiError::unavailable(format!("the idempotency ledger cannot be reached: {e}"))
-        })?;
+        let ids: Vec<String> = claims.iter().map(|c| c.id.clone()).collect();
+        let outcomes = match ledger.claim(claims, now).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                // The claims may still land (a partition heals and the
+                // connection delivers them): free them behind, in order on
+                // the same connection, so that the retry is not refused.
+                ledger.release(ids).await;
+                return Err(ApiError::unavailable(format!(
+                    "the idempotency ledger cannot be reached: {e}"
+                )));
+            }
+        };
         let (first, rest) = outcomes.split_at(immediate.len());
         let mut out = Claims {
             immediate: Vec::with_capacity(immediate.len()),

@@ -26,6 +26,13 @@
 //! redelivered AMQP publication is not claimed at all: its first delivery
 //! took the id, and only the forward it failed is being retried.
 //!
+//! A shared ledger that cannot be reached does not stop immediate
+//! publications, which need no store: a request of immediate ones waits
+//! at most a second for it, then is claimed in this router's memory alone
+//! (recorded there behind), and for the next 5 s so are the others
+//! (`herald_id_ledger_unshared_total`). Delayed ones need the store
+//! anyway: refused (503) while it is down, as before.
+//!
 //! Bounded: at most `publish.dedup_max` ids are held in memory; when full,
 //! the oldest immediate id is forgotten first, then the delayed one whose
 //! hold ends soonest (policy `evict-oldest`, counted in
@@ -34,6 +41,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -56,6 +64,14 @@ pub const RECORD_QUEUE: usize = 65_536;
 /// Most claims the recorder sends to the store in one call.
 const RECORD_BATCH: usize = 1_000;
 
+/// How long immediate publications wait for the shared ledger before they
+/// are claimed in memory alone (a healthy Redis answers in well under a
+/// millisecond).
+const SHARED_CLAIM_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// After the shared ledger failed, how long immediate publications skip it.
+const SHARED_DOWN_MS: Millis = 5_000;
+
 /// The ledger's counters.
 #[derive(Debug, Clone, Default)]
 pub struct LedgerMetrics {
@@ -70,9 +86,19 @@ pub struct LedgerMetrics {
     pub unrecorded: Counter,
     /// AMQP immediate ids found taken by another router once recorded.
     pub late: Counter,
+    /// Immediate ids claimed in memory alone because the shared ledger
+    /// could not be reached.
+    pub unshared: Counter,
 }
 
 impl LedgerMetrics {
+    /// Show the duplicates of each of `sources` from the start, at 0.
+    pub fn precreate(&self, sources: &[&'static str]) {
+        for &source in sources {
+            let _ = self.duplicates.get_or_create(&SourceLabels { source });
+        }
+    }
+
     /// Register the ledger's families.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -94,6 +120,11 @@ impl LedgerMetrics {
             "herald_id_ledger_unrecorded",
             "AMQP immediate publications' ids not recorded in the shared (Redis) ledger: its queue was full (drop-newest) or Redis refused",
             self.unrecorded.clone(),
+        );
+        registry.register(
+            "herald_id_ledger_unshared",
+            "Immediate publications' ids claimed in this router's memory alone because the shared (Redis) ledger could not be reached (then skipped for 5 s; recorded there behind)",
+            self.unshared.clone(),
         );
         registry.register(
             "herald_id_ledger_late",
@@ -136,6 +167,8 @@ struct Inner {
     shared: Option<Arc<dyn Store>>,
     /// To the `id-recorder` task (shared ledgers only).
     record: Option<mpsc::Sender<IdClaim>>,
+    /// Until when immediate claims skip the shared ledger (ms; it failed).
+    shared_down_until: AtomicU64,
     metrics: LedgerMetrics,
 }
 
@@ -189,6 +222,7 @@ impl IdLedger {
                 local: Mutex::new(Held::new(config.max)),
                 shared,
                 record,
+                shared_down_until: AtomicU64::new(0),
                 metrics,
             }),
         };
@@ -235,7 +269,34 @@ impl IdLedger {
             self.counted(&held);
             return Ok(out);
         };
-        let out = store.claim_ids(claims.clone()).await?;
+        // Immediate publications do not need the store: while it cannot
+        // be reached they are claimed here alone (and recorded behind),
+        // so an outage of Redis does not stop them.
+        let immediate = claims.iter().all(|c| c.due_ms <= now);
+        if immediate && self.inner.shared_down_until.load(Ordering::Relaxed) > now {
+            return Ok(self.claim_unshared(claims, now));
+        }
+        let out = match immediate {
+            true => {
+                match tokio::time::timeout(SHARED_CLAIM_TIMEOUT, store.claim_ids(claims.clone()))
+                    .await
+                {
+                    Ok(Ok(out)) => out,
+                    outcome => {
+                        let why = match outcome {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => format!("no answer in {} ms", SHARED_CLAIM_TIMEOUT.as_millis()),
+                        };
+                        self.inner
+                            .shared_down_until
+                            .store(now.saturating_add(SHARED_DOWN_MS), Ordering::Relaxed);
+                        tracing::warn!(error = %why, retry_in_ms = SHARED_DOWN_MS, "the shared idempotency ledger cannot be reached; immediate publications are checked in this router's memory alone");
+                        return Ok(self.claim_unshared(claims, now));
+                    }
+                }
+            }
+            false => store.claim_ids(claims.clone()).await?,
+        };
         let mut held = self.inner.local.lock();
         let mut out = out;
         for (c, outcome) in claims.iter().zip(out.iter_mut()) {
@@ -246,6 +307,16 @@ impl IdLedger {
         }
         self.counted(&held);
         Ok(out)
+    }
+
+    /// Claim immediate ids here alone (the shared ledger is down), each
+    /// new one queued to be recorded there behind.
+    fn claim_unshared(&self, claims: Vec<IdClaim>, now: Millis) -> Vec<Claimed> {
+        self.inner.metrics.unshared.inc_by(claims.len() as u64);
+        claims
+            .into_iter()
+            .map(|c| self.claim_here(c, now))
+            .collect()
     }
 
     /// Claim one id in memory, without waiting (the AMQP intake's

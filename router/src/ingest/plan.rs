@@ -260,7 +260,12 @@ async fn store_once(
             return (Ok(Forwarded::Routed), true);
         }
         Ok(_) => {}
-        Err(e) => return (Err(ForwardError::Store(e.to_string())), false),
+        Err(e) => {
+            // The claim may still land once Redis is reached again: free it
+            // behind it, so the redelivery is not refused.
+            ledger.release(vec![id]).await;
+            return (Err(ForwardError::Store(e.to_string())), false);
+        }
     }
     match delayed.accept(vec![entry]).await {
         Ok(out) => (
