@@ -821,19 +821,12 @@ async fn kill_9_mid_ingest_keeps_every_acknowledged_entry() {
 /// entry, in every state, and keeps them as they change.
 #[tokio::test]
 async fn a_store_of_format_4_lists_every_entry_without_a_topic_once_opened() {
-    use herald_engine::schedule::store::ListFilter;
     use redb::{ReadableTable, TableDefinition};
-    let t0 = store_suite::T0;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
     {
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let mut entries: Vec<Entry> = (0..25)
-            .map(|i| store_suite::entry(&format!("t{i:02}"), t0 + i, Some("chat"), "u"))
-            .collect();
-        entries.push(store_suite::entry("plain", t0 + 3, None, "u"));
-        store.insert(entries, t0).await.unwrap();
-        store.cancel("t01", t0).await.unwrap();
+        store_suite::fill_for_list_upgrade(&store).await;
     }
     {
         // What format 4 wrote: no list key under no topic for an entry
@@ -863,40 +856,7 @@ async fn a_store_of_format_4_lists_every_entry_without_a_topic_once_opened() {
         txn.commit().unwrap();
     }
     let store = EmbeddedStore::open(dir.path()).unwrap();
-    let every = |state| ListFilter { topic: None, state };
-    let ids = |page: herald_engine::schedule::store::Page| -> Vec<String> {
-        page.items.into_iter().map(|s| s.id).collect()
-    };
-    let scheduled = ids(store
-        .list(every(State::Scheduled), None, 100)
-        .await
-        .unwrap());
-    assert_eq!(scheduled.len(), 25, "{scheduled:?}");
-    assert!(scheduled.contains(&"plain".to_owned()) && scheduled.contains(&"t24".to_owned()));
-    assert_eq!(
-        ids(store
-            .list(every(State::Cancelled), None, 100)
-            .await
-            .unwrap()),
-        ["t01"]
-    );
-    // Changes keep both lists.
-    store.cancel("t02", t0).await.unwrap();
-    assert_eq!(
-        ids(store
-            .list(every(State::Cancelled), None, 100)
-            .await
-            .unwrap()),
-        ["t01", "t02"]
-    );
-    assert_eq!(
-        ids(store
-            .list(every(State::Scheduled), None, 100)
-            .await
-            .unwrap())
-        .len(),
-        24
-    );
+    store_suite::lists_every_entry_after_upgrade(&store).await;
     drop(store);
     let db = redb::Database::open(&path).unwrap();
     let txn = db.begin_read().unwrap();

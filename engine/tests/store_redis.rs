@@ -1982,17 +1982,10 @@ mod stats_book {
 /// they change.
 #[tokio::test]
 async fn data_listed_by_topic_alone_is_listed_without_a_topic_once_connected() {
-    use herald_engine::schedule::store::ListFilter;
     let (prefix, _guard) = fresh_prefix();
-    let t0 = store_suite::T0;
     {
         let store = connect(config(&prefix)).await;
-        let mut entries: Vec<Entry> = (0..25)
-            .map(|i| store_suite::entry(&format!("t{i:02}"), t0 + i, Some("chat"), "u"))
-            .collect();
-        entries.push(store_suite::entry("plain", t0 + 3, None, "u"));
-        store.insert(entries, t0).await.unwrap();
-        store.cancel("t01", t0).await.unwrap();
+        store_suite::fill_for_list_upgrade(&store).await;
     }
     // What an older router wrote: topic entries in their topic's list alone.
     let url = redis_url();
@@ -2020,30 +2013,7 @@ async fn data_listed_by_topic_alone_is_listed_without_a_topic_once_connected() {
         .query(&mut c)
         .unwrap();
     let store = connect(config(&prefix)).await;
-    let every = |state| ListFilter { topic: None, state };
-    let ids = |page: herald_engine::schedule::store::Page| -> Vec<String> {
-        page.items.into_iter().map(|s| s.id).collect()
-    };
-    let scheduled = ids(store
-        .list(every(State::Scheduled), None, 100)
-        .await
-        .unwrap());
-    assert_eq!(scheduled.len(), 25, "{scheduled:?}");
-    assert!(scheduled.contains(&"plain".to_owned()) && scheduled.contains(&"t24".to_owned()));
-    assert_eq!(
-        ids(store
-            .list(every(State::Cancelled), None, 100)
-            .await
-            .unwrap()),
-        ["t01"]
-    );
-    store.cancel("t02", t0).await.unwrap();
-    let mut cancelled = ids(store
-        .list(every(State::Cancelled), None, 100)
-        .await
-        .unwrap());
-    cancelled.sort();
-    assert_eq!(cancelled, ["t01", "t02"]);
+    store_suite::lists_every_entry_after_upgrade(&store).await;
     let lists: Option<u8> = redis::cmd("HGET")
         .arg(format!("{prefix}:meta"))
         .arg("lists")

@@ -15,7 +15,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::notifications::{check_name, guard, unavailable};
+use super::notifications::{guard, topic_and_limit, unavailable};
 use super::{ApiError, PublishApi};
 use crate::api_key::Operation;
 use crate::schedule::entry::State as EntryState;
@@ -109,16 +109,7 @@ async fn bulk(
 ) -> Result<Response, ApiError> {
     let (caller, delayed) = guard(api, headers, Operation::Admin)?;
     let q: BulkQuery = super::query::query_params(query)?;
-    if let Some(t) = &q.topic {
-        check_name("topic", t)?;
-    }
-    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-    if limit == 0 || limit > MAX_LIMIT {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("must be between 1 and {MAX_LIMIT}"),
-        ));
-    }
+    let limit = topic_and_limit(q.topic.as_deref(), q.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let filter = ListFilter {
         topic: q.topic.clone(),
         state: EntryState::Dead,

@@ -186,7 +186,7 @@ pub(crate) fn path_param(
 }
 
 /// `value` is a valid Herald name (ids, topics), or a 422 naming `field`.
-pub(super) fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if herald_protocol::envelope::is_valid_name(value) {
         Ok(())
     } else {
@@ -379,16 +379,7 @@ pub(crate) async fn list(
                 .parse::<EntryState>()
                 .map_err(|e| ApiError::invalid("state", e.to_string()))?,
         };
-        if let Some(t) = &q.topic {
-            check_name("topic", t)?;
-        }
-        let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-        if limit == 0 || limit > MAX_LIMIT {
-            return Err(ApiError::invalid(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}"),
-            ));
-        }
+        let limit = topic_and_limit(q.topic.as_deref(), q.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
         let after = q.cursor.as_deref().map(parse_cursor).transpose()?;
         let filter = ListFilter {
             topic: q.topic,
@@ -402,9 +393,30 @@ pub(crate) async fn list(
             items: page.items.into_iter().map(StatusBody::from).collect(),
             next_cursor: page.next.map(|c| format!("{}.{}", c.due_ms, c.id)),
         };
-        Ok(Json(body).into_response())
+        Ok::<_, ApiError>(Json(body).into_response())
     };
     answer.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A list's (or a bulk action's) `topic`, checked, and its `limit`:
+/// `default` when absent, else 1 to `max`, or a 422 naming the field.
+pub(super) fn topic_and_limit(
+    topic: Option<&str>,
+    limit: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    if let Some(t) = topic {
+        check_name("topic", t)?;
+    }
+    let limit = limit.unwrap_or(default);
+    if limit == 0 || limit > max {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {max}"),
+        ));
+    }
+    Ok(limit)
 }
 
 /// A cursor is `DUE_MS.ID`, as `next_cursor` gives it.

@@ -1799,3 +1799,46 @@ macro_rules! store_suite_tests {
         )+
     };
 }
+
+/// The data the list upgrade tests make old: 25 entries of topic `chat`
+/// (`t00` to `t24`), `plain` without a topic, `t01` cancelled.
+pub async fn fill_for_list_upgrade(store: &dyn Store) {
+    let mut entries: Vec<Entry> = (0..25)
+        .map(|i| entry(&format!("t{i:02}"), T0 + i, Some("chat"), "u"))
+        .collect();
+    entries.push(entry("plain", T0 + 3, None, "u"));
+    store.insert(entries, T0).await.unwrap();
+    store.cancel("t01", T0).await.unwrap();
+}
+
+/// Once upgraded, the list without a topic has every entry of
+/// [`fill_for_list_upgrade`], and keeps them as they change.
+pub async fn lists_every_entry_after_upgrade(store: &dyn Store) {
+    let every = |state| ListFilter { topic: None, state };
+    let ids = |page: Page| -> Vec<String> { page.items.into_iter().map(|s| s.id).collect() };
+    let scheduled = ids(store
+        .list(every(State::Scheduled), None, 100)
+        .await
+        .unwrap());
+    assert_eq!(scheduled.len(), 25, "{scheduled:?}");
+    assert!(scheduled.contains(&"plain".to_owned()) && scheduled.contains(&"t24".to_owned()));
+    assert_eq!(
+        ids(store
+            .list(every(State::Cancelled), None, 100)
+            .await
+            .unwrap()),
+        ["t01"]
+    );
+    store.cancel("t02", T0).await.unwrap();
+    let mut cancelled = ids(store
+        .list(every(State::Cancelled), None, 100)
+        .await
+        .unwrap());
+    cancelled.sort();
+    assert_eq!(cancelled, ["t01", "t02"]);
+    let scheduled = store
+        .list(every(State::Scheduled), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(scheduled.items.len(), 24);
+}
