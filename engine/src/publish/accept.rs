@@ -53,8 +53,17 @@ struct Claims {
     /// One per delayed publication, in order: the answer of a duplicate,
     /// `None` for one the store answers.
     answers: Vec<Option<ScheduledInfo>>,
-    /// The ids (as the caller gave them) that were taken.
+    /// The immediate ones' ids (as the caller gave them) that were taken
+    /// (the delayed ones' are read from their answers).
     duplicates: Vec<String>,
+}
+
+/// The kept ids of `immediate`, then `delayed`: what a refused request
+/// claimed.
+fn claimed_ids(immediate: &[Arc<Notification>], mut delayed: Vec<String>) -> Vec<String> {
+    let mut ids: Vec<String> = immediate.iter().map(|n| n.id.clone()).collect();
+    ids.append(&mut delayed);
+    ids
 }
 
 /// Where the publications of a batch go.
@@ -196,33 +205,33 @@ impl PublishApi {
             mut answers,
             mut duplicates,
         } = self.claim(sorted, now).await?;
-        let immediate_ids: Vec<String> = immediate.iter().map(|n| n.id.clone()).collect();
+        // The ids to free if the store or the link refuses: read from
+        // these only then (the link takes the notifications).
+        let sent = immediate.clone();
         let delayed_ids: Vec<String> = delayed.iter().map(|e| e.id().to_owned()).collect();
         let scheduled = match self.store(delayed).await {
             Ok(scheduled) => scheduled,
             Err(e) => {
-                let mut claimed = immediate_ids;
-                claimed.extend(delayed_ids);
-                self.inner.ledger.release(claimed).await;
+                self.inner
+                    .ledger
+                    .release(claimed_ids(&sent, delayed_ids))
+                    .await;
                 return Err(e);
             }
         };
         // The stored ones' answers fill the slots the ledger left, in the
-        // request's order.
-        let from_store: Vec<bool> = answers.iter().map(Option::is_none).collect();
+        // request's order; every duplicate among them (the ledger's, and
+        // the store's own: an id it holds past the ledger's hold) is listed.
         let mut stored = scheduled.into_iter();
         for slot in answers.iter_mut().filter(|a| a.is_none()) {
             *slot = stored.next();
         }
         let scheduled: Vec<ScheduledInfo> = answers.into_iter().flatten().collect();
-        // The store's own duplicates (an id it holds past the ledger's
-        // hold, or from before it): the ledger found those new.
         duplicates.extend(
             scheduled
                 .iter()
-                .zip(&from_store)
-                .filter(|(s, stored)| s.duplicate && **stored)
-                .map(|(s, _)| s.id.clone()),
+                .filter(|s| s.duplicate)
+                .map(|s| s.id.clone()),
         );
         self.inner
             .ledger
@@ -230,7 +239,10 @@ impl PublishApi {
         if !immediate.is_empty()
             && let Err(e) = self.inner.link.publish(immediate).await
         {
-            self.inner.ledger.release(immediate_ids).await;
+            self.inner
+                .ledger
+                .release(claimed_ids(&sent, Vec::new()))
+                .await;
             return Err(ApiError::unavailable(e.to_string()));
         }
         let count = ids.len();
@@ -285,14 +297,14 @@ impl PublishApi {
                     .map(|e| ledger.delayed(e.id(), e.due_ms, now)),
             )
             .collect();
-        let ids: Vec<String> = claims.iter().map(|c| c.id.clone()).collect();
         let outcomes = match ledger.claim(claims, now).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 // The claims may still land (a partition heals and the
                 // connection delivers them): free them behind, in order on
                 // the same connection, so that the retry is not refused.
-                ledger.release(ids).await;
+                let delayed_ids = delayed.iter().map(|e| e.id().to_owned()).collect();
+                ledger.release(claimed_ids(&immediate, delayed_ids)).await;
                 return Err(ApiError::unavailable(format!(
                     "the idempotency ledger cannot be reached: {e}"
                 )));
@@ -320,10 +332,8 @@ impl PublishApi {
                     out.delayed.push(e);
                 }
                 Claimed::Taken { due_ms } => {
-                    let id = public_id(e.id()).to_owned();
-                    out.duplicates.push(id.clone());
                     out.answers.push(Some(ScheduledInfo {
-                        id,
+                        id: public_id(e.id()).to_owned(),
                         due_at: rfc3339(due_ms),
                         due_at_ms: due_ms,
                         duplicate: true,

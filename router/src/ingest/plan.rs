@@ -38,14 +38,17 @@ impl Ingest {
         let body = body_bytes(data);
         let plan = self.plan(&properties, body.clone());
         let ledger = self.inner.ledger.clone();
+        // A redelivery's first delivery took its id: not claimed again.
+        let plan = match plan {
+            Plan::Edges(n) if !redelivered => claimed(&ledger, n),
+            plan => plan,
+        };
         match plan {
-            Plan::Edges(n) if !redelivered && is_taken(&ledger, &n.id) => {
-                Box::pin(std::future::ready(Confirmed {
-                    delivery_tag,
-                    outcome: Ok(Forwarded::Routed),
-                    sent: Sent::Duplicate { id: n.id },
-                }))
-            }
+            Plan::Duplicate(id) => Box::pin(std::future::ready(Confirmed {
+                delivery_tag,
+                outcome: Ok(Forwarded::Routed),
+                sent: Sent::Duplicate { id },
+            })),
             Plan::Edges(n) => {
                 let publisher = publisher.clone();
                 Box::pin(async move {
@@ -234,11 +237,14 @@ impl Ingest {
     }
 }
 
-/// Whether the ledger holds `id` already (else it is taken now), for an
-/// immediate publication.
-fn is_taken(ledger: &IdLedger, id: &str) -> bool {
+/// Claim an immediate publication's id: on to the edges when it was free
+/// (it is taken now), else a duplicate.
+fn claimed(ledger: &IdLedger, n: Notification) -> Plan {
     let now = now_ms();
-    ledger.claim_here(ledger.immediate(id, now), now) != Claimed::New
+    match ledger.claim_here(ledger.immediate(&n.id, now), now) {
+        Claimed::New => Plan::Edges(n),
+        Claimed::Taken { .. } => Plan::Duplicate(n.id),
+    }
 }
 
 /// Store a delayed publication unless the ledger holds its id: whether it
@@ -283,6 +289,8 @@ async fn store_once(
 enum Plan {
     /// Forward to the edges now.
     Edges(Notification),
+    /// An immediate publication whose id the ledger holds: ack it alone.
+    Duplicate(String),
     /// Store for later.
     Store(Delayed, Entry),
     /// Cancel this id.

@@ -54,12 +54,11 @@ impl RedisStore {
     pub(super) async fn release_ids_now(&self, ids: Vec<String>) -> Result<(), StoreError> {
         let mut by_shard: BTreeMap<u16, redis::Pipeline> = BTreeMap::new();
         for id in &ids {
-            let shard = self.keys.shard(id);
             by_shard
-                .entry(shard)
+                .entry(self.keys.shard(id))
                 .or_insert_with(redis::pipe)
                 .cmd("DEL")
-                .arg(format!("{}:id:{id}", self.keys.base(shard)))
+                .arg(self.keys.id(id))
                 .ignore();
         }
         try_join_all(by_shard.into_values().map(|pipe| async move {

@@ -146,6 +146,12 @@ impl Keys {
         format!("{}:a:{id}", self.base(shard))
     }
 
+    /// The idempotency ledger's key of `id` (`lua/ids.lua` builds it
+    /// from the shard's base the same way).
+    pub(super) fn id(&self, id: &str) -> String {
+        format!("{}:id:{id}", self.base(self.shard(id)))
+    }
+
     /// The key recording the shard count and layout of the prefix.
     pub(super) fn meta(&self) -> String {
         format!("{}:meta", self.prefix)
