@@ -273,32 +273,22 @@ impl IdLedger {
         // be reached they are claimed here alone (and recorded behind),
         // so an outage of Redis does not stop them.
         let immediate = claims.iter().all(|c| c.due_ms <= now);
-        if immediate && self.inner.shared_down_until.load(Ordering::Relaxed) > now {
+        let mut out = if !immediate {
+            store.claim_ids(claims.clone()).await?
+        } else if self.inner.shared_down_until.load(Ordering::Relaxed) > now {
             return Ok(self.claim_unshared(claims, now));
-        }
-        let out = match immediate {
-            true => {
-                match tokio::time::timeout(SHARED_CLAIM_TIMEOUT, store.claim_ids(claims.clone()))
-                    .await
-                {
-                    Ok(Ok(out)) => out,
-                    outcome => {
-                        let why = match outcome {
-                            Ok(Err(e)) => e.to_string(),
-                            _ => format!("no answer in {} ms", SHARED_CLAIM_TIMEOUT.as_millis()),
-                        };
-                        self.inner
-                            .shared_down_until
-                            .store(now.saturating_add(SHARED_DOWN_MS), Ordering::Relaxed);
-                        tracing::warn!(error = %why, retry_in_ms = SHARED_DOWN_MS, "the shared idempotency ledger cannot be reached; immediate publications are checked in this router's memory alone");
-                        return Ok(self.claim_unshared(claims, now));
-                    }
+        } else {
+            let asked = tokio::time::timeout(SHARED_CLAIM_TIMEOUT, store.claim_ids(claims.clone()));
+            match asked.await {
+                Ok(Ok(out)) => out,
+                Ok(Err(e)) => return Ok(self.shared_down(claims, now, e.to_string())),
+                Err(_) => {
+                    let why = format!("no answer in {} ms", SHARED_CLAIM_TIMEOUT.as_millis());
+                    return Ok(self.shared_down(claims, now, why));
                 }
             }
-            false => store.claim_ids(claims.clone()).await?,
         };
         let mut held = self.inner.local.lock();
-        let mut out = out;
         for (c, outcome) in claims.iter().zip(out.iter_mut()) {
             if *outcome == Claimed::New {
                 // Taken here by an AMQP claim not recorded yet: taken.
@@ -307,6 +297,16 @@ impl IdLedger {
         }
         self.counted(&held);
         Ok(out)
+    }
+
+    /// The shared ledger failed (`why`): skip it for immediate claims for
+    /// `SHARED_DOWN_MS`, and claim `claims` here alone.
+    fn shared_down(&self, claims: Vec<IdClaim>, now: Millis, why: String) -> Vec<Claimed> {
+        self.inner
+            .shared_down_until
+            .store(now.saturating_add(SHARED_DOWN_MS), Ordering::Relaxed);
+        tracing::warn!(error = %why, retry_in_ms = SHARED_DOWN_MS, "the shared idempotency ledger cannot be reached; immediate publications are checked in this router's memory alone");
+        self.claim_unshared(claims, now)
     }
 
     /// Claim immediate ids here alone (the shared ledger is down), each
